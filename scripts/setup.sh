@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Idempotent set-up on a fresh Debian or Ubuntu machine: the system packages
+# the project and its tests need, a virtual environment in .venv, and the
+# project installed into it (editable). Safe to run again; it only does what
+# is missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+APT_PACKAGES=(
+    python3 python3-venv python3-dev gcc pkg-config  # venv, and building systemd-python
+    libsystemd-dev                                   # systemd-python's C library
+    systemd                                          # systemd-analyze for the unit checks
+    systemd-journal-remote                           # writes real journal files in tests and the lab
+)
+
+missing=()
+for package in "${APT_PACKAGES[@]}"; do
+    if ! dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed"; then
+        missing+=("$package")
+    fi
+done
+if ((${#missing[@]})); then
+    sudo=""
+    if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
+    echo "setup: installing system packages: ${missing[*]}" >&2
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends \
+        "${missing[@]}" >/dev/null
+fi
+
+python=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+    echo "setup: creating .venv with $($python --version)" >&2
+    "$python" -m venv .venv
+fi
+
+# Reinstall only when the project's metadata changed.
+stamp=.venv/.spark-watchdog-installed
+want=$(sha256sum pyproject.toml | cut -d' ' -f1)
+if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+    echo "setup: installing spark-watchdog and its dependencies into .venv" >&2
+    .venv/bin/python -m pip install -q --upgrade pip
+    .venv/bin/python -m pip install -q -e '.[journal,dev]'
+    echo "$want" >"$stamp"
+fi

@@ -1,0 +1,5 @@
+import sys
+
+from spark_watchdog.cli.main import main
+
+sys.exit(main())

@@ -1,0 +1,1 @@
+"""The node agent: runs the probes, serves the snapshot, talks to systemd."""

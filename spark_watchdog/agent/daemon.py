@@ -1,0 +1,351 @@
+"""The agent's main loop: probes on their own schedules, a snapshot, systemd.
+
+Layout of one running agent:
+
+- one asyncio task per probe (``ProbeRunner``), each with its own interval and
+  deadline, so a wedged GPU driver or a slow vLLM never delays the heartbeat;
+- the heartbeat loop, every ``loop_interval``: reads the host, advances
+  ``seq``, rebuilds the snapshot, and pets the systemd watchdog only while
+  every probe task is alive and reporting;
+- the HTTP endpoint on its own threads, serving the latest snapshot.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import signal
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from spark_watchdog import __version__
+from spark_watchdog.agent.exposition import render
+from spark_watchdog.agent.http_api import (
+    JSON,
+    PROMETHEUS_TEXT,
+    HttpEndpoint,
+    Response,
+    json_response,
+)
+from spark_watchdog.agent.probe_runner import Observation, ProbeRunner, iso_time
+from spark_watchdog.agent.sdnotify import SystemdNotifier
+from spark_watchdog.config.agent import AgentConfig
+from spark_watchdog.errors import ProbeError
+from spark_watchdog.probes.base import ProbeReport
+from spark_watchdog.probes.gpu import GpuProbe, GpuReading, low_power_while_running
+from spark_watchdog.probes.host import HostProbe, read_boot_id
+from spark_watchdog.probes.journal import JournalProbe, JournalReport
+from spark_watchdog.probes.vllm import (
+    Canary,
+    ProgressTracker,
+    VllmScraper,
+    VllmStatus,
+    rank_process_alive,
+)
+
+log = logging.getLogger("spark_watchdog.agent")
+
+# A probe with no report for this many of its own (interval + deadline) is
+# stuck; the agent then stops petting the systemd watchdog so it restarts us.
+_STALE_FACTOR = 10.0
+
+
+class Agent:
+    def __init__(
+        self,
+        config: AgentConfig,
+        *,
+        notifier: SystemdNotifier | None = None,
+        gpu_worker_argv: Sequence[str] | None = None,
+        journal_boot_id: str | None = None,
+    ) -> None:
+        self.config = config
+        self.notifier = notifier or SystemdNotifier()
+        self.started_at = time.time()
+        self.seq = 0
+        self.loop_lag_s = 0.0
+        self.host = HostProbe(config.probes.host.proc_root)
+        self._host_reading: ProbeReport | None = None
+        self._host_observed_at = 0.0
+        self._lock = threading.Lock()
+        self._state_json = b"{}"
+        self._snapshot: dict[str, Any] = {}
+        self._boots_json: dict[str, Any] = {"boots": [], "state": "pending"}
+        self._runners: dict[str, ProbeRunner] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+        self._last_pet = 0.0
+        self._last_status = ""
+        self.ready = asyncio.Event()
+        self.http: HttpEndpoint | None = None
+
+        probes = config.probes
+        self._tracker: ProgressTracker | None = None
+        self._scraper: VllmScraper | None = None
+        self._canary: Canary | None = None
+        self._canary_task: asyncio.Task[None] | None = None
+        self._last_canary = float("-inf")
+        if probes.vllm.enabled:
+            vcfg = probes.vllm
+            self._tracker = ProgressTracker(vcfg.stall_after)
+            if vcfg.url is not None:
+                self._scraper = VllmScraper(vcfg.url, vcfg.timeout, vcfg.max_body_bytes)
+                if vcfg.canary.enabled:
+                    self._canary = Canary(vcfg.url, vcfg.canary.model, vcfg.canary.timeout)
+            self._runners["vllm"] = ProbeRunner(
+                "vllm", vcfg.interval, vcfg.timeout + 1.0, blocking_probe=self._read_vllm
+            )
+        self._gpu: GpuProbe | None = None
+        if probes.gpu.enabled:
+            self._gpu = GpuProbe(probes.gpu.deadline, worker_argv=gpu_worker_argv)
+            # The GpuProbe enforces the deadline itself (and kills the child);
+            # the runner's deadline is only a backstop.
+            self._runners["gpu"] = ProbeRunner(
+                "gpu", probes.gpu.interval, probes.gpu.deadline + 2.0, probe=self._gpu.read
+            )
+        self._journal: JournalProbe | None = None
+        if probes.journal.enabled:
+            jcfg = probes.journal
+            if journal_boot_id is None:
+                # The boot the journal calls "current" is the one this host
+                # runs now; proc_root lets the lab give each node its own.
+                try:
+                    journal_boot_id = read_boot_id(probes.host.proc_root)
+                except ProbeError as exc:
+                    log.warning("%s; no journal boot will count as current", exc)
+            self._journal = JournalProbe(
+                jcfg.directory,
+                tail_entries=jcfg.tail_entries,
+                evidence_per_kind=jcfg.evidence_per_kind,
+                max_boots=jcfg.max_boots,
+                current_boot_id=journal_boot_id,
+            )
+            self._runners["journal"] = ProbeRunner(
+                "journal", jcfg.interval, 60.0, blocking_probe=self._journal.read
+            )
+        for runner in self._runners.values():
+            runner.on_report = self._on_report
+
+    # -- probes -----------------------------------------------------------
+
+    def _read_vllm(self) -> VllmStatus:
+        assert self._tracker is not None
+        vcfg = self.config.probes.vllm
+        process_alive = rank_process_alive(vcfg.process_match) if vcfg.process_match else None
+        sample = self._scraper.scrape() if self._scraper is not None else None
+        return self._tracker.update(sample, time.monotonic(), process_alive=process_alive)
+
+    def _on_report(self, name: str, observation: Observation) -> None:
+        if name == "journal" and isinstance(observation.report, JournalReport):
+            full = observation.report.to_json()
+            with self._lock:
+                self._boots_json = full
+        if name == "vllm":
+            self._maybe_run_canary()
+
+    def _maybe_run_canary(self) -> None:
+        """Send a 1-token canary when a stall is suspected (DESIGN §3)."""
+        if self._canary is None or self._tracker is None or not self._tracker.stall_suspected:
+            return
+        if self._canary_task is not None and not self._canary_task.done():
+            return
+        now = time.monotonic()
+        if now - self._last_canary < self.config.probes.vllm.canary.min_interval:
+            return
+        self._last_canary = now
+        self._canary_task = asyncio.get_running_loop().create_task(self._run_canary())
+
+    async def _run_canary(self) -> None:
+        assert self._canary is not None and self._tracker is not None
+        result = await asyncio.to_thread(self._canary.run)
+        self._tracker.note_canary(result, time.monotonic())
+        log.info("canary: %s", result.outcome, extra={"probe": "vllm", "canary": result.outcome})
+
+    # -- snapshot ---------------------------------------------------------
+
+    def _probe_json(self, name: str) -> dict[str, Any]:
+        runner = self._runners.get(name)
+        if runner is None:
+            return {"state": "disabled", "observed_at": None}
+        if runner.latest is None:
+            return {"state": "pending", "observed_at": None}
+        body = runner.latest.to_json()
+        if name == "journal" and isinstance(runner.latest.report, JournalReport):
+            body = runner.latest.report.summary_json()
+            body.update(
+                observed_at=iso_time(runner.latest.observed_at),
+                duration_s=round(runner.latest.duration_s, 4),
+            )
+        if name == "gpu" and isinstance(runner.latest.report, GpuReading):
+            body["low_power_while_running"] = low_power_while_running(
+                runner.latest.report,
+                self._requests_running(),
+                self.config.probes.gpu.low_power_watts,
+            )
+        return body
+
+    def _requests_running(self) -> float | None:
+        runner = self._runners.get("vllm")
+        if runner is None or runner.latest is None:
+            return None
+        report = runner.latest.report
+        return report.running if isinstance(report, VllmStatus) else None
+
+    def build_snapshot(self) -> dict[str, Any]:
+        host = self._host_reading
+        host_json: dict[str, Any] = {"state": "pending", "observed_at": None}
+        if host is not None:
+            host_json = host.to_json()
+            host_json["observed_at"] = iso_time(self._host_observed_at)
+        boot_id = host_json.get("boot_id")
+        return {
+            "node": self.config.node,
+            "boot_id": boot_id,
+            "seq": self.seq,
+            "started_at": iso_time(self.started_at),
+            "observed_at": iso_time(time.time()),
+            "version": __version__,
+            "loop_lag_s": round(self.loop_lag_s, 4),
+            "healthy": self.loop_healthy(),
+            "probes": {
+                "vllm": self._probe_json("vllm"),
+                "gpu": self._probe_json("gpu"),
+                "journal": self._probe_json("journal"),
+                "host": host_json,
+            },
+        }
+
+    def loop_healthy(self) -> bool:
+        """Every probe task alive and none stuck: the condition for WATCHDOG=1."""
+        now = time.time()
+        for task in self._tasks:
+            if task.done():
+                return False
+        for runner in self._runners.values():
+            if runner.latest is None:
+                continue
+            limit = _STALE_FACTOR * (runner.interval + runner.deadline)
+            if now - runner.latest.observed_at > limit:
+                return False
+        return True
+
+    def snapshot(self) -> dict[str, Any]:
+        with self._lock:
+            return self._snapshot
+
+    def _publish(self) -> None:
+        snap = self.build_snapshot()
+        encoded = json.dumps(snap, separators=(",", ":")).encode() + b"\n"
+        with self._lock:
+            self._snapshot = snap
+            self._state_json = encoded
+
+    # -- HTTP -------------------------------------------------------------
+
+    def routes(self) -> dict[str, Any]:
+        def state() -> Response:
+            with self._lock:
+                return 200, JSON, self._state_json
+
+        def boots() -> Response:
+            with self._lock:
+                return json_response(self._boots_json)
+
+        def metrics() -> Response:
+            return 200, PROMETHEUS_TEXT, render(self.snapshot)
+
+        return {"/v1/state": state, "/v1/boots": boots, "/metrics": metrics}
+
+    # -- main loop --------------------------------------------------------
+
+    def status_line(self) -> str:
+        """One line for ``systemctl status``; it changes only when a state does."""
+        probes = self._snapshot.get("probes", {})
+        return ", ".join(f"{name} {body.get('state')}" for name, body in probes.items())
+
+    async def _heartbeat(self, stop: asyncio.Event) -> None:
+        interval = self.config.loop_interval
+        expected = time.monotonic()
+        while not stop.is_set():
+            now = time.monotonic()
+            self.loop_lag_s = max(0.0, now - expected)
+            self._host_reading = self.host.read(self.loop_lag_s, now)
+            self._host_observed_at = time.time()
+            self.seq += 1
+            self._publish()
+            self._talk_to_systemd()
+            expected = time.monotonic() + interval
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(stop.wait(), interval)
+
+    def _talk_to_systemd(self) -> None:
+        if not self.ready.is_set():
+            return
+        status = self.status_line()
+        if status != self._last_status:
+            self.notifier.status(status)
+            self._last_status = status
+        pet_every = self.notifier.watchdog_interval
+        if pet_every is None:
+            return
+        now = time.monotonic()
+        if now - self._last_pet >= pet_every and self.loop_healthy():
+            self.notifier.watchdog()
+            self._last_pet = now
+
+    async def _first_round(self) -> None:
+        await asyncio.gather(*(r.run_once() for r in self._runners.values()))
+
+    async def _run_probe(self, runner: ProbeRunner) -> None:
+        await asyncio.sleep(runner.interval)
+        await runner.run_forever()
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Run until ``stop`` is set. Raises WatchdogError if it cannot listen."""
+        listen = self.config.listen
+        self.http = HttpEndpoint(listen.address, listen.port, self.routes())
+        self._publish()
+        self.http.start()
+        log.info(
+            "agent %s listening on %s:%d",
+            self.config.node,
+            listen.address,
+            self.http.port,
+            extra={"node": self.config.node},
+        )
+        heartbeat = asyncio.create_task(self._heartbeat(stop))
+        try:
+            # READY=1 only after the first probe round: a unit that is
+            # "active" then has a meaningful snapshot behind /v1/state.
+            await self._first_round()
+            self._publish()
+            self.ready.set()
+            self.notifier.ready(self.status_line())
+            self._tasks = [
+                asyncio.create_task(self._run_probe(r), name=f"probe-{r.name}")
+                for r in self._runners.values()
+            ]
+            await stop.wait()
+        finally:
+            self.notifier.stopping()
+            for task in [*self._tasks, heartbeat]:
+                task.cancel()
+            await asyncio.gather(*self._tasks, heartbeat, return_exceptions=True)
+            if self._canary_task is not None:
+                self._canary_task.cancel()
+            if self._gpu is not None:
+                await self._gpu.close()
+            self.http.stop()
+            log.info("agent %s stopped", self.config.node)
+
+
+async def serve(config: AgentConfig) -> None:
+    """Run the agent until SIGTERM or SIGINT."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await Agent(config).run(stop)

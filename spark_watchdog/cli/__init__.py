@@ -1,0 +1,1 @@
+"""The ``spark-watchdog`` command line."""

@@ -1,0 +1,71 @@
+"""``spark-watchdog``: one entry point, with subcommands.
+
+Exit codes (DESIGN §7): 0 ok, 1 the thing checked is unhealthy or the action
+failed, 2 usage or config error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from spark_watchdog import __version__
+from spark_watchdog.cli import agent_cmd, lab_cmd, probe_gpu, probe_journal, probe_vllm
+
+EXIT_OK = 0
+EXIT_UNHEALTHY = 1
+EXIT_USAGE = 2
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse exits 2 on usage errors already; keep its message, add a hint."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n(see {self.prog} --help)\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="spark-watchdog",
+        description="Freeze watchdog for vLLM on NVIDIA DGX Spark clusters.",
+        epilog="Exit codes: 0 ok, 1 unhealthy or action failed, 2 usage or config error.",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    commands.required = True
+
+    agent_cmd.add_parser(commands)
+
+    probe = commands.add_parser(
+        "probe",
+        help="run one probe once and print what it sees",
+        description="Run one of the agent's probes by hand.",
+    )
+    probes: Any = probe.add_subparsers(dest="probe", metavar="PROBE", parser_class=_Parser)
+    probes.required = True
+    probe_journal.add_parser(probes)
+    probe_vllm.add_parser(probes)
+    probe_gpu.add_parser(probes)
+
+    lab_cmd.add_parser(commands)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        code = int(args.func(args))
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        # `spark-watchdog ... | head`: the reader left; not an error of ours.
+        return EXIT_OK
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,196 @@
+"""Validate plain YAML data into frozen dataclasses, reporting every problem.
+
+A config class is an ordinary frozen dataclass whose fields are declared with
+:func:`setting`. Types come from the annotations (bool, int, float, str,
+Optional[...], Literal[...], tuple[X, ...], nested dataclasses). Constraints
+(minimum, maximum) live in the field metadata, so the schema is the one place
+that says what a key accepts, and error messages are built from it:
+
+    probes.vllm.interval: expected a number > 0, got "fast"
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from collections.abc import Iterator
+from typing import Any, Literal, TypeVar, Union
+
+T = TypeVar("T")
+
+_MISSING = dataclasses.MISSING
+
+
+class InvalidSetting(ValueError):
+    """Raised by a config class's ``__post_init__`` for a cross-field check."""
+
+    def __init__(self, key: str, message: str) -> None:
+        self.key = key
+        self.message = message
+        super().__init__(f"{key}: {message}")
+
+
+def setting(
+    default: Any = _MISSING,
+    *,
+    minimum: float | None = None,
+    above: float | None = None,
+    maximum: float | None = None,
+    default_factory: Any = _MISSING,
+) -> Any:
+    """Declare a config key. ``minimum`` is inclusive, ``above`` exclusive."""
+    metadata = {"minimum": minimum, "above": above, "maximum": maximum}
+    if default_factory is not _MISSING:
+        return dataclasses.field(default_factory=default_factory, metadata=metadata)
+    return dataclasses.field(default=default, metadata=metadata)
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, str):
+        return f'"{value}"'
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    if value is None:
+        return "nothing (null)"
+    return repr(value)
+
+
+def _bounds_text(meta: typing.Mapping[str, Any]) -> str:
+    parts = []
+    if meta.get("above") is not None:
+        parts.append(f"> {meta['above']:g}")
+    if meta.get("minimum") is not None:
+        parts.append(f"≥ {meta['minimum']:g}")
+    if meta.get("maximum") is not None:
+        parts.append(f"≤ {meta['maximum']:g}")
+    return (" " + " and ".join(parts)) if parts else ""
+
+
+def _is_optional(tp: Any) -> tuple[bool, Any]:
+    origin = typing.get_origin(tp)
+    if origin in (Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if len(args) == 1 and len(typing.get_args(tp)) == 2:
+            return True, args[0]
+    return False, tp
+
+
+def _convert(
+    tp: Any, value: Any, path: str, meta: typing.Mapping[str, Any], problems: list[str]
+) -> Any:
+    optional, inner = _is_optional(tp)
+    if value is None:
+        if optional:
+            return None
+        problems.append(f"{path}: expected {_describe(inner, meta)}, got nothing (null)")
+        return None
+    tp = inner
+    origin = typing.get_origin(tp)
+    if dataclasses.is_dataclass(tp):
+        return _load(typing.cast(type, tp), value, path, problems)
+    if origin is Literal:
+        choices = typing.get_args(tp)
+        if value not in choices:
+            problems.append(
+                f"{path}: expected one of {', '.join(map(str, choices))}, got {_show(value)}"
+            )
+            return None
+        return value
+    if origin is tuple:
+        item_tp = typing.get_args(tp)[0]
+        if not isinstance(value, list):
+            problems.append(f"{path}: expected a list, got {_show(value)}")
+            return None
+        return tuple(
+            _convert(item_tp, item, f"{path}[{i}]", meta, problems) for i, item in enumerate(value)
+        )
+    if tp is bool:
+        if not isinstance(value, bool):
+            problems.append(f"{path}: expected true or false, got {_show(value)}")
+            return None
+        return value
+    if tp in (int, float):
+        ok = isinstance(value, int) if tp is int else isinstance(value, (int, float))
+        if isinstance(value, bool) or not ok:
+            problems.append(f"{path}: expected {_describe(tp, meta)}, got {_show(value)}")
+            return None
+        low, above, high = meta.get("minimum"), meta.get("above"), meta.get("maximum")
+        if (
+            (low is not None and value < low)
+            or (above is not None and value <= above)
+            or (high is not None and value > high)
+        ):
+            problems.append(f"{path}: expected {_describe(tp, meta)}, got {_show(value)}")
+            return None
+        return tp(value)
+    if tp is str:
+        if not isinstance(value, str) or not value:
+            problems.append(f"{path}: expected a non-empty string, got {_show(value)}")
+            return None
+        return value
+    raise TypeError(f"config schema: unsupported type {tp!r} at {path}")
+
+
+def _describe(tp: Any, meta: typing.Mapping[str, Any]) -> str:
+    if tp is int:
+        return "an integer" + _bounds_text(meta)
+    if tp is float:
+        return "a number" + _bounds_text(meta)
+    if tp is bool:
+        return "true or false"
+    if tp is str:
+        return "a non-empty string"
+    if dataclasses.is_dataclass(tp):
+        return "a mapping"
+    return str(tp)
+
+
+def _load(cls: type[T], data: Any, path: str, problems: list[str]) -> T | None:
+    where = path or "top level"
+    if not isinstance(data, dict):
+        problems.append(f"{where}: expected a mapping, got {_show(data)}")
+        return None
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    for key in data:
+        if key not in fields:
+            known = ", ".join(sorted(fields))
+            problems.append(f"{_join(path, str(key))}: unknown key; expected one of {known}")
+    values: dict[str, Any] = {}
+    before = len(problems)
+    for name, f in fields.items():
+        key_path = _join(path, name)
+        if name in data:
+            values[name] = _convert(hints[name], data[name], key_path, f.metadata, problems)
+        elif f.default is _MISSING and f.default_factory is _MISSING:
+            problems.append(f"{key_path}: required key is missing")
+    if len(problems) > before:
+        return None
+    try:
+        return cls(**values)
+    except InvalidSetting as exc:  # cross-field checks in __post_init__
+        problems.append(f"{_join(path, exc.key)}: {exc.message}")
+        return None
+
+
+def _join(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key
+
+
+def load(cls: type[T], data: Any, problems: list[str]) -> T | None:
+    """Build ``cls`` from ``data``, appending every problem found to ``problems``."""
+    return _load(cls, {} if data is None else data, "", problems)
+
+
+def key_paths(cls: type, prefix: str = "") -> Iterator[str]:
+    """Every key path the schema accepts (``probes.vllm.url``), for docs and tests."""
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        path = _join(prefix, f.name)
+        yield path
+        _, inner = _is_optional(hints[f.name])
+        if dataclasses.is_dataclass(inner):
+            yield from key_paths(typing.cast(type, inner), path)

@@ -1,0 +1,39 @@
+"""The project's error hierarchy.
+
+"Could not reach" and "the thing said no" are different failures and are
+handled differently, so they are different classes. Each error carries a
+message that names the bad thing and says what was expected.
+"""
+
+from __future__ import annotations
+
+
+class WatchdogError(Exception):
+    """Base class of every error spark_watchdog raises on purpose."""
+
+
+class ConfigError(WatchdogError):
+    """The configuration is invalid. ``problems`` lists every finding at once."""
+
+    def __init__(self, source: str, problems: list[str]) -> None:
+        self.source = source
+        self.problems = list(problems)
+        lines = "\n".join(f"  {p}" for p in self.problems)
+        super().__init__(f"{source}: {len(self.problems)} problem(s):\n{lines}")
+
+
+class ProbeError(WatchdogError):
+    """A probe could not produce an observation."""
+
+
+class JournalFileError(ProbeError):
+    """One journal file could not be read (corrupt, truncated, unreadable)."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        self.path = path
+        self.reason = reason
+        super().__init__(f"journal file {path}: {reason}")
+
+
+class MetricsFormatError(ProbeError):
+    """A /metrics body is not Prometheus text exposition."""

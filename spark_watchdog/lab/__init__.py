@@ -1,0 +1,1 @@
+"""The lab: simulated Spark nodes, vLLM and power devices on one machine."""

@@ -1,0 +1,355 @@
+"""Is vLLM serving making progress? A pure judgement over scrapes and time.
+
+``/health`` answers 200 while the engine is wedged and ``/v1/models`` is static
+config (FACTS.md, vLLM), so the only honest sign of life is a counter that moves
+while requests are running: the engine-step heartbeat
+(``vllm:iteration_tokens_total_count``) or the generated-token counter. This
+module holds no clock and does no I/O: the caller passes each scrape and the
+time, so every rule below is testable with a fake clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:  # the scraper module imports this one; types only here
+    from spark_watchdog.probes.vllm import CanaryResult, VllmSample
+    from spark_watchdog.probes.vllm_metrics import EngineSample
+
+VllmState = Literal["progressing", "idle", "stalled", "dead", "unreachable", "headless"]
+EngineState = Literal["progressing", "idle", "stalled"]
+
+# /health turns 503 only on EngineDeadError (FACTS.md, vLLM).
+HEALTH_ENGINE_DEAD = 503
+
+
+@dataclass(frozen=True)
+class EngineStatus:
+    """One engine's verdict. ``judged`` is False when the series needed to call
+    a stall are missing, in which case the state is never ``stalled``."""
+
+    engine: str
+    state: EngineState
+    reason: str
+    running: int | None
+    waiting: int | None
+    engine_steps: int | None
+    generation_tokens: int | None
+    prompt_tokens: int | None
+    kv_cache_usage: float | None
+    seconds_without_progress: float | None
+    judged: bool
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "engine": self.engine,
+            "state": self.state,
+            "reason": self.reason,
+            "running": self.running,
+            "waiting": self.waiting,
+            "engine_steps": self.engine_steps,
+            "generation_tokens": self.generation_tokens,
+            "prompt_tokens": self.prompt_tokens,
+            "kv_cache_usage": self.kv_cache_usage,
+            "seconds_without_progress": _rounded(self.seconds_without_progress),
+            "judged": self.judged,
+        }
+
+
+@dataclass(frozen=True)
+class VllmStatus:
+    """The vLLM probe's report. Totals are summed over engines (``None`` when no
+    engine had the series); ``seconds_without_progress`` is the worst engine's."""
+
+    state: VllmState
+    reason: str
+    url: str | None
+    health_status: int | None = None
+    running: int | None = None
+    waiting: int | None = None
+    engine_steps: int | None = None
+    generation_tokens: int | None = None
+    seconds_without_progress: float | None = None
+    engines: Mapping[str, EngineStatus] = field(default_factory=dict)
+    error: str | None = None
+    canary: CanaryResult | None = None
+    models: tuple[str, ...] = ()
+    stall_suspected: bool = False
+    process_alive: bool | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``probe vllm`` contract keys first, then extras (keys may be added,
+        never removed)."""
+        return {
+            "url": self.url,
+            "state": self.state,
+            "health_status": self.health_status,
+            "running": self.running,
+            "waiting": self.waiting,
+            "engine_steps": self.engine_steps,
+            "generation_tokens": self.generation_tokens,
+            "seconds_without_progress": _rounded(self.seconds_without_progress),
+            "reason": self.reason,
+            "error": self.error,
+            "stall_suspected": self.stall_suspected,
+            "process_alive": self.process_alive,
+            "models": list(self.models),
+            "engines": {name: engine.to_json() for name, engine in self.engines.items()},
+            "canary": None if self.canary is None else self.canary.to_json(),
+        }
+
+
+@dataclass
+class _EngineTrack:
+    """What the tracker remembers of one engine between scrapes."""
+
+    steps: int | None
+    tokens: int | None
+    last_advance_at: float
+    running_since: float | None
+
+
+class ProgressTracker:
+    """Turns a stream of scrapes into a :class:`VllmStatus`.
+
+    Stall rule, per engine: requests running and neither the engine-step count
+    nor the generated-token count advanced for ``stall_after`` seconds, counted
+    from the last advance or from when requests were first seen running,
+    whichever is later. A counter that goes *down* means vLLM restarted: that is
+    a new baseline and counts as progress. The cluster is stalled if any engine is.
+
+    After a blind spell (no usable answer, or no call for longer than
+    ``stall_after``) the stall clock restarts at the first good scrape: during
+    the gap the engine may have gone idle and picked up new requests, so old
+    timestamps would report a stall nobody saw. Counter baselines are kept, so
+    an advance or a restart during the gap is still recognised. The price: a
+    server that answers only every other scrape is reported ``unreachable`` half
+    the time, never ``stalled``.
+    """
+
+    def __init__(self, stall_after: float) -> None:
+        if stall_after <= 0:
+            raise ValueError(f"stall_after: expected seconds > 0, got {stall_after!r}")
+        self.stall_after = stall_after
+        self._engines: dict[str, _EngineTrack] = {}
+        self._last_usable_at: float | None = None
+        self._canary: CanaryResult | None = None
+        self._stall_suspected = False
+
+    @property
+    def stall_suspected(self) -> bool:
+        """Requests ran without progress for ≥ half of ``stall_after`` at the last
+        update: the moment to send a canary before the stall is called."""
+        return self._stall_suspected
+
+    def note_canary(self, result: CanaryResult, now: float) -> None:
+        """Record a canary's result; a successful one is proof of life.
+
+        With one engine, an answered canary restarts its stall clock. With
+        several (data parallel) the tracker cannot know which engine answered,
+        and that engine's own counters show the step anyway, so no clock moves.
+        """
+        self._canary = result
+        if result.ok and len(self._engines) == 1:
+            for track in self._engines.values():
+                track.last_advance_at = max(track.last_advance_at, now)
+
+    def update(
+        self, sample: VllmSample | None, now: float, process_alive: bool | None = None
+    ) -> VllmStatus:
+        """Judge one scrape taken at ``now``.
+
+        ``sample`` is ``None`` on a rank with no HTTP API (``--headless`` worker).
+        ``process_alive`` is the local rank process check, ``None`` when not made.
+        """
+        status = self._judge(sample, now, process_alive)
+        self._stall_suspected = status.stall_suspected
+        return status
+
+    def _judge(self, sample: VllmSample | None, now: float, alive: bool | None) -> VllmStatus:
+        url = None if sample is None else sample.url
+        if alive is False:
+            return self._blind(sample, "dead", "the vLLM rank process is not running", alive)
+        if sample is None:
+            if alive:
+                return VllmStatus(
+                    state="headless",
+                    reason="worker rank without an HTTP API (--headless); its process is running",
+                    url=None,
+                    canary=self._canary,
+                    process_alive=alive,
+                )
+            return self._blind(
+                sample, "unreachable", "no URL to scrape and no rank process to check", alive
+            )
+        if sample.health_status == HEALTH_ENGINE_DEAD:
+            return self._blind(
+                sample, "dead", "/health answered 503: the engine is dead (EngineDeadError)", alive
+            )
+        if not sample.reachable:
+            return self._blind(sample, "unreachable", sample.error or "no usable answer", alive)
+        if sample.health_status != 200:
+            return self._blind(
+                sample,
+                "unreachable",
+                f"/health answered {sample.health_status}; expected 200 (or 503 = dead)",
+                alive,
+            )
+        if not sample.engines:
+            return self._blind(sample, "unreachable", f"no vLLM engine series at {url}", alive)
+
+        blind = self._last_usable_at is None or now - self._last_usable_at > self.stall_after
+        self._last_usable_at = now
+        engines = {
+            name: self._judge_engine(name, reading, now, blind)
+            for name, reading in sorted(sample.engines.items())
+        }
+        for gone in set(self._engines) - set(engines):
+            del self._engines[gone]
+        return self._combine(sample, engines, alive)
+
+    def _judge_engine(
+        self, name: str, reading: EngineSample, now: float, blind: bool
+    ) -> EngineStatus:
+        steps, tokens, running = reading.engine_steps, reading.generation_tokens, reading.running
+        previous = self._engines.get(name)
+        moved = previous is not None and (
+            _moved(previous.steps, steps) or _moved(previous.tokens, tokens)
+        )
+        # The first sight of an engine is its baseline: the clock starts there.
+        last_advance_at = now if previous is None or moved else previous.last_advance_at
+        if running is None or running <= 0:
+            running_since = None
+        elif previous is None or previous.running_since is None or blind:
+            running_since = now
+        else:
+            running_since = previous.running_since
+        self._engines[name] = _EngineTrack(steps, tokens, last_advance_at, running_since)
+
+        def verdict(
+            state: EngineState, reason: str, idle_for: float | None, judged: bool = True
+        ) -> EngineStatus:
+            return EngineStatus(
+                engine=name,
+                state=state,
+                reason=reason,
+                running=running,
+                waiting=reading.waiting,
+                engine_steps=steps,
+                generation_tokens=tokens,
+                prompt_tokens=reading.prompt_tokens,
+                kv_cache_usage=reading.kv_cache_usage,
+                seconds_without_progress=idle_for,
+                judged=judged,
+            )
+
+        if running is None:
+            why = "vllm:num_requests_running is missing, so idle cannot be told from stalled"
+            if moved:
+                return verdict("progressing", f"counters advancing; {why}", None, judged=False)
+            return verdict("idle", f"counters not advancing; {why}", None, judged=False)
+        if running_since is None:
+            return verdict("idle", "no requests running", None)
+        if steps is None and tokens is None:
+            return verdict(
+                "progressing",
+                f"{running} request(s) running, but neither vllm:iteration_tokens_total_count "
+                "nor vllm:generation_tokens_total is present: progress cannot be judged",
+                None,
+                judged=False,
+            )
+        idle_for = now - max(last_advance_at, running_since)
+        if idle_for >= self.stall_after:
+            return verdict(
+                "stalled",
+                f"{running} request(s) running and no engine step or generated token for "
+                f"{idle_for:.1f} s (stall_after {self.stall_after:g} s)",
+                idle_for,
+            )
+        if moved:
+            reason = f"{running} request(s) running; counters advancing"
+        elif blind and previous is not None:
+            reason = f"{running} request(s) running; stall clock restarted after a blind spell"
+        else:
+            reason = f"{running} request(s) running; no advance for {idle_for:.1f} s"
+        return verdict("progressing", reason, idle_for)
+
+    def _combine(
+        self, sample: VllmSample, engines: dict[str, EngineStatus], alive: bool | None
+    ) -> VllmStatus:
+        stalled = [e for e in engines.values() if e.state == "stalled"]
+        state: VllmState
+        if stalled:
+            state = "stalled"
+            reason = "; ".join(f"engine {e.engine}: {e.reason}" for e in stalled)
+            if self._canary is not None and not self._canary.ok:
+                reason += f"; last canary: {self._canary.describe()}"
+        elif any(e.state == "progressing" for e in engines.values()):
+            state = "progressing"
+            reason = _engines_reason(engines.values(), "progressing")
+        else:
+            state = "idle"
+            reason = _engines_reason(engines.values(), "idle")
+        half = self.stall_after / 2
+        waits = [e.seconds_without_progress for e in engines.values()]
+        known_waits = [w for w in waits if w is not None]
+        return VllmStatus(
+            state=state,
+            reason=reason,
+            url=sample.url,
+            health_status=sample.health_status,
+            running=_total(e.running for e in engines.values()),
+            waiting=_total(e.waiting for e in engines.values()),
+            engine_steps=_total(e.engine_steps for e in engines.values()),
+            generation_tokens=_total(e.generation_tokens for e in engines.values()),
+            seconds_without_progress=max(known_waits) if known_waits else None,
+            engines=engines,
+            error=sample.error,
+            canary=self._canary,
+            models=sample.models,
+            stall_suspected=any(w >= half for w in known_waits),
+            process_alive=alive,
+        )
+
+    def _blind(
+        self, sample: VllmSample | None, state: VllmState, reason: str, alive: bool | None
+    ) -> VllmStatus:
+        # No usable answer: the next good scrape restarts the stall clock.
+        self._last_usable_at = None
+        if state == "dead":
+            # A dead engine is restarted, and a restarted one starts from zero.
+            self._engines.clear()
+        return VllmStatus(
+            state=state,
+            reason=reason,
+            url=None if sample is None else sample.url,
+            health_status=None if sample is None else sample.health_status,
+            error=None if sample is None else sample.error,
+            canary=self._canary,
+            models=() if sample is None else sample.models,
+            process_alive=alive,
+        )
+
+
+def _moved(before: int | None, after: int | None) -> bool:
+    # Down counts as well as up: a counter only goes down when vLLM restarted,
+    # which is a new baseline, not a stall.
+    return before is not None and after is not None and after != before
+
+
+def _total(values: Iterable[int | None]) -> int | None:
+    known = [v for v in values if v is not None]
+    return sum(known) if known else None
+
+
+def _engines_reason(engines: Iterable[EngineStatus], state: EngineState) -> str:
+    matching = [e for e in engines if e.state == state]
+    if len(matching) == 1:
+        return matching[0].reason
+    return "; ".join(f"engine {e.engine}: {e.reason}" for e in matching)
+
+
+def _rounded(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds, 3)

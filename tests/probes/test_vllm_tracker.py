@@ -1,0 +1,351 @@
+"""The pure progress judgement, driven by hand-made scrapes and a fake clock."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from spark_watchdog.probes.vllm import CanaryResult, VllmSample
+from spark_watchdog.probes.vllm_metrics import EngineSample
+from spark_watchdog.probes.vllm_progress import ProgressTracker
+
+URL = "http://head:8000"
+STALL_AFTER = 10.0
+CONTRACT_KEYS = {
+    "url",
+    "state",
+    "health_status",
+    "running",
+    "waiting",
+    "engine_steps",
+    "generation_tokens",
+    "seconds_without_progress",
+}
+
+
+def engine(
+    steps: int | None,
+    tokens: int | None = None,
+    running: int | None = 3,
+    name: str = "0",
+    waiting: int | None = 1,
+) -> EngineSample:
+    return EngineSample(
+        engine=name,
+        running=running,
+        waiting=waiting,
+        engine_steps=steps,
+        generation_tokens=steps * 4 if tokens is None and steps is not None else tokens,
+        prompt_tokens=None,
+        kv_cache_usage=0.3,
+        models=("m",),
+    )
+
+
+def scrape(*engines: EngineSample, health: int | None = 200, at: float = 0.0) -> VllmSample:
+    return VllmSample(
+        url=URL,
+        observed_at=at,
+        wall_time=1_700_000_000.0 + at,
+        health_status=health,
+        engines={e.engine: e for e in engines},
+        reachable=True,
+        error=None,
+        models=("m",),
+    )
+
+
+def unreachable(error: str = "GET /health: connection refused by head:8000") -> VllmSample:
+    return VllmSample(
+        url=URL,
+        observed_at=0.0,
+        wall_time=0.0,
+        health_status=None,
+        engines={},
+        reachable=False,
+        error=error,
+    )
+
+
+def canary(outcome: str, at: float) -> CanaryResult:
+    error = None if outcome == "ok" else "no complete answer within 10.0 s"
+    return CanaryResult(outcome, 0.2 if outcome == "ok" else 10.0, at, "m", error)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def tracker() -> ProgressTracker:
+    return ProgressTracker(STALL_AFTER)
+
+
+def test_advancing_counters_are_progress(tracker: ProgressTracker) -> None:
+    tracker.update(scrape(engine(100)), now=0.0)
+    status = tracker.update(scrape(engine(160)), now=2.0)
+
+    assert status.state == "progressing"
+    assert status.running == 3
+    assert status.engine_steps == 160
+    assert status.generation_tokens == 640
+    assert status.seconds_without_progress == 0.0
+    assert "advancing" in status.reason
+
+
+def test_no_requests_running_is_idle(tracker: ProgressTracker) -> None:
+    tracker.update(scrape(engine(100, running=0)), now=0.0)
+    status = tracker.update(scrape(engine(100, running=0)), now=60.0)
+
+    assert status.state == "idle"
+    assert status.seconds_without_progress is None
+
+
+def test_stalled_exactly_at_stall_after(tracker: ProgressTracker) -> None:
+    frozen = engine(100)
+    assert tracker.update(scrape(frozen), now=0.0).state == "progressing"
+    almost = tracker.update(scrape(frozen), now=9.99)
+    assert almost.state == "progressing"
+    assert almost.seconds_without_progress == pytest.approx(9.99)
+
+    status = tracker.update(scrape(frozen), now=10.0)
+
+    assert status.state == "stalled"
+    assert status.seconds_without_progress == 10.0
+    assert "no engine step or generated token for 10.0 s" in status.reason
+
+
+def test_steps_alone_or_tokens_alone_are_progress(tracker: ProgressTracker) -> None:
+    tracker.update(scrape(engine(100, tokens=500)), now=0.0)
+    # Chunked prefill: the engine steps, no token comes out.
+    assert tracker.update(scrape(engine(101, tokens=500)), now=8.0).state == "progressing"
+    # And a token without a step (the other series) counts as well.
+    assert tracker.update(scrape(engine(101, tokens=501)), now=16.0).state == "progressing"
+    assert tracker.update(scrape(engine(101, tokens=501)), now=25.0).state == "progressing"
+    assert tracker.update(scrape(engine(101, tokens=501)), now=26.0).state == "stalled"
+
+
+def test_counter_reset_is_a_new_baseline_not_a_stall(tracker: ProgressTracker) -> None:
+    tracker.update(scrape(engine(50_000)), now=0.0)
+    tracker.update(scrape(engine(50_000)), now=8.0)
+    # vLLM restarted between scrapes: its counters start again from near zero.
+    restarted = tracker.update(scrape(engine(12)), now=9.0)
+    assert restarted.state == "progressing"
+    assert restarted.seconds_without_progress == 0.0
+
+    assert tracker.update(scrape(engine(12)), now=18.9).state == "progressing"
+    assert tracker.update(scrape(engine(12)), now=19.0).state == "stalled"
+
+
+def test_clock_starts_when_requests_start(tracker: ProgressTracker) -> None:
+    # A long idle spell with frozen counters, then requests arrive.
+    tracker.update(scrape(engine(100, running=0)), now=0.0)
+    tracker.update(scrape(engine(100, running=0)), now=100.0)
+    started = tracker.update(scrape(engine(100, running=2)), now=101.0)
+    assert started.state == "progressing"
+    assert started.seconds_without_progress == 0.0
+
+    assert tracker.update(scrape(engine(100, running=2)), now=110.5).state == "progressing"
+    assert tracker.update(scrape(engine(100, running=2)), now=111.0).state == "stalled"
+
+
+def test_unreachable_then_recovery_gives_no_false_stall(tracker: ProgressTracker) -> None:
+    tracker.update(scrape(engine(100)), now=0.0)
+    assert tracker.update(unreachable(), now=4.0).state == "unreachable"
+    assert tracker.update(unreachable(), now=20.0).state == "unreachable"
+
+    # Same counters, requests running: we were blind for 30 s, so the clock
+    # restarts here instead of reporting a 30 s stall nobody saw.
+    back = tracker.update(scrape(engine(100)), now=30.0)
+    assert back.state == "progressing"
+    assert back.seconds_without_progress == 0.0
+    assert "blind" in back.reason
+
+    assert tracker.update(scrape(engine(100)), now=39.0).state == "progressing"
+    assert tracker.update(scrape(engine(100)), now=40.0).state == "stalled"
+
+
+def test_a_gap_between_updates_is_blindness_too(tracker: ProgressTracker) -> None:
+    tracker.update(scrape(engine(100)), now=0.0)
+    # Nobody called for 50 s (agent starved or suspended).
+    assert tracker.update(scrape(engine(100)), now=50.0).state == "progressing"
+    assert tracker.update(scrape(engine(100)), now=60.0).state == "stalled"
+
+
+def test_unreachable_reports_the_scrape_error(tracker: ProgressTracker) -> None:
+    status = tracker.update(unreachable("GET /metrics: no complete answer within 2.0 s"), now=1.0)
+
+    assert status.state == "unreachable"
+    assert status.reason == "GET /metrics: no complete answer within 2.0 s"
+    assert status.error == status.reason
+    assert status.running is None
+
+
+def test_missing_running_gauge_never_stalls(tracker: ProgressTracker) -> None:
+    frozen = engine(100, running=None)
+    tracker.update(scrape(frozen), now=0.0)
+    status = tracker.update(scrape(frozen), now=300.0)
+
+    assert status.state == "idle"
+    assert "vllm:num_requests_running is missing" in status.reason
+    assert status.engines["0"].judged is False
+    assert tracker.update(scrape(engine(101, running=None)), now=301.0).state == "progressing"
+
+
+def test_missing_progress_counters_never_stall(tracker: ProgressTracker) -> None:
+    blank = engine(None, tokens=None, running=4)
+    tracker.update(scrape(blank), now=0.0)
+    status = tracker.update(scrape(blank), now=300.0)
+
+    assert status.state == "progressing"
+    assert status.engines["0"].judged is False
+    assert "cannot be judged" in status.reason
+
+
+def test_one_stalled_engine_stalls_the_cluster(tracker: ProgressTracker) -> None:
+    tracker.update(scrape(engine(100, name="0"), engine(500, name="1")), now=0.0)
+    tracker.update(scrape(engine(250, name="0"), engine(500, name="1")), now=6.0)
+    status = tracker.update(scrape(engine(400, name="0"), engine(500, name="1")), now=12.0)
+
+    assert status.state == "stalled"
+    assert status.engines["0"].state == "progressing"
+    assert status.engines["1"].state == "stalled"
+    assert status.reason.startswith("engine 1:")
+    assert status.running == 6
+    assert status.waiting == 2
+    assert status.engine_steps == 900
+    assert status.seconds_without_progress == 12.0
+
+
+def test_one_busy_engine_and_one_idle_is_progressing(tracker: ProgressTracker) -> None:
+    tracker.update(scrape(engine(100, name="0"), engine(5, running=0, name="1")), now=0.0)
+    status = tracker.update(scrape(engine(130, name="0"), engine(5, running=0, name="1")), now=5.0)
+
+    assert status.state == "progressing"
+    assert status.engines["1"].state == "idle"
+
+
+def test_engine_that_disappears_is_forgotten(tracker: ProgressTracker) -> None:
+    tracker.update(scrape(engine(100, name="0"), engine(100, name="1")), now=0.0)
+    status = tracker.update(scrape(engine(150, name="0")), now=5.0)
+
+    assert list(status.engines) == ["0"]
+
+
+def test_health_503_is_dead(tracker: ProgressTracker) -> None:
+    status = tracker.update(scrape(engine(100), health=503), now=0.0)
+
+    assert status.state == "dead"
+    assert "503" in status.reason
+    assert status.health_status == 503
+
+
+def test_dead_then_restarted_starts_fresh(tracker: ProgressTracker) -> None:
+    tracker.update(scrape(engine(100)), now=0.0)
+    tracker.update(scrape(engine(100), health=503), now=5.0)
+    status = tracker.update(scrape(engine(3)), now=40.0)
+
+    assert status.state == "progressing"
+    assert status.seconds_without_progress == 0.0
+
+
+def test_rank_process_gone_is_dead_even_if_http_answers(tracker: ProgressTracker) -> None:
+    status = tracker.update(scrape(engine(100)), now=0.0, process_alive=False)
+
+    assert status.state == "dead"
+    assert status.process_alive is False
+    assert "process" in status.reason
+
+
+def test_headless_rank_alive(tracker: ProgressTracker) -> None:
+    status = tracker.update(None, now=0.0, process_alive=True)
+
+    assert status.state == "headless"
+    assert status.url is None
+
+
+def test_headless_rank_gone_is_dead(tracker: ProgressTracker) -> None:
+    assert tracker.update(None, now=0.0, process_alive=False).state == "dead"
+
+
+def test_nothing_to_observe_is_unreachable(tracker: ProgressTracker) -> None:
+    assert tracker.update(None, now=0.0).state == "unreachable"
+
+
+def test_unexpected_health_status_is_not_usable(tracker: ProgressTracker) -> None:
+    status = tracker.update(scrape(engine(100), health=500), now=0.0)
+
+    assert status.state == "unreachable"
+    assert "/health answered 500" in status.reason
+
+
+def test_answer_without_engines_is_not_usable(tracker: ProgressTracker) -> None:
+    assert tracker.update(scrape(), now=0.0).state == "unreachable"
+
+
+def test_stall_is_suspected_at_half_of_stall_after(tracker: ProgressTracker) -> None:
+    tracker.update(scrape(engine(100)), now=0.0)
+    tracker.update(scrape(engine(100)), now=4.9)
+    early = tracker.stall_suspected
+
+    status = tracker.update(scrape(engine(100)), now=5.0)
+
+    assert not early
+    assert tracker.stall_suspected
+    assert status.stall_suspected
+    assert status.state == "progressing"
+
+
+def test_answered_canary_restarts_the_stall_clock(tracker: ProgressTracker) -> None:
+    frozen = engine(100)
+    tracker.update(scrape(frozen), now=0.0)
+    tracker.update(scrape(frozen), now=6.0)
+    tracker.note_canary(canary("ok", at=7.0), now=7.0)
+
+    status = tracker.update(scrape(frozen), now=11.0)
+    assert status.state == "progressing"
+    assert status.seconds_without_progress == 4.0
+    assert status.canary is not None and status.canary.ok
+    assert not tracker.stall_suspected
+
+    assert tracker.update(scrape(frozen), now=17.0).state == "stalled"
+
+
+def test_failed_canary_is_reported_and_proves_nothing(tracker: ProgressTracker) -> None:
+    frozen = engine(100)
+    tracker.update(scrape(frozen), now=0.0)
+    tracker.note_canary(canary("timeout", at=6.0), now=6.0)
+
+    status = tracker.update(scrape(frozen), now=10.0)
+
+    assert status.state == "stalled"
+    assert status.canary is not None and status.canary.outcome == "timeout"
+    assert "last canary: no answer within 10.0 s" in status.reason
+
+
+def test_canary_with_several_engines_moves_no_clock(tracker: ProgressTracker) -> None:
+    both_frozen = scrape(engine(100, name="0"), engine(100, name="1"))
+    tracker.update(both_frozen, now=0.0)
+    tracker.note_canary(canary("ok", at=8.0), now=8.0)
+
+    assert tracker.update(both_frozen, now=10.0).state == "stalled"
+
+
+def test_json_has_the_cli_contract_keys(tracker: ProgressTracker) -> None:
+    tracker.update(scrape(engine(100, name="0"), engine(7, name="1")), now=0.0)
+    tracker.note_canary(canary("ok", at=1.0), now=1.0)
+    report = tracker.update(scrape(engine(101, name="0"), engine(7, name="1")), now=2.0).to_json()
+
+    assert set(report) >= CONTRACT_KEYS
+    assert report["engines"]["1"]["engine_steps"] == 7
+    assert report["canary"]["outcome"] == "ok"
+    json.dumps(report)  # serialisable as is
+
+
+def test_json_of_a_blind_status_keeps_the_keys(tracker: ProgressTracker) -> None:
+    report = tracker.update(unreachable(), now=0.0).to_json()
+
+    assert set(report) >= CONTRACT_KEYS
+    assert report["state"] == "unreachable"
+
+
+def test_stall_after_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="stall_after"):
+        ProgressTracker(0)
