@@ -129,6 +129,11 @@ class Agent:
         for runner in self._runners.values():
             runner.on_report = self._on_report
 
+    @property
+    def runners(self) -> dict[str, ProbeRunner]:
+        """The probe runners by name (vllm, gpu, journal), for inspection."""
+        return self._runners
+
     # -- probes -----------------------------------------------------------
 
     def _read_vllm(self) -> VllmStatus:
@@ -160,7 +165,11 @@ class Agent:
 
     async def _run_canary(self) -> None:
         assert self._canary is not None and self._tracker is not None
-        result = await asyncio.to_thread(self._canary.run)
+        latest = self._runners["vllm"].latest
+        models: tuple[str, ...] = ()
+        if latest is not None and isinstance(latest.report, VllmStatus):
+            models = latest.report.models  # saves a GET /v1/models
+        result = await asyncio.to_thread(self._canary.run, models)
         self._tracker.note_canary(result, time.monotonic())
         log.info("canary: %s", result.outcome, extra={"probe": "vllm", "canary": result.outcome})
 

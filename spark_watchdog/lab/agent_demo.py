@@ -288,25 +288,6 @@ def _story(
     )
 
 
-def add_parser(commands: Any) -> None:
-    parser = commands.add_parser(
-        "agent-demo",
-        help="the real agent against a simulated vLLM rank: wedge, crash, restart",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument(
-        "--stall-after",
-        type=float,
-        default=6.0,
-        metavar="SECONDS",
-        help="the agent's stall_after for the demo (default 6; production default 15)",
-    )
-    parser.add_argument("--keep", action="store_true", help="keep the work directory")
-    parser.add_argument("--json", action="store_true", help="print the steps as JSON at the end")
-    parser.set_defaults(func=run)
-
-
 def run(args: argparse.Namespace) -> int:
     if not 1.0 <= args.stall_after <= 120.0:
         print("--stall-after: expected seconds between 1 and 120", file=sys.stderr)

@@ -1,0 +1,242 @@
+"""Measure the agent's cost: RSS and CPU at default intervals over minutes.
+
+The agent runs as a real subprocess with its production-default intervals
+(loop 1 s, vllm 2 s, gpu 2 s, journal 60 s) against a vLLM stand-in with
+synthetic load and a journal directory of real journal files, while this
+script polls /v1/state every second as the controller would, and /metrics
+every 15 s as Prometheus would. It samples the agent (and its NVML child)
+with psutil and prints a table; ``--json-out`` writes the figures.
+
+    .venv/bin/python -m bench.agent_cost --duration 300 --json-out docs/agent_cost.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import psutil
+import requests
+import yaml
+
+from spark_watchdog import __version__
+from spark_watchdog.lab.vllm_standin import VllmStandin
+
+GOAL_RSS_MB = 40.0
+GOAL_CPU_PCT = 1.0
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _write_journal(directory: Path, boots: int, lines_per_boot: int) -> str | None:
+    """Real journal files, or None when systemd-journal-remote is missing."""
+    try:
+        from spark_watchdog.lab.journal_writer import (
+            Ending,
+            Fault,
+            JournalWriteError,
+            boot_entries,
+            write_boot,
+        )
+    except ImportError:
+        return None
+    start = datetime.now(timezone.utc) - timedelta(days=boots)
+    try:
+        for n in range(boots):
+            faults = [Fault.NV_ERR_NO_MEMORY] * 50 + [Fault.XID_31] if n % 2 else []
+            write_boot(
+                directory,
+                boot_entries(
+                    uuid.uuid4().hex,
+                    start + timedelta(days=n),
+                    service_lines=lines_per_boot,
+                    faults=faults,
+                    ending=Ending.POWER_LOSS if n % 2 else Ending.CLEAN_SHUTDOWN,
+                ),
+            )
+    except JournalWriteError as exc:
+        print(f"bench: no journal files ({exc}); journal probe reads nothing", file=sys.stderr)
+        return None
+    return str(directory)
+
+
+def _cpu_seconds(proc: psutil.Process) -> float:
+    times = proc.cpu_times()
+    return float(times.user + times.system)
+
+
+def run(duration: float, poll_interval: float, warmup: float) -> dict[str, Any]:
+    workdir = Path(tempfile.mkdtemp(prefix="spark-watchdog-bench-"))
+    journal_dir = _write_journal(workdir / "journal", boots=10, lines_per_boot=500)
+    port = _free_port()
+    with VllmStandin(model="bench-model") as vllm:
+        config = {
+            "node": "bench-1",
+            "listen": {"address": "127.0.0.1", "port": port},
+            "probes": {
+                "vllm": {"url": vllm.url},
+                "journal": {"directory": journal_dir, "enabled": journal_dir is not None},
+            },
+        }
+        config_path = workdir / "agent.yaml"
+        config_path.write_text(yaml.safe_dump(config))
+        env = dict(os.environ)
+        env.pop("NOTIFY_SOCKET", None)
+        log = (workdir / "agent.log").open("wb")
+        agent = subprocess.Popen(
+            [sys.executable, "-m", "spark_watchdog", "agent", "--config", str(config_path)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
+        try:
+            return _measure(agent, port, duration, poll_interval, warmup, journal_dir)
+        finally:
+            agent.terminate()
+            agent.wait(20)
+            log.close()
+
+
+def _measure(
+    agent: subprocess.Popen[bytes],
+    port: int,
+    duration: float,
+    poll_interval: float,
+    warmup: float,
+    journal_dir: str | None,
+) -> dict[str, Any]:
+    base = f"http://127.0.0.1:{port}"
+    session = requests.Session()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            if session.get(f"{base}/v1/state", timeout=1).ok:
+                break
+        except requests.RequestException:
+            time.sleep(0.2)
+    proc = psutil.Process(agent.pid)
+    time.sleep(warmup)
+
+    def children_cpu() -> float:
+        return sum(_cpu_seconds(c) for c in proc.children(recursive=True) if c.is_running())
+
+    wall0 = time.monotonic()
+    main0, kids0 = _cpu_seconds(proc), children_cpu()
+    rss_main: list[float] = []
+    rss_kids: list[float] = []
+    uss_main: list[float] = []
+    states: dict[str, int] = {}
+    polls = failures = 0
+    last_metrics = 0.0
+    next_sample = wall0
+    last_progress = wall0
+    while time.monotonic() - wall0 < duration:
+        try:
+            snap = session.get(f"{base}/v1/state", timeout=1).json()
+            polls += 1
+            key = "/".join(f"{k}={v['state']}" for k, v in sorted(snap["probes"].items()))
+            states[key] = states.get(key, 0) + 1
+        except (requests.RequestException, ValueError):
+            failures += 1
+        if time.monotonic() - last_metrics >= 15:
+            session.get(f"{base}/metrics", timeout=2)
+            last_metrics = time.monotonic()
+        if time.monotonic() >= next_sample:
+            mem = proc.memory_full_info()
+            rss_main.append(mem.rss / 1e6)
+            uss_main.append(mem.uss / 1e6)
+            rss_kids.append(sum(c.memory_info().rss for c in proc.children(recursive=True)) / 1e6)
+            next_sample += 5
+        if time.monotonic() - last_progress >= 30:
+            done = time.monotonic() - wall0
+            print(f"bench: {done:.0f}/{duration:.0f}s", file=sys.stderr, flush=True)
+            last_progress = time.monotonic()
+        time.sleep(poll_interval)
+    wall = time.monotonic() - wall0
+    main_cpu = (_cpu_seconds(proc) - main0) / wall * 100
+    kids_cpu = (children_cpu() - kids0) / wall * 100
+    return {
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "machine": {
+            "platform": platform.platform(),
+            "machine": platform.machine(),
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+        },
+        "version": __version__,
+        "duration_s": round(wall, 1),
+        "journal_probe": journal_dir is not None,
+        "agent_rss_mb": {"max": max(rss_main), "mean": statistics.fmean(rss_main)},
+        "agent_uss_mb": {"max": max(uss_main), "mean": statistics.fmean(uss_main)},
+        "gpu_worker_rss_mb": {"max": max(rss_kids), "mean": statistics.fmean(rss_kids)},
+        "agent_cpu_pct_of_one_core": round(main_cpu, 3),
+        "gpu_worker_cpu_pct_of_one_core": round(kids_cpu, 3),
+        "total_cpu_pct_of_one_core": round(main_cpu + kids_cpu, 3),
+        "state_polls": polls,
+        "state_poll_failures": failures,
+        "states_seen": states,
+        "goals": {
+            "rss_mb": GOAL_RSS_MB,
+            "cpu_pct": GOAL_CPU_PCT,
+            "rss_met": max(rss_main) <= GOAL_RSS_MB,
+            "cpu_met": main_cpu + kids_cpu <= GOAL_CPU_PCT,
+        },
+    }
+
+
+def render(result: dict[str, Any]) -> str:
+    rows = [
+        ("duration", f"{result['duration_s']} s"),
+        ("agent RSS max / mean", "{max:.1f} / {mean:.1f} MB".format(**result["agent_rss_mb"])),
+        ("agent USS max / mean", "{max:.1f} / {mean:.1f} MB".format(**result["agent_uss_mb"])),
+        (
+            "NVML child RSS max / mean",
+            "{max:.1f} / {mean:.1f} MB".format(**result["gpu_worker_rss_mb"]),
+        ),
+        ("agent CPU", f"{result['agent_cpu_pct_of_one_core']:.3f} % of one core"),
+        ("NVML child CPU", f"{result['gpu_worker_cpu_pct_of_one_core']:.3f} % of one core"),
+        ("total CPU", f"{result['total_cpu_pct_of_one_core']:.3f} % of one core"),
+        ("/v1/state polls (failed)", f"{result['state_polls']} ({result['state_poll_failures']})"),
+    ]
+    width = max(len(name) for name, _ in rows)
+    lines = [f"{name:<{width}}  {value}" for name, value in rows]
+    goals = result["goals"]
+    lines.append(
+        f"goal RSS ≤ {goals['rss_mb']:g} MB: {'met' if goals['rss_met'] else 'NOT met'}; "
+        f"goal CPU ≤ {goals['cpu_pct']:g} %: {'met' if goals['cpu_met'] else 'NOT met'}"
+    )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--duration", type=float, default=300.0, help="seconds measured")
+    parser.add_argument("--warmup", type=float, default=10.0, help="seconds before measuring")
+    parser.add_argument("--poll-interval", type=float, default=1.0, help="/v1/state poll period")
+    parser.add_argument("--json-out", type=Path, help="write the figures here as JSON")
+    args = parser.parse_args(argv)
+    result = run(args.duration, args.poll_interval, args.warmup)
+    print(render(result))
+    if args.json_out:
+        args.json_out.write_text(json.dumps(result, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
