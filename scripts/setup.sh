@@ -11,6 +11,8 @@ APT_PACKAGES=(
     libsystemd-dev                                   # systemd-python's C library
     systemd                                          # systemd-analyze for the unit checks
     systemd-journal-remote                           # writes real journal files in tests and the lab
+    ipmitool openipmi                                # IPMI power path, and ipmi_sim in tests
+    openssh-client openssh-server                    # SSH paths, and a real sshd in tests
 )
 
 missing=()

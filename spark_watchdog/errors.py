@@ -37,3 +37,30 @@ class JournalFileError(ProbeError):
 
 class MetricsFormatError(ProbeError):
     """A /metrics body is not Prometheus text exposition."""
+
+
+class PowerError(WatchdogError):
+    """A power action or power read failed. ``device`` names the device."""
+
+    def __init__(self, device: str, message: str) -> None:
+        self.device = device
+        self.message = message
+        # The steps taken before the failure (PowerStep records), for the history.
+        self.steps: tuple[object, ...] = ()
+        super().__init__(f"{device}: {message}")
+
+
+class Unreachable(PowerError):
+    """No answer: a timeout, a refused connection, or credentials that look like silence."""
+
+
+class Refused(PowerError):
+    """The device answered and said no (bad value, not allowed, wrong credentials said aloud)."""
+
+
+class StateTimeout(PowerError):
+    """The command was accepted but the state never came within power_timeout."""
+
+
+class Ambiguous(PowerError):
+    """We do not know whether the command landed. Re-read the state before any retry."""

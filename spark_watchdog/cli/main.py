@@ -12,7 +12,14 @@ from collections.abc import Sequence
 from typing import Any
 
 from spark_watchdog import __version__
-from spark_watchdog.cli import agent_cmd, lab_cmd, probe_gpu, probe_journal, probe_vllm
+from spark_watchdog.cli import (
+    agent_cmd,
+    lab_cmd,
+    power_cmd,
+    probe_gpu,
+    probe_journal,
+    probe_vllm,
+)
 
 EXIT_OK = 0
 EXIT_UNHEALTHY = 1
@@ -50,6 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
     probe_vllm.add_parser(probes)
     probe_gpu.add_parser(probes)
 
+    power_cmd.add_parser(commands)
     lab_cmd.add_parser(commands)
     return parser
 

@@ -2,7 +2,8 @@
 
 A config class is an ordinary frozen dataclass whose fields are declared with
 :func:`setting`. Types come from the annotations (bool, int, float, str,
-Optional[...], Literal[...], tuple[X, ...], nested dataclasses). Constraints
+Optional[...], Literal[...], tuple[X, ...], dict[str, X], Any for free-form
+JSON, nested dataclasses). Constraints
 (minimum, maximum) live in the field metadata, so the schema is the one place
 that says what a key accepts, and error messages are built from it:
 
@@ -83,12 +84,14 @@ def _convert(
 ) -> Any:
     optional, inner = _is_optional(tp)
     if value is None:
-        if optional:
+        if optional or tp is Any:  # null is a JSON value too
             return None
         problems.append(f"{path}: expected {_describe(inner, meta)}, got nothing (null)")
         return None
     tp = inner
     origin = typing.get_origin(tp)
+    if origin in (Union, types.UnionType):
+        return _convert_union(typing.get_args(tp), value, path, meta, problems)
     if dataclasses.is_dataclass(tp):
         return _load(typing.cast(type, tp), value, path, problems)
     if origin is Literal:
@@ -99,6 +102,10 @@ def _convert(
             )
             return None
         return value
+    if origin is dict:
+        return _convert_mapping(typing.get_args(tp)[1], value, path, meta, problems)
+    if tp is Any:
+        return _json_value(value, path, problems)
     if origin is tuple:
         item_tp = typing.get_args(tp)[0]
         if not isinstance(value, list):
@@ -134,6 +141,83 @@ def _convert(
     raise TypeError(f"config schema: unsupported type {tp!r} at {path}")
 
 
+def _convert_mapping(
+    value_tp: Any, value: Any, path: str, meta: typing.Mapping[str, Any], problems: list[str]
+) -> dict[str, Any] | None:
+    """``dict[str, X]``: a mapping whose keys are names and whose values are X."""
+    if not isinstance(value, dict):
+        problems.append(f"{path}: expected a mapping, got {_show(value)}")
+        return None
+    out: dict[str, Any] = {}
+    for key, item in value.items():
+        if not isinstance(key, str) or not key:
+            problems.append(f"{path}: expected non-empty string keys, got key {_show(key)}")
+            continue
+        out[key] = _convert(value_tp, item, _join(path, key), meta, problems)
+    return out
+
+
+def _json_value(value: Any, path: str, problems: list[str]) -> Any:
+    """``Any``: free-form JSON (the YAML subset JSON can carry), checked all the way down."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, list):
+        return [_json_value(item, f"{path}[{i}]", problems) for i, item in enumerate(value)]
+    if isinstance(value, dict):
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            if not isinstance(key, str):
+                problems.append(f"{path}: expected string keys (JSON), got key {_show(key)}")
+                continue
+            out[key] = _json_value(item, _join(path, key), problems)
+        return out
+    problems.append(
+        f"{path}: expected a JSON value (string, number, true/false, null, list or mapping), "
+        f"got {type(value).__name__} {value!r}"
+    )
+    return None
+
+
+def _convert_union(
+    choices: tuple[Any, ...],
+    value: Any,
+    path: str,
+    meta: typing.Mapping[str, Any],
+    problems: list[str],
+) -> Any:
+    """``int | str`` picks by the value's type; dataclasses pick by their ``type`` key."""
+    classes = [c for c in choices if dataclasses.is_dataclass(c)]
+    if classes:
+        kinds = {_type_tag(c): c for c in classes}
+        where = path or "top level"
+        if not isinstance(value, dict):
+            problems.append(f"{where}: expected a mapping with a type key, got {_show(value)}")
+            return None
+        tag = value.get("type")
+        if tag not in kinds:
+            problems.append(
+                f"{_join(path, 'type')}: expected one of {', '.join(kinds)}, got {_show(tag)}"
+            )
+            return None
+        return _load(typing.cast(type, kinds[tag]), value, path, problems)
+    for choice in choices:
+        if choice is bool and isinstance(value, bool):
+            return value
+        if choice is int and isinstance(value, int) and not isinstance(value, bool):
+            return _convert(int, value, path, meta, problems)
+        if choice is str and isinstance(value, str):
+            return _convert(str, value, path, meta, problems)
+    wanted = " or ".join(_describe(c, meta) for c in choices)
+    problems.append(f"{path}: expected {wanted}, got {_show(value)}")
+    return None
+
+
+def _type_tag(cls: Any) -> str:
+    hint = typing.get_type_hints(cls)["type"]
+    (tag,) = typing.get_args(hint)
+    return str(tag)
+
+
 def _describe(tp: Any, meta: typing.Mapping[str, Any]) -> str:
     if tp is int:
         return "an integer" + _bounds_text(meta)
@@ -143,7 +227,7 @@ def _describe(tp: Any, meta: typing.Mapping[str, Any]) -> str:
         return "true or false"
     if tp is str:
         return "a non-empty string"
-    if dataclasses.is_dataclass(tp):
+    if dataclasses.is_dataclass(tp) or typing.get_origin(tp) is dict:
         return "a mapping"
     return str(tp)
 
@@ -156,9 +240,17 @@ def _load(cls: type[T], data: Any, path: str, problems: list[str]) -> T | None:
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
     for key in data:
-        if key not in fields:
-            known = ", ".join(sorted(fields))
-            problems.append(f"{_join(path, str(key))}: unknown key; expected one of {known}")
+        if key in fields:
+            continue
+        if f"{key}_file" in fields:
+            problems.append(
+                f"{_join(path, str(key))}: inline secrets are not accepted; put the secret "
+                f"in a file readable only by the service (chmod 600) and set {key}_file, "
+                "or use systemd LoadCredential="
+            )
+            continue
+        known = ", ".join(sorted(fields))
+        problems.append(f"{_join(path, str(key))}: unknown key; expected one of {known}")
     values: dict[str, Any] = {}
     before = len(problems)
     for name, f in fields.items():

@@ -1,0 +1,352 @@
+"""The controller's configuration: nodes, their power paths, and the policy.
+
+``config/controller.example.yaml`` documents every key. Power devices are
+tagged by ``type``; each type accepts only its own keys. Secrets are only
+``*_file`` keys (a path, or a credential name under $CREDENTIALS_DIRECTORY).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+from urllib.parse import urlsplit
+
+from spark_watchdog.config.files import read_yaml
+from spark_watchdog.config.schema import InvalidSetting, load, setting
+from spark_watchdog.errors import ConfigError
+
+_NODE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+_OID = re.compile(r"^\.?[0-9]+(\.[0-9]+)+$")
+
+AuthProtocol = Literal["SHA", "SHA224", "SHA256", "SHA384", "SHA512", "MD5"]
+PrivProtocol = Literal["AES", "AES128", "AES192", "AES256", "DES"]
+
+
+def _check_url(key: str, url: str) -> None:
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise InvalidSetting(key, f'expected an http(s)://host[:port] URL, got "{url}"')
+
+
+@dataclass(frozen=True, kw_only=True)
+class SnmpDevice:
+    """A switched PDU outlet (or several, for redundant supplies) over SNMP."""
+
+    type: Literal["snmp"] = setting()
+    host: str = setting()
+    port: int = setting(161, minimum=1, maximum=65535)
+    outlet: int | str | None = setting(None, minimum=1)
+    outlets: tuple[int | str, ...] | None = setting(None, minimum=1)
+    vendor: str = setting("auto")
+    version: int | str = setting("2c")
+    community_file: str | None = setting(None)
+    user: str | None = setting(None)
+    auth_protocol: AuthProtocol | None = setting(None)
+    auth_key_file: str | None = setting(None)
+    priv_protocol: PrivProtocol | None = setting(None)
+    priv_key_file: str | None = setting(None)
+    timeout: float = setting(2.0, above=0)
+    retries: int = setting(1, minimum=0, maximum=5)
+    # The generic profile: OIDs and values for any other PDU.
+    control_oid: str | None = setting(None)
+    status_oid: str | None = setting(None)
+    names_oid: str | None = setting(None)
+    control_on: int | None = setting(None)
+    control_off: int | None = setting(None)
+    status_on: int | None = setting(None)
+    status_off: int | None = setting(None)
+
+    def __post_init__(self) -> None:
+        if str(self.version) not in ("1", "2c", "3"):
+            raise InvalidSetting("version", f"expected 1, 2c or 3, got {self.version!r}")
+        if (self.outlet is None) == (self.outlets is None):
+            raise InvalidSetting(
+                "outlet", "expected exactly one of outlet (number or name) or outlets (a list)"
+            )
+        if self.outlets is not None and not self.outlets:
+            raise InvalidSetting("outlets", "expected at least one outlet")
+        if str(self.version) == "3":
+            if self.user is None:
+                raise InvalidSetting("user", "SNMPv3 needs a user")
+            if self.community_file is not None:
+                raise InvalidSetting("community_file", "SNMPv3 uses user and keys, not a community")
+            if (self.auth_protocol is None) != (self.auth_key_file is None):
+                raise InvalidSetting("auth_key_file", "auth_protocol and auth_key_file go together")
+            if (self.priv_protocol is None) != (self.priv_key_file is None):
+                raise InvalidSetting("priv_key_file", "priv_protocol and priv_key_file go together")
+            if self.priv_protocol is not None and self.auth_protocol is None:
+                raise InvalidSetting("priv_protocol", "privacy needs authentication (authPriv)")
+        else:
+            if self.community_file is None:
+                raise InvalidSetting(
+                    "community_file", f"SNMPv{self.version} needs a community_file"
+                )
+            for key in ("user", "auth_protocol", "auth_key_file", "priv_protocol", "priv_key_file"):
+                if getattr(self, key) is not None:
+                    raise InvalidSetting(key, "only for SNMPv3 (version: 3)")
+        generic = (
+            "control_oid",
+            "status_oid",
+            "control_on",
+            "control_off",
+            "status_on",
+            "status_off",
+        )
+        given = [k for k in generic if getattr(self, k) is not None]
+        if self.vendor == "generic":
+            missing = [k for k in generic if getattr(self, k) is None]
+            if missing:
+                raise InvalidSetting("vendor", f"generic needs {', '.join(missing)}")
+        elif given:
+            raise InvalidSetting(given[0], "only with vendor: generic")
+        for key in ("control_oid", "status_oid", "names_oid"):
+            value = getattr(self, key)
+            if value is not None and not _OID.match(value):
+                raise InvalidSetting(
+                    key, f'expected a numeric OID like 1.3.6.1.4.1.318, got "{value}"'
+                )
+
+    @property
+    def snmp_version(self) -> str:
+        return str(self.version)
+
+    @property
+    def outlet_list(self) -> tuple[int | str, ...]:
+        return self.outlets if self.outlets is not None else (self.outlet,)  # type: ignore[return-value]
+
+
+@dataclass(frozen=True, kw_only=True)
+class IpmiDevice:
+    """A BMC over IPMI (ipmitool -I lanplus)."""
+
+    type: Literal["ipmi"] = setting()
+    host: str = setting()
+    port: int = setting(623, minimum=1, maximum=65535)
+    user: str = setting()
+    password_file: str = setting()
+    # Real BMCs often need 17; OpenIPMI's ipmi_sim speaks 3 (FACTS.md).
+    cipher_suite: int = setting(17, minimum=0, maximum=17)
+    timeout: float = setting(15.0, above=0)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RedfishDevice:
+    type: Literal["redfish"] = setting()
+    url: str = setting()
+    user: str = setting()
+    password_file: str = setting()
+    system: str | None = setting(None)
+    ca_file: str | None = setting(None)
+    verify_tls: bool = setting(True)
+    timeout: float = setting(10.0, above=0)
+
+    def __post_init__(self) -> None:
+        _check_url("url", self.url)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ShellyDevice:
+    """A Shelly Gen2+ smart plug (RPC over HTTP)."""
+
+    type: Literal["shelly"] = setting()
+    url: str = setting()
+    switch_id: int = setting(0, minimum=0)
+    user: str | None = setting(None)
+    password_file: str | None = setting(None)
+    timeout: float = setting(5.0, above=0)
+
+    def __post_init__(self) -> None:
+        _check_url("url", self.url)
+
+
+@dataclass(frozen=True, kw_only=True)
+class TasmotaDevice:
+    """A Tasmota smart plug (``/cm?cmnd=Power``)."""
+
+    type: Literal["tasmota"] = setting()
+    url: str = setting()
+    switch_id: int = setting(1, minimum=1)
+    user: str | None = setting(None)
+    password_file: str | None = setting(None)
+    timeout: float = setting(5.0, above=0)
+
+    def __post_init__(self) -> None:
+        _check_url("url", self.url)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SshDevice:
+    """The soft path: reboot over SSH. Useless on a frozen host, fine for a stuck one."""
+
+    type: Literal["ssh"] = setting()
+    host: str = setting()
+    port: int = setting(22, minimum=1, maximum=65535)
+    user: str = setting()
+    key_file: str = setting()
+    known_hosts_file: str = setting()
+    command: str = setting("sudo systemctl reboot")
+    connect_timeout: float = setting(5.0, above=0)
+
+
+PowerDevice = SnmpDevice | IpmiDevice | RedfishDevice | ShellyDevice | TasmotaDevice | SshDevice
+
+
+@dataclass(frozen=True, kw_only=True)
+class NodeConfig:
+    name: str = setting()
+    agent: str = setting()
+    ssh_host: str | None = setting(None)
+    ssh_port: int = setting(22, minimum=1, maximum=65535)
+    power: tuple[PowerDevice, ...] = setting(default_factory=tuple)
+
+    def __post_init__(self) -> None:
+        if not _NODE_NAME.match(self.name):
+            raise InvalidSetting("name", f'expected a host-like name, got "{self.name}"')
+        _check_url("agent", self.agent)
+
+    @property
+    def banner_host(self) -> str:
+        """Where the SSH banner is read: ssh_host, else the agent's host."""
+        return self.ssh_host or (urlsplit(self.agent).hostname or "")
+
+
+@dataclass(frozen=True, kw_only=True)
+class PolicyConfig:
+    # GB10 "clock latch" clears only after 30-60 s without AC (tsw2k docs/GOTCHAS.md).
+    power_off_seconds: float = setting(60.0, minimum=0)
+    power_timeout: float = setting(30.0, above=0)
+    power_poll_interval: float = setting(1.0, above=0)
+    min_command_interval: float = setting(2.0, minimum=0)
+
+
+@dataclass(frozen=True, kw_only=True)
+class DetectionConfig:
+    # How often every agent's /v1/state is pulled.
+    poll_interval: float = setting(1.0, above=0)
+    # How long one pull may take.
+    agent_timeout: float = setting(0.8, above=0)
+    # Agent silence (no answer with an advancing seq) before a node can be host_frozen.
+    freeze_after: float = setting(8.0, above=0)
+    # Consecutive missing SSH banners needed for host_frozen.
+    banner_misses: int = setting(2, minimum=1)
+    # Seconds to wait for an SSH banner.
+    banner_timeout: float = setting(2.0, above=0)
+    # Banner checks of a node whose agent answers (late agents are checked every poll).
+    banner_interval: float = setting(15.0, above=0)
+
+
+@dataclass(frozen=True, kw_only=True)
+class GuardsConfig:
+    # Power cycles allowed per node in budget_window before the node is held.
+    node_budget: int = setting(3, minimum=0)
+    # Power cycles allowed across the cluster in budget_window.
+    cluster_budget: int = setting(8, minimum=0)
+    # The budgets' window in seconds (6 h).
+    budget_window: float = setting(21600.0, above=0)
+    # Power actions running at once; nodes frozen together are recovered one after another.
+    max_concurrent_power_actions: int = setting(1, minimum=1)
+    # Above this fraction of nodes in host-level trouble at once, trip the circuit breaker.
+    max_unhealthy_fraction: float = setting(0.5, above=0, maximum=1)
+    # Seconds to wait for the agent to answer with a new boot id after power is restored.
+    boot_timeout: float = setting(300.0, above=0)
+    # Decide, record and notify, but send nothing to any device.
+    dry_run: bool = setting(False)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServingConfig:
+    # Node whose rank serves the HTTP API (rank 0); its vLLM state decides serving verdicts.
+    head: str | None = setting(None)
+    # Profile the cluster switches to after an incident, until an operator switches back.
+    safe_profile: str = setting("safe")
+    # File holding the bearer token of the agents' serving endpoints.
+    token_file: str | None = setting(None)
+    # Seconds for the head to answer /health 200 and progress (or a canary) after a restart.
+    start_timeout: float = setting(600.0, above=0)
+    # Restart serving automatically on serving_stalled / serving_dead.
+    auto_restart: bool = setting(True)
+
+
+@dataclass(frozen=True, kw_only=True)
+class WebhookConfig:
+    # URL that receives a JSON POST per event.
+    url: str = setting()
+
+    def __post_init__(self) -> None:
+        _check_url("url", self.url)
+
+
+@dataclass(frozen=True, kw_only=True)
+class NotifyConfig:
+    # Generic JSON webhooks.
+    webhooks: tuple[WebhookConfig, ...] = setting(default_factory=tuple)
+    # Alertmanager base URL (alerts go to POST /api/v2/alerts), or null.
+    alertmanager: str | None = setting(None)
+    # Attempts per notification before it is dropped (and logged).
+    attempts: int = setting(3, minimum=1, maximum=10)
+    # Seconds one delivery may take.
+    timeout: float = setting(5.0, above=0)
+
+    def __post_init__(self) -> None:
+        if self.alertmanager is not None:
+            _check_url("alertmanager", self.alertmanager)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ControllerListenConfig:
+    # Address for GET /v1/status and /metrics.
+    address: str = setting("127.0.0.1")
+    # TCP port.
+    port: int = setting(9721, minimum=1, maximum=65535)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ControllerConfig:
+    nodes: tuple[NodeConfig, ...] = setting()
+    policy: PolicyConfig = setting(default_factory=PolicyConfig)
+    detection: DetectionConfig = setting(default_factory=DetectionConfig)
+    guards: GuardsConfig = setting(default_factory=GuardsConfig)
+    serving: ServingConfig = setting(default_factory=ServingConfig)
+    notify: NotifyConfig = setting(default_factory=NotifyConfig)
+    listen: ControllerListenConfig = setting(default_factory=ControllerListenConfig)
+    # The freeze history (SQLite).
+    history: str = setting("/var/lib/spark-watchdog/history.db")
+    # Targets the controller must reach before it fences anything: tcp://host:port.
+    witness: tuple[str, ...] = setting(default_factory=tuple)
+
+    def __post_init__(self) -> None:
+        names = [n.name for n in self.nodes]
+        for i, name in enumerate(names):
+            if name in names[:i]:
+                raise InvalidSetting(f"nodes[{i}].name", f'duplicate node name "{name}"')
+        if not self.nodes:
+            raise InvalidSetting("nodes", "expected at least one node")
+        if self.serving.head is not None and self.serving.head not in names:
+            raise InvalidSetting(
+                "serving.head", f'expected one of the node names, got "{self.serving.head}"'
+            )
+        for i, target in enumerate(self.witness):
+            parts = urlsplit(target)
+            if parts.scheme != "tcp" or not parts.hostname or parts.port is None:
+                raise InvalidSetting(f"witness[{i}]", f'expected tcp://host:port, got "{target}"')
+
+    def node(self, name: str) -> NodeConfig:
+        for node in self.nodes:
+            if node.name == name:
+                return node
+        known = ", ".join(n.name for n in self.nodes)
+        raise KeyError(f'no node "{name}" in the config; known: {known}')
+
+
+def parse_controller_config(data: object, source: str = "controller config") -> ControllerConfig:
+    problems: list[str] = []
+    config = load(ControllerConfig, data, problems)
+    if config is None or problems:
+        raise ConfigError(source, problems)
+    return config
+
+
+def load_controller_config(path: str | Path) -> ControllerConfig:
+    return parse_controller_config(read_yaml(path), str(path))

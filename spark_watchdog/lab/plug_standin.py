@@ -1,0 +1,623 @@
+"""A stand-in smart plug for tests and the lab: Shelly Gen2+ RPC or Tasmota ``/cm``.
+
+It keeps relay state and answers the way the real firmware documents
+(shelly-api-docs.shelly.cloud gen2 Switch; tasmota.github.io/docs/Commands):
+
+- ``shelly``: ``GET /rpc/Switch.GetStatus?id=N`` → ``{"id": N, "output": bool, ...}``,
+  ``GET /rpc/Switch.Set?id=N&on=true|false`` → ``{"was_on": bool}``, ``GET /shelly``
+  (device info, never behind auth). With a password, every ``/rpc`` call needs
+  RFC 7616 digest auth, SHA-256, user ``admin``, as Shelly Gen2+ does.
+  RPC errors answer ``{"code": ..., "message": ...}`` with a 4xx/5xx status.
+- ``tasmota``: ``GET /cm?cmnd=Power1`` → ``{"POWER": "ON"}`` with one relay (or
+  ``{"POWER1": ...}`` with several, or with ``indexed_keys``), ``cmnd=Power1 Off``
+  switches and answers the new state, unknown commands answer
+  ``{"Command": "Unknown"}``. With a password, ``user=admin&password=...``
+  must be in the query; otherwise 401 (200 with ``legacy_auth_answer``, as
+  firmware before arendst/Tasmota#8170 did) and
+  ``{"WARNING": "Need user=<username>&password=<password>"}``.
+
+``switch_delay`` makes the relay change that long after the command was
+accepted; ``on_change(relay, on)`` is called (in a server thread) whenever a
+relay actually changes, so the lab can stop or start a "host" process.
+
+Faults (:meth:`PlugStandin.set_fault`, or ``GET /_standin/fault?mode=...&times=N``):
+
+- ``refuse``: commands are answered with an error and not applied;
+- ``drop``: the command is applied, then the connection closed without an answer;
+- ``stall``: the command is applied, then no answer for ``hang_s`` seconds;
+- ``hang``: nothing is applied and nothing answered (reads included) for ``hang_s``;
+- ``garble``: nothing is applied; every request (reads included) gets 200 with
+  ``{"standin": "garbled"}``, an answer of a shape no firmware documents.
+
+``times`` limits a fault to that many affected requests; then it heals.
+``GET /_standin/state`` shows the relays and the applied commands. The
+``/_standin/`` paths are never faulted nor behind auth.
+
+Run as ``python -m spark_watchdog.lab.plug_standin --kind shelly --port N``
+(``--password-file`` to require auth: a password never goes on a command line).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import hmac
+import json
+import logging
+import re
+import secrets
+import signal
+import sys
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from types import FrameType, TracebackType
+from typing import Any, cast
+from urllib.parse import parse_qs, urlsplit
+from urllib.request import parse_http_list, parse_keqv_list
+
+log = logging.getLogger("spark_watchdog.lab.plug_standin")
+
+PLUG_KINDS = ("shelly", "tasmota")
+FAULTS = ("none", "refuse", "drop", "stall", "hang", "garble")
+CONTROL_PREFIX = "/_standin/"
+SHELLY_USER = "admin"
+TASMOTA_USER = "admin"
+NEED_CREDENTIALS = "Need user=<username>&password=<password>"
+
+OnChange = Callable[[int, bool], None]
+
+_TASMOTA_POWER = re.compile(r"^power(\d*)(?:\s+(\S+))?\s*$", re.IGNORECASE)
+_ON_WORDS = {"on", "1", "true"}
+_OFF_WORDS = {"off", "0", "false"}
+_TOGGLE_WORDS = {"toggle", "2"}
+
+
+@dataclass(frozen=True)
+class AppliedCommand:
+    """One command the plug accepted: which relay, to what, and how it answered."""
+
+    relay: int
+    on: bool
+    answered: str  # "yes", or the fault that ate the answer ("drop", "stall")
+
+
+class PlugStandin:
+    """One stand-in plug with ``relays`` relays, serving over HTTP on ``host:port``."""
+
+    def __init__(
+        self,
+        kind: str,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        password: str | None = None,
+        relays: int = 1,
+        initially_on: bool = True,
+        switch_delay: float = 0.0,
+        on_change: OnChange | None = None,
+        legacy_auth_answer: bool = False,
+        indexed_keys: bool = False,
+        hang_s: float = 300.0,
+    ) -> None:
+        if kind not in PLUG_KINDS:
+            raise ValueError(f"kind: expected one of {', '.join(PLUG_KINDS)}, got {kind!r}")
+        if relays < 1:
+            raise ValueError(f"relays: expected at least 1, got {relays}")
+        if switch_delay < 0:
+            raise ValueError(f"switch_delay: expected ≥ 0 seconds, got {switch_delay}")
+        self.kind = kind
+        self.password = password
+        self.switch_delay = switch_delay
+        self.on_change = on_change
+        self.legacy_auth_answer = legacy_auth_answer
+        self.indexed_keys = indexed_keys
+        self.hang_s = hang_s
+        # Shelly numbers switches from 0, Tasmota relays from 1.
+        self.first_relay = 0 if kind == "shelly" else 1
+        self._lock = threading.Lock()
+        self._outputs = {self.first_relay + i: initially_on for i in range(relays)}
+        self._pending: dict[int, threading.Timer] = {}
+        self._commands: list[AppliedCommand] = []
+        self._refused = 0
+        self._fault = "none"
+        self._fault_times: int | None = None
+        self._nonces: set[str] = set()
+        self.realm = f"shellyplugus-standin{secrets.token_hex(3)}"
+        self._stopping = threading.Event()
+        self._server = _PlugServer((host, port), _PlugHandler, self)
+        self._serving: threading.Thread | None = None
+
+    # --- lifecycle ---------------------------------------------------------
+
+    @property
+    def port(self) -> int:
+        return int(self._server.server_address[1])
+
+    @property
+    def url(self) -> str:
+        host = self._server.server_address[0]
+        name = host.decode() if isinstance(host, bytes) else str(host)
+        return f"http://[{name}]:{self.port}" if ":" in name else f"http://{name}:{self.port}"
+
+    def start(self) -> PlugStandin:
+        self._serving = threading.Thread(
+            target=self._server.serve_forever,
+            kwargs={"poll_interval": 0.1},
+            name=f"plug-standin-{self.kind}",
+            daemon=True,
+        )
+        self._serving.start()
+        return self
+
+    def stop(self) -> None:
+        self._stopping.set()  # releases stalled and hung requests
+        with self._lock:
+            for timer in self._pending.values():
+                timer.cancel()
+            self._pending.clear()
+        if self._serving is not None:
+            self._server.shutdown()
+            self._serving.join()
+        self._server.server_close()
+
+    def __enter__(self) -> PlugStandin:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    # --- state and control ---------------------------------------------------
+
+    def is_on(self, relay: int | None = None) -> bool:
+        with self._lock:
+            return self._outputs[self._relay(relay)]
+
+    def set_output(self, on: bool, relay: int | None = None) -> None:
+        """Switch a relay directly (a press of the plug's button): no command is counted."""
+        self._apply(self._relay(relay), on)
+
+    @property
+    def commands(self) -> list[AppliedCommand]:
+        with self._lock:
+            return list(self._commands)
+
+    @property
+    def refused_commands(self) -> int:
+        with self._lock:
+            return self._refused
+
+    @property
+    def fault(self) -> str:
+        with self._lock:
+            return self._fault
+
+    def set_fault(self, fault: str, times: int | None = None) -> None:
+        if fault not in FAULTS:
+            raise ValueError(f"fault: expected one of {', '.join(FAULTS)}, got {fault!r}")
+        if times is not None and times < 1:
+            raise ValueError(f"times: expected at least 1, got {times}")
+        with self._lock:
+            self._fault = fault
+            self._fault_times = None if fault == "none" else times
+
+    def snapshot(self) -> dict[str, Any]:
+        with self._lock:
+            return {
+                "kind": self.kind,
+                "outputs": {str(k): v for k, v in self._outputs.items()},
+                "commands": len(self._commands),
+                "refused": self._refused,
+                "fault": self._fault,
+                "fault_times": self._fault_times,
+            }
+
+    def _relay(self, relay: int | None) -> int:
+        chosen = self.first_relay if relay is None else relay
+        if chosen not in self._outputs:
+            raise ValueError(f"no relay {chosen}; this plug has {sorted(self._outputs)}")
+        return chosen
+
+    def _take_fault(self, applies_to: tuple[str, ...]) -> str:
+        """The fault for this request (counting it against ``times``), or "none"."""
+        with self._lock:
+            fault = self._fault
+            if fault not in applies_to:
+                return "none"
+            if self._fault_times is not None:
+                self._fault_times -= 1
+                if self._fault_times <= 0:
+                    self._fault, self._fault_times = "none", None
+            return fault
+
+    def _accept(self, relay: int, on: bool, answered: str) -> bool:
+        """Record a command and switch (now or after switch_delay); the output before it."""
+        with self._lock:
+            was_on = self._outputs[relay]
+            self._commands.append(AppliedCommand(relay, on, answered))
+            pending = self._pending.pop(relay, None)
+            if pending is not None:
+                pending.cancel()  # the newer command wins, as on a real relay
+            if self.switch_delay > 0:
+                timer = threading.Timer(self.switch_delay, self._apply, (relay, on))
+                timer.daemon = True
+                self._pending[relay] = timer
+                timer.start()
+        if self.switch_delay <= 0:
+            self._apply(relay, on)
+        return was_on
+
+    def _apply(self, relay: int, on: bool) -> None:
+        with self._lock:
+            changed = self._outputs[relay] != on
+            self._outputs[relay] = on
+            self._pending.pop(relay, None)
+        if changed and self.on_change is not None:
+            try:
+                self.on_change(relay, on)
+            except Exception:  # the hook is the lab's; the plug keeps working
+                log.exception("plug stand-in: on_change hook failed for relay %d", relay)
+
+    def _wait_hang(self) -> None:
+        self._stopping.wait(self.hang_s)
+
+    # --- authentication -----------------------------------------------------
+
+    def digest_challenge(self, stale: bool = False) -> str:
+        nonce = secrets.token_hex(16)
+        with self._lock:
+            self._nonces.add(nonce)
+        stale_part = ", stale=true" if stale else ""
+        return (
+            f'Digest qop="auth", realm="{self.realm}", nonce="{nonce}", '
+            f"algorithm=SHA-256{stale_part}"
+        )
+
+    def digest_ok(self, method: str, uri: str, header: str | None) -> bool:
+        """RFC 7616 digest check with SHA-256 and qop=auth, as Shelly Gen2+ does it."""
+        if self.password is None:
+            return True
+        if not header or not header.lower().startswith("digest "):
+            return False
+        fields = parse_keqv_list(parse_http_list(header[len("digest ") :]))
+        with self._lock:
+            known_nonce = fields.get("nonce") in self._nonces
+        if not known_nonce or fields.get("username") != SHELLY_USER:
+            return False
+        if fields.get("realm") != self.realm or fields.get("uri") != uri:
+            return False
+        if fields.get("qop") != "auth" or fields.get("algorithm", "SHA-256") != "SHA-256":
+            return False
+
+        def sha256(text: str) -> str:
+            return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+        ha1 = sha256(f"{SHELLY_USER}:{self.realm}:{self.password}")
+        ha2 = sha256(f"{method}:{uri}")
+        expected = sha256(
+            f"{ha1}:{fields['nonce']}:{fields.get('nc', '')}:{fields.get('cnonce', '')}:auth:{ha2}"
+        )
+        return hmac.compare_digest(expected, fields.get("response", ""))
+
+    def tasmota_credentials_ok(self, query: dict[str, list[str]]) -> bool:
+        if self.password is None:
+            return True
+        user = query.get("user", [""])[0]
+        password = query.get("password", [""])[0]
+        return user == TASMOTA_USER and hmac.compare_digest(password, self.password)
+
+
+class _PlugServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(
+        self,
+        address: tuple[str, int],
+        handler: type[BaseHTTPRequestHandler],
+        plug: PlugStandin,
+    ) -> None:
+        self.plug = plug
+        super().__init__(address, handler)
+
+
+class _Answer(Exception):
+    """Raised inside a handler to send one JSON answer."""
+
+    def __init__(self, status: int, body: object, headers: dict[str, str] | None = None) -> None:
+        super().__init__(status)
+        self.status = status
+        self.body = body
+        self.headers = headers or {}
+
+
+class _NoAnswer(Exception):
+    """Raised inside a handler to close the connection without a word."""
+
+
+class _PlugHandler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    sys_version = ""
+
+    @property
+    def plug(self) -> PlugStandin:
+        return cast(_PlugServer, self.server).plug
+
+    def version_string(self) -> str:
+        return "ShellyHTTP" if self.plug.kind == "shelly" else "Tasmota"
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass  # a line per poll would bury the test output (and Tasmota URLs hold passwords)
+
+    def do_GET(self) -> None:
+        self.close_connection = True
+        parts = urlsplit(self.path)
+        query = parse_qs(parts.query, keep_blank_values=True)
+        try:
+            if parts.path.startswith(CONTROL_PREFIX):
+                self._control(parts.path[len(CONTROL_PREFIX) :], query)
+            elif self.plug.kind == "shelly":
+                self._shelly(parts.path, query)
+            else:
+                self._tasmota(parts.path, query)
+        except _Answer as answer:
+            self._send(answer.status, answer.body, answer.headers)
+        except _NoAnswer:
+            return
+
+    # --- control -------------------------------------------------------------
+
+    def _control(self, what: str, query: dict[str, list[str]]) -> None:
+        plug = self.plug
+        if what == "state":
+            raise _Answer(HTTPStatus.OK, plug.snapshot())
+        if what == "fault":
+            mode = query.get("mode", ["none"])[0]
+            times_text = query.get("times", [""])[0]
+            try:
+                plug.set_fault(mode, int(times_text) if times_text else None)
+            except ValueError as exc:
+                raise _Answer(HTTPStatus.BAD_REQUEST, {"error": str(exc)}) from None
+            raise _Answer(HTTPStatus.OK, plug.snapshot())
+        raise _Answer(HTTPStatus.NOT_FOUND, {"error": f"no control {what!r}"})
+
+    def _hang_if_asked(self) -> None:
+        fault = self.plug._take_fault(("hang", "garble"))
+        if fault == "hang":
+            self.plug._wait_hang()
+            raise _NoAnswer
+        if fault == "garble":
+            raise _Answer(HTTPStatus.OK, {"standin": "garbled"})
+
+    # --- Shelly Gen2+ ----------------------------------------------------------
+
+    def _shelly(self, path: str, query: dict[str, list[str]]) -> None:
+        plug = self.plug
+        if path == "/shelly":  # device info: never behind auth (Shelly API docs)
+            raise _Answer(
+                HTTPStatus.OK,
+                {
+                    "id": "shellyplugus-standin",
+                    "model": "SNPL-00116US",
+                    "gen": 2,
+                    "app": "PlugUS",
+                    "auth_en": plug.password is not None,
+                    "auth_domain": plug.realm if plug.password is not None else None,
+                },
+            )
+        if not path.startswith("/rpc/"):
+            raise _Answer(HTTPStatus.NOT_FOUND, {"code": 404, "message": "Not Found"})
+        self._hang_if_asked()
+        if not plug.digest_ok("GET", self.path, self.headers.get("Authorization")):
+            raise _Answer(
+                HTTPStatus.UNAUTHORIZED,
+                {"code": 401, "message": "unauthorized"},
+                {"WWW-Authenticate": plug.digest_challenge()},
+            )
+        method = path[len("/rpc/") :]
+        if method not in ("Switch.GetStatus", "Switch.Set"):
+            raise _Answer(
+                HTTPStatus.NOT_FOUND, {"code": 404, "message": f"No handler for {method}"}
+            )
+        relay = self._shelly_id(query)
+        if method == "Switch.GetStatus":
+            with plug._lock:
+                output = plug._outputs[relay]
+            raise _Answer(
+                HTTPStatus.OK,
+                {
+                    "id": relay,
+                    "source": "HTTP_in",
+                    "output": output,
+                    "apower": 42.0 if output else 0.0,
+                    "voltage": 120.3,
+                    "current": 0.35 if output else 0.0,
+                    "aenergy": {"total": 1234.5},
+                    "temperature": {"tC": 38.2, "tF": 100.8},
+                },
+            )
+        on_text = query.get("on", [""])[0]
+        if on_text not in ("true", "false"):
+            raise _Answer(
+                HTTPStatus.BAD_REQUEST, {"code": -103, "message": "Missing required argument 'on'!"}
+            )
+        on = on_text == "true"
+        fault = plug._take_fault(("refuse", "drop", "stall"))
+        if fault == "refuse":
+            with plug._lock:
+                plug._refused += 1
+            raise _Answer(
+                HTTPStatus.INTERNAL_SERVER_ERROR,
+                {"code": -109, "message": "Switch is in safe mode (stand-in refuse fault)"},
+            )
+        was_on = plug._accept(relay, on, "yes" if fault == "none" else fault)
+        self._after_apply(fault)
+        raise _Answer(HTTPStatus.OK, {"was_on": was_on})
+
+    def _shelly_id(self, query: dict[str, list[str]]) -> int:
+        text = query.get("id", [""])[0]
+        if not text:
+            raise _Answer(
+                HTTPStatus.BAD_REQUEST, {"code": -103, "message": "Missing required 'id'"}
+            )
+        try:
+            relay = int(text)
+        except ValueError:
+            raise _Answer(
+                HTTPStatus.BAD_REQUEST, {"code": -103, "message": f"Invalid argument 'id': {text}"}
+            ) from None
+        if relay not in self.plug._outputs:
+            # Real firmware's HTTP status for RPC errors varies; the code is what counts.
+            raise _Answer(HTTPStatus.NOT_FOUND, {"code": -105, "message": f"Bad id={relay}"})
+        return relay
+
+    def _after_apply(self, fault: str) -> None:
+        if fault == "drop":
+            raise _NoAnswer
+        if fault == "stall":
+            self.plug._wait_hang()
+            raise _NoAnswer
+
+    # --- Tasmota ----------------------------------------------------------------
+
+    def _tasmota(self, path: str, query: dict[str, list[str]]) -> None:
+        plug = self.plug
+        if path != "/cm":
+            raise _Answer(HTTPStatus.NOT_FOUND, {"WARNING": "Not found"})
+        self._hang_if_asked()
+        if not plug.tasmota_credentials_ok(query):
+            status = HTTPStatus.OK if plug.legacy_auth_answer else HTTPStatus.UNAUTHORIZED
+            raise _Answer(status, {"WARNING": NEED_CREDENTIALS})
+        cmnd = query.get("cmnd", [""])[0].strip()
+        if not cmnd:
+            raise _Answer(HTTPStatus.OK, {"WARNING": "Enter command cmnd="})
+        match = _TASMOTA_POWER.match(cmnd)
+        if match is None:
+            raise _Answer(HTTPStatus.OK, {"Command": "Unknown"})
+        relay = int(match.group(1) or "1")
+        if relay not in plug._outputs:
+            raise _Answer(HTTPStatus.OK, {"Command": "Unknown"})
+        key = self._tasmota_key(relay)
+        word = (match.group(2) or "").lower()
+        if not word:
+            with plug._lock:
+                output = plug._outputs[relay]
+            raise _Answer(HTTPStatus.OK, {key: "ON" if output else "OFF"})
+        if word in _ON_WORDS:
+            on = True
+        elif word in _OFF_WORDS:
+            on = False
+        elif word in _TOGGLE_WORDS:
+            with plug._lock:
+                on = not plug._outputs[relay]
+        else:
+            raise _Answer(HTTPStatus.OK, {"Command": "Error"})
+        fault = plug._take_fault(("refuse", "drop", "stall"))
+        if fault == "refuse":
+            with plug._lock:
+                plug._refused += 1
+            raise _Answer(HTTPStatus.OK, {"Command": "Error"})
+        plug._accept(relay, on, "yes" if fault == "none" else fault)
+        self._after_apply(fault)
+        # Tasmota answers with the relay's new state.
+        raise _Answer(HTTPStatus.OK, {key: "ON" if on else "OFF"})
+
+    def _tasmota_key(self, relay: int) -> str:
+        plug = self.plug
+        if len(plug._outputs) == 1 and not plug.indexed_keys:
+            return "POWER"  # SetOption26 0 (the default): no index with one relay
+        return f"POWER{relay}"
+
+    # --- output -------------------------------------------------------------------
+
+    def _send(self, status: int, body: object, headers: dict[str, str]) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.send_header("Connection", "close")
+        for name, value in headers.items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(data)
+
+
+# --- command line -------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m spark_watchdog.lab.plug_standin",
+        description="Stand-in smart plug (Shelly Gen2+ RPC or Tasmota /cm) with state, "
+        "optional auth and faults (GET /_standin/fault?mode=refuse|drop|stall|hang|garble|none).",
+    )
+    parser.add_argument("--kind", choices=PLUG_KINDS, required=True)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8080, help="0 picks a free port")
+    parser.add_argument(
+        "--password-file",
+        type=Path,
+        default=None,
+        help="require this password (Shelly: digest auth as admin; Tasmota: user=admin&password=)",
+    )
+    parser.add_argument("--relays", type=int, default=1)
+    parser.add_argument("--initial", choices=("on", "off"), default="on")
+    parser.add_argument("--switch-delay", type=float, default=0.0, help="seconds")
+    parser.add_argument(
+        "--legacy-auth-answer",
+        action="store_true",
+        help="Tasmota: answer a missing password with 200, as firmware before #8170 did",
+    )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    password = None
+    if args.password_file is not None:
+        try:
+            password = args.password_file.read_text(encoding="utf-8").rstrip("\n")
+        except OSError as exc:
+            print(f"plug_standin: --password-file: {exc}", file=sys.stderr)
+            return 2
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    def on_change(relay: int, on: bool) -> None:
+        print(f"relay {relay} -> {'on' if on else 'off'}", flush=True)
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    try:
+        plug = PlugStandin(
+            args.kind,
+            args.host,
+            args.port,
+            password=password,
+            relays=args.relays,
+            initially_on=args.initial == "on",
+            switch_delay=args.switch_delay,
+            on_change=on_change,
+            legacy_auth_answer=args.legacy_auth_answer,
+        )
+    except (ValueError, OSError) as exc:
+        print(f"plug_standin: {exc}", file=sys.stderr)
+        return 2
+    with plug:
+        print(f"plug stand-in ({args.kind}) listening on {plug.url}", flush=True)
+        while not stop.wait(0.5):
+            pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

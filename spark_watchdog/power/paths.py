@@ -1,0 +1,112 @@
+"""Turn a node's configured power devices into backends, reading their secrets.
+
+The backends are imported only when a device of their type is configured:
+pysnmp in particular is heavy and only the SNMP module may import it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from spark_watchdog.config.controller import (
+    ControllerConfig,
+    IpmiDevice,
+    NodeConfig,
+    PowerDevice,
+    RedfishDevice,
+    ShellyDevice,
+    SnmpDevice,
+    SshDevice,
+    TasmotaDevice,
+)
+from spark_watchdog.config.secrets import Secret, read_secret
+from spark_watchdog.power.base import PowerBackend, PowerTiming
+
+_SECRET_KEYS = ("community_file", "auth_key_file", "priv_key_file", "password_file")
+
+
+@dataclass(frozen=True)
+class PowerPath:
+    """One rung of a node's ladder: the device config and where it sits in the file."""
+
+    node: str
+    index: int  # 0-based position in nodes[i].power
+    key_path: str  # "nodes[2].power[0]", for messages
+    device: PowerDevice
+
+    @property
+    def kind(self) -> str:
+        return self.device.type
+
+    @property
+    def is_soft(self) -> bool:
+        """SSH reboots a stuck host; it cannot reach a frozen one."""
+        return isinstance(self.device, SshDevice)
+
+
+def power_paths(config: ControllerConfig, node: NodeConfig) -> list[PowerPath]:
+    position = config.nodes.index(node)
+    return [
+        PowerPath(node.name, i, f"nodes[{position}].power[{i}]", device)
+        for i, device in enumerate(node.power)
+    ]
+
+
+def read_device_secrets(
+    path: PowerPath, environ: Mapping[str, str] | None = None
+) -> dict[str, Secret]:
+    secrets: dict[str, Secret] = {}
+    for key in _SECRET_KEYS:
+        reference = getattr(path.device, key, None)
+        if reference is not None:
+            secrets[key] = read_secret(f"{path.key_path}.{key}", reference, environ)
+    return secrets
+
+
+def build_backend(path: PowerPath, secrets: Mapping[str, Secret]) -> PowerBackend:
+    """The raw backend of a (non-SSH) power path."""
+    device: Any = path.device
+    if isinstance(device, SnmpDevice):
+        from spark_watchdog.power.snmp import build_snmp_backend
+
+        return build_snmp_backend(device, secrets)
+    if isinstance(device, IpmiDevice):
+        from spark_watchdog.power.ipmi import build_ipmi_backend
+
+        return build_ipmi_backend(device, secrets)
+    if isinstance(device, RedfishDevice):
+        from spark_watchdog.power.redfish import build_redfish_backend
+
+        return build_redfish_backend(device, secrets)
+    if isinstance(device, ShellyDevice):
+        from spark_watchdog.power.plugs import build_shelly_backend
+
+        return build_shelly_backend(device, secrets)
+    if isinstance(device, TasmotaDevice):
+        from spark_watchdog.power.plugs import build_tasmota_backend
+
+        return build_tasmota_backend(device, secrets)
+    raise TypeError(f"{path.key_path}: {path.kind} is not an on/off power device")
+
+
+def timing_for(config: ControllerConfig, path: PowerPath) -> PowerTiming:
+    policy = config.policy
+    read_timeout = 10.0
+    device: Any = path.device
+    if hasattr(device, "timeout"):
+        # SNMP reads may be retried: the read budget covers every try.
+        tries = 1 + int(getattr(device, "retries", 0))
+        read_timeout = max(read_timeout, float(device.timeout) * tries + 1.0)
+    command_timeout = max(15.0, read_timeout)
+    if isinstance(device, RedfishDevice):
+        # A Redfish command is a GET of the action plus a POST, and 409 retries.
+        command_timeout = max(command_timeout, 3 * float(device.timeout) + 10.0)
+    return PowerTiming(
+        poll_interval=policy.power_poll_interval,
+        power_timeout=policy.power_timeout,
+        min_command_interval=policy.min_command_interval,
+        read_timeout=read_timeout,
+        command_timeout=command_timeout,
+    )

@@ -1,0 +1,787 @@
+"""Switched PDU outlets over SNMP v1, v2c and v3: the power path of last resort.
+
+A DGX Spark has no BMC: when the host freezes, switching its PDU outlet off
+and on again is the only way back. This module is the only place in the
+watchdog that imports pysnmp (openstack/ironic dropped its SNMP driver when
+the pysnmp API broke under it; keeping the dependency in one file keeps the
+next break small). The lab's PDU stand-in is the other user: it is an SNMP
+agent, built on pysnmp's agent side, for tests only.
+
+What an SNMP answer means for a power action:
+
+- a read that gets no answer (wrong community, dead host, a v3 key the agent
+  rejects) is ``Unreachable``; reads use the configured ``retries``;
+- a SET is sent once (``retries=0``): pysnmp's own retries would resend it,
+  which is a blind retry. A SET that gets no answer is ``Ambiguous`` (it may
+  have landed); an error status (wrongValue, notWritable, noAccess, ...) is
+  ``Refused``; a v3 security report (unknown user, wrong digest) means the
+  agent dropped the request unprocessed, so ``Unreachable``;
+- an answer of the wrong type or with a value the profile does not know is
+  ``MalformedAnswer``; an outlet or name the PDU does not have is
+  ``DeviceMismatch``. Neither is ever guessed into on or off.
+
+Verification, polling and spacing are ``VerifiedPower``'s job, not this one's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pyasn1.type import univ
+from pysnmp.error import PySnmpError
+from pysnmp.hlapi.v3arch.asyncio import (
+    CommunityData,
+    ContextData,
+    Integer32,
+    ObjectIdentity,
+    ObjectType,
+    SnmpEngine,
+    UdpTransportTarget,
+    UsmUserData,
+    get_cmd,
+    next_cmd,
+    set_cmd,
+    usm3DESEDEPrivProtocol,
+    usmAesCfb128Protocol,
+    usmAesCfb192Protocol,
+    usmAesCfb256Protocol,
+    usmDESPrivProtocol,
+    usmHMAC128SHA224AuthProtocol,
+    usmHMAC192SHA256AuthProtocol,
+    usmHMAC256SHA384AuthProtocol,
+    usmHMAC384SHA512AuthProtocol,
+    usmHMACMD5AuthProtocol,
+    usmHMACSHAAuthProtocol,
+    usmNoAuthProtocol,
+    usmNoPrivProtocol,
+)
+from pysnmp.proto import errind
+from pysnmp.proto.rfc1902 import OctetString
+from pysnmp.proto.rfc1905 import EndOfMibView, NoSuchInstance, NoSuchObject
+
+from spark_watchdog.config.controller import SnmpDevice
+from spark_watchdog.config.secrets import Secret
+from spark_watchdog.errors import (
+    Ambiguous,
+    ConfigError,
+    PowerError,
+    Refused,
+    Unreachable,
+)
+from spark_watchdog.power.base import OutletGroup, PowerBackend, PowerState
+from spark_watchdog.power.snmp_profiles import (
+    SYS_OBJECT_ID,
+    PduProfile,
+    UnknownVendor,
+    generic_profile,
+    normalize_oid,
+    oid_parts,
+    profile_by_name,
+    profile_for_sys_object_id,
+)
+
+log = logging.getLogger("spark_watchdog.power.snmp")
+
+# Config names -> pysnmp protocol ids. AES192/AES256 are the "Reeder" key
+# extension pysnmp calls usmAesCfb192/256Protocol (Cisco-style, what
+# openstack/ironic mapped 'aes192'/'aes256' to); AES-128 needs no extension.
+AUTH_PROTOCOLS: Mapping[str, Any] = {
+    "MD5": usmHMACMD5AuthProtocol,
+    "SHA": usmHMACSHAAuthProtocol,
+    "SHA224": usmHMAC128SHA224AuthProtocol,
+    "SHA256": usmHMAC192SHA256AuthProtocol,
+    "SHA384": usmHMAC256SHA384AuthProtocol,
+    "SHA512": usmHMAC384SHA512AuthProtocol,
+}
+PRIV_PROTOCOLS: Mapping[str, Any] = {
+    "DES": usmDESPrivProtocol,
+    "3DES": usm3DESEDEPrivProtocol,
+    "AES": usmAesCfb128Protocol,
+    "AES128": usmAesCfb128Protocol,
+    "AES192": usmAesCfb192Protocol,
+    "AES256": usmAesCfb256Protocol,
+}
+
+# Error indications that mean the agent (or our own engine) dropped the
+# request before it was processed: USM reports (RFC 3414 3.2) and failures to
+# build or encrypt the message. A SET that ends this way certainly did not land.
+_NOT_PROCESSED = (
+    errind.UnknownUserName,
+    errind.WrongDigest,
+    errind.UnsupportedSecurityLevel,
+    errind.UnknownSecurityName,
+    errind.UnknownEngineID,
+    errind.NotInTimeWindow,
+    errind.DecryptionError,
+    errind.AuthenticationFailure,
+    errind.AuthenticationError,
+    errind.EncryptionError,
+    errind.NoEncryption,
+    errind.NoAuthentication,
+    errind.UnsupportedAuthProtocol,
+    errind.UnsupportedPrivProtocol,
+    errind.SerializationError,
+    errind.TooBig,
+)
+
+_MAX_NAME_ROWS = 1024  # bigger than any PDU; bounds a walk of a misbehaving agent
+# Outlet names are walked again when older than this: a relabelled or re-cabled
+# outlet must not keep the old number for the life of the controller, and one
+# power cycle (60 s off by default) should not walk more than a few times.
+NAMES_MAX_AGE_S = 30.0
+_MIN_V3_KEY = 8  # RFC 3414 11.2: pass phrases shorter than 8 octets are refused
+
+
+class _NoMibCompiler:
+    """Stands in for pysmi's MIB compiler: this module speaks numeric OIDs only.
+
+    With pysmi installed, pysnmp attaches a compiler to every new engine on
+    its first request (about a second of parser building), and would compile
+    (or look for) MIB files for anything it cannot resolve. Neither is wanted.
+    """
+
+    def compile(self, *names: str, **options: Any) -> dict[str, str]:
+        return dict.fromkeys(names, "missing")
+
+
+def _new_engine() -> SnmpEngine:
+    engine = SnmpEngine()
+    builder = engine.get_mib_builder()
+    builder.set_mib_compiler(_NoMibCompiler(), builder.get_mib_sources()[0].full_path())
+    return engine
+
+
+class MalformedAnswer(PowerError):
+    """The device answered, but not with something this profile understands."""
+
+
+class DeviceMismatch(PowerError):
+    """The device is not what the config says: unknown model, no such outlet or name."""
+
+
+@dataclass(frozen=True)
+class SnmpCredentials:
+    """Community (v1/v2c) or USM user (v3). Keys stay ``Secret`` until pysnmp needs them."""
+
+    version: str
+    community: Secret | None = None
+    user: str | None = None
+    auth_protocol: str | None = None
+    auth_key: Secret | None = None
+    priv_protocol: str | None = None
+    priv_key: Secret | None = None
+
+    @property
+    def description(self) -> str:
+        """For messages: the security parameters, never a secret."""
+        if self.version != "3":
+            return f"SNMPv{self.version} community from the community file"
+        level = "authPriv" if self.priv_key else "authNoPriv" if self.auth_key else "noAuthNoPriv"
+        protocols = "/".join(p for p in (self.auth_protocol, self.priv_protocol) if p)
+        return f"SNMPv3 user {self.user!r} {level}" + (f" ({protocols})" if protocols else "")
+
+    def auth_data(self) -> CommunityData | UsmUserData:
+        if self.version in ("1", "2c"):
+            if self.community is None:
+                raise ValueError(f"SNMPv{self.version} needs a community")
+            return CommunityData(self.community.reveal(), mpModel=0 if self.version == "1" else 1)
+        if self.user is None:
+            raise ValueError("SNMPv3 needs a user")
+        return UsmUserData(
+            self.user,
+            authKey=None if self.auth_key is None else self.auth_key.reveal(),
+            privKey=None if self.priv_key is None else self.priv_key.reveal(),
+            authProtocol=(
+                usmNoAuthProtocol
+                if self.auth_protocol is None
+                else AUTH_PROTOCOLS[self.auth_protocol]
+            ),
+            privProtocol=(
+                usmNoPrivProtocol
+                if self.priv_protocol is None
+                else PRIV_PROTOCOLS[self.priv_protocol]
+            ),
+        )
+
+
+@dataclass(frozen=True)
+class OutletDescription:
+    """What ``power --check`` shows about one configured outlet."""
+
+    device: str
+    vendor: str
+    sys_object_id: str | None
+    outlet: int
+    outlet_name: str | None
+    caveat: str | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "device": self.device,
+            "vendor": self.vendor,
+            "sys_object_id": self.sys_object_id,
+            "outlet": self.outlet,
+            "outlet_name": self.outlet_name,
+            "caveat": self.caveat,
+        }
+
+
+class SnmpPdu:
+    """One SNMP agent: transport, credentials and the vendor profile, found once.
+
+    The vendor profile is looked up once; outlet names are walked again when
+    older than ``NAMES_MAX_AGE_S``. A failed lookup is tried again on the
+    next call.
+    """
+
+    def __init__(
+        self,
+        *,
+        host: str,
+        port: int,
+        credentials: SnmpCredentials,
+        timeout: float = 2.0,
+        retries: int = 1,
+        vendor: str = "auto",
+        profile: PduProfile | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if vendor not in ("auto", "generic") and profile is None:
+            profile = profile_by_name(vendor)
+        if vendor == "generic" and profile is None:
+            raise ValueError("vendor generic needs a profile built from the config")
+        self.host = host
+        self.port = port
+        self.credentials = credentials
+        self.timeout = timeout
+        self.retries = retries
+        self.vendor = vendor
+        self._profile = profile
+        self._sys_object_id: str | None = None
+        self._names: dict[int, str] | None = None
+        self._names_at = 0.0
+        self._clock = clock
+        self._engine_instance: SnmpEngine | None = None
+        self._engine_loop: asyncio.AbstractEventLoop | None = None
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @property
+    def label(self) -> str:
+        """``snmp apc_rpdu2 10.0.0.5:161``; the vendor only when it was configured."""
+        if self.vendor == "auto":
+            return f"snmp {self.address}"
+        return f"snmp {self.vendor} {self.address}"
+
+    @property
+    def limiter_key(self) -> str:
+        return f"snmp:{self.address}"
+
+    @property
+    def sys_object_id(self) -> str | None:
+        """The device's sysObjectID, once ``vendor: auto`` has asked for it."""
+        return self._sys_object_id
+
+    # -- vendor and names -----------------------------------------------------
+
+    async def profile(self, device: str) -> PduProfile:
+        """The vendor profile: configured, or chosen by the device's sysObjectID."""
+        if self._profile is not None:
+            return self._profile
+        # Two concurrent first calls may both ask: harmless, the answer is the same.
+        value = await self.get(device, SYS_OBJECT_ID)
+        if getattr(value, "tagSet", None) != univ.ObjectIdentifier.tagSet:
+            raise MalformedAnswer(
+                device,
+                f"sysObjectID.0 ({SYS_OBJECT_ID}): expected an OBJECT IDENTIFIER, "
+                f"got {_describe(value)}",
+            )
+        self._sys_object_id = "." + str(value)
+        try:
+            profile = profile_for_sys_object_id(self._sys_object_id)
+        except UnknownVendor as exc:
+            raise DeviceMismatch(device, str(exc)) from None
+        if profile.caveat:
+            log.warning(
+                "%s: sysObjectID %s -> %s; unconfirmed profile: %s",
+                device,
+                self._sys_object_id,
+                profile.key,
+                profile.caveat,
+            )
+        self._profile = profile
+        return self._profile
+
+    async def outlet_names(self, device: str | None = None) -> dict[int, str]:
+        """Outlet number -> name, as the PDU reports them (cached for NAMES_MAX_AGE_S)."""
+        device = device or self.label
+        if self._names is not None and self._clock() - self._names_at < NAMES_MAX_AGE_S:
+            return dict(self._names)
+        profile = await self.profile(device)
+        root = profile.names_root()
+        if root is None:
+            raise DeviceMismatch(
+                device, f"profile {profile.key} has no outlet names table; use outlet numbers"
+            )
+        names: dict[int, str] = {}
+        for suffix, value in await self.walk(device, root):
+            if len(suffix) != 1:
+                continue  # another unit of a daisy chain: not addressable by this profile
+            names[suffix[0]] = _text(value)
+        self._names, self._names_at = names, self._clock()
+        return dict(names)
+
+    async def resolve_outlet(self, device: str, outlet: int | str) -> int:
+        if isinstance(outlet, int):
+            return outlet
+        names = await self.outlet_names(device)
+        wanted = outlet.strip()
+        matches = sorted(n for n, name in names.items() if name.strip() == wanted)
+        seen = ", ".join(f"{n}={name!r}" for n, name in sorted(names.items())) or "none"
+        if not matches:
+            self._names = None  # renamed on the PDU? walk again next time
+            raise DeviceMismatch(device, f'no outlet named "{wanted}"; names seen: {seen}')
+        if len(matches) > 1:
+            raise DeviceMismatch(
+                device,
+                f'outlet name "{wanted}" is ambiguous (outlets {matches}); '
+                f"use the number. Names seen: {seen}",
+            )
+        return matches[0]
+
+    # -- the three SNMP operations --------------------------------------------
+
+    async def get(self, device: str, oid: str) -> Any:
+        """GET one instance; ``Unreachable`` on silence. Returns the pysnmp value."""
+        oid = normalize_oid(oid)
+        engine = self._engine()
+        try:
+            target = await self._target(device, self.retries)
+            call = get_cmd(
+                engine,
+                self.credentials.auth_data(),
+                target,
+                ContextData(),
+                ObjectType(ObjectIdentity(oid)),
+                lookupMib=False,
+            )
+            indication, status, index, var_binds = await self._bounded_read(device, call)
+        except PySnmpError as exc:
+            raise Unreachable(device, f"GET {oid} failed before an answer: {exc}") from None
+        if indication:
+            raise self._silence(device, f"GET {oid}", indication)
+        if status:
+            raise self._status_error(device, f"GET {oid}", status, index)
+        if len(var_binds) != 1:
+            raise MalformedAnswer(
+                device, f"GET {oid}: expected 1 variable in the answer, got {len(var_binds)}"
+            )
+        name, value = var_binds[0]
+        if tuple(name) != oid_parts(oid):
+            raise MalformedAnswer(device, f"GET {oid}: the answer is for another OID ({name})")
+        if isinstance(value, (NoSuchInstance, NoSuchObject, EndOfMibView)):
+            raise DeviceMismatch(
+                device, f"{oid} does not exist on this device ({_describe(value)})"
+            )
+        return value
+
+    async def set_integer(self, device: str, oid: str, value: int) -> None:
+        """SET one INTEGER, sent exactly once (no pysnmp retries)."""
+        oid = normalize_oid(oid)
+        what = f"SET {oid} = {value}"
+        engine = self._engine()
+        target = await self._target(device, retries=0)  # Unreachable: nothing sent yet
+        call = set_cmd(
+            engine,
+            self.credentials.auth_data(),
+            target,
+            ContextData(),
+            ObjectType(ObjectIdentity(oid), Integer32(value)),
+            lookupMib=False,
+        )
+        # One try: timeout plus slack for the v3 engine discovery round trip.
+        limit = 2 * self.timeout + 1.0
+        try:
+            indication, status, _, var_binds = await asyncio.wait_for(call, limit)
+        except asyncio.TimeoutError:
+            raise Ambiguous(
+                device,
+                f"{what} sent, no answer within {limit:g}s; it may have been applied "
+                "(not resent: read the state)",
+            ) from None
+        except PySnmpError as exc:
+            raise Ambiguous(
+                device, f"{what}: the SNMP engine failed while sending ({exc}); not resent"
+            ) from None
+        if indication:
+            if isinstance(indication, _NOT_PROCESSED):
+                raise Unreachable(
+                    device,
+                    f"{what} not applied: {indication} (check {self.credentials.description})",
+                )
+            raise Ambiguous(
+                device,
+                f"{what} sent, no answer ({indication}) within {self.timeout:g}s; "
+                "it may have been applied (not resent: read the state)",
+            )
+        if status:
+            raise Refused(
+                device,
+                f"{what} refused: {_status_name(status)} "
+                "(expected the PDU to accept the outlet command; check write access "
+                f"for {self.credentials.description} and the vendor profile)",
+            )
+        for _, answer in var_binds:
+            # A SET answer never carries an exception value (RFC 3416 4.2.5);
+            # some agents (snmpsim among them) answer a non-existent or
+            # read-only instance this way instead of with an error status.
+            if isinstance(answer, (NoSuchInstance, NoSuchObject, EndOfMibView)):
+                raise Refused(
+                    device,
+                    f"{what} not applied: the device answered {_describe(answer)} "
+                    "(no writable outlet command at that OID; check the vendor profile)",
+                )
+
+    async def walk(self, device: str, root: str) -> list[tuple[tuple[int, ...], Any]]:
+        """GETNEXT under ``root``: (index suffix, value) pairs, bounded in rows."""
+        root_parts = oid_parts(root)
+        rows: list[tuple[tuple[int, ...], Any]] = []
+        cursor = normalize_oid(root)
+        engine = self._engine()
+        try:
+            target = await self._target(device, self.retries)
+            auth = self.credentials.auth_data()
+            while len(rows) < _MAX_NAME_ROWS:
+                call = next_cmd(
+                    engine,
+                    auth,
+                    target,
+                    ContextData(),
+                    ObjectType(ObjectIdentity(cursor)),
+                    lookupMib=False,
+                )
+                indication, status, index, var_binds = await self._bounded_read(device, call)
+                if indication:
+                    raise self._silence(device, f"GETNEXT {cursor}", indication)
+                if status:
+                    if _status_name(status) == "noSuchName":
+                        break  # SNMPv1's end of the MIB view
+                    raise self._status_error(device, f"GETNEXT {cursor}", status, index)
+                if not var_binds:
+                    break
+                name, value = var_binds[0]
+                parts = tuple(name)
+                if isinstance(value, EndOfMibView) or parts[: len(root_parts)] != root_parts:
+                    break
+                if parts <= oid_parts(cursor):
+                    raise MalformedAnswer(
+                        device, f"GETNEXT {cursor} answered {name}: OIDs not increasing"
+                    )
+                rows.append((parts[len(root_parts) :], value))
+                cursor = ".".join(str(p) for p in parts)
+        except PySnmpError as exc:
+            raise Unreachable(device, f"walk of {root} failed: {exc}") from None
+        return rows
+
+    async def aclose(self) -> None:
+        """Close the engine's socket if it runs on this loop; a later call opens a new one."""
+        if self._engine_instance is not None and self._engine_loop is asyncio.get_running_loop():
+            self._engine_instance.close_dispatcher()
+        self._engine_instance = None
+        self._engine_loop = None
+
+    # -- internals ------------------------------------------------------------
+
+    def _engine(self) -> SnmpEngine:
+        """The pysnmp engine of this PDU on the running event loop.
+
+        One engine per PDU and loop: it keeps one UDP socket and the agent's
+        SNMPv3 engine id and time window between calls. pysnmp binds an engine
+        to the loop it first ran on, so a new loop (a new ``asyncio.run``)
+        gets a new engine; the old one went with its loop.
+        """
+        loop = asyncio.get_running_loop()
+        if self._engine_instance is None or self._engine_loop is not loop:
+            self._engine_instance = _new_engine()
+            self._engine_loop = loop
+        return self._engine_instance
+
+    async def _target(self, device: str, retries: int) -> UdpTransportTarget:
+        try:
+            return await UdpTransportTarget.create(
+                (self.host, self.port), timeout=self.timeout, retries=retries
+            )
+        except PySnmpError as exc:
+            raise Unreachable(device, f"cannot resolve {self.host}: {exc}") from None
+
+    async def _bounded_read(self, device: str, call: Any) -> Any:
+        # pysnmp times out by itself; this outer bound only catches a stuck engine.
+        limit = (self.timeout + 0.5) * (self.retries + 1) + 2 * self.timeout + 1.0
+        try:
+            return await asyncio.wait_for(call, limit)
+        except asyncio.TimeoutError:
+            raise Unreachable(device, f"no answer from {self.address} within {limit:g}s") from None
+
+    def _silence(self, device: str, what: str, indication: Any) -> Unreachable:
+        tries = self.retries + 1
+        return Unreachable(
+            device,
+            f"{what}: no usable answer from {self.address} ({indication}) after {tries} "
+            f"tr{'y' if tries == 1 else 'ies'} of {self.timeout:g}s; expected an SNMP agent "
+            f"accepting {self.credentials.description}",
+        )
+
+    def _status_error(self, device: str, what: str, status: Any, index: Any) -> PowerError:
+        name = _status_name(status)
+        if name == "noSuchName":
+            return DeviceMismatch(device, f"{what}: the device has no such object (noSuchName)")
+        return Refused(device, f"{what}: the device answered {name} (index {int(index)})")
+
+
+class SnmpOutlet:
+    """One switched outlet of an SNMP PDU, as a raw ``PowerBackend``."""
+
+    def __init__(self, pdu: SnmpPdu, outlet: int | str) -> None:
+        if isinstance(outlet, int) and outlet < 1:
+            raise ValueError(f"outlet: expected a number ≥ 1 or a name, got {outlet}")
+        self.pdu = pdu
+        self.outlet = outlet
+        self._number: int | None = outlet if isinstance(outlet, int) else None
+
+    @property
+    def name(self) -> str:
+        shown = self.outlet if isinstance(self.outlet, int) else f'"{self.outlet}"'
+        return f"{self.pdu.label} outlet {shown}"
+
+    @property
+    def limiter_key(self) -> str:
+        return self.pdu.limiter_key
+
+    async def number(self) -> int:
+        """The outlet's index on the PDU; a configured name is looked up in the names table."""
+        if isinstance(self.outlet, int):
+            return self.outlet
+        number = await self.pdu.resolve_outlet(self.name, self.outlet)
+        if self._number is not None and number != self._number:
+            log.warning(
+                "%s: the PDU now names outlet %d, not %d, %r",
+                self.name,
+                number,
+                self._number,
+                self.outlet,
+            )
+        self._number = number
+        return number
+
+    async def read_state(self) -> PowerState:
+        profile = await self.pdu.profile(self.name)
+        number = await self.number()
+        oid = profile.instance(profile.status_oid, number)
+        try:
+            value = await self.pdu.get(self.name, oid)
+        except DeviceMismatch as exc:
+            raise DeviceMismatch(
+                self.name,
+                f"outlet {number} has no status on this PDU ({exc.message}); "
+                f"check the outlet number and the vendor ({profile.key})",
+            ) from None
+        reading = _integer(value)
+        if reading is None:
+            raise MalformedAnswer(
+                self.name, f"status {oid}: expected an INTEGER, got {_describe(value)}"
+            )
+        if reading in profile.status_on:
+            return PowerState.ON
+        if reading in profile.status_off:
+            return PowerState.OFF
+        raise MalformedAnswer(
+            self.name,
+            f"status {oid} = {reading}: not a state {profile.key} knows "
+            f"(on: {_values(profile.status_on)}, off: {_values(profile.status_off)})",
+        )
+
+    async def command(self, target: PowerState) -> None:
+        if target is PowerState.MIXED:
+            raise ValueError("an outlet can only be switched on or off")
+        profile = await self.pdu.profile(self.name)
+        command = profile.control_on if target is PowerState.ON else profile.control_off
+        oid = profile.instance(command.oid, await self.number())
+        await self.pdu.set_integer(self.name, oid, command.value)
+
+    async def describe(self) -> OutletDescription:
+        """Vendor, outlet number and the PDU's own name for it (``power --check``)."""
+        profile = await self.pdu.profile(self.name)
+        number = await self.number()
+        outlet_name: str | None = None
+        if profile.names_oid is not None:
+            value = await self.pdu.get(self.name, profile.instance(profile.names_oid, number))
+            outlet_name = _text(value)
+        return OutletDescription(
+            device=self.name,
+            vendor=profile.key,
+            sys_object_id=self.pdu.sys_object_id,
+            outlet=number,
+            outlet_name=outlet_name,
+            caveat=profile.caveat,
+        )
+
+
+async def describe_snmp_backend(backend: PowerBackend) -> list[OutletDescription]:
+    """Describe each outlet of a backend built by ``build_snmp_backend``."""
+    members: Sequence[PowerBackend]
+    members = backend.members if isinstance(backend, OutletGroup) else (backend,)
+    descriptions = []
+    for member in members:
+        if not isinstance(member, SnmpOutlet):
+            raise TypeError(f"{member.name} is not an SNMP outlet")
+        descriptions.append(await member.describe())
+    return descriptions
+
+
+async def close_snmp_backend(backend: PowerBackend) -> None:
+    """Close the sockets of a backend built by ``build_snmp_backend`` (on this loop)."""
+    members = backend.members if isinstance(backend, OutletGroup) else (backend,)
+    for member in members:
+        if isinstance(member, SnmpOutlet):
+            await member.pdu.aclose()
+
+
+def build_snmp_backend(device: SnmpDevice, secrets: Mapping[str, Secret]) -> PowerBackend:
+    """An ``SnmpOutlet`` for ``outlet:``, an ``OutletGroup`` of them for ``outlets:``.
+
+    ``secrets`` holds the already-read ``*_file`` values by config key
+    (``community_file``, ``auth_key_file``, ``priv_key_file``).
+    """
+    source = f"snmp device {device.host}"
+    problems: list[str] = []
+    version = device.snmp_version
+
+    def secret(key: str) -> Secret | None:
+        if getattr(device, key) is None:
+            return None
+        value = secrets.get(key)
+        if value is None:
+            problems.append(f"{key}: the secret was not read (expected it in the secrets given)")
+        return value
+
+    community = secret("community_file")
+    auth_key = secret("auth_key_file")
+    priv_key = secret("priv_key_file")
+    for key, value in (("auth_key_file", auth_key), ("priv_key_file", priv_key)):
+        if value is not None and len(value.reveal()) < _MIN_V3_KEY:
+            problems.append(
+                f"{key}: SNMPv3 keys must be at least {_MIN_V3_KEY} characters (RFC 3414)"
+            )
+    profile: PduProfile | None = None
+    if device.vendor == "generic":
+        try:
+            profile = generic_profile(
+                control_oid=device.control_oid or "",
+                status_oid=device.status_oid or "",
+                control_on=_required(device.control_on),
+                control_off=_required(device.control_off),
+                status_on=_required(device.status_on),
+                status_off=_required(device.status_off),
+                names_oid=device.names_oid,
+            )
+        except ValueError as exc:
+            problems.append(f"vendor: {exc}")
+    elif device.vendor != "auto":
+        try:
+            profile = profile_by_name(device.vendor)
+        except UnknownVendor as exc:
+            problems.append(f"vendor: {exc}")
+    if problems:
+        raise ConfigError(source, problems)
+    credentials = SnmpCredentials(
+        version=version,
+        community=community,
+        user=device.user,
+        auth_protocol=device.auth_protocol,
+        auth_key=auth_key,
+        priv_protocol=device.priv_protocol,
+        priv_key=priv_key,
+    )
+    pdu = SnmpPdu(
+        host=device.host,
+        port=device.port,
+        credentials=credentials,
+        timeout=device.timeout,
+        retries=device.retries,
+        vendor=device.vendor,
+        profile=profile,
+    )
+    if profile is not None and profile.caveat:
+        log.warning("%s: unconfirmed profile %s: %s", pdu.label, profile.key, profile.caveat)
+    outlets = [SnmpOutlet(pdu, outlet) for outlet in device.outlet_list]
+    if device.outlets is None:
+        return outlets[0]
+    return OutletGroup(outlets)
+
+
+# -- value helpers --------------------------------------------------------------
+
+
+def _required(value: int | None) -> int:
+    if value is None:
+        raise ValueError("generic needs control_on, control_off, status_on and status_off")
+    return value
+
+
+def _integer(value: Any) -> int | None:
+    """An INTEGER (Integer32) as int; None for any other type, Gauge32 and friends included."""
+    # Compare ASN.1 tags: the decoder hands back pyasn1 base types, and Gauge32,
+    # Counter32 or TimeTicks are integers too but not an INTEGER status.
+    if getattr(value, "tagSet", None) == univ.Integer.tagSet:
+        return int(value)
+    return None
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, OctetString):
+        return bytes(value).decode("utf-8", errors="replace").strip()
+    return str(value).strip()
+
+
+def _describe(value: Any) -> str:
+    kind = type(value).__name__
+    if isinstance(value, (NoSuchInstance, NoSuchObject, EndOfMibView)):
+        return kind
+    try:
+        shown = value.prettyPrint()
+    except Exception:  # a value pysnmp itself cannot print: show its type only
+        return kind
+    return f"{kind} {shown!r}"
+
+
+def _status_name(status: Any) -> str:
+    try:
+        return str(status.prettyPrint())
+    except AttributeError:
+        return str(status)
+
+
+def _values(values: tuple[int, ...]) -> str:
+    return "/".join(str(v) for v in values)
+
+
+__all__ = [
+    "AUTH_PROTOCOLS",
+    "PRIV_PROTOCOLS",
+    "DeviceMismatch",
+    "MalformedAnswer",
+    "OutletDescription",
+    "SnmpCredentials",
+    "SnmpOutlet",
+    "SnmpPdu",
+    "build_snmp_backend",
+    "close_snmp_backend",
+    "describe_snmp_backend",
+]

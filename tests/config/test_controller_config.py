@@ -1,0 +1,249 @@
+"""Controller config: power devices by type, secrets only from files."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import typing
+from pathlib import Path
+
+import pytest
+
+from spark_watchdog.config import controller as schema
+from spark_watchdog.config.controller import (
+    ControllerConfig,
+    SnmpDevice,
+    load_controller_config,
+    parse_controller_config,
+)
+from spark_watchdog.config.secrets import Secret, read_secret
+from spark_watchdog.errors import ConfigError
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "config" / "controller.example.yaml"
+
+
+def _node(**power: object) -> dict[str, object]:
+    return {"name": "spark-1", "agent": "http://127.0.0.1:9720", "power": [power]}
+
+
+def _problems(data: object) -> list[str]:
+    with pytest.raises(ConfigError) as caught:
+        parse_controller_config(data)
+    return caught.value.problems
+
+
+def test_example_loads() -> None:
+    config = load_controller_config(EXAMPLE)
+    assert [n.name for n in config.nodes] == ["spark-1", "spark-2"]
+    assert [d.type for d in config.nodes[0].power] == ["snmp", "shelly", "ssh"]
+    assert [d.type for d in config.nodes[1].power] == ["tasmota", "ipmi", "redfish"]
+    assert config.policy.power_off_seconds == 60.0
+    assert config.nodes[0].banner_host == "10.0.0.11"
+
+
+def _classes(cls: type, seen: set[type]) -> None:
+    if cls in seen:
+        return
+    seen.add(cls)
+    for hint in typing.get_type_hints(cls).values():
+        for arg in [hint, *typing.get_args(hint)]:
+            for inner in [arg, *typing.get_args(arg)]:
+                if dataclasses.is_dataclass(inner):
+                    _classes(typing.cast(type, inner), seen)
+
+
+def test_every_key_of_every_device_type_is_documented() -> None:
+    lines = EXAMPLE.read_text().splitlines()
+    documented: set[str] = set()
+    for number, line in enumerate(lines):
+        match = re.match(r"^(\s*)(?:- )?([a-z_]+):", line)
+        if not match:
+            continue
+        above = lines[number - 1].strip() if number else ""
+        if above.startswith("#") or " #" in line:
+            documented.add(match.group(2))
+    classes: set[type] = set()
+    _classes(ControllerConfig, classes)
+    assert {c.__name__ for c in classes} >= {
+        "SnmpDevice",
+        "IpmiDevice",
+        "RedfishDevice",
+        "ShellyDevice",
+        "TasmotaDevice",
+        "SshDevice",
+        "PolicyConfig",
+        "NodeConfig",
+    }
+    missing = sorted(
+        f"{cls.__name__}.{f.name}"
+        for cls in classes
+        for f in dataclasses.fields(cls)
+        if f.name not in documented
+    )
+    assert not missing, f"undocumented in {EXAMPLE.name}: {missing}"
+
+
+def test_inline_secrets_are_a_config_error_that_says_so() -> None:
+    problems = _problems(
+        {"nodes": [_node(type="ipmi", host="b", user="u", password="hunter2", password_file="/x")]}
+    )
+    assert problems == [
+        "nodes[0].power[0].password: inline secrets are not accepted; put the secret in a file "
+        "readable only by the service (chmod 600) and set password_file, or use systemd "
+        "LoadCredential="
+    ]
+    assert all("hunter2" not in p for p in problems)
+
+
+def test_unknown_device_type_and_wrong_type_keys() -> None:
+    problems = _problems(
+        {
+            "nodes": [
+                {
+                    "name": "spark-1",
+                    "agent": "http://127.0.0.1:9720",
+                    "power": [
+                        {"type": "ups", "host": "x"},
+                        {"type": "shelly", "url": "http://p", "cipher_suite": 3},
+                    ],
+                }
+            ]
+        }
+    )
+    kinds = "snmp, ipmi, redfish, shelly, tasmota, ssh"
+    assert f'nodes[0].power[0].type: expected one of {kinds}, got "ups"' in problems
+    assert any(p.startswith("nodes[0].power[1].cipher_suite: unknown key") for p in problems)
+
+
+@pytest.mark.parametrize(
+    ("device", "expected"),
+    [
+        (
+            {"type": "snmp", "host": "pdu", "outlet": "A3", "outlets": [1], "community_file": "c"},
+            "nodes[0].power[0].outlet: expected exactly one of outlet (number or name) or outlets",
+        ),
+        (
+            {"type": "snmp", "host": "pdu", "outlet": 0, "community_file": "c"},
+            "nodes[0].power[0].outlet: expected an integer ≥ 1, got 0",
+        ),
+        (
+            {"type": "snmp", "host": "pdu", "outlet": 1, "version": 3, "community_file": "c"},
+            "nodes[0].power[0].user: SNMPv3 needs a user",
+        ),
+        (
+            {"type": "snmp", "host": "pdu", "outlet": 1, "version": "4", "community_file": "c"},
+            "nodes[0].power[0].version: expected 1, 2c or 3, got '4'",
+        ),
+        (
+            {
+                "type": "snmp",
+                "host": "pdu",
+                "outlet": 1,
+                "vendor": "generic",
+                "community_file": "c",
+            },
+            "nodes[0].power[0].vendor: generic needs control_oid, status_oid",
+        ),
+        (
+            {
+                "type": "snmp",
+                "host": "pdu",
+                "outlet": 1,
+                "version": 3,
+                "user": "u",
+                "priv_protocol": "AES",
+                "priv_key_file": "/k",
+            },
+            "nodes[0].power[0].priv_protocol: privacy needs authentication (authPriv)",
+        ),
+        (
+            {"type": "redfish", "url": "10.0.0.1", "user": "u", "password_file": "/p"},
+            'nodes[0].power[0].url: expected an http(s)://host[:port] URL, got "10.0.0.1"',
+        ),
+    ],
+)
+def test_device_problems(device: dict[str, object], expected: str) -> None:
+    problems = _problems({"nodes": [_node(**device)]})
+    assert any(p.startswith(expected) for p in problems), problems
+
+
+def test_outlet_number_or_name() -> None:
+    config = parse_controller_config(
+        {
+            "nodes": [
+                _node(type="snmp", host="pdu", outlet="spark-1 psu", community_file="c"),
+            ]
+        }
+    )
+    device = config.nodes[0].power[0]
+    assert isinstance(device, SnmpDevice)
+    assert device.outlet_list == ("spark-1 psu",)
+    assert device.snmp_version == "2c"
+
+
+def test_duplicate_nodes_and_empty_cluster() -> None:
+    node = {"name": "spark-1", "agent": "http://127.0.0.1:9720"}
+    assert _problems({"nodes": [node, node]}) == ['nodes[1].name: duplicate node name "spark-1"']
+    assert _problems({"nodes": []}) == ["nodes: expected at least one node"]
+
+
+def test_secret_from_file_and_from_credentials_directory(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "community"
+    path.write_text("private\n")
+    path.chmod(0o600)
+    secret = read_secret("nodes[0].power[0].community_file", str(path))
+    assert isinstance(secret, Secret) and secret.reveal() == "private"
+    assert "private" not in repr(secret) and "private" not in str(secret)
+    assert not caplog.records
+    credentials = tmp_path / "creds"
+    credentials.mkdir()
+    (credentials / "pdu-community").write_text("s3cret")
+    (credentials / "pdu-community").chmod(0o600)
+    secret = read_secret("k", "pdu-community", {"CREDENTIALS_DIRECTORY": str(credentials)})
+    assert secret.reveal() == "s3cret"
+
+
+def test_a_loose_secret_file_gets_a_warning_without_the_value(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "community"
+    path.write_text("private")
+    path.chmod(0o644)
+    read_secret("nodes[0].power[0].community_file", str(path))
+    assert "readable by group or others (mode 644); chmod 600 it" in caplog.text
+    assert "private" not in caplog.text.replace(str(tmp_path), "")
+
+
+@pytest.mark.parametrize(
+    ("reference", "environ", "expected"),
+    [
+        ("/nonexistent/secret", {}, "does not exist"),
+        ("name-only", {}, "$CREDENTIALS_DIRECTORY is not set"),
+        ("../escape", {"CREDENTIALS_DIRECTORY": "/tmp"}, 'must not contain "/"'),
+    ],
+)
+def test_secret_errors_name_the_key(reference: str, environ: dict[str, str], expected: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        read_secret("nodes[0].power[0].password_file", reference, environ)
+    assert expected in str(caught.value)
+
+
+def test_empty_secret_file(tmp_path: Path) -> None:
+    path = tmp_path / "empty"
+    path.write_text("\n")
+    with pytest.raises(ConfigError, match="is empty"):
+        read_secret("k", str(path), dict(os.environ))
+
+
+def test_schema_module_exports_every_device_type() -> None:
+    assert set(typing.get_args(schema.PowerDevice)) == {
+        schema.SnmpDevice,
+        schema.IpmiDevice,
+        schema.RedfishDevice,
+        schema.ShellyDevice,
+        schema.TasmotaDevice,
+        schema.SshDevice,
+    }

@@ -1,0 +1,533 @@
+"""The SNMP backend against the stateful PDU stand-in, over real SNMP on loopback.
+
+The stand-in (spark_watchdog/lab/pdu_standin.py) is a pysnmp command
+responder that behaves like a switched PDU: its status follows the control
+column, it can be slow to switch, lose SET answers, refuse, or fall silent.
+Every test wraps the backend in ``VerifiedPower`` where the behaviour under
+test is VerifiedPower's reaction to what the device did.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Awaitable, Iterator
+from typing import Any, TypeVar
+
+import pytest
+
+from spark_watchdog.config.controller import SnmpDevice
+from spark_watchdog.config.secrets import Secret
+from spark_watchdog.errors import Ambiguous, PowerError, Refused, Unreachable
+from spark_watchdog.lab.pdu_standin import (
+    HostProcess,
+    PduStandin,
+    PduStandinThread,
+    StandinConfig,
+    StandinUser,
+)
+from spark_watchdog.power.base import (
+    OutletGroup,
+    PowerState,
+    PowerTiming,
+    VerifiedPower,
+    _CommandSpacing,
+)
+from spark_watchdog.power.snmp import (
+    NAMES_MAX_AGE_S,
+    DeviceMismatch,
+    MalformedAnswer,
+    SnmpCredentials,
+    SnmpOutlet,
+    SnmpPdu,
+    build_snmp_backend,
+    close_snmp_backend,
+    describe_snmp_backend,
+)
+from spark_watchdog.power.snmp_profiles import APC_RPDU2, PROFILES, RARITAN_PX2, PduProfile
+
+pytestmark = pytest.mark.integration
+
+ON, OFF = PowerState.ON, PowerState.OFF
+FAST = PowerTiming(
+    poll_interval=0.2,
+    power_timeout=6.0,
+    min_command_interval=0.0,
+    read_timeout=5.0,
+    command_timeout=5.0,
+)
+V3_USER = StandinUser("ops", "SHA256", "auth-secret-1", "AES128", "priv-secret-1")
+V3_STRONG = StandinUser("ops512", "SHA512", "auth-secret-2", "AES256", "priv-secret-2")
+NAMES = {1: "spark-1", 2: "spark-2", 3: "spark-3", 4: "spark-1b"}
+T = TypeVar("T")
+OPENED: list[SnmpPdu] = []  # the PDUs a test talked to; closed on the loop that used them
+
+
+def run(call: Awaitable[T]) -> T:
+    """``asyncio.run`` that also closes the SNMP sockets the call opened."""
+
+    async def main() -> T:
+        try:
+            return await call
+        finally:
+            for pdu in OPENED:
+                await pdu.aclose()
+
+    return asyncio.run(main())
+
+
+def tracked(pdu: SnmpPdu) -> SnmpPdu:
+    OPENED.append(pdu)
+    return pdu
+
+
+@pytest.fixture
+def standin() -> Iterator[PduStandinThread]:
+    cfg = StandinConfig(profile=APC_RPDU2, outlets=4, names=NAMES, users=(V3_USER, V3_STRONG))
+    OPENED.clear()
+    with PduStandinThread(PduStandin(cfg)) as runner:
+        yield runner
+
+
+def community(secret: str = "private", version: str = "2c") -> SnmpCredentials:
+    return SnmpCredentials(version=version, community=Secret(secret, "test"))
+
+
+def v3(user: StandinUser, auth_key: str | None = None) -> SnmpCredentials:
+    return SnmpCredentials(
+        version="3",
+        user=user.name,
+        auth_protocol=user.auth_protocol,
+        auth_key=Secret(auth_key or user.auth_key or "", "test"),
+        priv_protocol=user.priv_protocol,
+        priv_key=Secret(user.priv_key or "", "test"),
+    )
+
+
+def outlet(
+    runner: PduStandinThread,
+    number: int | str,
+    credentials: SnmpCredentials | None = None,
+    *,
+    vendor: str = "auto",
+    timeout: float = 0.5,
+    retries: int = 1,
+) -> SnmpOutlet:
+    pdu = SnmpPdu(
+        host="127.0.0.1",
+        port=runner.port,
+        credentials=credentials or community(),
+        timeout=timeout,
+        retries=retries,
+        vendor=vendor,
+    )
+    return SnmpOutlet(tracked(pdu), number)
+
+
+def verified(backend: Any) -> VerifiedPower:
+    return VerifiedPower(backend, FAST, spacing=_CommandSpacing())
+
+
+def step_names(steps: Any) -> list[str]:
+    return [s.name for s in steps]
+
+
+# -- reads, names, vendor ---------------------------------------------------------
+
+
+def test_reads_state_by_number_and_name_with_auto_vendor(standin: PduStandinThread) -> None:
+    standin.standin.outlets[2].on = False
+
+    async def main() -> None:
+        assert await outlet(standin, 1).read_state() is ON
+        by_name = outlet(standin, "spark-2")
+        assert await by_name.read_state() is OFF
+        assert await by_name.number() == 2
+        description = await by_name.describe()
+        assert description.vendor == "apc_rpdu2"
+        assert description.sys_object_id == ".1.3.6.1.4.1.318.1.3.4.6"
+        assert description.outlet_name == "spark-2"
+        assert await by_name.pdu.outlet_names() == NAMES
+
+    run(main())
+
+
+def test_snmpv1_reads_too(standin: PduStandinThread) -> None:
+    assert run(outlet(standin, 3, community(version="1")).read_state()) is ON
+
+
+def test_unknown_outlet_name_lists_the_names_seen(standin: PduStandinThread) -> None:
+    with pytest.raises(DeviceMismatch) as info:
+        run(outlet(standin, "spark-9").read_state())
+    assert 'no outlet named "spark-9"' in info.value.message
+    assert "2='spark-2'" in info.value.message and "4='spark-1b'" in info.value.message
+
+
+def test_named_outlet_follows_a_relabel_once_the_names_are_old(standin: PduStandinThread) -> None:
+    now = [0.0]
+    pdu = tracked(
+        SnmpPdu(
+            host="127.0.0.1",
+            port=standin.port,
+            credentials=community(),
+            timeout=0.5,
+            clock=lambda: now[0],
+        )
+    )
+    named = SnmpOutlet(pdu, "spark-2")
+
+    async def main() -> None:
+        assert await named.number() == 2
+        standin.standin.outlets[2].name = "retired"
+        standin.standin.outlets[3].name = "spark-2"  # the node was moved to outlet 3
+        assert await named.number() == 2  # names still fresh
+        now[0] += NAMES_MAX_AGE_S
+        assert await named.number() == 3
+
+    run(main())
+
+
+def test_outlet_number_the_pdu_does_not_have(standin: PduStandinThread) -> None:
+    with pytest.raises(DeviceMismatch, match="outlet 9 has no status on this PDU"):
+        run(outlet(standin, 9).read_state())
+
+
+# -- (b) the full verified cycle kills and restarts the host -------------------
+
+
+def test_verified_cycle_kills_the_host_and_boots_it_again(standin: PduStandinThread) -> None:
+    host = HostProcess(["sleep", "3600"])
+    standin.standin.on_change = lambda n, state: host.power(state) if n == 1 else None
+    host.power_on()
+    first_pid = host.pid
+    assert first_pid is not None and host.running
+    try:
+        result = run(verified(outlet(standin, "spark-1")).cycle(off_seconds=1.0))
+        assert result.verified
+        assert result.state_before is ON and result.state_after is ON
+        assert result.off_held_s is not None and result.off_held_s >= 1.0
+        names = step_names(result.steps)
+        assert names.index("off_requested") < names.index("off_verified")
+        assert names.index("hold_done") < names.index("on_requested") < names.index("on_verified")
+        assert host.process is not None
+        assert host.boots == 2 and host.running
+        assert host.pid != first_pid
+        # The first host really died (reaped, not just signalled).
+        with pytest.raises(ProcessLookupError):
+            os.kill(first_pid, 0)
+        assert [s.value for s in standin.standin.sets_for(1)] == [2, 1]
+    finally:
+        host.power_off()
+
+
+def test_slow_relay_needs_several_reads(standin: PduStandinThread) -> None:
+    standin.standin.cfg.switch_delay = 0.7
+    result = run(verified(outlet(standin, 3)).off())
+    assert result.verified and result.state_after is OFF
+    verified_step = next(s for s in result.steps if s.name == "off_verified")
+    reads = int(verified_step.detail.split()[1])
+    assert reads >= 2, verified_step
+
+
+# -- (c) SNMPv3 --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("user", [V3_USER, V3_STRONG], ids=["sha256-aes128", "sha512-aes256"])
+def test_snmpv3_auth_priv_switches_verified(standin: PduStandinThread, user: StandinUser) -> None:
+    power = verified(outlet(standin, 2, v3(user)))
+
+    async def main() -> None:
+        off = await power.off()
+        assert off.verified and off.state_after is OFF
+        on = await power.on()
+        assert on.verified and on.state_after is ON
+
+    run(main())
+    assert standin.standin.state(2) is ON
+    assert len(standin.standin.sets_for(2)) == 2  # one SET per action, discovery included
+
+
+def test_wrong_v3_key_is_unreachable_for_reads_and_sets(standin: PduStandinThread) -> None:
+    wrong = v3(V3_USER, auth_key="not-the-key")
+    started = time.monotonic()
+    with pytest.raises(Unreachable, match="Wrong SNMP PDU digest"):
+        run(outlet(standin, 2, wrong).read_state())
+    assert time.monotonic() - started < 5.0
+    # A SET with the wrong key is dropped by the agent's USM: certainly not applied.
+    with pytest.raises(Unreachable, match="not applied"):
+        run(outlet(standin, 2, wrong, vendor="apc_rpdu2").command(OFF))
+    assert standin.standin.set_requests == []
+    assert standin.standin.state(2) is ON
+
+
+# -- (d) wrong community -------------------------------------------------------------
+
+
+def test_wrong_community_is_unreachable_within_the_deadline(standin: PduStandinThread) -> None:
+    started = time.monotonic()
+    with pytest.raises(Unreachable) as info:
+        run(outlet(standin, 1, community("nope"), timeout=0.5, retries=1).read_state())
+    elapsed = time.monotonic() - started
+    assert elapsed < 5.0, f"took {elapsed:.1f}s for 2 tries of 0.5s"
+    assert "after 2 tries of 0.5s" in info.value.message
+    assert "nope" not in str(info.value)  # the community never reaches a message
+
+
+# -- (e) refused ---------------------------------------------------------------------
+
+
+def test_refused_set_is_refused_and_nothing_changes(standin: PduStandinThread) -> None:
+    standin.standin.refuse = True
+    with pytest.raises(Refused, match="wrongValue") as info:
+        run(verified(outlet(standin, 1)).off())
+    assert step_names(info.value.steps)[-1] == "off_requested"
+    assert standin.standin.state(1) is ON
+
+
+def test_read_only_community_cannot_switch(standin: PduStandinThread) -> None:
+    with pytest.raises(Refused, match="noAccess"):
+        run(outlet(standin, 1, community("public"), vendor="apc_rpdu2").command(OFF))
+    assert standin.standin.state(1) is ON
+
+
+# -- (f) the SET answer is lost ----------------------------------------------------
+
+
+def test_lost_set_answer_is_ambiguous_then_read_back_never_resent(
+    standin: PduStandinThread,
+) -> None:
+    standin.standin.drop_set_responses = True
+    result = run(verified(outlet(standin, 2, timeout=0.5)).off())
+    names = step_names(result.steps)
+    assert names.index("off_requested") < names.index("off_ambiguous") < names.index("off_verified")
+    assert result.verified and result.state_after is OFF
+    sets = standin.standin.sets_for(2)
+    assert len(sets) == 1, f"the SET was resent: {sets}"
+    assert sets[0].outcome == "applied_unanswered"
+
+
+def test_silent_pdu_reads_unreachable_and_a_set_is_ambiguous(standin: PduStandinThread) -> None:
+    standin.standin.silent = True
+    with pytest.raises(Unreachable):
+        run(outlet(standin, 1, retries=0).read_state())
+    # Nothing says whether a SET into silence landed: never report it as not sent.
+    with pytest.raises(Ambiguous, match="may have been applied"):
+        run(outlet(standin, 1, vendor="apc_rpdu2").command(OFF))
+
+
+# -- (g) several outlets feed one node ---------------------------------------------
+
+
+def test_multi_outlet_node_off_means_all_off_verified(standin: PduStandinThread) -> None:
+    device = SnmpDevice(
+        type="snmp",
+        host="127.0.0.1",
+        port=standin.port,
+        outlets=("spark-1", "spark-1b"),
+        community_file="/unused/in/this/test",
+        timeout=0.5,
+    )
+    backend = build_snmp_backend(device, {"community_file": Secret("private", "test")})
+    assert isinstance(backend, OutletGroup)
+    power = verified(backend)
+
+    async def main() -> None:
+        off = await power.off()
+        assert off.verified and off.state_after is OFF
+        assert await power.state() is OFF
+        descriptions = await describe_snmp_backend(backend)
+        assert [(d.outlet, d.outlet_name) for d in descriptions] == [
+            (1, "spark-1"),
+            (4, "spark-1b"),
+        ]
+        on = await power.on()
+        assert on.verified
+        await close_snmp_backend(backend)
+
+    run(main())
+    assert [len(standin.standin.sets_for(n)) for n in (1, 2, 3, 4)] == [2, 0, 0, 2]
+
+
+def test_half_switched_group_reads_mixed(standin: PduStandinThread) -> None:
+    standin.standin.outlets[4].on = False
+    group = OutletGroup([outlet(standin, 1), outlet(standin, 4)])
+    assert run(group.read_state()) is PowerState.MIXED
+
+
+# -- (i) malformed answers -----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("fault", "error", "text"),
+    [
+        ("wrong_type", MalformedAnswer, "expected an INTEGER, got OctetString 'on'"),
+        ("unknown_value", MalformedAnswer, "= 99: not a state apc_rpdu2 knows (on: 2, off: 1)"),
+        ("no_such_instance", DeviceMismatch, "NoSuchInstance"),
+    ],
+)
+def test_malformed_status_is_an_error_never_a_state(
+    standin: PduStandinThread, fault: Any, error: type[PowerError], text: str
+) -> None:
+    standin.standin.status_fault = fault
+    with pytest.raises(error) as info:
+        run(verified(outlet(standin, 1)).state())
+    assert text in info.value.message
+
+
+# -- the stand-in itself: control -> status like the device --------------------------
+
+
+def test_control_column_drives_status_like_the_device(standin: PduStandinThread) -> None:
+    standin.standin.cfg.reboot_seconds = 0.6
+    pdu = tracked(
+        SnmpPdu(host="127.0.0.1", port=standin.port, credentials=community(), timeout=0.5)
+    )
+    control = APC_RPDU2.instance(APC_RPDU2.control_off.oid, 3)
+    status = APC_RPDU2.instance(APC_RPDU2.status_oid, 3)
+
+    async def main() -> None:
+        assert int(await pdu.get("t", control)) == 1  # reads back immediateOn while on
+        await pdu.set_integer("t", control, 2)  # immediateOff
+        assert int(await pdu.get("t", status)) == 1  # rPDU2: off(1)
+        assert int(await pdu.get("t", control)) == 2
+        await pdu.set_integer("t", control, 1)
+        await pdu.set_integer("t", control, 3)  # immediateReboot: off now, on later
+        assert int(await pdu.get("t", status)) == 1
+        await asyncio.sleep(1.0)
+        assert int(await pdu.get("t", status)) == 2
+        with pytest.raises(Refused, match="wrongValue"):
+            await pdu.set_integer("t", control, 9)
+        with pytest.raises(Refused, match="notWritable"):
+            await pdu.set_integer("t", status, 1)
+
+    run(main())
+
+
+def test_raritan_profile_on_the_wire() -> None:
+    cfg = StandinConfig(profile=RARITAN_PX2, outlets=3, names={3: "spark-3"})
+    with PduStandinThread(PduStandin(cfg)) as runner:
+        backend = outlet(runner, "spark-3")
+
+        async def main() -> None:
+            result = await verified(backend).off()
+            assert result.verified
+            assert (await backend.describe()).vendor == "raritan_px2"
+            # outletSwitchingState.1.3 reads off(8) (PDU2-MIB SensorStateEnumeration)
+            status = RARITAN_PX2.instance(RARITAN_PX2.status_oid, 3)
+            assert status == "1.3.6.1.4.1.13742.6.4.1.2.1.3.1.3"
+            assert int(await backend.pdu.get("t", status)) == 8
+
+        run(main())
+        # switchingOperation off(0) (PDU2-MIB OutletSwitchingOperationsEnumeration)
+        assert [s.value for s in runner.standin.sets_for(3)] == [0]
+
+
+@pytest.mark.parametrize("profile", list(PROFILES.values()), ids=list(PROFILES))
+def test_every_profile_round_trips_through_auto_detection(profile: PduProfile) -> None:
+    # The stand-in speaks each profile from the same data the backend reads:
+    # this proves the plumbing (sysObjectID match, index prefixes, split on/off
+    # columns), not the vendor's OIDs -- those are checked against MIB text.
+    cfg = StandinConfig(profile=profile, outlets=2, names={2: "node"})
+    with PduStandinThread(PduStandin(cfg)) as runner:
+        backend = outlet(runner, "node")
+        power = verified(backend)
+
+        async def main() -> None:
+            assert (await power.off()).verified
+            assert (await backend.describe()).vendor == profile.key
+            assert (await power.on()).verified
+
+        run(main())
+        values = [s.value for s in runner.standin.sets_for(2)]
+        assert values == [profile.control_off.value, profile.control_on.value]
+        assert runner.standin.state(1) is ON
+
+
+def test_binds_loopback_only() -> None:
+    with pytest.raises(ValueError, match="loopback only"):
+        PduStandin(StandinConfig(profile=APC_RPDU2), host="0.0.0.0")
+
+
+# -- the stand-in as a process (how the lab runs it) -------------------------------
+
+
+class OutputLines:
+    """A process's stdout lines, read by a thread so a silent process fails the test."""
+
+    def __init__(self, process: subprocess.Popen[str]) -> None:
+        self.lines: queue.Queue[str] = queue.Queue()
+        self.process = process
+        threading.Thread(target=self._pump, daemon=True).start()
+
+    def _pump(self) -> None:
+        assert self.process.stdout is not None
+        with self.process.stdout:
+            for line in self.process.stdout:
+                self.lines.put(line.rstrip("\n"))
+        self.lines.put("")  # end of output
+
+    def next(self, timeout: float = 15.0) -> str:
+        try:
+            return self.lines.get(timeout=timeout)
+        except queue.Empty:
+            raise AssertionError(f"no output from the stand-in within {timeout:g}s") from None
+
+
+def test_standalone_process_powers_a_host_command(tmp_path: Any) -> None:
+    community_file = tmp_path / "write-community"
+    community_file.write_text("lab-write\n")
+    community_file.chmod(0o600)
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "spark_watchdog.lab.pdu_standin",
+            "--outlets",
+            "2",
+            "--name",
+            "1=node-a",
+            "--write-community-file",
+            str(community_file),
+            "--host-command",
+            "1=sleep 3600",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    output = OutputLines(process)
+    host_pid: int | None = None
+    try:
+        lines: list[str] = []
+        while not any(line.startswith("pdu-standin ready") for line in lines):
+            line = output.next()
+            assert line, f"stand-in exited: {lines}"
+            lines.append(line)
+        ready = next(line for line in lines if line.startswith("pdu-standin ready"))
+        port = int(ready.split("port=")[1].split()[0])
+        host_pid = int(next(x for x in lines if x.startswith("host 1 up")).split("pid=")[1])
+        pdu = tracked(
+            SnmpPdu(host="127.0.0.1", port=port, credentials=community("lab-write"), timeout=0.5)
+        )
+        result = run(verified(SnmpOutlet(pdu, "node-a")).off())
+        assert result.verified
+        assert output.next() == "outlet 1 off"
+        assert output.next() == "host 1 down"
+        with pytest.raises(ProcessLookupError):
+            os.kill(host_pid, 0)
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=10) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        if host_pid is not None:  # a stand-in killed above cannot kill its host any more
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(host_pid, signal.SIGKILL)
