@@ -7,7 +7,11 @@ Layout of one running agent:
 - the heartbeat loop, every ``loop_interval``: reads the host, advances
   ``seq``, rebuilds the snapshot, and pets the systemd watchdog only while
   every probe task is alive and reporting;
-- the HTTP endpoint on its own threads, serving the latest snapshot.
+- the HTTP endpoint on its own threads, serving the latest snapshot;
+- the serving launcher (``serving.enabled``), driven by the controller's
+  authenticated ``POST /v1/serving/{start,stop,canary}``; those run in the
+  HTTP request threads, so a stop waiting out ``stop_timeout`` never blocks
+  the loop. Its status is ``serving`` in ``/v1/state`` and ``GET /v1/serving``.
 """
 
 from __future__ import annotations
@@ -23,16 +27,27 @@ from collections.abc import Sequence
 from typing import Any
 
 from spark_watchdog import __version__
+from spark_watchdog.agent.auth import BearerAuth
 from spark_watchdog.agent.exposition import render
 from spark_watchdog.agent.http_api import (
     JSON,
     PROMETHEUS_TEXT,
     HttpEndpoint,
+    PostRoute,
     Response,
+    Route,
     json_response,
 )
 from spark_watchdog.agent.probe_runner import Observation, ProbeRunner, iso_time
 from spark_watchdog.agent.sdnotify import SystemdNotifier
+from spark_watchdog.agent.serving import (
+    LaunchFailed,
+    ServingConflict,
+    ServingLauncher,
+    StopFailed,
+    UnknownProfile,
+    disabled_status,
+)
 from spark_watchdog.config.agent import AgentConfig
 from spark_watchdog.errors import ProbeError
 from spark_watchdog.probes.base import ProbeReport
@@ -81,12 +96,26 @@ class Agent:
         self._last_status = ""
         self.ready = asyncio.Event()
         self.http: HttpEndpoint | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+        # Serving control: the token is read now, so a missing or unreadable
+        # token_file stops the agent at start (ConfigError), not at the first
+        # restart the controller asks for in the middle of an incident.
+        self.serving: ServingLauncher | None = None
+        self._auth: BearerAuth | None = None
+        if config.serving.enabled:
+            assert config.serving.token_file is not None  # checked by the config
+            self._auth = BearerAuth.from_file(config.serving.token_file)
+            self.serving = ServingLauncher(
+                config.serving, process_match=config.probes.vllm.process_match
+            )
 
         probes = config.probes
         self._tracker: ProgressTracker | None = None
         self._scraper: VllmScraper | None = None
         self._canary: Canary | None = None
         self._canary_task: asyncio.Task[None] | None = None
+        self._asked_canary: Canary | None = None
         self._last_canary = float("-inf")
         if probes.vllm.enabled:
             vcfg = probes.vllm
@@ -95,6 +124,9 @@ class Agent:
                 self._scraper = VllmScraper(vcfg.url, vcfg.timeout, vcfg.max_body_bytes)
                 if vcfg.canary.enabled:
                     self._canary = Canary(vcfg.url, vcfg.canary.model, vcfg.canary.timeout)
+                # The one the controller asks for (POST /v1/serving/canary), sent
+                # whether or not automatic canaries are on.
+                self._asked_canary = Canary(vcfg.url, vcfg.canary.model, vcfg.canary.timeout)
             self._runners["vllm"] = ProbeRunner(
                 "vllm", vcfg.interval, vcfg.timeout + 1.0, blocking_probe=self._read_vllm
             )
@@ -173,6 +205,13 @@ class Agent:
         self._tracker.note_canary(result, time.monotonic())
         log.info("canary: %s", result.outcome, extra={"probe": "vllm", "canary": result.outcome})
 
+    def _known_models(self) -> tuple[str, ...]:
+        runner = self._runners.get("vllm")
+        latest = None if runner is None else runner.latest
+        if latest is not None and isinstance(latest.report, VllmStatus):
+            return latest.report.models
+        return ()
+
     # -- snapshot ---------------------------------------------------------
 
     def _probe_json(self, name: str) -> dict[str, Any]:
@@ -225,7 +264,11 @@ class Agent:
                 "journal": self._probe_json("journal"),
                 "host": host_json,
             },
+            "serving": self.serving_status(),
         }
+
+    def serving_status(self) -> dict[str, Any]:
+        return self.serving.status() if self.serving is not None else disabled_status()
 
     def loop_healthy(self) -> bool:
         """Every probe task alive and none stuck: the condition for WATCHDOG=1."""
@@ -254,7 +297,7 @@ class Agent:
 
     # -- HTTP -------------------------------------------------------------
 
-    def routes(self) -> dict[str, Any]:
+    def routes(self) -> dict[str, Route]:
         def state() -> Response:
             with self._lock:
                 return 200, JSON, self._state_json
@@ -266,14 +309,105 @@ class Agent:
         def metrics() -> Response:
             return 200, PROMETHEUS_TEXT, render(self.snapshot)
 
-        return {"/v1/state": state, "/v1/boots": boots, "/metrics": metrics}
+        def serving() -> Response:
+            # Unauthenticated, like /v1/state, which carries the same object: it
+            # holds no secret (DESIGN §7 keeps secrets off command lines).
+            return json_response(self.serving_status())
+
+        return {
+            "/v1/state": state,
+            "/v1/boots": boots,
+            "/metrics": metrics,
+            "/v1/serving": serving,
+        }
+
+    def post_routes(self) -> dict[str, PostRoute]:
+        """``POST /v1/serving/{start,stop,canary}``; the bearer token is checked
+        by the HTTP layer before any of these runs."""
+        launcher = self.serving
+        if launcher is None:
+
+            def disabled(body: dict[str, Any]) -> Response:
+                return json_response(
+                    {"error": "serving control is disabled on this node (serving.enabled: false)"},
+                    404,
+                )
+
+            return dict.fromkeys(_SERVING_POSTS, disabled)
+
+        def start(body: dict[str, Any]) -> Response:
+            problem = _unexpected_keys(body, ("profile",))
+            profile = body.get("profile")
+            if (
+                problem is None
+                and profile is not None
+                and (not isinstance(profile, str) or not profile)
+            ):
+                problem = f"profile: expected a profile name (a string), got {profile!r}"
+            if problem is not None:
+                return json_response({"error": problem}, 400)
+            log.info("serving: start requested (profile %s)", profile or "default")
+            try:
+                return json_response(launcher.start(profile))
+            except UnknownProfile as exc:
+                return json_response({"error": str(exc), "known_profiles": exc.known}, 400)
+            except ServingConflict as exc:
+                return json_response({"error": str(exc), "serving": launcher.status()}, 409)
+            except LaunchFailed as exc:
+                log.error("serving: %s", exc)
+                return json_response({"error": str(exc), "serving": launcher.status()}, 500)
+
+        def stop(body: dict[str, Any]) -> Response:
+            problem = _unexpected_keys(body, ())
+            if problem is not None:
+                return json_response({"error": problem}, 400)
+            log.info("serving: stop requested")
+            try:
+                return json_response(launcher.stop())
+            except ServingConflict as exc:
+                return json_response({"error": str(exc), "serving": launcher.status()}, 409)
+            except StopFailed as exc:
+                log.error("serving: %s", exc)
+                return json_response({"error": str(exc), "serving": launcher.status()}, 500)
+
+        def canary(body: dict[str, Any]) -> Response:
+            problem = _unexpected_keys(body, ())
+            if problem is not None:
+                return json_response({"error": problem}, 400)
+            if self._asked_canary is None:
+                return json_response(
+                    {
+                        "error": "no vLLM API on this node (probes.vllm.url is null or the "
+                        "vllm probe is off): canaries go to the head"
+                    },
+                    409,
+                )
+            result = self._asked_canary.run(self._known_models())
+            loop, tracker = self._loop, self._tracker
+            if loop is not None and tracker is not None:
+                # The tracker belongs to the event loop; an answered canary is
+                # proof of life for the stall clock there too.
+                loop.call_soon_threadsafe(tracker.note_canary, result, time.monotonic())
+            log.info("serving: canary asked: %s", result.describe())
+            return json_response(result.to_json())
+
+        return {
+            "/v1/serving/start": start,
+            "/v1/serving/stop": stop,
+            "/v1/serving/canary": canary,
+        }
 
     # -- main loop --------------------------------------------------------
 
     def status_line(self) -> str:
         """One line for ``systemctl status``; it changes only when a state does."""
         probes = self._snapshot.get("probes", {})
-        return ", ".join(f"{name} {body.get('state')}" for name, body in probes.items())
+        line = ", ".join(f"{name} {body.get('state')}" for name, body in probes.items())
+        serving = self._snapshot.get("serving", {})
+        if serving.get("enabled"):
+            profile = serving.get("profile")
+            line += f", serving {serving.get('state')}" + (f" ({profile})" if profile else "")
+        return line
 
     async def _heartbeat(self, stop: asyncio.Event) -> None:
         interval = self.config.loop_interval
@@ -315,7 +449,14 @@ class Agent:
     async def run(self, stop: asyncio.Event) -> None:
         """Run until ``stop`` is set. Raises WatchdogError if it cannot listen."""
         listen = self.config.listen
-        self.http = HttpEndpoint(listen.address, listen.port, self.routes())
+        self._loop = asyncio.get_running_loop()
+        self.http = HttpEndpoint(
+            listen.address,
+            listen.port,
+            self.routes(),
+            self.post_routes(),
+            None if self._auth is None else self._auth.check,
+        )
         self._publish()
         self.http.start()
         log.info(
@@ -349,6 +490,17 @@ class Agent:
                 await self._gpu.close()
             self.http.stop()
             log.info("agent %s stopped", self.config.node)
+
+
+_SERVING_POSTS = ("/v1/serving/start", "/v1/serving/stop", "/v1/serving/canary")
+
+
+def _unexpected_keys(body: dict[str, Any], allowed: tuple[str, ...]) -> str | None:
+    extra = sorted(set(body) - set(allowed))
+    if not extra:
+        return None
+    wanted = ", ".join(allowed) if allowed else "none (send {} or no body)"
+    return f"unknown key(s) in body: {', '.join(extra)}; expected: {wanted}"
 
 
 async def serve(config: AgentConfig) -> None:

@@ -2,16 +2,28 @@
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
+from spark_watchdog.agent.profiles import (
+    BUILTIN_PROFILES,
+    SAFE,
+    Profile,
+    ProfileError,
+    apply_profile,
+)
 from spark_watchdog.config.files import read_yaml
 from spark_watchdog.config.schema import InvalidSetting, load, setting
+from spark_watchdog.config.secrets import read_secret
 from spark_watchdog.errors import ConfigError
 
 _NODE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+_PROFILE_NAME = _NODE_NAME
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 @dataclass(frozen=True)
@@ -85,11 +97,89 @@ class ProbesConfig:
 
 
 @dataclass(frozen=True)
+class ServingProfileConfig:
+    """One named profile; ``{}`` / ``[]`` change nothing."""
+
+    speculative_config: dict[str, Any] = setting(default_factory=dict)
+    compilation_config: dict[str, Any] = setting(default_factory=dict)
+    extra_args: tuple[str, ...] = setting(())
+
+
+@dataclass(frozen=True)
+class ServingConfig:
+    enabled: bool = setting(False)
+    command: tuple[str, ...] = setting(())
+    profiles: dict[str, ServingProfileConfig] = setting(default_factory=dict)
+    default_profile: str = setting(SAFE)
+    token_file: str | None = setting(None)
+    log_file: str = setting("/var/lib/spark-watchdog/serving.log")
+    stop_timeout: float = setting(30.0, above=0, maximum=3600)
+    working_directory: str | None = setting(None)
+    environment: dict[str, str] = setting(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name in self.profiles:
+            if not _PROFILE_NAME.match(name):
+                raise InvalidSetting(
+                    f"profiles.{name}",
+                    "expected a profile name of letters, digits, '.', '_', '-' "
+                    "(at most 63 characters)",
+                )
+        known = self.all_profiles()
+        if self.default_profile not in known:
+            raise InvalidSetting(
+                "default_profile",
+                f'expected one of {", ".join(sorted(known))}, got "{self.default_profile}"',
+            )
+        for key in self.environment:
+            if not _ENV_NAME.match(key):
+                raise InvalidSetting(
+                    f"environment.{key}",
+                    "expected an environment variable name ([A-Za-z_][A-Za-z0-9_]*)",
+                )
+        if not self.enabled:
+            return
+        if not self.command:
+            raise InvalidSetting(
+                "command", "required when serving is enabled: the rank's launch argv as a list"
+            )
+        if self.token_file is None:
+            raise InvalidSetting(
+                "token_file",
+                "required when serving is enabled: a file (or systemd credential name) "
+                "holding the bearer token the controller sends",
+            )
+        if not os.path.isabs(self.log_file):
+            raise InvalidSetting("log_file", f'expected an absolute path, got "{self.log_file}"')
+        if self.working_directory is not None and not os.path.isabs(self.working_directory):
+            raise InvalidSetting(
+                "working_directory", f'expected an absolute path, got "{self.working_directory}"'
+            )
+        # A command a profile cannot be merged into is a config error now, not a
+        # failed restart in the middle of an incident.
+        for name, profile in sorted(known.items()):
+            try:
+                apply_profile(self.command, profile)
+            except ProfileError as exc:
+                raise InvalidSetting("command", f"profile {name}: {exc}") from None
+
+    def all_profiles(self) -> dict[str, Profile]:
+        """Built-in profiles (safe, plain) overlaid by the configured ones."""
+        merged = dict(BUILTIN_PROFILES)
+        for name, p in self.profiles.items():
+            merged[name] = Profile(
+                name, p.speculative_config, p.compilation_config, tuple(p.extra_args)
+            )
+        return merged
+
+
+@dataclass(frozen=True)
 class AgentConfig:
     node: str = setting()
     listen: ListenConfig = setting(default_factory=ListenConfig)
     loop_interval: float = setting(1.0, above=0, maximum=60)
     probes: ProbesConfig = setting(default_factory=ProbesConfig)
+    serving: ServingConfig = setting(default_factory=ServingConfig)
 
     def __post_init__(self) -> None:
         if not _NODE_NAME.match(self.node):
@@ -110,4 +200,9 @@ def parse_agent_config(data: object, source: str = "agent config") -> AgentConfi
 
 
 def load_agent_config(path: str | Path) -> AgentConfig:
-    return parse_agent_config(read_yaml(path), str(path))
+    """Load and validate; with serving enabled, the token file must be readable now
+    (a missing token is a config error, exit 2, not a 401 at the first restart)."""
+    config = parse_agent_config(read_yaml(path), str(path))
+    if config.serving.enabled and config.serving.token_file is not None:
+        read_secret("serving.token_file", config.serving.token_file)
+    return config

@@ -14,6 +14,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 import requests
 from prometheus_client.parser import text_string_to_metric_families
@@ -22,6 +23,7 @@ from spark_watchdog.agent.daemon import Agent
 from spark_watchdog.agent.probe_runner import Observation, ProbeFailure
 from spark_watchdog.agent.sdnotify import SystemdNotifier
 from spark_watchdog.config.agent import AgentConfig, parse_agent_config
+from spark_watchdog.errors import ConfigError
 from spark_watchdog.lab.journal_writer import Ending, Fault, boot_entries, write_boot
 from spark_watchdog.lab.vllm_standin import VllmStandin
 
@@ -294,3 +296,178 @@ def test_canary_is_sent_when_a_stall_is_suspected(
     # A wedged engine never answers the 1-token request: the canary times out.
     assert agent.wait(lambda: canary_outcome() == "timeout", 10)
     assert agent.wait(lambda: agent.state()["probes"]["vllm"]["state"] == "stalled", 10)
+
+
+# --- serving control over HTTP ------------------------------------------------------
+
+TOKEN = "t0ken-" + uuid.uuid4().hex
+ADAPTIVE_ON = '{"method":"dspark","num_speculative_tokens":5,"enable_adaptive_verification":true}'
+
+
+def _serving_config(tmp_path: Path, vllm_port: int) -> AgentConfig:
+    token_file = tmp_path / "serving-token"
+    token_file.write_text(TOKEN + "\n")
+    token_file.chmod(0o600)
+    return parse_agent_config(
+        {
+            "node": "spark-1",
+            "listen": {"address": "127.0.0.1", "port": _free_port()},
+            "loop_interval": 0.2,
+            "probes": {
+                "vllm": {
+                    "url": f"http://127.0.0.1:{vllm_port}",
+                    "interval": 0.3,
+                    "timeout": 1.0,
+                    "stall_after": 2.0,
+                },
+                "gpu": {"enabled": False},
+                "journal": {"enabled": False},
+            },
+            "serving": {
+                "enabled": True,
+                "command": [
+                    sys.executable,
+                    "-m",
+                    "spark_watchdog.lab.vllm_standin",
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(vllm_port),
+                    "--speculative-config",
+                    ADAPTIVE_ON,
+                ],
+                "token_file": str(token_file),
+                "log_file": str(tmp_path / "serving.log"),
+                "stop_timeout": 5.0,
+            },
+        }
+    )
+
+
+@pytest.fixture
+def serving_agent(tmp_path: Path) -> Iterator[RunningAgent]:
+    agent = Agent(_serving_config(tmp_path, _free_port()), notifier=SystemdNotifier({}))
+    handle = RunningAgent(agent)
+    assert handle.wait(lambda: handle.agent.ready.is_set(), 30), "agent never became ready"
+    yield handle
+    assert agent.serving is not None
+    agent.serving.stop()
+    handle.close()
+
+
+def _post(
+    agent: RunningAgent, path: str, body: Any = None, token: str | None = TOKEN, **kw: Any
+) -> requests.Response:
+    headers = {} if token is None else {"Authorization": f"Bearer {token}"}
+    return requests.post(f"{agent.base}{path}", json=body, headers=headers, timeout=15, **kw)
+
+
+def test_serving_posts_need_the_bearer_token(serving_agent: RunningAgent) -> None:
+    agent = serving_agent
+    for path in ("/v1/serving/start", "/v1/serving/stop", "/v1/serving/canary"):
+        missing = _post(agent, path, {}, token=None)
+        wrong = _post(agent, path, {}, token=TOKEN + "x")
+        for answer in (missing, wrong):
+            assert answer.status_code == 401, (path, answer.text)
+            assert answer.headers["WWW-Authenticate"].startswith("Bearer")
+            assert TOKEN not in answer.text
+            assert answer.json()["error"]
+        basic = requests.post(f"{agent.base}{path}", auth=("u", TOKEN), timeout=5)
+        assert basic.status_code == 401
+    # Nothing was started by any of them.
+    assert requests.get(f"{agent.base}/v1/serving", timeout=5).json()["state"] == "not_started"
+    # Stop is idempotent: with the token and nothing running, it is a 200.
+    ok = _post(agent, "/v1/serving/stop")
+    assert ok.status_code == 200 and ok.json()["state"] == "not_started"
+
+
+def test_serving_start_stop_over_http_with_the_vllm_probe_watching(
+    serving_agent: RunningAgent,
+) -> None:
+    agent = serving_agent
+    assert agent.wait(lambda: agent.state()["probes"]["vllm"]["state"] == "unreachable")
+    assert agent.state()["serving"]["state"] == "not_started"
+
+    started = _post(agent, "/v1/serving/start", {"profile": "safe"})
+    assert started.status_code == 200, started.text
+    body = started.json()
+    assert body["state"] == "running" and body["profile"] == "safe"
+    assert '"enable_adaptive_verification":false' in " ".join(body["argv"])
+
+    # The probe sees the rank it started, and /v1/state carries the serving status.
+    assert agent.wait(lambda: agent.state()["probes"]["vllm"]["state"] == "progressing", 15)
+    assert agent.wait(lambda: agent.state()["serving"]["effective_matches_profile"] is True)
+    serving = agent.state()["serving"]
+    assert serving["effective"] == {
+        "cudagraph_mode": "FULL_DECODE_ONLY",
+        "enable_adaptive_verification": False,
+    }
+    assert requests.get(f"{agent.base}/v1/serving", timeout=5).json()["pid"] == serving["pid"]
+
+    # Proof of life on request.
+    canary = _post(agent, "/v1/serving/canary")
+    assert canary.status_code == 200 and canary.json()["outcome"] == "ok", canary.text
+
+    # A second start while it runs is a conflict, not a second rank.
+    again = _post(agent, "/v1/serving/start", {"profile": "plain"})
+    assert again.status_code == 409 and "still has live processes" in again.json()["error"]
+
+    stopped = _post(agent, "/v1/serving/stop", {})
+    assert stopped.status_code == 200 and stopped.json()["state"] == "stopped"
+    assert not psutil.pid_exists(serving["pid"]) or (
+        psutil.Process(serving["pid"]).status() == psutil.STATUS_ZOMBIE
+    )
+    assert agent.wait(lambda: agent.state()["probes"]["vllm"]["state"] != "progressing", 10)
+    canary = _post(agent, "/v1/serving/canary")
+    assert canary.status_code == 200 and canary.json()["outcome"] == "error"
+
+
+def test_serving_requests_that_are_wrong_get_a_400_that_says_why(
+    serving_agent: RunningAgent,
+) -> None:
+    agent = serving_agent
+    unknown = _post(agent, "/v1/serving/start", {"profile": "fastest"})
+    assert unknown.status_code == 400
+    assert unknown.json()["known_profiles"] == ["plain", "safe"]
+    assert 'unknown profile "fastest"' in unknown.json()["error"]
+
+    def raw(path: str, data: bytes) -> requests.Response:
+        headers = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
+        return requests.post(f"{agent.base}{path}", data=data, headers=headers, timeout=5)
+
+    broken = raw("/v1/serving/start", b'{"profile": ')
+    assert broken.status_code == 400 and "body is not JSON" in broken.json()["error"]
+    listed = raw("/v1/serving/start", b'["safe"]')
+    assert (
+        listed.status_code == 400 and "expected a JSON object, got list" in listed.json()["error"]
+    )
+    typo = _post(agent, "/v1/serving/start", {"profil": "safe"})
+    assert typo.status_code == 400 and "unknown key(s) in body: profil" in typo.json()["error"]
+    number = _post(agent, "/v1/serving/start", {"profile": 3})
+    assert (
+        number.status_code == 400 and "profile: expected a profile name" in number.json()["error"]
+    )
+    huge = raw("/v1/serving/stop", b"{" + b" " * 70_000 + b"}")
+    assert huge.status_code == 413
+    wrong_method = requests.get(f"{agent.base}/v1/serving/start", timeout=5)
+    assert wrong_method.status_code == 405 and wrong_method.headers["Allow"] == "POST"
+    assert _post(agent, "/v1/state").status_code == 405
+    assert _post(agent, "/v1/serving/nothing").status_code == 404
+    # None of it started anything, and the agent still answers.
+    assert agent.state()["serving"]["state"] == "not_started"
+
+
+def test_serving_is_off_by_default_and_says_so(running: Callable[..., RunningAgent]) -> None:
+    agent = running()
+    assert agent.state()["serving"] == {"enabled": False, "state": "not_started"}
+    answer = requests.post(f"{agent.base}/v1/serving/start", json={}, timeout=5)
+    assert answer.status_code == 404
+    assert "serving.enabled: false" in answer.json()["error"]
+
+
+def test_an_unreadable_token_file_stops_the_agent_at_start(tmp_path: Path) -> None:
+    config = _serving_config(tmp_path, _free_port())
+    (tmp_path / "serving-token").unlink()
+    with pytest.raises(ConfigError) as caught:
+        Agent(config, notifier=SystemdNotifier({}))
+    assert "serving.token_file" in str(caught.value)

@@ -47,7 +47,10 @@ def test_every_problem_is_reported_at_once_with_its_key_path() -> None:
     with pytest.raises(ConfigError) as caught:
         parse_agent_config(data, "agent.yaml")
     problems = caught.value.problems
-    assert "nodee: unknown key; expected one of listen, loop_interval, node, probes" in problems
+    assert (
+        "nodee: unknown key; expected one of listen, loop_interval, node, probes, serving"
+        in problems
+    )
     assert "node: required key is missing" in problems
     assert "listen.port: expected an integer ≥ 1 and ≤ 65535, got 70000" in problems
     assert 'probes.vllm.interval: expected a number > 0, got "fast"' in problems
