@@ -14,11 +14,14 @@ from typing import Any
 from spark_watchdog import __version__
 from spark_watchdog.cli import (
     agent_cmd,
+    controller_cmd,
+    history_cmd,
     lab_cmd,
     power_cmd,
     probe_gpu,
     probe_journal,
     probe_vllm,
+    serving_cmd,
 )
 
 EXIT_OK = 0
@@ -57,7 +60,10 @@ def build_parser() -> argparse.ArgumentParser:
     probe_vllm.add_parser(probes)
     probe_gpu.add_parser(probes)
 
+    controller_cmd.add_parser(commands)
     power_cmd.add_parser(commands)
+    history_cmd.add_parsers(commands)
+    serving_cmd.add_parser(commands)
     lab_cmd.add_parser(commands)
     return parser
 

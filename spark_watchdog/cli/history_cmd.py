@@ -1,0 +1,330 @@
+"""Operator commands over the freeze history: status, history, show, boots, hold, release.
+
+They read the history database directly (``--db PATH``, or the ``history``
+path of ``--config FILE``), so they work with or without a running
+controller; ``status`` asks the running controller first. Every command
+takes ``--json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import time
+from collections.abc import Sequence
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from spark_watchdog.config.controller import load_controller_config
+from spark_watchdog.errors import ConfigError, WatchdogError
+from spark_watchdog.history.records import CLUSTER, iso_utc
+from spark_watchdog.history.store import HistoryStore
+
+DEFAULT_CONFIG = "/etc/spark-watchdog/controller.yaml"
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+_SINCE = re.compile(r"^(\d+(?:\.\d+)?)([smhdw])$")
+_UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--db", metavar="PATH", help="history database (default: from --config)")
+    parser.add_argument(
+        "--config", metavar="FILE", help=f"controller config (default {DEFAULT_CONFIG})"
+    )
+    parser.add_argument("--json", action="store_true", help="print JSON")
+
+
+def add_parsers(commands: Any) -> None:
+    status = commands.add_parser(
+        "status",
+        help="nodes, verdicts, holds and the serving profile",
+        description="Ask the running controller (GET /v1/status); without one, read the history.",
+    )
+    _common(status)
+    status.add_argument("--url", metavar="URL", help="controller URL (default: from --config)")
+    status.set_defaults(func=run_status)
+
+    history = commands.add_parser(
+        "history",
+        help="incidents, newest first",
+        epilog="example: spark-watchdog history --node spark-3 --since 7d",
+    )
+    _common(history)
+    history.add_argument("--node", metavar="N", help="only incidents of this node")
+    history.add_argument("--since", metavar="AGE", help="only newer than AGE: 30m, 12h, 7d, 2w")
+    history.add_argument("--kind", metavar="K", help="host_frozen, serving_stalled, ...")
+    history.add_argument("--limit", type=int, default=100, metavar="N")
+    history.set_defaults(func=run_history)
+
+    show = commands.add_parser("show", help="one incident's timeline, evidence and actions")
+    _common(show)
+    show.add_argument("incident", type=int, metavar="INCIDENT", help="incident number")
+    show.set_defaults(func=run_show)
+
+    boots = commands.add_parser("boots", help="a node's boots: clean or unclean, and evidence")
+    _common(boots)
+    boots.add_argument("node", metavar="NODE")
+    boots.set_defaults(func=run_boots)
+
+    hold = commands.add_parser("hold", help="stop automatic actions on a node or the cluster")
+    _common(hold)
+    hold.add_argument("node", nargs="?", metavar="NODE")
+    hold.add_argument("--all", action="store_true", help="hold the whole cluster")
+    hold.add_argument("--reason", required=True, metavar="TEXT")
+    hold.set_defaults(func=run_hold)
+
+    release = commands.add_parser(
+        "release", help="allow automatic actions again (also clears the circuit breaker)"
+    )
+    _common(release)
+    release.add_argument("node", nargs="?", metavar="NODE")
+    release.add_argument("--all", action="store_true", help="release every hold")
+    release.set_defaults(func=run_release)
+
+
+def _usage(message: str) -> int:
+    print(f"spark-watchdog: {message}", file=sys.stderr)
+    return EXIT_USAGE
+
+
+def _db_path(args: argparse.Namespace) -> str:
+    if args.db:
+        return str(args.db)
+    config = args.config or DEFAULT_CONFIG
+    if not args.config and not Path(DEFAULT_CONFIG).exists():
+        raise ConfigError("--db", ["give --db PATH or --config FILE (no " + DEFAULT_CONFIG + ")"])
+    return load_controller_config(config).history
+
+
+def _open(args: argparse.Namespace, *, write: bool = False) -> HistoryStore:
+    return HistoryStore(_db_path(args), read_only=not write)
+
+
+def _since(text: str | None) -> float | None:
+    if text is None:
+        return None
+    match = _SINCE.match(text)
+    if not match:
+        raise ConfigError(
+            "--since", [f'--since: expected an age like 30m, 12h, 7d or 2w, got "{text}"']
+        )
+    return time.time() - float(match.group(1)) * _UNIT[match.group(2)]
+
+
+def _short(ts: float | None) -> str:
+    if ts is None:
+        return "-"
+    return datetime.fromtimestamp(ts, timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}s"
+
+
+def _table(rows: Sequence[tuple[str, ...]]) -> str:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join(
+        "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows
+    )
+
+
+def _guarded(fn: Any) -> Any:
+    def wrapper(args: argparse.Namespace) -> int:
+        try:
+            return int(fn(args))
+        except ConfigError as exc:
+            return _usage(str(exc))
+        except WatchdogError as exc:
+            print(f"spark-watchdog: {exc}", file=sys.stderr)
+            return EXIT_FAILED
+
+    return wrapper
+
+
+@_guarded
+def run_history(args: argparse.Namespace) -> int:
+    with _open(args) as store:
+        incidents = store.list_incidents(
+            node=args.node, since=_since(args.since), kind=args.kind, limit=args.limit
+        )
+    if args.json:
+        print(json.dumps({"incidents": [i.to_json() for i in incidents]}, indent=2))
+        return EXIT_OK
+    if not incidents:
+        print("no incidents")
+        return EXIT_OK
+    rows = [("ID", "DETECTED (UTC)", "KIND", "NODES", "STATUS", "DETECT", "RECOVER")]
+    for i in incidents:
+        status = i.resolution or i.status
+        if i.dry_run:
+            status += " (dry run)"
+        rows.append(
+            (
+                str(i.id),
+                _short(i.detected_at),
+                i.kind,
+                ",".join(i.nodes),
+                status,
+                _seconds(i.time_to_detect_s),
+                _seconds(i.time_to_recover_s),
+            )
+        )
+    print(_table(rows))
+    return EXIT_OK
+
+
+@_guarded
+def run_show(args: argparse.Namespace) -> int:
+    with _open(args) as store:
+        timeline = store.incident(args.incident)
+    if timeline is None:
+        print(f"spark-watchdog: no incident {args.incident}", file=sys.stderr)
+        return EXIT_FAILED
+    if args.json:
+        print(json.dumps(timeline.to_json(), indent=2))
+        return EXIT_OK
+    i = timeline.incident
+    print(
+        f"incident #{i.id}: {i.kind} on {', '.join(i.nodes)}" + (" (dry run)" if i.dry_run else "")
+    )
+    print(f"  detected  {iso_utc(i.detected_at)}  (time to detect {_seconds(i.time_to_detect_s)})")
+    print(
+        f"  status    {i.resolution or i.status}  (time to recover {_seconds(i.time_to_recover_s)})"
+    )
+    reasons = i.evidence.get("reasons") if isinstance(i.evidence, dict) else None
+    if reasons:
+        print(f"  evidence  {'; '.join(map(str, reasons))}")
+    print("timeline:")
+    for step in timeline.steps:
+        offset = step.at - i.detected_at
+        detail = ", ".join(f"{k}={v}" for k, v in step.detail.items() if v not in (None, "", {}))
+        who = f"{step.node} " if step.node else ""
+        print(f"  t={offset:+8.1f}s  {who}{step.step}" + (f"  ({detail})" if detail else ""))
+    if timeline.actions:
+        print("actions:")
+        for a in timeline.actions:
+            verified = f", verified {_short(a.verified_at)}" if a.verified_at else ""
+            error = f", {a.error}" if a.error else ""
+            print(f"  {a.operation} {a.node} via {a.device}: {a.result}{verified}{error}")
+    for r in timeline.serving_restarts:
+        print(f"serving restart ({r.profile}): {r.result} in {_seconds(r.duration_s)}")
+    for b in timeline.boots:
+        end = {True: "clean", False: "UNCLEAN", None: "current"}[b.clean_shutdown]
+        span = f"{_short(b.first_entry)} → {_short(b.last_entry)}"
+        print(f"boot {b.boot_id[:12]} of {b.node}: {span} {end}")
+    return EXIT_OK
+
+
+@_guarded
+def run_boots(args: argparse.Namespace) -> int:
+    with _open(args) as store:
+        boots = store.boots(args.node)
+    if args.json:
+        print(json.dumps({"node": args.node, "boots": [b.to_json() for b in boots]}, indent=2))
+        return EXIT_OK
+    if not boots:
+        print(f"no boots recorded for {args.node}")
+        return EXIT_OK
+    rows = [("BOOT", "FIRST ENTRY", "LAST ENTRY", "END", "INCIDENT")]
+    for b in boots:
+        end = {True: "clean", False: "UNCLEAN", None: "-"}[b.clean_shutdown]
+        rows.append(
+            (
+                b.boot_id[:12],
+                _short(b.first_entry),
+                _short(b.last_entry),
+                end,
+                str(b.incident_id or "-"),
+            )
+        )
+    print(_table(rows))
+    return EXIT_OK
+
+
+def _target(args: argparse.Namespace) -> str | None:
+    if args.all == bool(args.node):
+        return None
+    return CLUSTER if args.all else str(args.node)
+
+
+@_guarded
+def run_hold(args: argparse.Namespace) -> int:
+    target = _target(args)
+    if target is None:
+        return _usage("hold: give a NODE or --all (not both)")
+    with _open(args, write=True) as store:
+        hold = store.hold(target, args.reason, by="cli")
+    if args.json:
+        print(json.dumps(hold.to_json(), indent=2))
+    else:
+        what = "the cluster" if target == CLUSTER else target
+        print(f"held {what}: {hold.reason}")
+    return EXIT_OK
+
+
+@_guarded
+def run_release(args: argparse.Namespace) -> int:
+    target = _target(args)
+    if target is None:
+        return _usage("release: give a NODE or --all (not both)")
+    with _open(args, write=True) as store:
+        released = (
+            store.release_all(by="cli")
+            if target == CLUSTER
+            else ([h] if (h := store.release(target, by="cli")) is not None else [])
+        )
+    if args.json:
+        print(json.dumps({"released": [h.to_json() for h in released]}, indent=2))
+    else:
+        print(
+            "released " + (", ".join(h.node for h in released) if released else "nothing (no hold)")
+        )
+    return EXIT_OK
+
+
+@_guarded
+def run_status(args: argparse.Namespace) -> int:
+    status: dict[str, Any] | None = None
+    url = args.url
+    if url is None and (args.config or Path(DEFAULT_CONFIG).exists()):
+        listen = load_controller_config(args.config or DEFAULT_CONFIG).listen
+        url = f"http://{listen.address}:{listen.port}"
+    if url:
+        import requests
+
+        try:
+            answer = requests.get(f"{url.rstrip('/')}/v1/status", timeout=3)
+            if answer.ok:
+                status = answer.json()
+                status["source"] = "controller"
+        except (requests.RequestException, ValueError):
+            status = None
+    if status is None:
+        with _open(args) as store:
+            status = {
+                "source": "history (no running controller answered)",
+                "open_incidents": [i.to_json() for i in store.open_incidents()],
+                "holds": [h.to_json() for h in store.active_holds()],
+                "serving_profile": (s.value if (s := store.setting("serving_profile")) else None),
+            }
+    if args.json:
+        print(json.dumps(status, indent=2))
+        return EXIT_OK
+    print(f"source: {status['source']}")
+    for node in status.get("nodes", []):
+        reasons = "; ".join(node.get("reasons") or [])
+        print(f"  {node['name']:<12} {node['verdict']:<16} {reasons}")
+    for hold in status.get("holds", []):
+        print(f"  hold {hold['node']}: {hold['reason']}")
+    for incident in status.get("open_incidents", []):
+        print(
+            f"  open incident #{incident['id']}: {incident['kind']} {','.join(incident['nodes'])}"
+        )
+    print(f"serving profile: {status.get('serving_profile') or 'as configured'}")
+    unhealthy = [
+        n for n in status.get("nodes", []) if n.get("verdict") not in ("healthy", "pending")
+    ]
+    return EXIT_FAILED if unhealthy else EXIT_OK

@@ -1,0 +1,1 @@
+"""The controller: detect frozen hosts and stalled serving, recover, record."""

@@ -1,0 +1,113 @@
+"""A small asyncio HTTP/1.1 client for the controller's own traffic.
+
+The controller pulls every agent every second and must never wait longer
+than its timeout on one of them (a frozen host completes the TCP handshake
+and then says nothing). One bounded request per connection, no keep-alive,
+no redirects, a size cap: asyncio streams are enough, and the whole request
+is cancelled when the deadline passes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+MAX_BODY = 4 * 1024 * 1024
+
+
+class HttpError(Exception):
+    """No usable answer: connect failure, timeout, or a malformed response."""
+
+
+@dataclass(frozen=True)
+class HttpAnswer:
+    status: int
+    body: bytes
+
+    def json(self) -> Any:
+        try:
+            return json.loads(self.body)
+        except (UnicodeDecodeError, ValueError) as exc:
+            raise HttpError(f"answer is not JSON ({exc})") from None
+
+
+async def request(
+    url: str,
+    *,
+    method: str = "GET",
+    timeout: float,
+    body: Any = None,
+    headers: dict[str, str] | None = None,
+) -> HttpAnswer:
+    """One request with an overall deadline; raises HttpError on anything but an answer."""
+    try:
+        return await asyncio.wait_for(_request(url, method, body, headers or {}), timeout)
+    except asyncio.TimeoutError:
+        raise HttpError(f"{method} {_safe(url)}: no answer within {timeout:g}s") from None
+    except OSError as exc:
+        raise HttpError(f"{method} {_safe(url)}: {exc.strerror or exc}") from None
+
+
+def _safe(url: str) -> str:
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.hostname}:{parts.port}{parts.path}"
+
+
+async def _request(url: str, method: str, body: Any, headers: dict[str, str]) -> HttpAnswer:
+    parts = urlsplit(url)
+    if parts.scheme != "http" or not parts.hostname:
+        raise HttpError(f"{_safe(url)}: only http:// URLs are supported here")
+    port = parts.port or 80
+    path = parts.path or "/"
+    if parts.query:
+        path += "?" + parts.query
+    payload = b"" if body is None else json.dumps(body).encode()
+    lines = [
+        f"{method} {path} HTTP/1.1",
+        f"Host: {parts.hostname}:{port}",
+        "Connection: close",
+        "Accept: application/json",
+        f"Content-Length: {len(payload)}",
+    ]
+    if body is not None:
+        lines.append("Content-Type: application/json")
+    lines += [f"{k}: {v}" for k, v in headers.items()]
+    reader, writer = await asyncio.open_connection(parts.hostname, port)
+    try:
+        writer.write(("\r\n".join(lines) + "\r\n\r\n").encode() + payload)
+        await writer.drain()
+        status_line = await reader.readline()
+        fields = status_line.decode("latin-1").split(" ", 2)
+        if len(fields) < 2 or not fields[0].startswith("HTTP/") or not fields[1].isdigit():
+            raise HttpError(f"{method} {_safe(url)}: not an HTTP answer ({status_line[:60]!r})")
+        status = int(fields[1])
+        length: int | None = None
+        while True:
+            line = await reader.readline()
+            if line in (b"\r\n", b"\n", b""):
+                break
+            name, _, value = line.decode("latin-1").partition(":")
+            if name.strip().lower() == "content-length":
+                try:
+                    length = int(value.strip())
+                except ValueError:
+                    raise HttpError(f"{method} {_safe(url)}: bad Content-Length") from None
+        if length is not None:
+            if length > MAX_BODY:
+                raise HttpError(f"{method} {_safe(url)}: answer of {length} bytes is too large")
+            data = await reader.readexactly(length)
+        else:
+            data = await reader.read(MAX_BODY + 1)
+            if len(data) > MAX_BODY:
+                raise HttpError(f"{method} {_safe(url)}: answer is too large")
+        return HttpAnswer(status, data)
+    except asyncio.IncompleteReadError:
+        raise HttpError(f"{method} {_safe(url)}: connection closed mid-answer") from None
+    finally:
+        writer.close()
+        with contextlib.suppress(OSError):
+            await writer.wait_closed()

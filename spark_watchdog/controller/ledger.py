@@ -1,0 +1,54 @@
+"""The controller's door to the freeze history: async, and honest about failure.
+
+Every write goes through here. When the history cannot be written (locked,
+full, corrupt), the controller keeps detecting but takes no power action it
+could not record first: it holds rather than acts blind (issue: controller).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from spark_watchdog.controller.notify import Event, Notifier
+from spark_watchdog.history.store import HistoryStore, StoreError
+
+log = logging.getLogger("spark_watchdog.controller")
+
+T = TypeVar("T")
+
+
+class HistoryUnwritable(Exception):
+    """A write-ahead record could not be made; the action must not happen."""
+
+
+class Ledger:
+    def __init__(self, store: HistoryStore, notifier: Notifier) -> None:
+        self.store = store
+        self.notifier = notifier
+        self.problem: str | None = None
+
+    async def write(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        try:
+            result = await asyncio.to_thread(fn, *args, **kwargs)
+        except StoreError as exc:
+            if self.problem is None:
+                log.error("history unwritable: %s", exc)
+                self.notifier.send(
+                    Event("history_unwritable", f"history cannot be written: {exc}; holding")
+                )
+            self.problem = str(exc)
+            raise HistoryUnwritable(str(exc)) from exc
+        if self.problem is not None:
+            log.info("history writable again")
+            self.problem = None
+        return result
+
+    async def read(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        try:
+            return await asyncio.to_thread(fn, *args, **kwargs)
+        except StoreError as exc:
+            self.problem = str(exc)
+            raise HistoryUnwritable(str(exc)) from exc

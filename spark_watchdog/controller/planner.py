@@ -1,0 +1,112 @@
+"""What to do about one node now: a pure decision from its state, verdict and guards.
+
+Every safety rule that can be decided without I/O is decided here, so the
+property tests can hammer it: no power on a node whose agent answered within
+``freeze_after`` (only ``host_frozen`` leads to power), never beyond a
+budget, never a rung twice in one incident, never an action while held, and
+never a command in dry run.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from spark_watchdog.controller.detector import Finding, Verdict
+from spark_watchdog.controller.node_states import NodeEvent, NodeState
+
+
+class Step(enum.Enum):
+    NOTHING = "nothing"
+    FENCE = "fence"  # run power rung ``rung`` (verified cycle)
+    RECORD_DRY_RUN = "record_dry_run"  # decide and record a rung; send nothing
+    WAIT_TURN = "wait_turn"  # max_concurrent_power_actions reached: queue
+    HOLD = "hold"  # a guard forbids power: hold the node and alert
+    RESTART_AGENT = "restart_agent"  # agent_down: SSH restart of the agent, alert
+    RESTART_SERVING = "restart_serving"  # serving_stalled / serving_dead: whole cluster
+
+
+@dataclass(frozen=True)
+class Guards:
+    """The guard inputs, read from the history and the running controller."""
+
+    node_held: bool = False
+    cluster_held: bool = False
+    breaker_tripped: bool = False
+    dry_run: bool = False
+    node_cycles_in_window: int = 0
+    node_budget: int = 3
+    cluster_cycles_in_window: int = 0
+    cluster_budget: int = 8
+    power_actions_in_flight: int = 0
+    max_concurrent_power_actions: int = 1
+    rungs: int = 1  # power paths of the node that can reach a frozen host
+    rungs_done: frozenset[int] = frozenset()  # rungs already run in this incident
+
+
+@dataclass(frozen=True)
+class Decision:
+    step: Step
+    reason: str
+    rung: int | None = None  # 0-based index into the node's power paths
+    event: NodeEvent | None = None  # what to feed the state machine, if anything
+
+
+def decide(state: NodeState, finding: Finding, guards: Guards) -> Decision:
+    if state is NodeState.HELD:
+        return Decision(Step.NOTHING, "held: nothing automatic until released")
+    if state is not NodeState.WATCHING:
+        # FENCING and BOOTING are driven by the incident runner, step by step.
+        return Decision(Step.NOTHING, f"{state.value}: the incident runner drives it")
+    verdict = finding.verdict
+    if verdict is Verdict.HOST_FROZEN:
+        return _frozen(guards)
+    if verdict is Verdict.AGENT_DOWN:
+        # Never power for this alone (DESIGN §4): the host still answers SSH.
+        return Decision(Step.RESTART_AGENT, finding.summary)
+    if verdict in (Verdict.SERVING_STALLED, Verdict.SERVING_DEAD):
+        if guards.node_held or guards.cluster_held:
+            return Decision(Step.NOTHING, "held: serving is not restarted automatically")
+        return Decision(Step.RESTART_SERVING, finding.summary)
+    return Decision(Step.NOTHING, finding.summary)
+
+
+def _frozen(guards: Guards) -> Decision:
+    if guards.node_held or guards.cluster_held:
+        return Decision(Step.NOTHING, "host_frozen but held: no power action")
+    if guards.breaker_tripped:
+        return Decision(Step.NOTHING, "host_frozen but the circuit breaker is tripped")
+    if guards.node_cycles_in_window >= guards.node_budget:
+        return Decision(
+            Step.HOLD,
+            f"node budget spent ({guards.node_cycles_in_window}/{guards.node_budget} cycles)",
+            event=NodeEvent.GUARD_BLOCKED,
+        )
+    if guards.cluster_cycles_in_window >= guards.cluster_budget:
+        return Decision(
+            Step.HOLD,
+            f"cluster budget spent ({guards.cluster_cycles_in_window}/{guards.cluster_budget})",
+            event=NodeEvent.GUARD_BLOCKED,
+        )
+    remaining = [r for r in range(guards.rungs) if r not in guards.rungs_done]
+    if not remaining:
+        return Decision(
+            Step.HOLD, "no power path left for this incident", event=NodeEvent.LADDER_EXHAUSTED
+        )
+    rung = remaining[0]
+    if guards.dry_run:
+        return Decision(Step.RECORD_DRY_RUN, f"dry run: would run power path {rung + 1}", rung)
+    if guards.power_actions_in_flight >= guards.max_concurrent_power_actions:
+        return Decision(Step.WAIT_TURN, "another power action is in flight: queued", rung)
+    return Decision(
+        Step.FENCE, f"host_frozen: power path {rung + 1}", rung, NodeEvent.FROZEN_CONFIRMED
+    )
+
+
+def breaker_trips(host_trouble: int, nodes: int, max_unhealthy_fraction: float) -> bool:
+    """More than this fraction of nodes in host-level trouble at once: stop and ask.
+
+    Serving verdicts are not counted: one frozen rank stalls every node of a
+    TP=4 cluster, which is not evidence against the controller.
+    """
+    return nodes > 0 and host_trouble / nodes > max_unhealthy_fraction

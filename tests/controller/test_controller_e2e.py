@@ -1,0 +1,349 @@
+"""The controller end to end: a simulated 4-node cluster of real processes.
+
+Real agents (each in its own process tree with an SSH banner stand-in),
+vLLM stand-ins started by the agents' serving launchers, a stateful SNMP
+PDU whose outlets kill and boot the trees, and the real controller. Faults
+are real signals: SIGSTOP freezes a whole tree.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from spark_watchdog.config.controller import parse_controller_config
+from spark_watchdog.controller.daemon import Controller
+from spark_watchdog.history.store import HistoryStore
+from spark_watchdog.lab.cluster import LabCluster, LabNode, free_port
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabCluster]:
+    cluster = LabCluster(tmp_path_factory.mktemp("lab"), size=4).start()
+    try:
+        cluster.wait_agents()
+        cluster.start_serving()
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+class Receiver:
+    """A webhook receiver on loopback that keeps what it is sent."""
+
+    def __init__(self) -> None:
+        self.events: list[dict[str, Any]] = []
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length", 0))
+                outer.events.append(json.loads(self.rfile.read(length)))
+                self.send_response(200)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                return
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}/hook"
+
+    def kinds(self) -> list[str]:
+        return [e["kind"] for e in self.events]
+
+
+class RunningController:
+    def __init__(self, config: dict[str, Any]) -> None:
+        self.config = parse_controller_config(config)
+        self.store = HistoryStore(self.config.history)
+        self.controller = Controller(self.config, self.store)
+        self.loop = asyncio.new_event_loop()
+        self.stop_event = asyncio.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        self.loop.run_until_complete(self.controller.run(self.stop_event))
+
+    def verdicts(self) -> dict[str, str]:
+        return {n["name"]: n["verdict"] for n in self.controller.published.get("nodes", [])}
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.stop_event.set)
+        self.thread.join(30)
+        self.store.close()
+
+
+def wait_for(check: Callable[[], bool], timeout: float, what: str) -> float:
+    started = time.monotonic()
+    while time.monotonic() - started < timeout:
+        if check():
+            return time.monotonic() - started
+        time.sleep(0.2)
+    raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
+
+
+@pytest.fixture
+def controller(lab: LabCluster, tmp_path: Path) -> Iterator[Callable[..., RunningController]]:
+    started: list[RunningController] = []
+
+    def start(**overrides: Any) -> RunningController:
+        running = RunningController(lab.controller_config(tmp_path / "history.db", **overrides))
+        started.append(running)
+        wait_for(lambda: set(running.verdicts().values()) == {"healthy"}, 30, "every node healthy")
+        return running
+
+    yield start
+    for running in started:
+        running.close()
+    for node in lab.nodes:
+        lab.thaw(node)
+    lab.vllm_mode("progressing")
+    wait_for(lambda: all(lab.agent_state(n) for n in lab.nodes), 60, "agents back")
+
+
+def sets(lab: LabCluster, node: LabNode) -> list[int]:
+    assert lab.pdu is not None
+    return [s.value for s in lab.pdu.standin.sets_for(node.outlet)]
+
+
+def test_a_frozen_host_is_cycled_once_and_serving_comes_back_safe(
+    lab: LabCluster, controller: Callable[..., RunningController]
+) -> None:
+    running = controller()
+    node = lab.node("spark-3")
+    before_sets = len(sets(lab, node))
+    boot_before = node.boot_id()
+    lab.freeze(node)
+    wait_for(lambda: running.store.list_incidents(), 20, "an incident")
+    incident = running.store.list_incidents()[0]
+    wait_for(lambda: running.store.get_incident(incident.id).status == "resolved", 60, "resolution")
+    incident = running.store.get_incident(incident.id)
+    assert incident.kind == "host_frozen" and incident.nodes == ("spark-3",)
+    assert incident.resolution == "recovered"
+    assert incident.time_to_detect_s is not None and 3.0 <= incident.time_to_detect_s < 12
+    assert node.boot_id() != boot_before
+    # Exactly one off and one on reached the PDU (rPDU2: 2 = off, 1 = on).
+    assert sets(lab, node)[before_sets:] == [2, 1]
+    steps = [s.step for s in running.store.steps(incident.id)]
+    for expected in (
+        "incident_opened",
+        "rung_started",
+        "off_requested",
+        "off_verified",
+        "hold_started",
+        "on_requested",
+        "on_verified",
+        "power_restored",
+        "new_boot_seen",
+        "serving_restart_done",
+        "resolved",
+    ):
+        assert expected in steps
+    assert steps.index("off_requested") < steps.index("off_verified") < steps.index("on_requested")
+    actions = running.store.actions(incident_id=incident.id)
+    assert [(a.operation, a.result) for a in actions] == [("cycle", "verified")]
+    # The previous boot, as the rebooted agent's journal tells it: unclean, with its Xid.
+    boots = {b.boot_id: b for b in running.store.boots("spark-3")}
+    assert boots[boot_before].clean_shutdown is False
+    assert boots[boot_before].incident_id == incident.id
+    restart = running.store.serving_restarts()[0]
+    assert restart.profile == "safe" and restart.result == "succeeded"
+    serving = lab.agent_state(lab.nodes[0])
+    assert serving is not None and serving["serving"]["profile"] == "safe"
+    assert serving["serving"]["effective_matches_profile"] is True
+    # Nothing touched the healthy nodes.
+    for other in lab.nodes:
+        if other is not node:
+            assert running.store.actions(node=other.name) == []
+
+
+def test_wedged_serving_is_restarted_with_no_power_action(
+    lab: LabCluster, controller: Callable[..., RunningController]
+) -> None:
+    running = controller()
+    assert lab.pdu is not None
+    sets_before = len(lab.pdu.standin.set_requests)
+    lab.vllm_mode("wedged")
+    wait_for(lambda: running.store.list_incidents(), 30, "a serving incident")
+    incident = running.store.list_incidents()[0]
+    assert incident.kind == "serving_stalled"
+    wait_for(lambda: running.store.get_incident(incident.id).status == "resolved", 60, "resolution")
+    assert running.store.get_incident(incident.id).resolution == "recovered"
+    restart = running.store.serving_restarts()[0]
+    assert restart.result == "succeeded" and restart.profile == "safe"
+    order = list(restart.step_durations)
+    assert order[0] == "stop spark-1" and order[-2] == "start spark-1"
+    assert order.index("start spark-2") < order.index("start spark-1")
+    assert len(lab.pdu.standin.set_requests) == sets_before
+    assert running.store.actions() == []
+
+
+def test_witness_unreachable_means_no_fencing(
+    lab: LabCluster, controller: Callable[..., RunningController]
+) -> None:
+    running = controller(witness=[f"tcp://127.0.0.1:{free_port()}"])
+    node = lab.node("spark-2")
+    before = len(sets(lab, node))
+    lab.freeze(node, with_kernel_lines=False)
+    wait_for(lambda: running.verdicts().get("spark-2") == "isolated", 20, "isolated")
+    time.sleep(3)
+    assert len(sets(lab, node)) == before
+    assert running.store.actions() == []
+
+
+def test_spent_budget_holds_the_node_and_alerts(
+    lab: LabCluster, controller: Callable[..., RunningController]
+) -> None:
+    receiver = Receiver()
+    running = controller(guards={"node_budget": 0}, notify={"webhooks": [{"url": receiver.url}]})
+    node = lab.node("spark-4")
+    before = len(sets(lab, node))
+    lab.freeze(node, with_kernel_lines=False)
+    wait_for(lambda: running.verdicts().get("spark-4") == "held", 20, "held")
+    wait_for(lambda: "held" in receiver.kinds(), 10, "a held notification")
+    assert len(sets(lab, node)) == before
+    hold = running.store.active_hold("spark-4")
+    assert hold is not None and "budget" in hold.reason
+
+
+def test_operator_hold_means_no_action(
+    lab: LabCluster, controller: Callable[..., RunningController]
+) -> None:
+    running = controller()
+    running.store.hold("spark-2", "maintenance", by="test")
+    node = lab.node("spark-2")
+    before = len(sets(lab, node))
+    lab.freeze(node, with_kernel_lines=False)
+    wait_for(lambda: running.verdicts().get("spark-2") == "held", 10, "held")
+    time.sleep(6)
+    assert len(sets(lab, node)) == before
+    assert running.store.list_incidents() == []
+
+
+def test_dry_run_records_the_decision_and_sends_nothing(
+    lab: LabCluster, controller: Callable[..., RunningController]
+) -> None:
+    running = controller(guards={"dry_run": True})
+    node = lab.node("spark-2")
+    before = len(sets(lab, node))
+    lab.freeze(node, with_kernel_lines=False)
+    wait_for(lambda: running.store.list_incidents(), 20, "a dry-run incident")
+    incident = running.store.list_incidents()[0]
+    assert incident.dry_run and incident.kind == "host_frozen"
+    actions = running.store.actions(incident_id=incident.id)
+    assert [(a.operation, a.result, a.dry_run) for a in actions] == [("cycle", "dry_run", True)]
+    time.sleep(2)
+    assert len(sets(lab, node)) == before
+
+
+def test_two_frozen_nodes_are_recovered_one_after_another(
+    lab: LabCluster, controller: Callable[..., RunningController]
+) -> None:
+    running = controller()
+    a, b = lab.node("spark-2"), lab.node("spark-4")
+    lab.freeze(a, with_kernel_lines=False)
+    lab.freeze(b, with_kernel_lines=False)
+    wait_for(lambda: len(running.store.list_incidents()) == 2, 30, "two incidents")
+    wait_for(
+        lambda: all(i.status == "resolved" for i in running.store.list_incidents()),
+        90,
+        "both resolved",
+    )
+    incidents = running.store.list_incidents()
+    assert {i.resolution for i in incidents} == {"recovered"}
+    spans = []
+    for incident in incidents:
+        steps = {s.step: s.at for s in running.store.steps(incident.id)}
+        spans.append((steps["off_requested"], steps["on_verified"]))
+    spans.sort()
+    # max_concurrent_power_actions = 1: the second off waits for the first on.
+    assert spans[0][1] <= spans[1][0]
+
+
+def test_controller_killed_during_the_off_hold_resumes_without_a_second_cycle(
+    lab: LabCluster, tmp_path: Path
+) -> None:
+    config = lab.controller_config(tmp_path / "history.db", policy={"power_off_seconds": 6.0})
+    path = tmp_path / "controller.yaml"
+    path.write_text(yaml.safe_dump(config))
+    argv = [sys.executable, "-m", "spark_watchdog", "controller", "--config", str(path)]
+    log = (tmp_path / "controller.log").open("wb")
+    node = lab.node("spark-3")
+    assert lab.pdu is not None
+    before = len(sets(lab, node))
+    first = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+    second: subprocess.Popen[bytes] | None = None
+    try:
+        time.sleep(4)  # every agent seen healthy
+        lab.freeze(node, with_kernel_lines=False)
+        wait_for(lambda: sets(lab, node)[before:] == [2], 30, "the off")
+        time.sleep(1)  # inside the 6 s hold
+        first.send_signal(signal.SIGKILL)
+        first.wait(10)
+        second = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+        store = HistoryStore(config["history"], read_only=True)
+        wait_for(
+            lambda: bool(store.list_incidents()) and store.list_incidents()[0].status == "resolved",
+            60,
+            "the incident resolved by the second controller",
+        )
+        incident = store.list_incidents()[0]
+        assert incident.resolution == "recovered"
+        assert sets(lab, node)[before:] == [2, 1], "exactly one off and one on"
+        steps = [s.step for s in store.steps(incident.id)]
+        assert steps.count("off_requested") == 1 and steps.count("on_requested") == 1
+        assert "resumed" in steps
+        held = [s for s in store.steps(incident.id) if s.step == "hold_started"]
+        assert held and all(
+            s.step != "rung_started" for s in store.steps(incident.id)[steps.index("resumed") :]
+        )
+        store.close()
+    finally:
+        for process in (first, second):
+            if process is not None and process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+                process.wait(20)
+        log.close()
+        lab.thaw(node)
+    wait_for(lambda: lab.agent_state(node) is not None, 60, "spark-3 back")
+
+
+def test_operator_restarts_serving_with_another_profile(lab: LabCluster, tmp_path: Path) -> None:
+    path = tmp_path / "controller.yaml"
+    path.write_text(yaml.safe_dump(lab.controller_config(tmp_path / "history.db")))
+    base = [sys.executable, "-m", "spark_watchdog", "serving"]
+    result = subprocess.run(
+        [*base, "restart", "--profile", "plain", "--config", str(path), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["result"] == "succeeded" and report["profile"] == "plain"
+    state = lab.agent_state(lab.nodes[0])
+    assert state is not None and state["serving"]["profile"] == "plain"
+    shown = subprocess.run(
+        [*base, "profile", "--config", str(path), "--json"], capture_output=True, text=True
+    )
+    assert json.loads(shown.stdout) == {"profile": "plain"}
