@@ -377,7 +377,16 @@ class Controller:
                 watch.apply(NodeEvent.RELEASE)
 
     async def _check_breaker(self) -> None:
-        trouble = [w.name for w in self.watches.values() if w.finding.verdict in HOST_TROUBLE]
+        # Silence counts as soon as it passes freeze_after, before the banner
+        # checks confirm anything: nodes that go quiet together trip the
+        # breaker before the first of them can be fenced.
+        now = time.monotonic()
+        freeze_after = self.config.detection.freeze_after
+        trouble = [
+            w.name
+            for w in self.watches.values()
+            if w.finding.verdict in HOST_TROUBLE or w.agent_silent_s(now) >= freeze_after
+        ]
         nodes = len(self.watches)
         if not breaker_trips(len(trouble), nodes, self.config.guards.max_unhealthy_fraction):
             return
@@ -435,6 +444,9 @@ class Controller:
                 watch, f"history unwritable: {self.ledger.problem}", NodeEvent.HOLD
             )
             return
+        if watch.finding.verdict in (Verdict.HEALTHY, Verdict.PENDING, Verdict.ISOLATED):
+            watch.dry_run_incident = None  # the next freeze is a new dry-run incident
+            return  # nothing to decide: skip the history reads
         try:
             guards = await self._guards(watch)
         except HistoryUnwritable:

@@ -136,6 +136,19 @@ async def _run_rung(
     action: Any = None
     async with host.power_slot():
         try:
+            hold = await ledger.read(ledger.store.active_hold, node)
+            if hold is not None and plan.resume_from in (None, "rung_started"):
+                # An operator hold stops every new command (restoring power
+                # that was already cut is not a new command, see below).
+                await ledger.write(
+                    ledger.store.add_step,
+                    incident_id,
+                    "rung_skipped_held",
+                    node=node,
+                    detail={"hold": hold.reason},
+                )
+                await host.hold_node(watch, hold.reason, NodeEvent.HOLD)
+                return "held"
             if plan.resume_from in (None, "rung_started"):
                 frozen, why = await host.still_frozen(watch)
                 if not frozen:

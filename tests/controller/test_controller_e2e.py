@@ -347,3 +347,47 @@ def test_operator_restarts_serving_with_another_profile(lab: LabCluster, tmp_pat
         [*base, "profile", "--config", str(path), "--json"], capture_output=True, text=True
     )
     assert json.loads(shown.stdout) == {"profile": "plain"}
+
+
+def test_a_locked_history_means_hold_not_blind_action(
+    lab: LabCluster, controller: Callable[..., RunningController], tmp_path: Path
+) -> None:
+    import sqlite3
+
+    receiver = Receiver()
+    running = controller(notify={"webhooks": [{"url": receiver.url}]})
+    node = lab.node("spark-2")
+    before = len(sets(lab, node))
+    # Another process holds the write lock: nothing can be recorded first.
+    blocker = sqlite3.connect(running.config.history, timeout=0.1)
+    blocker.execute("BEGIN IMMEDIATE")
+    try:
+        lab.freeze(node, with_kernel_lines=False)
+        wait_for(lambda: running.verdicts().get("spark-2") == "held", 30, "held")
+        wait_for(lambda: "history_unwritable" in receiver.kinds(), 10, "an alert")
+        time.sleep(2)
+        assert len(sets(lab, node)) == before, "no power action that could not be recorded"
+    finally:
+        blocker.rollback()
+        blocker.close()
+
+
+def test_the_circuit_breaker_trips_when_most_nodes_go_silent(
+    lab: LabCluster, controller: Callable[..., RunningController]
+) -> None:
+    receiver = Receiver()
+    running = controller(notify={"webhooks": [{"url": receiver.url}]})
+    assert lab.pdu is not None
+    sets_before = len(lab.pdu.standin.set_requests)
+    frozen = [lab.node("spark-2"), lab.node("spark-3"), lab.node("spark-4")]
+    for node in frozen:
+        lab.freeze(node, with_kernel_lines=False)
+    wait_for(lambda: "circuit_breaker" in receiver.kinds(), 30, "the circuit breaker")
+    hold = running.store.active_hold("spark-2")
+    assert hold is not None and hold.node == "*" and "circuit breaker" in hold.reason
+    time.sleep(3)
+    assert len(lab.pdu.standin.set_requests) == sets_before
+    # An operator clears it; the frozen nodes are then recovered one by one.
+    for node in frozen:
+        lab.thaw(node)
+    running.store.release_all(by="test")
