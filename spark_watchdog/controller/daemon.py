@@ -88,6 +88,8 @@ class Controller:
         self.witness_ok = True
         self.witness_detail = "not checked yet"
         self.ticks = 0
+        self._tick_started = 0.0
+        self.last_sweep_s = 0.0
         self.started_at = time.time()
         self.profile: str | None = None
         # What the HTTP threads read: rebuilt after every tick, never mutated.
@@ -333,6 +335,7 @@ class Controller:
 
     async def tick(self) -> None:
         now = time.monotonic()
+        self._tick_started = now
         witness, _ = await asyncio.gather(
             check_witness(self.config.witness, timeout=1.0),
             asyncio.gather(*(self._poll_agent(w, now) for w in self.watches.values())),
@@ -358,6 +361,7 @@ class Controller:
         for watch in self.watches.values():
             await self._act(watch)
         self.ticks += 1
+        self.last_sweep_s = time.monotonic() - self._tick_started
         self.published = self.status_json()
 
     async def _sync_holds(self) -> None:
@@ -649,6 +653,7 @@ class Controller:
         return {
             "started_at": self.started_at,
             "ticks": self.ticks,
+            "last_sweep_s": round(self.last_sweep_s, 4),
             "witness": self.witness_detail,
             "dry_run": self.config.guards.dry_run,
             "serving_profile": self.profile,

@@ -68,6 +68,12 @@ class _Collector:
         )
         ticks.add_metric([], float(status.get("ticks", 0)))
         yield ticks
+        sweep = GaugeMetricFamily(
+            "spark_watchdog_controller_poll_sweep_seconds",
+            "How long the last poll sweep of every node took (should stay under poll_interval).",
+        )
+        sweep.add_metric([], float(status.get("last_sweep_s", 0.0)))
+        yield sweep
         witness = GaugeMetricFamily(
             "spark_watchdog_controller_witness_ok", "1 when the witness targets answer."
         )
