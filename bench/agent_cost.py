@@ -81,6 +81,21 @@ def _cpu_seconds(proc: psutil.Process) -> float:
     return float(times.user + times.system)
 
 
+NODE_EXPORTER = "/usr/bin/prometheus-node-exporter"
+
+
+def _start_peer(port: int) -> subprocess.Popen[bytes] | None:
+    """Debian's prometheus-node-exporter, the agent every such host already runs."""
+    if not os.access(NODE_EXPORTER, os.X_OK):
+        print("bench: prometheus-node-exporter not installed; no peer", file=sys.stderr)
+        return None
+    return subprocess.Popen(
+        [NODE_EXPORTER, f"--web.listen-address=127.0.0.1:{port}"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
 def run(duration: float, poll_interval: float, warmup: float) -> dict[str, Any]:
     workdir = Path(tempfile.mkdtemp(prefix="spark-watchdog-bench-"))
     journal_dir = _write_journal(workdir / "journal", boots=10, lines_per_boot=500)
@@ -105,11 +120,18 @@ def run(duration: float, poll_interval: float, warmup: float) -> dict[str, Any]:
             stderr=subprocess.STDOUT,
             env=env,
         )
+        peer_port = _free_port()
+        peer = _start_peer(peer_port)
         try:
-            return _measure(agent, port, duration, poll_interval, warmup, journal_dir)
+            return _measure(
+                agent, port, duration, poll_interval, warmup, journal_dir, peer, peer_port
+            )
         finally:
             agent.terminate()
             agent.wait(20)
+            if peer is not None:
+                peer.terminate()
+                peer.wait(20)
             log.close()
 
 
@@ -120,6 +142,8 @@ def _measure(
     poll_interval: float,
     warmup: float,
     journal_dir: str | None,
+    peer: subprocess.Popen[bytes] | None = None,
+    peer_port: int = 0,
 ) -> dict[str, Any]:
     base = f"http://127.0.0.1:{port}"
     session = requests.Session()
@@ -136,6 +160,9 @@ def _measure(
     def children_cpu() -> float:
         return sum(_cpu_seconds(c) for c in proc.children(recursive=True) if c.is_running())
 
+    peer_proc = psutil.Process(peer.pid) if peer is not None else None
+    peer_rss: list[float] = []
+    peer0 = _cpu_seconds(peer_proc) if peer_proc is not None else 0.0
     wall0 = time.monotonic()
     main0, kids0 = _cpu_seconds(proc), children_cpu()
     rss_main: list[float] = []
@@ -155,13 +182,18 @@ def _measure(
         except (requests.RequestException, ValueError):
             failures += 1
         if time.monotonic() - last_metrics >= 15:
+            # Prometheus scrapes both agents at the same 15 s interval.
             session.get(f"{base}/metrics", timeout=2)
+            if peer_proc is not None:
+                session.get(f"http://127.0.0.1:{peer_port}/metrics", timeout=5)
             last_metrics = time.monotonic()
         if time.monotonic() >= next_sample:
             mem = proc.memory_full_info()
             rss_main.append(mem.rss / 1e6)
             uss_main.append(mem.uss / 1e6)
             rss_kids.append(sum(c.memory_info().rss for c in proc.children(recursive=True)) / 1e6)
+            if peer_proc is not None:
+                peer_rss.append(peer_proc.memory_info().rss / 1e6)
             next_sample += 5
         if time.monotonic() - last_progress >= 30:
             done = time.monotonic() - wall0
@@ -171,7 +203,20 @@ def _measure(
     wall = time.monotonic() - wall0
     main_cpu = (_cpu_seconds(proc) - main0) / wall * 100
     kids_cpu = (children_cpu() - kids0) / wall * 100
+    peer_cpu = (_cpu_seconds(peer_proc) - peer0) / wall * 100 if peer_proc is not None else None
+    peer_result = None
+    if peer_proc is not None and peer_rss and peer_cpu is not None:
+        peer_result = {
+            "name": "prometheus-node-exporter (Debian)",
+            "rss_mb": {"max": max(peer_rss), "mean": statistics.fmean(peer_rss)},
+            "cpu_pct_of_one_core": round(peer_cpu, 3),
+            "agent_to_peer_cpu_ratio": round((main_cpu + kids_cpu) / peer_cpu, 2)
+            if peer_cpu > 0
+            else None,
+            "agent_to_peer_rss_ratio": round(max(rss_main) / max(peer_rss), 2),
+        }
     return {
+        "peer": peer_result,
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "machine": {
             "platform": platform.platform(),
@@ -214,6 +259,18 @@ def render(result: dict[str, Any]) -> str:
         ("total CPU", f"{result['total_cpu_pct_of_one_core']:.3f} % of one core"),
         ("/v1/state polls (failed)", f"{result['state_polls']} ({result['state_poll_failures']})"),
     ]
+    peer = result.get("peer")
+    if peer:
+        rows.append(
+            ("node_exporter RSS max / mean", "{max:.1f} / {mean:.1f} MB".format(**peer["rss_mb"]))
+        )
+        rows.append(("node_exporter CPU", f"{peer['cpu_pct_of_one_core']:.3f} % of one core"))
+        rows.append(
+            (
+                "agent / node_exporter",
+                f"CPU x{peer['agent_to_peer_cpu_ratio']}, RSS x{peer['agent_to_peer_rss_ratio']}",
+            )
+        )
     width = max(len(name) for name, _ in rows)
     lines = [f"{name:<{width}}  {value}" for name, value in rows]
     goals = result["goals"]
