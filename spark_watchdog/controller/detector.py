@@ -58,6 +58,8 @@ class NodeObservation:
     witness_ok: bool
     # Whether this node's vLLM state decides serving verdicts (the head rank).
     judges_serving: bool = True
+    # When the SSH banner last answered (monotonic), if ever.
+    banner_ok_at: float | None = None
 
     @property
     def agent_silent_s(self) -> float:
@@ -90,7 +92,9 @@ def classify(obs: NodeObservation, policy: DetectionPolicy) -> Finding:
                     Verdict.ISOLATED, (silence, banner, "witness unreachable: no fencing")
                 )
             return Finding(Verdict.HOST_FROZEN, (silence, banner))
-        if obs.banner_misses == 0:
+        since = obs.watch_started_at if obs.agent_progress_at is None else obs.agent_progress_at
+        if obs.banner_misses == 0 and obs.banner_ok_at is not None and obs.banner_ok_at > since:
+            # A banner from before the silence proves nothing about now.
             return Finding(Verdict.AGENT_DOWN, (silence, "ssh banner answers"))
         return Finding(Verdict.PENDING, (silence, f"no ssh banner x{obs.banner_misses}"))
     if obs.snapshot is None:

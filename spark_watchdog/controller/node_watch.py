@@ -31,6 +31,7 @@ class NodeWatch:
     banner_misses: int = 0
     banner_checked_at: float | None = None
     banner_detail: str | None = None
+    banner_ok_at: float | None = None
     # Incident
     incident_id: int | None = None
     rungs_done: set[int] = field(default_factory=set)
@@ -80,6 +81,7 @@ class NodeWatch:
         self.banner_detail = detail
         if outcome == "banner":
             self.banner_misses = 0
+            self.banner_ok_at = now
         elif outcome in SILENT_BANNER_OUTCOMES:
             self.banner_misses += 1
 
@@ -92,6 +94,7 @@ class NodeWatch:
             banner_misses=self.banner_misses,
             witness_ok=witness_ok,
             judges_serving=judges_serving,
+            banner_ok_at=self.banner_ok_at,
         )
 
     def apply(self, event: NodeEvent) -> NodeState:

@@ -1,0 +1,56 @@
+"""The detector's verdicts, case by case (the property tests cover the rules)."""
+
+from __future__ import annotations
+
+from spark_watchdog.controller.detector import (
+    DetectionPolicy,
+    NodeObservation,
+    Verdict,
+    classify,
+)
+
+POLICY = DetectionPolicy(freeze_after=8.0, banner_misses=2)
+
+
+def obs(**changes: object) -> NodeObservation:
+    base: dict[str, object] = {
+        "now": 100.0,
+        "watch_started_at": 0.0,
+        "agent_progress_at": 99.0,
+        "snapshot": {"probes": {"vllm": {"state": "progressing"}}},
+        "banner_misses": 0,
+        "witness_ok": True,
+    }
+    base.update(changes)
+    return NodeObservation(**base)  # type: ignore[arg-type]
+
+
+def test_healthy_stalled_dead() -> None:
+    assert classify(obs(), POLICY).verdict is Verdict.HEALTHY
+    stalled = obs(snapshot={"probes": {"vllm": {"state": "stalled", "reason": "no steps 15s"}}})
+    assert classify(stalled, POLICY).reasons == ("no steps 15s",)
+    dead = obs(snapshot={"probes": {"vllm": {"state": "dead"}}})
+    assert classify(dead, POLICY).verdict is Verdict.SERVING_DEAD
+    worker = obs(snapshot={"probes": {"vllm": {"state": "dead"}}}, judges_serving=False)
+    assert classify(worker, POLICY).verdict is Verdict.HEALTHY
+
+
+def test_frozen_needs_silence_missing_banners_and_the_witness() -> None:
+    frozen = obs(agent_progress_at=91.0, banner_misses=2)
+    finding = classify(frozen, POLICY)
+    assert finding.verdict is Verdict.HOST_FROZEN
+    assert finding.summary == "host_frozen (agent silent 9.0s, no ssh banner x2)"
+    assert classify(obs(agent_progress_at=91.0, banner_misses=1), POLICY).verdict is (
+        Verdict.PENDING
+    )
+    isolated = obs(agent_progress_at=91.0, banner_misses=2, witness_ok=False)
+    assert classify(isolated, POLICY).verdict is Verdict.ISOLATED
+
+
+def test_agent_down_needs_a_banner_seen_during_the_silence() -> None:
+    stale = obs(agent_progress_at=91.0, banner_ok_at=90.0)
+    assert classify(stale, POLICY).verdict is Verdict.PENDING
+    fresh = obs(agent_progress_at=91.0, banner_ok_at=95.0)
+    assert classify(fresh, POLICY).verdict is Verdict.AGENT_DOWN
+    never = obs(agent_progress_at=91.0)
+    assert classify(never, POLICY).verdict is Verdict.PENDING
