@@ -255,6 +255,12 @@ class Controller:
 
     async def _serving_incident(self, watch: NodeWatch) -> bool:
         finding = watch.finding
+        # The fault began when vLLM last progressed, not when the agent last answered.
+        onset = watch.agent_progress_wall
+        vllm = ((watch.snapshot or {}).get("probes") or {}).get("vllm") or {}
+        quiet = vllm.get("seconds_without_progress")
+        if isinstance(quiet, (int, float)) and not isinstance(quiet, bool):
+            onset = time.time() - float(quiet)
         kind = finding.verdict.value
         incident = await self.ledger.write(
             self.ledger.store.open_incident,
@@ -262,7 +268,7 @@ class Controller:
             [watch.name],
             detected_at=time.time(),
             evidence={"reasons": list(finding.reasons), "agent_state": watch.snapshot},
-            fault_onset=watch.agent_progress_wall,
+            fault_onset=onset,
             dry_run=self.config.guards.dry_run,
         )
         self.notifier.send(

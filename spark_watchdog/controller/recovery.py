@@ -28,7 +28,7 @@ from spark_watchdog.controller.notify import Event, Notifier
 from spark_watchdog.errors import Ambiguous, PowerError
 from spark_watchdog.history.records import IncidentStep
 from spark_watchdog.power.base import PowerState, PowerStep, VerifiedPower
-from spark_watchdog.power.paths import PowerPath, power_paths
+from spark_watchdog.power.paths import PowerPath, close_backend, power_paths
 
 log = logging.getLogger("spark_watchdog.controller")
 
@@ -65,6 +65,7 @@ class RungPlan:
     resume_from: str | None = None  # the last recorded step of this rung
     off_verified_at: float | None = None  # wall clock, from the record
     action_id: int | None = None  # the rung's action row, when it was recorded
+    boot_before: str | None = None  # the frozen boot's id: recovery means another one
 
 
 @dataclass(frozen=True)
@@ -133,6 +134,8 @@ async def _run_rung(
         )
 
     power = host.power_factory(path, write_ahead)
+    if plan.boot_before is None:
+        plan.boot_before = watch.boot_id
     action: Any = None
     async with host.power_slot():
         try:
@@ -213,6 +216,7 @@ async def _run_rung(
             )
             return "held"
         except PowerError as exc:
+            await close_backend(power.backend)
             await _finish(ledger, action, "failed", str(exc))
             await ledger.write(
                 ledger.store.add_step,
@@ -223,6 +227,7 @@ async def _run_rung(
             )
             host.notifier.send(Event("power_action_failed", f"{node}: {exc}", node, incident_id))
             return "next"
+    await close_backend(power.backend)
     await _finish(
         ledger, action, "verified", None, step="power_restored", detail={"off_held_s": held_s}
     )
@@ -238,7 +243,7 @@ async def _run_rung(
     host.notifier.send(
         Event("power_restored", f"{node}: power restored via {power.name}", node, incident_id)
     )
-    return await _await_new_boot(host, watch, incident_id, time.time())
+    return await _await_new_boot(host, watch, incident_id, time.time(), plan.boot_before)
 
 
 async def _finish(
@@ -402,11 +407,15 @@ def resume_plan(steps: Sequence[IncidentStep], node: str) -> ResumeInfo:
             if current is not None:
                 info.rungs_done.add(current.rung)
             action_id = detail.get("action_id")
-            current = RungPlan(
-                rung, "rung_started", None, action_id if isinstance(action_id, int) else None
-            )
             before = detail.get("boot_id_before")
             info.boot_before = before if isinstance(before, str) else None
+            current = RungPlan(
+                rung,
+                "rung_started",
+                None,
+                action_id if isinstance(action_id, int) else None,
+                info.boot_before,
+            )
             info.phase = "ladder"
         elif step.step in ("rung_failed", "boot_timeout") and current is not None:
             info.rungs_done.add(current.rung)

@@ -110,3 +110,14 @@ def timing_for(config: ControllerConfig, path: PowerPath) -> PowerTiming:
         read_timeout=read_timeout,
         command_timeout=command_timeout,
     )
+
+
+async def close_backend(backend: PowerBackend) -> None:
+    """Release a backend's sockets (SNMP keeps one engine per PDU open)."""
+    from spark_watchdog.power.base import OutletGroup
+
+    members = backend.members if isinstance(backend, OutletGroup) else (backend,)
+    if any(type(m).__name__ == "SnmpOutlet" for m in members):
+        from spark_watchdog.power.snmp import close_snmp_backend
+
+        await close_snmp_backend(backend)
