@@ -19,7 +19,7 @@ from typing import Any
 
 from spark_watchdog import logs
 from spark_watchdog.config.controller import ControllerConfig, load_controller_config
-from spark_watchdog.errors import ConfigError, PowerError, WatchdogError
+from spark_watchdog.errors import ConfigError, PowerError, Unreachable, WatchdogError
 from spark_watchdog.power.base import PowerResult, PowerState, PowerStep, VerifiedPower
 from spark_watchdog.power.paths import (
     PowerPath,
@@ -312,7 +312,7 @@ async def _check_one(config: ControllerConfig, path: PowerPath) -> dict[str, Any
     except ConfigError as exc:
         row.update(state="error", detail=str(exc))
     except PowerError as exc:
-        kind = "unreachable" if type(exc).__name__ == "Unreachable" else "error"
+        kind = "unreachable" if isinstance(exc, Unreachable) else "error"
         row.update(state=kind, detail=f"{type(exc).__name__}: {exc}")
     except WatchdogError as exc:
         row.update(state="error", detail=str(exc))

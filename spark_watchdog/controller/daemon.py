@@ -29,8 +29,8 @@ from spark_watchdog.controller.planner import Guards, Step, breaker_trips, decid
 from spark_watchdog.controller.recovery import (
     PowerFactory,
     RungPlan,
-    _await_new_boot,
-    _finish_recovery,
+    await_new_boot,
+    finish_recovery,
     recover_frozen_host,
     resume_plan,
     rungs_of,
@@ -83,7 +83,6 @@ class Controller:
         self._fencing: dict[str, asyncio.Task[str]] = {}
         self._serving_task: asyncio.Task[bool] | None = None
         self._last_serving_restart = float("-inf")
-        self._tasks: set[asyncio.Task[Any]] = set()
         self._banner_checks: dict[str, asyncio.Task[None]] = {}
         self.witness_ok = True
         self.witness_detail = "not checked yet"
@@ -525,6 +524,7 @@ class Controller:
     async def _record_dry_run(self, watch: NodeWatch, reason: str) -> None:
         if watch.dry_run_incident is not None:
             return
+        rungs = rungs_of(self.config, watch)
         incident = await self.ledger.write(
             self.ledger.store.open_incident,
             "host_frozen",
@@ -539,9 +539,7 @@ class Controller:
             self.ledger.store.record_action,
             watch.name,
             "cycle",
-            device=f"power path {rungs_of(self.config, watch)[0].key_path}"
-            if rungs_of(self.config, watch)
-            else "none",
+            device=f"power path {rungs[0].key_path}" if rungs else "none",
             incident_id=incident.id,
             rung=0,
             dry_run=True,
@@ -621,12 +619,12 @@ class Controller:
                     watch.state = NodeState.BOOTING
                     restored = info.restored_at or time.time()
                     task = asyncio.get_running_loop().create_task(
-                        _await_new_boot(self, watch, incident.id, restored, info.boot_before)
+                        await_new_boot(self, watch, incident.id, restored, info.boot_before)
                     )
                     self._fencing[name] = task
                 else:
                     task = asyncio.get_running_loop().create_task(
-                        _finish_recovery(self, watch, incident.id)
+                        finish_recovery(self, watch, incident.id)
                     )
                     self._fencing[name] = task
 

@@ -216,7 +216,6 @@ async def _run_rung(
             )
             return "held"
         except PowerError as exc:
-            await close_backend(power.backend)
             await _finish(ledger, action, "failed", str(exc))
             await ledger.write(
                 ledger.store.add_step,
@@ -227,7 +226,9 @@ async def _run_rung(
             )
             host.notifier.send(Event("power_action_failed", f"{node}: {exc}", node, incident_id))
             return "next"
-    await close_backend(power.backend)
+        finally:
+            # Every way out of the rung releases the device's sockets.
+            await close_backend(power.backend)
     await _finish(
         ledger, action, "verified", None, step="power_restored", detail={"off_held_s": held_s}
     )
@@ -243,7 +244,7 @@ async def _run_rung(
     host.notifier.send(
         Event("power_restored", f"{node}: power restored via {power.name}", node, incident_id)
     )
-    return await _await_new_boot(host, watch, incident_id, time.time(), plan.boot_before)
+    return await await_new_boot(host, watch, incident_id, time.time(), plan.boot_before)
 
 
 async def _finish(
@@ -312,7 +313,7 @@ async def _resume_cycle(
     return off_seconds
 
 
-async def _await_new_boot(
+async def await_new_boot(
     host: RecoveryHost,
     watch: NodeWatch,
     incident_id: int,
@@ -341,7 +342,7 @@ async def _await_new_boot(
             )
             watch.apply(NodeEvent.NEW_BOOT)
             await host.record_boots(watch, incident_id)
-            return await _finish_recovery(host, watch, incident_id)
+            return await finish_recovery(host, watch, incident_id)
         await asyncio.sleep(0.25)
     await ledger.write(
         ledger.store.add_step, incident_id, "boot_timeout", node=node, detail={"timeout_s": timeout}
@@ -352,7 +353,7 @@ async def _await_new_boot(
     return "next"
 
 
-async def _finish_recovery(host: RecoveryHost, watch: NodeWatch, incident_id: int) -> str:
+async def finish_recovery(host: RecoveryHost, watch: NodeWatch, incident_id: int) -> str:
     await host.restart_serving_after(incident_id, f"{watch.name} recovered from host_frozen")
     incident = await host.ledger.write(
         host.ledger.store.resolve_incident,
