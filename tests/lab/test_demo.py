@@ -159,7 +159,7 @@ def test_run_usage_errors() -> None:
 def test_an_interrupted_run_leaves_no_process(tmp_path: Path, sig: signal.Signals) -> None:
     workdir = tmp_path / "interrupted"
     run = Running(["lab", "run", "--scenario", "freeze", "--dir", str(workdir)])
-    run.wait_for(r"FAULT freeze", timeout=60)
+    run.wait_for(r"FAULT freeze", timeout=150)  # a loaded CI machine starts 4 nodes slowly
     assert _mentioning(workdir), "the lab should be running now"
     run.process.send_signal(sig)
     time.sleep(0.3)
