@@ -267,6 +267,8 @@ class ServingConfig:
     start_timeout: float = setting(600.0, above=0)
     # Restart serving automatically on serving_stalled / serving_dead.
     auto_restart: bool = setting(True)
+    # Seconds after a serving restart before another automatic one (no restart loop).
+    restart_cooldown: float = setting(60.0, minimum=0)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -47,7 +47,6 @@ from spark_watchdog.power.ssh_banner import check_ssh_banner
 log = logging.getLogger("spark_watchdog.controller")
 
 AGENT_RESTART_COOLDOWN_S = 300.0
-SERVING_RESTART_COOLDOWN_S = 60.0
 LATE_BANNER_INTERVAL_S = 2.0
 BY = "controller"
 
@@ -100,24 +99,34 @@ class Controller:
         return self._slot
 
     async def still_frozen(self, watch: NodeWatch) -> tuple[bool, str]:
-        """Right before cutting power: ask the host once more, both ways."""
+        """Right before cutting power: ask the host once more, both ways at once
+        (either answer means alive; asked one after the other, a frozen host
+        would cost agent_timeout + banner_timeout instead of the longer one)."""
         node = watch.config
-        try:
-            answer = await request(
-                f"{node.agent.rstrip('/')}/v1/state", timeout=self.config.detection.agent_timeout
-            )
-            snapshot = answer.json()
-            if (
+
+        async def agent_progressed() -> bool:
+            try:
+                answer = await request(
+                    f"{node.agent.rstrip('/')}/v1/state",
+                    timeout=self.config.detection.agent_timeout,
+                )
+                snapshot = answer.json()
+            except HttpError:
+                return False
+            return (
                 answer.status == 200
                 and isinstance(snapshot, dict)
                 and watch.note_answer(snapshot, time.monotonic())
-            ):
-                return False, "the agent answered with progress"
-        except HttpError:
-            pass
-        banner = await check_ssh_banner(
-            node.banner_host, node.ssh_port, timeout=self.config.detection.banner_timeout
+            )
+
+        progressed, banner = await asyncio.gather(
+            agent_progressed(),
+            check_ssh_banner(
+                node.banner_host, node.ssh_port, timeout=self.config.detection.banner_timeout
+            ),
         )
+        if progressed:
+            return False, "the agent answered with progress"
         if banner.ok:
             return False, f"the SSH banner answered ({banner.banner})"
         return True, f"agent silent, ssh {banner.outcome}"
@@ -439,7 +448,8 @@ class Controller:
             power_actions_in_flight=in_flight,
             max_concurrent_power_actions=g.max_concurrent_power_actions,
             rungs=len(rungs_of(self.config, watch)),
-            rungs_done=frozenset(watch.rungs_done),
+            # Rungs tried for the node's open incident; none outside one.
+            rungs_done=frozenset(watch.rungs_done if watch.incident_id is not None else ()),
         )
 
     async def _act(self, watch: NodeWatch) -> None:
@@ -585,7 +595,7 @@ class Controller:
             return
         if any(not t.done() for t in self._fencing.values()):
             return  # a host recovery ends with a serving restart anyway
-        if time.monotonic() - self._last_serving_restart < SERVING_RESTART_COOLDOWN_S:
+        if time.monotonic() - self._last_serving_restart < self.config.serving.restart_cooldown:
             return
         self._serving_task = asyncio.get_running_loop().create_task(self._serving_incident(watch))
 

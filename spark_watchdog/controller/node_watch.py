@@ -77,7 +77,8 @@ class NodeWatch:
         PerSourcePenalties turning a frequent poller away): never evidence of
         a freeze, so it neither adds a miss nor clears one.
         """
-        self.banner_checked_at = now
+        # banner_checked_at stays the check's start (set by the controller): a
+        # late agent gets one check every LATE_BANNER_INTERVAL_S, start to start.
         self.banner_detail = detail
         if outcome == "banner":
             self.banner_misses = 0

@@ -104,9 +104,13 @@ async def recover_frozen_host(
                 return "gave_up"
             plan = RungPlan(remaining[0])
         outcome = await _run_rung(host, watch, incident_id, paths[plan.rung], plan)
-        watch.rungs_done.add(plan.rung)
-        plan = None
-        if outcome in ("recovered", "false_alarm", "held"):
+        plan_rung, plan = plan.rung, None
+        if outcome in ("recovered", "false_alarm"):
+            # The incident is over: the node's next freeze starts from the first rung.
+            watch.rungs_done.clear()
+            return outcome
+        watch.rungs_done.add(plan_rung)
+        if outcome == "held":
             return outcome
         # "next": this rung failed or the boot never came; a later rung remains?
         if any(i not in watch.rungs_done for i in range(len(paths))):

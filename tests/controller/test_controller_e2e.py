@@ -177,6 +177,31 @@ def test_a_frozen_host_is_cycled_once_and_serving_comes_back_safe(
             assert running.store.actions(node=other.name) == []
 
 
+def test_a_node_that_freezes_again_is_cycled_again(
+    lab: LabCluster, controller: Callable[..., RunningController]
+) -> None:
+    """A second freeze of a recovered node is a new incident with the whole
+    ladder available, not "no power path left" from the first one."""
+    running = controller()
+    node = lab.node("spark-2")
+    before_sets = len(sets(lab, node))
+    for round_ in (1, 2):
+        lab.freeze(node)
+        wait_for(
+            lambda n=round_: len(running.store.list_incidents()) >= n, 20, f"incident {round_}"
+        )
+        wait_for(
+            lambda: all(i.status == "resolved" for i in running.store.list_incidents()),
+            60,
+            f"incident {round_} resolved",
+        )
+        wait_for(lambda: running.verdicts().get(node.name) == "healthy", 30, "healthy again")
+    incidents = sorted(running.store.list_incidents(), key=lambda i: i.id)
+    assert [(i.kind, i.resolution) for i in incidents] == [("host_frozen", "recovered")] * 2
+    assert running.store.active_hold(node.name) is None
+    assert sets(lab, node)[before_sets:] == [2, 1, 2, 1]
+
+
 def test_wedged_serving_is_restarted_with_no_power_action(
     lab: LabCluster, controller: Callable[..., RunningController]
 ) -> None:
@@ -196,6 +221,30 @@ def test_wedged_serving_is_restarted_with_no_power_action(
     assert order.index("start spark-2") < order.index("start spark-1")
     assert len(lab.pdu.standin.set_requests) == sets_before
     assert running.store.actions() == []
+
+
+def test_a_serving_fault_that_returns_waits_for_the_restart_cooldown(
+    lab: LabCluster, controller: Callable[..., RunningController]
+) -> None:
+    cooldown = 12.0
+    running = controller(serving={"restart_cooldown": cooldown})
+    lab.vllm_mode("wedged")
+    wait_for(lambda: len(running.store.serving_restarts()) == 1, 30, "the first restart")
+    wait_for(lambda: running.store.serving_restarts()[0].result != "running", 60, "it to finish")
+    first_done = time.time()
+    lab.vllm_mode("wedged")  # the new ranks wedge again at once
+    # The lab's stall_after is 4 s: seen as stalled well inside the cooldown, not acted on.
+    wait_for(lambda: running.verdicts().get("spark-1") == "serving_stalled", 10, "stalled again")
+    assert time.time() - first_done < cooldown
+    assert len(running.store.serving_restarts()) == 1
+    wait_for(lambda: len(running.store.serving_restarts()) == 2, 30, "the second restart")
+    second = sorted(running.store.serving_restarts(), key=lambda r: r.id)[1]
+    assert second.started_at - first_done >= cooldown - 0.5
+    wait_for(
+        lambda: all(r.result != "running" for r in running.store.serving_restarts()),
+        60,
+        "the second restart to finish",
+    )
 
 
 def test_witness_unreachable_means_no_fencing(
