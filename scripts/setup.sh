@@ -13,6 +13,8 @@ APT_PACKAGES=(
     systemd-journal-remote                           # writes real journal files in tests and the lab
     ipmitool openipmi                                # IPMI power path, and ipmi_sim in tests
     openssh-client openssh-server                    # SSH paths, and a real sshd in tests
+    prometheus prometheus-alertmanager               # promtool and amtool checks, a real Alertmanager in tests
+    groff-base                                       # renders the man page in its test
 )
 
 missing=()
@@ -28,6 +30,15 @@ if ((${#missing[@]})); then
     $sudo apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends \
         "${missing[@]}" >/dev/null
+    # The tests start their own Prometheus tools on loopback; the packages'
+    # services (:9090, :9093) are not wanted on a development machine.
+    if [ -d /run/systemd/system ]; then
+        for service in prometheus prometheus-alertmanager; do
+            if [[ " ${missing[*]} " == *" $service "* ]]; then
+                $sudo systemctl disable --now "$service" >/dev/null 2>&1 || true
+            fi
+        done
+    fi
 fi
 
 python=${PYTHON:-python3}

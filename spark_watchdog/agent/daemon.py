@@ -39,7 +39,6 @@ from spark_watchdog.agent.http_api import (
     json_response,
 )
 from spark_watchdog.agent.probe_runner import Observation, ProbeRunner, iso_time
-from spark_watchdog.agent.sdnotify import SystemdNotifier
 from spark_watchdog.agent.serving import (
     LaunchFailed,
     ServingConflict,
@@ -61,6 +60,7 @@ from spark_watchdog.probes.vllm import (
     VllmStatus,
     rank_process_alive,
 )
+from spark_watchdog.sdnotify import SystemdNotifier
 
 log = logging.getLogger("spark_watchdog.agent")
 

@@ -73,7 +73,8 @@ class AgentCollector:
         for probe, states in PROBE_STATES.items():
             body = probes.get(probe, {})
             current = body.get("state")
-            for name in states + _RUNNER_STATES:
+            # dict.fromkeys: a state both lists name (timeout, error) is one series, not two.
+            for name in dict.fromkeys(states + _RUNNER_STATES):
                 state.add_metric([node, probe, name], 1.0 if name == current else 0.0)
             if isinstance(body.get("duration_s"), (int, float)):
                 duration.add_metric([node, probe], float(body["duration_s"]))
@@ -106,15 +107,20 @@ def _vllm_metrics(node: str, body: Mapping[str, Any]) -> Iterator[Metric]:
         node,
         body.get("waiting"),
     )
+    steps = body.get("engine_steps")
+    if isinstance(steps, int) and not isinstance(steps, bool):
+        # A counter: it only grows, and falls back to 0 when vLLM restarts,
+        # which rate() takes as a counter reset.
+        family = CounterMetricFamily(
+            "spark_watchdog_vllm_engine_steps",
+            "Engine steps vLLM reports (vllm:iteration_tokens_total_count), summed over engines.",
+            labels=["node"],
+        )
+        family.add_metric([node], float(steps))
+        yield family
     yield from _gauge(
-        "spark_watchdog_vllm_engine_steps",
-        "Last seen vllm:iteration_tokens_total_count (engine steps), summed over engines.",
-        node,
-        body.get("engine_steps"),
-    )
-    yield from _gauge(
-        "spark_watchdog_vllm_seconds_without_progress",
-        "Seconds since vLLM last advanced while requests were running.",
+        "spark_watchdog_vllm_without_progress_seconds",
+        "Seconds since vLLM last advanced while requests were running (the worst engine).",
         node,
         body.get("seconds_without_progress"),
     )

@@ -15,12 +15,15 @@ from spark_watchdog import __version__
 from spark_watchdog.cli import (
     agent_cmd,
     controller_cmd,
+    doctor_cmd,
+    examples,
     history_cmd,
     lab_cmd,
     power_cmd,
     probe_gpu,
     probe_journal,
     probe_vllm,
+    reference_cmd,
     serving_cmd,
 )
 
@@ -65,6 +68,9 @@ def build_parser() -> argparse.ArgumentParser:
     history_cmd.add_parsers(commands)
     serving_cmd.add_parser(commands)
     lab_cmd.add_parser(commands)
+    doctor_cmd.add_parser(commands)
+    reference_cmd.add_parsers(commands)
+    examples.attach(parser)
     return parser
 
 

@@ -55,6 +55,18 @@ def resolve_secret_path(reference: str, environ: Mapping[str, str] | None = None
     return Path(credentials) / reference
 
 
+def exposed_to(mode: int) -> str | None:
+    """Who besides the owner may read, write or run a secret file of ``mode``:
+    ``"group"``, ``"others"``, ``"group and others"``, or None (0600 / 0400)."""
+    group = bool(mode & stat.S_IRWXG)
+    others = bool(mode & stat.S_IRWXO)
+    if group and others:
+        return "group and others"
+    if group:
+        return "group"
+    return "others" if others else None
+
+
 def read_secret(key_path: str, reference: str, environ: Mapping[str, str] | None = None) -> Secret:
     """Read one secret for config key ``key_path``; errors name the key, never the value."""
     path = resolve_secret_path(reference, environ)
@@ -67,7 +79,7 @@ def read_secret(key_path: str, reference: str, environ: Mapping[str, str] | None
         raise ConfigError(
             key_path, [f"{key_path}: cannot read secret file {path}: {exc}"]
         ) from None
-    if info.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+    if exposed_to(info.st_mode) is not None:
         log.warning(
             "%s: secret file %s is readable by group or others (mode %o); chmod 600 it",
             key_path,

@@ -43,6 +43,7 @@ from spark_watchdog.history.store import HistoryStore
 from spark_watchdog.power.base import VerifiedPower
 from spark_watchdog.power.paths import PowerPath, build_backend, read_device_secrets, timing_for
 from spark_watchdog.power.ssh_banner import check_ssh_banner
+from spark_watchdog.sdnotify import SystemdNotifier
 
 log = logging.getLogger("spark_watchdog.controller")
 
@@ -71,6 +72,11 @@ class Controller:
         self.config = config
         self.notifier = notifier or Notifier(config.notify)
         self.ledger = Ledger(store, self.notifier)
+        # What /metrics counts: incidents, actions, verdict changes (in memory).
+        self.tallies = self.ledger.tallies
+        self.tallies.seed_nodes(n.name for n in config.nodes)
+        self._counted_verdicts: dict[str, str] = {}
+        self.cluster_hold: str | None = None
         self.power_factory = power_factory or default_power_factory(config, config.guards.dry_run)
         now = time.monotonic()
         self.watches = {n.name: NodeWatch(n, now) for n in config.nodes}
@@ -92,6 +98,8 @@ class Controller:
         self.profile: str | None = None
         # What the HTTP threads read: rebuilt after every tick, never mutated.
         self.published: dict[str, Any] = {}
+        # READY/WATCHDOG/STATUS to systemd (Type=notify); None: from the environment.
+        self.systemd: SystemdNotifier | None = None
 
     # -- RecoveryHost -------------------------------------------------------
 
@@ -374,6 +382,10 @@ class Controller:
         await self._check_breaker()
         for watch in self.watches.values():
             await self._act(watch)
+        for watch in self.watches.values():
+            if self._counted_verdicts.get(watch.name) != watch.verdict:
+                self._counted_verdicts[watch.name] = watch.verdict
+                self.tallies.note_verdict(watch.name, watch.verdict)
         self.ticks += 1
         self.last_sweep_s = time.monotonic() - self._tick_started
         self.published = self.status_json()
@@ -385,6 +397,7 @@ class Controller:
         except HistoryUnwritable:
             return
         held = {h.node: h.reason for h in holds}
+        self.cluster_hold = held.get(CLUSTER)
         for watch in self.watches.values():
             reason = held.get(watch.name) or held.get(CLUSTER)
             if reason and watch.state is NodeState.WATCHING:
@@ -604,6 +617,7 @@ class Controller:
     async def resume(self) -> None:
         """Continue incidents a previous controller left open (write-ahead log)."""
         incidents = await self.ledger.read(self.ledger.store.open_incidents)
+        self.tallies.seed_open(incidents)
         for incident in incidents:
             steps = await self.ledger.read(self.ledger.store.steps, incident.id)
             for name in incident.nodes:
@@ -643,12 +657,24 @@ class Controller:
         self.profile = None if setting is None else setting.value
         await self.resume()
         interval = self.config.detection.poll_interval
+        systemd = self.systemd or SystemdNotifier()
+        systemd.ready(self.status_line())
+        last_pet = float("-inf")
         while not stop.is_set():
             started = time.monotonic()
             try:
                 await self.tick()
             except Exception:
                 log.exception("controller tick failed")
+            else:
+                # Petted only after a tick that completed: a loop that is stuck
+                # or fails every sweep stops petting, and systemd restarts the
+                # controller, which resumes any recovery from the history.
+                pet_every = systemd.watchdog_interval
+                if pet_every is not None and started - last_pet >= pet_every:
+                    systemd.watchdog()
+                    last_pet = started
+                systemd.status(self.status_line())
             elapsed = time.monotonic() - started
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(stop.wait(), max(0.0, interval - elapsed))
@@ -661,6 +687,20 @@ class Controller:
             task.cancel()
         await asyncio.gather(*pending, return_exceptions=True)
         await self.notifier.drain()
+        systemd.stopping()
+
+    def status_line(self) -> str:
+        """One line for ``systemctl status``: the verdict counts and the history."""
+        counts: dict[str, int] = {}
+        for watch in self.watches.values():
+            counts[watch.verdict] = counts.get(watch.verdict, 0) + 1
+        verdicts = ", ".join(f"{n} {v}" for v, n in sorted(counts.items()))
+        line = f"{len(self.watches)} nodes: {verdicts}"
+        if self.ledger.problem:
+            line += "; history unwritable"
+        if self.cluster_hold:
+            line += "; cluster held"
+        return line
 
     def status_json(self) -> dict[str, Any]:
         now = time.monotonic()
@@ -668,7 +708,14 @@ class Controller:
             "started_at": self.started_at,
             "ticks": self.ticks,
             "last_sweep_s": round(self.last_sweep_s, 4),
+            "poll_interval_s": self.config.detection.poll_interval,
+            "freeze_after_s": self.config.detection.freeze_after,
             "witness": self.witness_detail,
+            "cluster_hold": self.cluster_hold,
+            "notifications": {
+                "delivered": self.notifier.delivered,
+                "dropped": self.notifier.failed,
+            },
             "dry_run": self.config.guards.dry_run,
             "serving_profile": self.profile,
             "history": self.ledger.problem or "ok",

@@ -12,7 +12,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -27,6 +28,8 @@ class HttpError(Exception):
 class HttpAnswer:
     status: int
     body: bytes
+    # Header names lower-cased; the last one wins when a name repeats.
+    headers: Mapping[str, str] = field(default_factory=dict)
 
     def json(self) -> Any:
         try:
@@ -86,11 +89,13 @@ async def _request(url: str, method: str, body: Any, headers: dict[str, str]) ->
             raise HttpError(f"{method} {_safe(url)}: not an HTTP answer ({status_line[:60]!r})")
         status = int(fields[1])
         length: int | None = None
+        answer_headers: dict[str, str] = {}
         while True:
             line = await reader.readline()
             if line in (b"\r\n", b"\n", b""):
                 break
             name, _, value = line.decode("latin-1").partition(":")
+            answer_headers[name.strip().lower()] = value.strip()
             if name.strip().lower() == "content-length":
                 try:
                     length = int(value.strip())
@@ -104,7 +109,7 @@ async def _request(url: str, method: str, body: Any, headers: dict[str, str]) ->
             data = await reader.read(MAX_BODY + 1)
             if len(data) > MAX_BODY:
                 raise HttpError(f"{method} {_safe(url)}: answer is too large")
-        return HttpAnswer(status, data)
+        return HttpAnswer(status, data, answer_headers)
     except asyncio.IncompleteReadError:
         raise HttpError(f"{method} {_safe(url)}: connection closed mid-answer") from None
     finally:

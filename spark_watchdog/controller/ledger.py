@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from spark_watchdog.controller.notify import Event, Notifier
+from spark_watchdog.controller.tallies import Tallies
 from spark_watchdog.history.store import HistoryStore, StoreError
 
 log = logging.getLogger("spark_watchdog.controller")
@@ -25,9 +26,13 @@ class HistoryUnwritable(Exception):
 
 
 class Ledger:
-    def __init__(self, store: HistoryStore, notifier: Notifier) -> None:
+    def __init__(
+        self, store: HistoryStore, notifier: Notifier, tallies: Tallies | None = None
+    ) -> None:
         self.store = store
         self.notifier = notifier
+        # Counts for /metrics, fed from what was written (never a table scan per scrape).
+        self.tallies = tallies if tallies is not None else Tallies()
         self.problem: str | None = None
 
     async def write(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
@@ -44,6 +49,7 @@ class Ledger:
         if self.problem is not None:
             log.info("history writable again")
             self.problem = None
+        self.tallies.note_record(result)
         return result
 
     async def read(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:

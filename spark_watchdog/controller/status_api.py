@@ -1,8 +1,14 @@
-"""The controller's HTTP surface: ``GET /v1/status`` (JSON) and ``GET /metrics``."""
+"""The controller's HTTP surface: ``GET /v1/status`` (JSON) and ``GET /metrics``.
+
+Metric names follow the agent's conventions (``spark_watchdog/agent/exposition.py``).
+A scrape reads only what the controller already holds in memory (the last
+published status and the tallies): never the history database, which may be
+years long. docs/observability.md lists every family.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, generate_latest
@@ -10,6 +16,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 
 from spark_watchdog.agent.http_api import JSON, PROMETHEUS_TEXT, HttpEndpoint, Response
 from spark_watchdog.controller.node_states import NodeState
+from spark_watchdog.controller.tallies import Tallies
 
 VERDICTS = (
     "healthy",
@@ -26,6 +33,7 @@ VERDICTS = (
 
 class StatusSource(Protocol):
     published: dict[str, Any]
+    tallies: Tallies
 
 
 class _Collector:
@@ -74,11 +82,105 @@ class _Collector:
         )
         sweep.add_metric([], float(status.get("last_sweep_s", 0.0)))
         yield sweep
+        yield from _setting(
+            "spark_watchdog_controller_poll_interval_seconds",
+            "detection.poll_interval: how often every node is polled.",
+            status.get("poll_interval_s"),
+        )
+        yield from _setting(
+            "spark_watchdog_controller_freeze_after_seconds",
+            "detection.freeze_after: agent silence before a host can be called frozen.",
+            status.get("freeze_after_s"),
+        )
         witness = GaugeMetricFamily(
             "spark_watchdog_controller_witness_ok", "1 when the witness targets answer."
         )
         witness.add_metric([], 1.0 if status.get("witness") == "ok" else 0.0)
         yield witness
+        history = GaugeMetricFamily(
+            "spark_watchdog_controller_history_writable",
+            "1 when the freeze history can be written; 0 means no power action can be taken.",
+        )
+        history.add_metric([], 1.0 if status.get("history", "ok") == "ok" else 0.0)
+        yield history
+        breaker = GaugeMetricFamily(
+            "spark_watchdog_cluster_held",
+            "1 while a cluster-wide hold (circuit breaker or an operator) is active.",
+        )
+        breaker.add_metric([], 1.0 if status.get("cluster_hold") else 0.0)
+        yield breaker
+        notifications = CounterMetricFamily(
+            "spark_watchdog_notifications",
+            "Notifications delivered, or dropped after every attempt, since the start.",
+            labels=["result"],
+        )
+        sent = status.get("notifications") or {}
+        for result in ("delivered", "dropped"):
+            notifications.add_metric([result], float(sent.get(result, 0)))
+        yield notifications
+        yield from _tally_metrics(self._source.tallies)
+
+
+def _setting(name: str, doc: str, value: Any) -> Iterator[Metric]:
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        family = GaugeMetricFamily(name, doc)
+        family.add_metric([], float(value))
+        yield family
+
+
+def _tally_metrics(tallies: Tallies) -> Iterator[Metric]:
+    view = tallies.view()
+    opened = CounterMetricFamily(
+        "spark_watchdog_incidents",
+        "Incidents opened since the controller started, per node and kind.",
+        labels=["node", "kind"],
+    )
+    _add_counts(opened, view.incidents_opened.items())
+    yield opened
+    resolved = CounterMetricFamily(
+        "spark_watchdog_incidents_resolved",
+        "Incidents resolved since the controller started (recovered, gave_up, false_alarm).",
+        labels=["node", "kind", "resolution"],
+    )
+    _add_counts(resolved, view.incidents_resolved.items())
+    yield resolved
+    open_now = GaugeMetricFamily(
+        "spark_watchdog_incidents_open",
+        "Incidents open now, per node and kind.",
+        labels=["node", "kind"],
+    )
+    _add_counts(open_now, view.incidents_open.items())
+    yield open_now
+    actions = CounterMetricFamily(
+        "spark_watchdog_power_actions",
+        "Actions on a node (power off/on/cycle, SSH reboot, agent restart) with a recorded "
+        "outcome since the controller started: verified, failed, ambiguous or dry_run.",
+        labels=["node", "operation", "result"],
+    )
+    _add_counts(actions, view.power_actions.items())
+    yield actions
+    changes = CounterMetricFamily(
+        "spark_watchdog_node_verdict_changes",
+        "Times a node's verdict changed, labelled with the verdict it changed to.",
+        labels=["node", "verdict"],
+    )
+    _add_counts(changes, view.verdict_changes.items())
+    yield changes
+
+
+def _add_counts(
+    family: CounterMetricFamily | GaugeMetricFamily,
+    counts: Iterable[tuple[tuple[str, ...], int]],
+) -> None:
+    for labels, count in sorted(counts):
+        family.add_metric(list(labels), float(count))
+
+
+def render(source: StatusSource) -> bytes:
+    """The controller's ``/metrics`` body."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Collector(source))
+    return bytes(generate_latest(registry))
 
 
 class StatusEndpoint(HttpEndpoint):

@@ -21,11 +21,11 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from spark_watchdog.agent.daemon import Agent
 from spark_watchdog.agent.probe_runner import Observation, ProbeFailure
-from spark_watchdog.agent.sdnotify import SystemdNotifier
 from spark_watchdog.config.agent import AgentConfig, parse_agent_config
 from spark_watchdog.errors import ConfigError
 from spark_watchdog.lab.journal_writer import Ending, Fault, boot_entries, write_boot
 from spark_watchdog.lab.vllm_standin import VllmStandin
+from spark_watchdog.sdnotify import SystemdNotifier
 
 pytestmark = pytest.mark.integration
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from spark_watchdog.agent.sdnotify import SystemdNotifier
+from spark_watchdog.sdnotify import SystemdNotifier
 
 
 @pytest.fixture

@@ -18,6 +18,7 @@ from spark_watchdog.config.controller import NotifyConfig, WebhookConfig
 from spark_watchdog.controller.http_client import HttpError, request
 from spark_watchdog.controller.notify import Event, Notifier
 from spark_watchdog.controller.status_api import StatusEndpoint
+from spark_watchdog.controller.tallies import Tallies
 from spark_watchdog.controller.witness import check_witness
 
 pytestmark = pytest.mark.integration
@@ -159,6 +160,7 @@ def test_status_endpoint_serves_json_and_metrics() -> None:
                 {"name": "spark-2", "verdict": "held", "state": "held", "banner_misses": 2},
             ],
         }
+        tallies = Tallies()
 
     endpoint = StatusEndpoint("127.0.0.1", 0, Source())
     endpoint.start()

@@ -36,7 +36,7 @@ class SystemdNotifier:
         message = "\n".join(f"{k.upper()}={v}" for k, v in fields.items()).encode()
         with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC) as sock:
             try:
-                # Never block the agent's loop on a receiver that is not
+                # Never block the caller's loop on a receiver that is not
                 # reading: a full datagram queue drops this one instead.
                 sock.sendto(message, socket.MSG_DONTWAIT, self._address)
             except OSError:

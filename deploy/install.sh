@@ -1,0 +1,201 @@
+#!/usr/bin/env bash
+# Install, upgrade or remove spark-watchdog on a DGX Spark node or on the
+# controller's management host (Debian, Ubuntu, DGX OS; aarch64 or x86_64).
+#
+#   deploy/install.sh node [--serving] [options]   the agent (spark-watchdog-agent.service)
+#   deploy/install.sh controller [options]         the controller (spark-watchdog-controller.service)
+#   deploy/install.sh uninstall [--purge] [options]
+#
+# Options:
+#   --from SRC     a wheel (spark_watchdog-*.whl) or a source checkout (default: this checkout)
+#   --prefix DIR   where the program lives (default /opt/spark-watchdog)
+#   --root DIR     install into DIR instead of / (packaging, tests): no systemctl, no apt
+#   --serving      node only: the agent also launches the vLLM rank (installs the
+#                  serving drop-in; see docs/install.md)
+#   --no-start     install and enable, but do not start or restart the service
+#   --purge        uninstall only: also remove /etc/spark-watchdog and /var/lib/spark-watchdog
+#
+# Layout: each install is a virtual environment of its own under
+# PREFIX/releases/<timestamp>, created with the system's site packages (so the
+# distro's python3-systemd serves the journal probe); PREFIX/bin points at the
+# current one. An upgrade installs a new release next to the running one and
+# flips the link in one rename, then restarts the service; the previous
+# release stays for a rollback (ln -sfn). Config (/etc/spark-watchdog) and the
+# freeze history (/var/lib/spark-watchdog) are never overwritten.
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")/.." && pwd)
+role=""
+src="$here"
+prefix=/opt/spark-watchdog
+root=""
+serving=0
+start=1
+purge=0
+keep_releases=2
+
+die() {
+    echo "install.sh: $*" >&2
+    exit 2
+}
+say() { echo "install.sh: $*" >&2; }
+
+while (($#)); do
+    case "$1" in
+        node | controller | uninstall) role=$1 ;;
+        --from) src=${2:?--from needs a wheel or a source directory}; shift ;;
+        --prefix) prefix=${2:?--prefix needs a directory}; shift ;;
+        --root) root=${2:?--root needs a directory}; shift ;;
+        --serving) serving=1 ;;
+        --no-start) start=0 ;;
+        --purge) purge=1 ;;
+        -h | --help) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        *) die "unknown argument '$1' (expected node, controller or uninstall, then options; see --help)" ;;
+    esac
+    shift
+done
+[ -n "$role" ] || die "say what to install: node, controller or uninstall (see --help)"
+case "$prefix" in /*) ;; *) die "--prefix must be an absolute path, got '$prefix'" ;; esac
+if [ "$serving" = 1 ] && [ "$role" != node ]; then die "--serving applies to 'node' only"; fi
+if [ -n "$root" ]; then
+    mkdir -p "$root"
+    root=$(cd "$root" && pwd)
+elif [ "$(id -u)" -ne 0 ]; then
+    die "run as root (it writes $prefix, /etc/systemd/system and /etc/spark-watchdog)"
+fi
+
+units_dir="$root/etc/systemd/system"
+etc_dir="$root/etc/spark-watchdog"
+credentials_dir="$etc_dir/credentials"
+live_systemd=0
+if [ -z "$root" ] && [ -d /run/systemd/system ]; then live_systemd=1; fi
+systemctl_() { if [ "$live_systemd" = 1 ]; then systemctl "$@"; fi; }
+
+unit_for() { echo "spark-watchdog-$1.service"; }
+
+# -- uninstall -------------------------------------------------------------------
+if [ "$role" = uninstall ]; then
+    for which in agent controller; do
+        unit=$(unit_for "$which")
+        if [ -e "$units_dir/$unit" ]; then
+            systemctl_ disable --now "$unit" || true
+            rm -f "$units_dir/$unit"
+            rm -rf "$units_dir/$unit.d"
+            say "removed $unit"
+        fi
+    done
+    systemctl_ daemon-reload
+    rm -rf "$root$prefix"
+    rm -f "$root/usr/local/bin/spark-watchdog" \
+        "$root/usr/share/bash-completion/completions/spark-watchdog" \
+        "$root/usr/local/share/man/man1/spark-watchdog.1"
+    say "removed $prefix, the command link, its completion and man page"
+    if [ "$purge" = 1 ]; then
+        rm -rf "$etc_dir" "$root/var/lib/spark-watchdog" "$root/var/lib/private/spark-watchdog"
+        say "purged /etc/spark-watchdog and the freeze history in /var/lib/spark-watchdog"
+    else
+        say "kept /etc/spark-watchdog and /var/lib/spark-watchdog (the freeze history); --purge removes them"
+    fi
+    exit 0
+fi
+
+# -- prerequisites ---------------------------------------------------------------
+python=${PYTHON:-python3}
+command -v "$python" >/dev/null || die "$python not found: apt-get install python3 python3-venv"
+"$python" -c 'import sys; sys.exit(sys.version_info < (3, 10))' ||
+    die "$("$python" --version 2>&1) is too old: spark-watchdog needs Python 3.10 or newer"
+"$python" -c 'import venv, ensurepip' 2>/dev/null ||
+    die "the venv module is missing: apt-get install python3-venv"
+if [ "$role" = node ] && ! "$python" -c 'import systemd.journal' 2>/dev/null; then
+    say "warning: python3-systemd is not installed; the journal probe (boot boundaries) will" \
+        "report unavailable. Fix: apt-get install python3-systemd, then run this again."
+fi
+case "$src" in
+    *.whl) [ -f "$src" ] || die "--from $src: no such wheel" ;;
+    *) [ -f "$src/pyproject.toml" ] || die "--from $src: not a wheel and not a source checkout (no pyproject.toml)" ;;
+esac
+
+# -- the program: a new release, then one rename --------------------------------
+releases="$root$prefix/releases"
+release="$releases/$(date -u +%Y%m%dT%H%M%SZ)-$$"
+mkdir -p "$releases"
+say "creating $release"
+"$python" -m venv --system-site-packages "$release"
+"$release/bin/python" -m pip install --quiet --disable-pip-version-check "$src" ||
+    { rm -rf "$release"; die "pip could not install $src (nothing changed; the current release still runs)"; }
+"$release/bin/spark-watchdog" --version >/dev/null ||
+    { rm -rf "$release"; die "the new release does not run (nothing changed)"; }
+if [ -e "$root$prefix/bin" ] && [ ! -L "$root$prefix/bin" ]; then
+    rm -rf "$release"
+    die "$prefix/bin is a directory, not this installer's link: move $prefix away (or uninstall) first"
+fi
+ln -sfn "$release/bin" "$root$prefix/bin.new"
+mv -Tf "$root$prefix/bin.new" "$root$prefix/bin"
+say "$("$root$prefix/bin/spark-watchdog" --version) is current ($prefix/bin)"
+# Keep the newest releases, the current one among them.
+mapfile -t old < <(ls -1d "$releases"/*/ 2>/dev/null | sort | head -n "-$keep_releases")
+for dir in "${old[@]}"; do rm -rf "$dir"; done
+
+# The command on PATH, its bash completion and its man page.
+install -d "$root/usr/local/bin" "$root/usr/share/bash-completion/completions" \
+    "$root/usr/local/share/man/man1"
+ln -sfn "$prefix/bin/spark-watchdog" "$root/usr/local/bin/spark-watchdog"
+"$root$prefix/bin/spark-watchdog" completion bash >"$root/usr/share/bash-completion/completions/spark-watchdog"
+"$root$prefix/bin/spark-watchdog" man >"$root/usr/local/share/man/man1/spark-watchdog.1"
+
+# -- units, config, credentials ----------------------------------------------
+which=$([ "$role" = node ] && echo agent || echo controller)
+unit=$(unit_for "$which")
+mkdir -p "$units_dir"
+sed "s#/opt/spark-watchdog/bin/#$prefix/bin/#g" "$here/systemd/$unit" >"$units_dir/$unit"
+chmod 0644 "$units_dir/$unit"
+dropins="$units_dir/$unit.d"
+if [ "$serving" = 1 ]; then
+    mkdir -p "$dropins"
+    install -m 0644 "$here/systemd/spark-watchdog-agent.service.d/serving.conf" "$dropins/serving.conf"
+    say "installed the serving drop-in: edit User= in $dropins/serving.conf to the user that serves"
+fi
+
+install -d -m 0755 "$etc_dir"
+install -d -m 0700 "$credentials_dir"
+install -m 0644 "$here/config/$which.example.yaml" "$etc_dir/$which.example.yaml"
+if [ ! -e "$etc_dir/$which.yaml" ]; then
+    install -m 0644 "$here/config/$which.example.yaml" "$etc_dir/$which.yaml"
+    say "wrote /etc/spark-watchdog/$which.yaml from the example: edit it"
+else
+    say "kept /etc/spark-watchdog/$which.yaml (the new example is $which.example.yaml)"
+fi
+
+# One LoadCredential= per file in the credentials directory: the config names
+# each secret by its file name (community_file: pdu-community).
+credentials_conf="$dropins/credentials.conf"
+mapfile -t secrets < <(find "$credentials_dir" -maxdepth 1 -type f -printf '%f\n' | sort)
+if ((${#secrets[@]})); then
+    mkdir -p "$dropins"
+    {
+        echo "# Written by deploy/install.sh from /etc/spark-watchdog/credentials/; run it again after adding one."
+        echo "[Service]"
+        for name in "${secrets[@]}"; do
+            case "$name" in
+                *[!A-Za-z0-9._-]*) say "warning: skipped credential '$name' (allowed: letters, digits, . _ -)"; continue ;;
+            esac
+            echo "LoadCredential=$name:/etc/spark-watchdog/credentials/$name"
+        done
+    } >"$credentials_conf"
+    chmod 0644 "$credentials_conf"
+    say "credentials: ${secrets[*]} (LoadCredential= in $credentials_conf)"
+else
+    rm -f "$credentials_conf"
+    say "no credentials yet: put each secret in /etc/spark-watchdog/credentials/NAME (mode 0600) and run this again"
+fi
+
+systemctl_ daemon-reload
+systemctl_ enable "$unit" >/dev/null
+if [ "$start" = 1 ]; then
+    systemctl_ restart "$unit"
+fi
+if [ "$live_systemd" = 1 ]; then
+    say "$unit: $(systemctl is-active "$unit" || true); check with: $prefix/bin/spark-watchdog doctor"
+else
+    say "no running systemd here: enable with 'systemctl enable --now $unit' on the target"
+fi

@@ -1,0 +1,125 @@
+"""Node: does NVML answer within the agent's deadline, and is vLLM's progress readable?
+
+Both reuse the agent's own probes with the agent's own settings: the NVML
+worker child with its deadline, and the vLLM scraper with its timeout.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from spark_watchdog.config.agent import AgentConfig
+from spark_watchdog.doctor.result import Finding, fail, ok, skip, warn
+from spark_watchdog.probes.gpu import GpuProbe, GpuReading
+from spark_watchdog.probes.vllm import VllmScraper
+from spark_watchdog.probes.vllm_metrics import ENGINE_STEPS, GENERATION_TOKENS, RUNNING
+
+
+async def check_gpu(config: AgentConfig, worker_argv: Sequence[str] | None = None) -> Finding:
+    gpu = config.probes.gpu
+    if not gpu.enabled:
+        return skip("probes.gpu.enabled is false: the agent does not read the GPU")
+    async with GpuProbe(gpu.deadline, worker_argv) as probe:
+        reading = await probe.read()
+    return judge_gpu(reading, gpu.deadline, config.serving.enabled)
+
+
+def judge_gpu(reading: GpuReading, deadline: float, serving_enabled: bool) -> Finding:
+    if reading.state == "ok":
+        names = ", ".join(
+            f"{d.name or f'GPU {d.index}'}"
+            + (f" at {d.power_w:.0f} W" if d.power_w is not None else "")
+            for d in reading.devices
+        )
+        return ok(
+            f"NVML answered in {reading.duration_s * 1000:.0f} ms (the agent's deadline: "
+            f"{deadline:g} s): {len(reading.devices)} GPU(s): {names}; "
+            f"driver {reading.driver_version or '?'}"
+        )
+    if reading.state == "unavailable":
+        why = reading.error or "no NVIDIA driver or no GPU"
+        if serving_enabled:
+            return fail(
+                f"{why}. This node serves a model (serving.enabled), so without NVML the GPU "
+                "heartbeat, the power draw that tells a wedged kernel, is blind",
+                "install the NVIDIA driver (`nvidia-smi` must work), or set "
+                "probes.gpu.enabled: false on a node without a GPU",
+            )
+        return warn(
+            f"{why}. Fine only if this node runs no GPU work; otherwise the GPU heartbeat is blind",
+            "install the NVIDIA driver, or set probes.gpu.enabled: false if this node has no GPU",
+        )
+    if reading.state == "timeout":
+        return fail(
+            f"{reading.error}. The agent would report gpu `timeout`: the driver is likely wedged",
+            "look for NVRM Xid lines (`journalctl -k -b | grep NVRM`); a wedged driver "
+            "clears only with a reboot or a power cycle",
+        )
+    return fail(
+        f"the NVML worker failed: {reading.error}",
+        "run `spark-watchdog probe gpu` on the node to see the worker's error",
+    )
+
+
+def check_vllm(config: AgentConfig) -> Finding:
+    """One scrape of ``/health`` and ``/metrics``; the series the stall rule needs present."""
+    vllm = config.probes.vllm
+    if not vllm.enabled:
+        return skip("probes.vllm.enabled is false: the agent does not watch vLLM here")
+    if vllm.url is None:
+        return skip(
+            "probes.vllm.url is null: a headless worker rank, no HTTP API on this node; "
+            "the head's doctor checks vLLM"
+        )
+    sample = VllmScraper(vllm.url, vllm.timeout, vllm.max_body_bytes).scrape()
+    if not sample.reachable:
+        if sample.health_status is None:
+            return fail(
+                f"vLLM at {vllm.url} does not answer: {sample.error}",
+                "start vLLM, or set probes.vllm.url to this node's vLLM API "
+                "(http://HOST:PORT of `vllm serve --port`)",
+            )
+        return fail(
+            f"vLLM at {vllm.url} answered /health {sample.health_status} but its metrics are "
+            f"unusable: {sample.error}",
+            "do not start vLLM with --disable-log-stats: the watchdog reads progress from /metrics",
+        )
+    if sample.health_status == 503:
+        return fail(
+            f"vLLM at {vllm.url} answers /health 503: its engine is dead",
+            "restart serving (`spark-watchdog serving restart`, or the node's own launcher)",
+        )
+    engines = list(sample.engines.values())
+    without_running = [e.engine for e in engines if e.running is None]
+    without_progress = [
+        e.engine for e in engines if e.engine_steps is None and e.generation_tokens is None
+    ]
+    without_steps = [e.engine for e in engines if e.engine_steps is None]
+    if without_running or without_progress:
+        missing = RUNNING if without_running else f"{ENGINE_STEPS} and {GENERATION_TOKENS}"
+        return fail(
+            f"{vllm.url}/metrics has no {missing} (engine(s) "
+            f"{', '.join(without_running or without_progress)}): a stall cannot be judged",
+            "run a vLLM release with the V1 metrics (FACTS.md lists the names) and without "
+            "--disable-log-stats",
+        )
+    running = sum(e.running or 0 for e in engines)
+    steps = sum(e.engine_steps or 0 for e in engines)
+    detail = (
+        f"vLLM at {vllm.url}: /health {sample.health_status}, {len(engines)} engine(s), "
+        f"model(s) {', '.join(sample.models) or '?'}; {RUNNING} ({running} running) and "
+        f"progress counters present"
+    )
+    if without_steps:
+        return warn(
+            f"{detail}, but no {ENGINE_STEPS}: progress is judged by generated tokens only, "
+            "so a long chunked prefill can look like a stall",
+            "use a vLLM release that exports vllm:iteration_tokens_total (the engine-step "
+            "heartbeat)",
+        )
+    if sample.health_status != 200:
+        return warn(
+            f"{detail}; but /health answered {sample.health_status}, not 200",
+            "check the vLLM server log for why /health is not 200",
+        )
+    return ok(f"{detail} ({ENGINE_STEPS} = {steps})")

@@ -1,0 +1,160 @@
+"""deploy/install.sh, run for real into a scratch root: a venv per release
+with pip, the units, the config, the credentials drop-in; an upgrade from a
+wheel that keeps the config and the previous release; uninstall and purge."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+INSTALL = REPO / "deploy" / "install.sh"
+
+pytestmark = pytest.mark.integration
+
+
+def _python() -> str:
+    """The system interpreter (it has venv and the distro's site packages)."""
+    for candidate in ("/usr/bin/python3", shutil.which("python3")):
+        if candidate and Path(candidate).exists():
+            return candidate
+    pytest.fail("no python3 to create release environments with")
+
+
+def _install(*args: str, root: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHON": _python()}
+    return subprocess.run(
+        ["bash", str(INSTALL), *args, "--root", str(root)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+
+
+def _releases(root: Path) -> list[Path]:
+    return sorted((root / "opt/spark-watchdog/releases").iterdir())
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("wheel")
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(out), str(REPO)],
+        check=True,
+        timeout=600,
+    )
+    (found,) = out.glob("spark_watchdog-*.whl")
+    return found
+
+
+def test_controller_install_upgrade_uninstall(tmp_path: Path, wheel: Path) -> None:
+    root = tmp_path / "root"
+    credentials = root / "etc/spark-watchdog/credentials"
+    credentials.mkdir(parents=True)
+    secret = credentials / "pdu-community"
+    secret.write_text("private-community\n")
+    secret.chmod(0o600)
+
+    first = _install("controller", "--from", str(REPO), root=root)
+    assert first.returncode == 0, first.stderr
+    entry = root / "opt/spark-watchdog/bin/spark-watchdog"
+    version = subprocess.run([str(entry), "--version"], capture_output=True, text=True)
+    assert version.returncode == 0 and version.stdout.startswith("spark-watchdog ")
+    link = root / "usr/local/bin/spark-watchdog"
+    assert link.is_symlink() and str(link.readlink()) == "/opt/spark-watchdog/bin/spark-watchdog"
+    completion = root / "usr/share/bash-completion/completions/spark-watchdog"
+    assert "complete -F _spark_watchdog spark-watchdog" in completion.read_text()
+    assert (root / "usr/local/share/man/man1/spark-watchdog.1").read_text().startswith(".TH ")
+    unit = root / "etc/systemd/system/spark-watchdog-controller.service"
+    assert "ExecStart=/opt/spark-watchdog/bin/spark-watchdog controller" in unit.read_text()
+    conf = root / "etc/systemd/system/spark-watchdog-controller.service.d/credentials.conf"
+    assert (
+        "LoadCredential=pdu-community:/etc/spark-watchdog/credentials/pdu-community"
+        in conf.read_text()
+    )
+    assert "private-community" not in first.stderr + conf.read_text()
+    config = root / "etc/spark-watchdog/controller.yaml"
+    assert config.read_text() == (REPO / "config/controller.example.yaml").read_text()
+    # The shipped example validates with the installed program.
+    check = subprocess.run(
+        [str(entry), "controller", "--config", str(config), "--check"],
+        capture_output=True,
+        text=True,
+    )
+    assert check.returncode == 0, check.stdout + check.stderr
+    # The installed unit passes systemd's verify (pointed at the scratch root's program).
+    if shutil.which("systemd-analyze"):
+        verifiable = tmp_path / unit.name
+        verifiable.write_text(
+            unit.read_text().replace("/opt/spark-watchdog", f"{root}/opt/spark-watchdog")
+        )
+        verify = subprocess.run(
+            ["systemd-analyze", "verify", "--man=no", str(verifiable)],
+            capture_output=True,
+            text=True,
+        )
+        assert verify.returncode == 0, verify.stderr
+    first_release = (root / "opt/spark-watchdog/bin").resolve().parent
+
+    # Upgrade from a wheel: a new release, the link flipped, the edited config kept.
+    config.write_text(config.read_text() + "# edited by the operator\n")
+    second = _install("controller", "--from", str(wheel), root=root)
+    assert second.returncode == 0, second.stderr
+    current = (root / "opt/spark-watchdog/bin").resolve().parent
+    assert current != first_release
+    assert _releases(root) == sorted([first_release, current])  # the previous one stays
+    assert config.read_text().endswith("# edited by the operator\n")
+    assert subprocess.run([str(entry), "--version"], capture_output=True).returncode == 0
+
+    # Uninstall keeps config and history; --purge removes them.
+    history = root / "var/lib/spark-watchdog/history.db"
+    history.parent.mkdir(parents=True)
+    history.write_bytes(b"")
+    removed = _install("uninstall", root=root)
+    assert removed.returncode == 0, removed.stderr
+    assert not unit.exists() and not conf.exists()
+    assert not (root / "opt/spark-watchdog").exists()
+    assert not link.is_symlink() and not completion.exists()
+    assert config.exists() and history.exists()
+    purged = _install("uninstall", "--purge", root=root)
+    assert purged.returncode == 0, purged.stderr
+    assert not config.exists() and not history.exists()
+
+
+def test_node_install_with_the_serving_dropin(tmp_path: Path, wheel: Path) -> None:
+    root = tmp_path / "root"
+    result = _install("node", "--serving", "--from", str(wheel), "--prefix", "/opt/sw", root=root)
+    assert result.returncode == 0, result.stderr
+    unit = root / "etc/systemd/system/spark-watchdog-agent.service"
+    assert "ExecStart=/opt/sw/bin/spark-watchdog agent" in unit.read_text()
+    dropin = root / "etc/systemd/system/spark-watchdog-agent.service.d/serving.conf"
+    assert "MemoryDenyWriteExecute=no" in dropin.read_text()
+    assert (root / "etc/spark-watchdog/agent.yaml").exists()
+    assert (root / "opt/sw/bin/spark-watchdog").exists()
+    # No credentials yet: no drop-in that would name a missing file.
+    assert not (unit.parent / "spark-watchdog-agent.service.d/credentials.conf").exists()
+    assert "no credentials yet" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["frobnicate"], "unknown argument 'frobnicate'"),
+        ([], "say what to install"),
+        (["controller", "--serving"], "--serving applies to 'node' only"),
+        (["node", "--prefix", "relative"], "--prefix must be an absolute path"),
+        (["node", "--from", "/nonexistent.whl"], "/nonexistent.whl: no such wheel"),
+        (["node", "--from", "/tmp"], "not a wheel and not a source checkout"),
+    ],
+)
+def test_bad_arguments_are_named(tmp_path: Path, args: list[str], message: str) -> None:
+    result = _install(*args, root=tmp_path / "root")
+    assert result.returncode == 2
+    assert message in result.stderr
+    assert not (tmp_path / "root/opt").exists()

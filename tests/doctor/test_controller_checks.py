@@ -1,0 +1,254 @@
+"""Controller checks against real components on loopback: the agent daemon, an SNMP
+PDU, an SSH banner, witness targets, and an agent whose clock is off."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from spark_watchdog.config.controller import ControllerConfig, parse_controller_config
+from spark_watchdog.doctor.clock_skew import check_clock_skew
+from spark_watchdog.doctor.controller_checks import (
+    check_agent,
+    check_banner,
+    check_witness_targets,
+)
+from spark_watchdog.doctor.plan import controller_plan
+from spark_watchdog.doctor.power_check import (
+    ReadOnlyBackend,
+    ReadOnlyViolation,
+    check_power_path,
+)
+from spark_watchdog.doctor.runner import run_plan
+from spark_watchdog.lab.pdu_standin import PduStandinThread
+from spark_watchdog.power.base import PowerState, PowerTiming, VerifiedPower
+from spark_watchdog.power.paths import (
+    build_backend,
+    close_backend,
+    power_paths,
+    read_device_secrets,
+)
+
+pytestmark = pytest.mark.integration
+
+
+def free_port() -> int:
+    """A port nothing listens on (bound, then released)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _config(nodes: list[dict[str, Any]], **extra: Any) -> ControllerConfig:
+    return parse_controller_config(
+        {"nodes": nodes, "detection": {"agent_timeout": 0.8, "banner_timeout": 1.0}, **extra}
+    )
+
+
+def _node(name: str, agent: str, **extra: Any) -> dict[str, Any]:
+    return {"name": name, "agent": agent, "ssh_host": "127.0.0.1", **extra}
+
+
+def _snmp(pdu: PduStandinThread, outlet: int | str, community: Path) -> dict[str, Any]:
+    return {
+        "type": "snmp",
+        "host": "127.0.0.1",
+        "port": pdu.port,
+        "outlet": outlet,
+        "community_file": str(community),
+        "timeout": 0.5,
+        "retries": 0,
+    }
+
+
+# -- agents ------------------------------------------------------------------------
+
+
+def test_a_running_agent_answers_with_its_node_name(agent_url: str) -> None:
+    config = _config([_node("spark-3", agent_url)])
+    found = asyncio.run(check_agent(config.nodes[0], config.detection))
+    assert found.status == "ok", found
+    assert "node spark-3" in found.detail and "seq" in found.detail
+
+
+def test_an_agent_that_calls_itself_another_node_fails(agent_url: str) -> None:
+    config = _config([_node("spark-4", agent_url)])
+    found = asyncio.run(check_agent(config.nodes[0], config.detection))
+    assert found.status == "fail"
+    assert "'spark-3'" in found.detail and "wrong machine" in found.detail
+
+
+def test_no_agent_listening_fails_with_a_fix() -> None:
+    config = _config([_node("spark-1", f"http://127.0.0.1:{free_port()}")])
+    found = asyncio.run(check_agent(config.nodes[0], config.detection))
+    assert found.status == "fail"
+    assert found.fix is not None and "spark-watchdog-agent" in found.fix
+
+
+# -- clock skew --------------------------------------------------------------------
+
+
+def test_the_real_agent_shares_this_clock(agent_url: str) -> None:
+    config = _config([_node("spark-3", agent_url)])
+    found = asyncio.run(check_clock_skew(config.nodes[0]))
+    assert found.status == "ok", found
+
+
+@pytest.mark.parametrize(
+    ("shift", "status", "word"),
+    [(12.0, "fail", "ahead of"), (-12.0, "fail", "behind"), (2.5, "warn", "ahead of")],
+)
+def test_a_skewed_clock_is_found(
+    skewed_agent: Callable[[str, float], str], shift: float, status: str, word: str
+) -> None:
+    config = _config([_node("spark-2", skewed_agent("spark-2", shift))])
+    found = asyncio.run(check_clock_skew(config.nodes[0]))
+    assert found.status == status, found
+    assert word in found.detail
+    assert found.fix is not None and "NTP" in found.fix
+
+
+def test_skew_of_a_silent_agent_is_skipped_not_failed() -> None:
+    config = _config([_node("spark-1", f"http://127.0.0.1:{free_port()}")])
+    found = asyncio.run(check_clock_skew(config.nodes[0], samples=1))
+    assert found.status == "skip"
+
+
+# -- ssh banner and witness -------------------------------------------------------
+
+
+def test_ssh_banner_answers(banner_port: int) -> None:
+    config = _config([_node("spark-1", "http://127.0.0.1:9", ssh_port=banner_port)])
+    found = asyncio.run(check_banner(config.nodes[0], config.detection))
+    assert found.status == "ok" and "SSH-2.0-OpenSSH" in found.detail
+
+
+def test_a_refused_ssh_port_fails_because_a_freeze_would_never_count() -> None:
+    config = _config([_node("spark-1", "http://127.0.0.1:9", ssh_port=free_port())])
+    found = asyncio.run(check_banner(config.nodes[0], config.detection))
+    assert found.status == "fail"
+    assert "refused" in found.detail and "never count as frozen" in found.detail
+
+
+def test_witness_targets(banner_port: int) -> None:
+    reached = f"tcp://127.0.0.1:{banner_port}"
+    missed = f"tcp://127.0.0.1:{free_port()}"
+    assert asyncio.run(check_witness_targets([reached])).status == "ok"
+    partly = asyncio.run(check_witness_targets([reached, missed]))
+    assert partly.status == "warn" and missed in partly.detail
+    assert asyncio.run(check_witness_targets([missed])).status == "fail"
+    assert asyncio.run(check_witness_targets([])).status == "warn"
+
+
+# -- power devices: read, never switch --------------------------------------------
+
+
+def test_power_device_state_and_outlet_name_without_a_single_set(
+    pdu: PduStandinThread, community_file: Path
+) -> None:
+    config = _config(
+        [_node("spark-3", "http://127.0.0.1:9", power=[_snmp(pdu, 3, community_file)])]
+    )
+    path = power_paths(config, config.nodes[0])[0]
+    found = asyncio.run(check_power_path(config, path))
+    assert found.status == "ok", found
+    assert "power on" in found.detail and 'outlet 3 "spark-3"' in found.detail
+    assert pdu.standin.set_requests == []
+
+
+def test_an_outlet_named_for_another_machine_warns(
+    pdu: PduStandinThread, community_file: Path
+) -> None:
+    config = _config(
+        [_node("spark-3", "http://127.0.0.1:9", power=[_snmp(pdu, 4, community_file)])]
+    )
+    found = asyncio.run(check_power_path(config, power_paths(config, config.nodes[0])[0]))
+    assert found.status == "warn"
+    assert '"db-1"' in found.detail and "cuts another machine" in found.detail
+    assert pdu.standin.set_requests == []
+
+
+def test_an_outlet_that_reads_off_warns(pdu: PduStandinThread, community_file: Path) -> None:
+    pdu.call(lambda: setattr(pdu.standin.outlets[3], "on", False))
+    config = _config(
+        [_node("spark-3", "http://127.0.0.1:9", power=[_snmp(pdu, 3, community_file)])]
+    )
+    found = asyncio.run(check_power_path(config, power_paths(config, config.nodes[0])[0]))
+    assert found.status == "warn" and "power off" in found.detail
+    assert pdu.standin.set_requests == []
+    assert pdu.standin.state(3) is PowerState.OFF
+
+
+def test_a_silent_pdu_fails_as_unreachable(pdu: PduStandinThread, community_file: Path) -> None:
+    pdu.standin.silent = True
+    config = _config(
+        [_node("spark-3", "http://127.0.0.1:9", power=[_snmp(pdu, 3, community_file)])]
+    )
+    found = asyncio.run(check_power_path(config, power_paths(config, config.nodes[0])[0]))
+    assert found.status == "fail" and "does not answer" in found.detail
+    assert pdu.standin.set_requests == []
+
+
+def test_the_read_only_backend_refuses_a_command_before_anything_is_sent(
+    pdu: PduStandinThread, community_file: Path
+) -> None:
+    config = _config(
+        [_node("spark-3", "http://127.0.0.1:9", power=[_snmp(pdu, 3, community_file)])]
+    )
+    path = power_paths(config, config.nodes[0])[0]
+
+    async def try_to_switch_off() -> None:
+        backend = build_backend(path, read_device_secrets(path))
+        power = VerifiedPower(ReadOnlyBackend(backend), PowerTiming(min_command_interval=0))
+        try:
+            assert await power.state() is PowerState.ON  # reads pass through
+            with pytest.raises(ReadOnlyViolation):
+                await power.off()
+        finally:
+            await close_backend(backend)
+
+    asyncio.run(try_to_switch_off())
+    assert pdu.standin.set_requests == []
+    assert pdu.standin.state(3) is PowerState.ON
+
+
+def test_the_whole_controller_plan_sends_no_set(
+    pdu: PduStandinThread, community_file: Path, agent_url: str, banner_port: int
+) -> None:
+    config = _config(
+        [
+            _node(
+                "spark-3", agent_url, ssh_port=banner_port, power=[_snmp(pdu, 3, community_file)]
+            ),
+            _node(
+                "spark-1",
+                f"http://127.0.0.1:{free_port()}",
+                ssh_port=banner_port,
+                power=[_snmp(pdu, "spark-1", community_file)],
+            ),
+        ],
+        witness=[f"tcp://127.0.0.1:{banner_port}"],
+    )
+    checks = {c.name: c for c in asyncio.run(run_plan(controller_plan(config)))}
+    assert checks["controller.agent.spark-3"].status == "ok"
+    assert checks["controller.agent.spark-1"].status == "fail"
+    assert checks["controller.power.spark-3.1"].status == "ok"
+    assert checks["controller.power.spark-1.1"].status == "ok"  # outlet given by name
+    assert checks["controller.witness"].status == "ok"
+    assert checks["controller.secret.nodes[0].power[0].community_file"].status == "ok"
+    assert pdu.standin.set_requests == []
+    # Nothing the report says carries the community string.
+    assert all("doctor-write-community" not in c.detail for c in checks.values())
+
+
+def test_a_node_without_a_power_path_warns() -> None:
+    config = _config([_node("spark-1", "http://127.0.0.1:9")])
+    coverage = [p for p in controller_plan(config) if p.name == "controller.power.spark-1"]
+    (found,) = asyncio.run(run_plan(coverage))
+    assert found.status == "warn"
+    assert "a person must cut its power" in found.detail
