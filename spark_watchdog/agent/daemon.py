@@ -94,6 +94,8 @@ class Agent:
         self._tasks: list[asyncio.Task[None]] = []
         self._last_pet = 0.0
         self._last_status = ""
+        # The JSON body of each probe's latest report, kept until the next report.
+        self._probe_bodies: dict[str, tuple[Observation, dict[str, Any]]] = {}
         self.ready = asyncio.Event()
         self.http: HttpEndpoint | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -218,21 +220,33 @@ class Agent:
         runner = self._runners.get(name)
         if runner is None:
             return {"state": "disabled", "observed_at": None}
-        if runner.latest is None:
+        latest = runner.latest
+        if latest is None:
             return {"state": "pending", "observed_at": None}
-        body = runner.latest.to_json()
-        if name == "journal" and isinstance(runner.latest.report, JournalReport):
-            body = runner.latest.report.summary_json()
-            body.update(
-                observed_at=iso_time(runner.latest.observed_at),
-                duration_s=round(runner.latest.duration_s, 4),
-            )
-        if name == "gpu" and isinstance(runner.latest.report, GpuReading):
-            body["low_power_while_running"] = low_power_while_running(
-                runner.latest.report,
-                self._requests_running(),
-                self.config.probes.gpu.low_power_watts,
-            )
+        # A probe reports every few seconds, the snapshot is built every loop:
+        # encode each report once (the journal's is the largest by far).
+        cached = self._probe_bodies.get(name)
+        if cached is not None and cached[0] is latest:
+            body = cached[1]
+        else:
+            if name == "journal" and isinstance(latest.report, JournalReport):
+                body = latest.report.summary_json()
+                body.update(
+                    observed_at=iso_time(latest.observed_at),
+                    duration_s=round(latest.duration_s, 4),
+                )
+            else:
+                body = latest.to_json()
+            self._probe_bodies[name] = (latest, body)
+        if name == "gpu" and isinstance(latest.report, GpuReading):
+            body = {
+                **body,
+                "low_power_while_running": low_power_while_running(
+                    latest.report,
+                    self._requests_running(),
+                    self.config.probes.gpu.low_power_watts,
+                ),
+            }
         return body
 
     def _requests_running(self) -> float | None:
