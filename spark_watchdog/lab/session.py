@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from spark_watchdog.history.store import HistoryStore, StoreError
-from spark_watchdog.lab.cluster import LabCluster, LabNode, sweep
+from spark_watchdog.lab.cluster import LabCluster, LabNode, LabTimings, sweep
 from spark_watchdog.lab.lab_controller import (
     AlertReceiver,
     ControllerProcess,
@@ -45,6 +45,11 @@ class LabSession:
     narrator: Narrator | None = None
     controller_mode: ControllerMode = "thread"
     netns: bool = False  # each node in a network namespace (root; partition)
+    # The agents' intervals and thresholds (short by default; bench uses production).
+    timings: LabTimings = field(default_factory=LabTimings)
+    # Called with the started cluster and the controller config before the
+    # controller starts (a benchmark routes the controller through relays).
+    adjust_config: Callable[[LabCluster, dict[str, Any]], None] | None = None
     # Merged into the lab's controller config (section by section).
     controller_overrides: dict[str, Any] = field(default_factory=dict)
     cluster: LabCluster | None = None
@@ -87,7 +92,9 @@ class LabSession:
 
     def _start(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
-        self.cluster = LabCluster(self.workdir / "nodes", size=self.nodes, netns=self.netns)
+        self.cluster = LabCluster(
+            self.workdir / "nodes", size=self.nodes, timings=self.timings, netns=self.netns
+        )
         self.cluster.on_event = self.lab_event
         self.say(
             f"starting {self.nodes} simulated DGX Sparks (agent, SSH banner, vLLM rank, "
@@ -116,6 +123,8 @@ class LabSession:
                 config[key] = {**config[key], **value}
             else:
                 config[key] = value
+        if self.adjust_config is not None:
+            self.adjust_config(self.cluster, config)
         self.controller_config = config
         write_config(config, self.config_path)
         self.controller = self._start_controller(config)

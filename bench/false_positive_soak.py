@@ -1,0 +1,326 @@
+"""False positives under stress: a lab soak with no injected fault.
+
+Four simulated Sparks, each in a network namespace of its own behind a veth
+link (root only), the real controller with every production setting
+(detection, power timing, budgets, guards), and the agents at their
+production intervals. While the soak runs:
+
+- ``stress-ng`` loads every core, holds a share of the machine's memory and
+  writes to disk (``--cpu 0 --vm 1 --vm-bytes 60% --hdd 2``);
+- every node's link delays and drops packets: 5 % of the packets in each
+  direction are dropped in the kernel (iptables ``statistic`` in the node's
+  network namespace), and every chunk the controller and the node exchange
+  (agent polls, SSH banner checks) waits 200 ms ± 100 ms in each direction
+  in a relay (:mod:`bench.delay_relay`), so a round trip takes ~400 ms. The
+  relay stands in for ``tc netem delay``, which needs the sch_netem kernel
+  module; where ``tc ... netem`` works, ``--netem`` uses it instead.
+
+No fault is injected, so every power command, serving restart, incident and
+verdict other than ``healthy`` is a false positive or a near miss. The
+benchmark counts them from the PDU (ground truth: SETs that reached it), the
+history and ``/v1/status`` (sampled every second), with the closest calls:
+the longest agent silence and the most banner misses seen per node.
+
+    .venv/bin/python -m bench.false_positive_soak --minutes 30 \\
+        --json-out docs/results/false_positive_soak.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from bench.delay_relay import DelayRelay
+from bench.detection_latency import PRODUCTION_TIMINGS, machine
+from spark_watchdog.config.controller import DetectionConfig, GuardsConfig, PolicyConfig
+from spark_watchdog.lab.cluster import LabCluster, netns_unavailable
+from spark_watchdog.lab.session import LabSession
+
+NETEM = ["delay", "200ms", "100ms", "loss", "5%"]
+LOSS = 0.05
+STRESS = "--cpu 0 --vm 1 --vm-bytes 60% --hdd 2 --hdd-bytes 1g"
+
+
+def production_settings() -> dict[str, Any]:
+    detection, policy, guards = DetectionConfig(), PolicyConfig(), GuardsConfig()
+    return {
+        "detection": {
+            name: getattr(detection, name)
+            for name in (
+                "poll_interval",
+                "agent_timeout",
+                "freeze_after",
+                "banner_misses",
+                "banner_timeout",
+                "banner_interval",
+            )
+        },
+        "policy": {
+            name: getattr(policy, name)
+            for name in (
+                "power_off_seconds",
+                "power_timeout",
+                "power_poll_interval",
+                "min_command_interval",
+            )
+        },
+        "guards": {
+            name: getattr(guards, name)
+            for name in ("node_budget", "cluster_budget", "budget_window", "boot_timeout")
+        },
+    }
+
+
+def add_netem(lab: LabCluster) -> list[list[str]]:
+    """netem on both ends of every node link; the commands, to undo."""
+    undo = []
+    for node in lab.nodes:
+        assert node.veth is not None and node.netns is not None and node.link is not None
+        for prefix, device in (([], node.veth), (["ip", "netns", "exec", node.netns], node.link)):
+            subprocess.run(
+                [*prefix, "tc", "qdisc", "add", "dev", device, "root", "netem", *NETEM],
+                check=True,
+                capture_output=True,
+            )
+            undo.append([*prefix, "tc", "qdisc", "del", "dev", device, "root"])
+    return undo
+
+
+def add_loss(lab: LabCluster) -> list[str]:
+    """Drop LOSS of the packets in and out of every node's namespace."""
+    for node in lab.nodes:
+        assert node.netns is not None
+        for chain in ("INPUT", "OUTPUT"):
+            subprocess.run(
+                ["ip", "netns", "exec", node.netns, "iptables", "-A", chain, "-m", "statistic",
+                 "--mode", "random", "--probability", str(LOSS), "-j", "DROP"],
+                check=True,
+                capture_output=True,
+            )  # fmt: skip
+    return [n.netns for n in lab.nodes if n.netns is not None]
+
+
+def dropped(namespaces: list[str]) -> dict[str, int]:
+    """Packets the loss rules dropped, per namespace (ground truth for the loss)."""
+    counts = {}
+    for netns in namespaces:
+        out = subprocess.run(
+            ["ip", "netns", "exec", netns, "iptables", "-L", "-v", "-n", "-x"],
+            capture_output=True,
+            text=True,
+        ).stdout
+        counts[netns] = sum(
+            int(line.split()[0]) for line in out.splitlines() if "statistic" in line
+        )
+    return counts
+
+
+def netem_works() -> bool:
+    probe = subprocess.run(
+        ["tc", "qdisc", "add", "dev", "lo", "root", "netem", "delay", "0ms"],
+        capture_output=True,
+    )
+    if probe.returncode == 0:
+        subprocess.run(["tc", "qdisc", "del", "dev", "lo", "root"], capture_output=True)
+    return probe.returncode == 0
+
+
+def relay_nodes(relays: list[DelayRelay]) -> Any:
+    """A LabSession hook: the controller reaches each agent and SSH port
+    through a delaying relay."""
+
+    def adjust(lab: LabCluster, config: dict[str, Any]) -> None:
+        for node, entry in zip(lab.nodes, config["nodes"], strict=True):
+            agent = DelayRelay((node.address, node.agent_port)).start()
+            ssh = DelayRelay((node.address, node.ssh_port)).start()
+            relays.extend([agent, ssh])
+            entry["agent"] = f"http://127.0.0.1:{agent.port}"
+            entry["ssh_host"] = "127.0.0.1"
+            entry["ssh_port"] = ssh.port
+
+    return adjust
+
+
+def start_stress(seconds: int, scratch: Path) -> subprocess.Popen[bytes]:
+    binary = shutil.which("stress-ng")
+    if binary is None:
+        raise SystemExit("stress-ng is not installed: apt-get install stress-ng")
+    return subprocess.Popen(
+        [
+            binary,
+            *STRESS.split(),
+            *("--temp-path", str(scratch), "--timeout", f"{seconds}s", "--metrics-brief"),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+
+
+def soak(minutes: float, workdir: Path, use_netem: bool) -> dict[str, Any]:
+    seconds = int(minutes * 60)
+    relays: list[DelayRelay] = []
+    session = LabSession(
+        workdir / "lab",
+        nodes=4,
+        netns=True,
+        timings=PRODUCTION_TIMINGS,
+        controller_overrides=production_settings(),
+        adjust_config=None if use_netem else relay_nodes(relays),
+    )
+    changes: list[dict[str, Any]] = []
+    silent_max: dict[str, float] = {}
+    misses_max: dict[str, int] = {}
+    samples = 0
+    unanswered = 0
+    load: list[float] = []
+    with session:
+        lab = session.lab
+        sets_before = len(lab.outlet_commands())
+        undo = add_netem(lab) if use_netem else []
+        namespaces = [] if use_netem else add_loss(lab)
+        stress = start_stress(seconds, workdir)
+        verdicts: dict[str, str] = {}
+        started = time.monotonic()
+        last_line = 0.0
+        try:
+            while (elapsed := time.monotonic() - started) < seconds:
+                status = session.status()
+                samples += 1
+                if status is None:
+                    unanswered += 1
+                for node in (status or {}).get("nodes", []):
+                    name, verdict = str(node.get("name")), str(node.get("verdict"))
+                    if verdicts.get(name, "healthy") != verdict:
+                        changes.append(
+                            {
+                                "at_s": round(elapsed, 1),
+                                "node": name,
+                                "from": verdicts.get(name, "healthy"),
+                                "to": verdict,
+                            }
+                        )
+                    verdicts[name] = verdict
+                    silent = float(node.get("agent_silent_s") or 0.0)
+                    silent_max[name] = max(silent_max.get(name, 0.0), silent)
+                    misses = int(node.get("banner_misses") or 0)
+                    misses_max[name] = max(misses_max.get(name, 0), misses)
+                if elapsed - last_line >= 60:
+                    last_line = elapsed
+                    load.append(psutil.getloadavg()[0])
+                    print(
+                        f"soak {elapsed / 60:4.1f}/{minutes:g} min: load1 {load[-1]:.1f}, "
+                        f"verdict changes {len(changes)}, power SETs "
+                        f"{len(lab.outlet_commands(sets_before))}",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+                time.sleep(1.0)
+        finally:
+            if stress.poll() is None:
+                stress.send_signal(signal.SIGINT)
+            stress_out = (stress.communicate(timeout=60)[0] or b"").decode(errors="replace")
+            for command in undo:
+                subprocess.run(command, capture_output=True)
+            drops = dropped(namespaces)
+            for relay in relays:
+                relay.stop()
+        store = session.store()
+        incidents = store.list_incidents()
+        result = {
+            "duration_s": seconds,
+            "power_commands": [f"outlet {o} {c}" for o, c in lab.outlet_commands(sets_before)],
+            "power_actions_in_history": len(store.actions()),
+            "serving_restarts": len(store.serving_restarts(limit=1000)),
+            "incidents": [
+                {"id": i.id, "kind": i.kind, "nodes": list(i.nodes), "resolution": i.resolution}
+                for i in incidents
+            ],
+            "verdict_changes": changes,
+            "verdict_change_counts": dict(Counter(c["to"] for c in changes)),
+            "agent_silent_max_s": silent_max,
+            "banner_misses_max": misses_max,
+            "network": (
+                f"netem {' '.join(NETEM)} on both ends of every link"
+                if use_netem
+                else f"iptables statistic drop {LOSS:.0%} in and out of every node namespace; "
+                "relay delay 200 ms +- 100 ms per chunk in each direction"
+            ),
+            "packets_dropped_per_node": drops,
+            "relayed_connections": sum(r.connections for r in relays),
+            "status_samples": samples,
+            "status_unanswered": unanswered,
+            "load1_per_minute": load,
+            "stress_ng": stress_out.strip().splitlines()[-12:],
+        }
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--minutes", type=float, default=30.0)
+    parser.add_argument("--json-out", type=Path)
+    parser.add_argument(
+        "--netem", action="store_true", help="use tc netem (needs the sch_netem module)"
+    )
+    args = parser.parse_args(argv)
+    why = netns_unavailable()
+    if why is not None:
+        print(f"false_positive_soak needs network namespaces: {why}", file=sys.stderr)
+        return 3
+    for tool in ("tc", "stress-ng", "iptables"):
+        if shutil.which(tool) is None:
+            print(f"false_positive_soak needs {tool}: apt-get install iproute2 stress-ng iptables")
+            return 3
+    if args.netem and not netem_works():
+        print("tc netem is not available here (no sch_netem module): run without --netem")
+        return 3
+    with tempfile.TemporaryDirectory(prefix="sw-bench-soak-") as tmp:
+        result = soak(args.minutes, Path(tmp), args.netem)
+    power = len(result["power_commands"]) + result["power_actions_in_history"]
+    print(f"soak of {args.minutes:g} min, no fault injected; stress-ng {STRESS}")
+    print(f"  network: {result['network']}")
+    print(f"  packets dropped per node: {result['packets_dropped_per_node']}")
+    print(f"  power commands at the PDU     {len(result['power_commands'])}   (goal 0)")
+    print(f"  power actions in the history  {result['power_actions_in_history']}   (goal 0)")
+    print(f"  serving restarts              {result['serving_restarts']}   (goal 0)")
+    print(f"  incidents                     {len(result['incidents'])}")
+    print(f"  verdict changes               {result['verdict_change_counts'] or 0}")
+    for node in sorted(result["agent_silent_max_s"]):
+        print(
+            f"  {node}: longest agent silence {result['agent_silent_max_s'][node]:.1f}s "
+            f"(freeze_after 8s), most banner misses {result['banner_misses_max'].get(node, 0)}"
+        )
+    if args.json_out:
+        document = {
+            "benchmark": "false_positive_soak",
+            "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "machine": machine(),
+            "command": " ".join(["python -m bench.false_positive_soak", *(argv or sys.argv[1:])]),
+            "settings": {
+                "agent": {k: getattr(PRODUCTION_TIMINGS, k) for k in vars(PRODUCTION_TIMINGS)},
+                "network": result["network"],
+                "stress_ng": STRESS,
+                **production_settings(),
+            },
+            "goals_met": power == 0 and result["serving_restarts"] == 0,
+            **result,
+        }
+        args.json_out.write_text(json.dumps(document, indent=2) + "\n")
+    return 0 if power == 0 and result["serving_restarts"] == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

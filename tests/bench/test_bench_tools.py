@@ -1,0 +1,110 @@
+"""The benchmarks' own tools: the delaying relay (real TCP), the percentile
+rule, and the recovery split read from recorded steps."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from bench.delay_relay import DelayRelay
+from bench.detection_latency import percentiles, recovery_split
+from spark_watchdog.history.records import Incident, IncidentStep
+
+
+@pytest.fixture
+def echo() -> Iterator[int]:
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(4)
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            with conn:
+                while data := conn.recv(4096):
+                    conn.sendall(data)
+
+    threading.Thread(target=serve, daemon=True).start()
+    yield int(server.getsockname()[1])
+    server.close()
+
+
+def test_relay_delays_each_direction_and_keeps_order(echo: int) -> None:
+    relay = DelayRelay(("127.0.0.1", echo), delay=0.2, jitter=0.1).start()
+    try:
+        with socket.create_connection(("127.0.0.1", relay.port), timeout=5) as sock:
+            started = time.monotonic()
+            sock.sendall(b"ping")
+            assert sock.recv(16) == b"ping"
+            round_trip = time.monotonic() - started
+            # Two hops, each 100-300 ms.
+            assert 0.2 <= round_trip < 1.0, round_trip
+            for i in range(20):  # chunks sent back to back come back in order
+                sock.sendall(f"<{i}>".encode())
+            expected = "".join(f"<{i}>" for i in range(20)).encode()
+            got = b""
+            while len(got) < len(expected):
+                got += sock.recv(4096)
+            assert got == expected
+        assert relay.connections == 1
+    finally:
+        relay.stop()
+
+
+def test_percentiles_use_the_nearest_rank() -> None:
+    values = [float(v) for v in range(1, 21)]
+    assert percentiles(values) == {"n": 20, "p50": 10.5, "p95": 19.0, "max": 20.0}
+    assert percentiles([]) == {"n": 0, "p50": None, "p95": None, "max": None}
+
+
+def _incident(detected: float, resolved: float | None) -> Incident:
+    return Incident(
+        id=1,
+        kind="host_frozen",
+        nodes=("spark-3",),
+        opened_at=detected,
+        detected_at=detected,
+        fault_onset=None,
+        evidence={},
+        dry_run=False,
+        status="resolved" if resolved else "open",
+        resolution="recovered" if resolved else None,
+        resolved_at=resolved,
+        time_to_detect_s=None,
+        time_to_recover_s=None,
+    )
+
+
+def test_recovery_split_adds_up_to_the_total() -> None:
+    at = {
+        "off_requested": 110.0,
+        "off_verified": 111.0,
+        "on_requested": 171.0,
+        "on_verified": 172.0,
+        "new_boot_seen": 232.0,
+        "serving_restart_started": 232.5,
+        "serving_restart_done": 400.0,
+    }
+    steps = [
+        IncidentStep(incident_id=1, seq=i, at=t, node="spark-3", step=name, detail={})
+        for i, (name, t) in enumerate(at.items(), 1)
+    ]
+    split = recovery_split(_incident(108.0, 400.5), steps, onset=100.0)
+    assert split["detection"] == 8.0
+    assert split["off_hold"] == 60.0
+    assert split["boot"] == 60.0
+    assert split["serving_start"] == 167.5
+    assert split["of_which_decision"] == 2.0
+    assert split["of_which_pdu_switching"] == 2.0
+    parts = ("detection", "off_hold", "boot", "serving_start", "watchdog_beyond_detection")
+    assert sum(split[p] for p in parts) == pytest.approx(split["total"])
+    assert split["watchdog_beyond_detection"] == pytest.approx(5.0)
+    # An incident without every step (e.g. given up) has no split.
+    assert recovery_split(_incident(108.0, None), steps, onset=100.0) == {}
