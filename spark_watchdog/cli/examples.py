@@ -38,7 +38,7 @@ EXAMPLES: dict[tuple[str, ...], tuple[str, ...]] = {
     ("lab", "run"): (
         "spark-watchdog lab run --list",
         "spark-watchdog lab run --scenario controller-kill",
-        "spark-watchdog lab run --json",
+        "spark-watchdog lab run --scenario wedge --json",
     ),
     ("lab", "up"): ("spark-watchdog lab up", "spark-watchdog lab up --netns --dir /tmp/lab"),
     ("lab", "inject"): (
