@@ -45,20 +45,10 @@ from typing import Any
 
 import psutil
 
-from spark_watchdog.config.controller import DetectionConfig, PolicyConfig
+from bench.production import PRODUCTION_TIMINGS, production_settings
 from spark_watchdog.history.records import Incident, IncidentStep
-from spark_watchdog.lab.cluster import LabTimings
 from spark_watchdog.lab.session import LabSession, LabTimeout
 
-# The agent's production defaults (config/agent.py), and the lab's simulated boot.
-PRODUCTION_TIMINGS = LabTimings(
-    loop_interval=1.0,
-    vllm_interval=2.0,
-    stall_after=15.0,
-    boot_seconds=1.0,
-    gpu_interval=2.0,
-    gpu_deadline=3.0,
-)
 KINDS = {"freeze": "host_frozen", "wedge": "serving_stalled", "crash": "serving_dead"}
 FIRST_ACTION = {"freeze": "off_requested", "wedge": "serving_restart_started"}
 GOALS = {"host_frozen": 10.0, "serving_stalled": 25.0}
@@ -83,27 +73,14 @@ class Repetition:
 
 
 def production_overrides(off_seconds: float) -> dict[str, Any]:
-    detection, policy = DetectionConfig(), PolicyConfig()
-    return {
-        "detection": {
-            "poll_interval": detection.poll_interval,
-            "agent_timeout": detection.agent_timeout,
-            "freeze_after": detection.freeze_after,
-            "banner_misses": detection.banner_misses,
-            "banner_timeout": detection.banner_timeout,
-            "banner_interval": detection.banner_interval,
-        },
-        "policy": {
-            "power_off_seconds": off_seconds,
-            "power_timeout": policy.power_timeout,
-            "power_poll_interval": policy.power_poll_interval,
-            "min_command_interval": policy.min_command_interval,
-        },
-        "guards": {"node_budget": 1000, "cluster_budget": 1000, "boot_timeout": 120.0},
-        # Production 60 s: a serving fault within a minute of the last restart
-        # waits for it. Not on the path of an isolated fault's detection.
-        "serving": {"restart_cooldown": SERVING_COOLDOWN_S},
-    }
+    """Production settings, but for what makes 20 repetitions fit in one run."""
+    settings = production_settings()
+    settings["policy"]["power_off_seconds"] = off_seconds
+    settings["guards"].update(node_budget=1000, cluster_budget=1000, boot_timeout=120.0)
+    # Production 60 s: a serving fault within a minute of the last restart
+    # waits for it. Not on the path of an isolated fault's detection.
+    settings["serving"]["restart_cooldown"] = SERVING_COOLDOWN_S
+    return settings
 
 
 def _first(steps: list[IncidentStep], name: str) -> float | None:

@@ -36,6 +36,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -43,44 +44,14 @@ from typing import Any
 import psutil
 
 from bench.delay_relay import DelayRelay
-from bench.detection_latency import PRODUCTION_TIMINGS, machine
-from spark_watchdog.config.controller import DetectionConfig, GuardsConfig, PolicyConfig
+from bench.detection_latency import machine
+from bench.production import PRODUCTION_TIMINGS, production_settings
 from spark_watchdog.lab.cluster import LabCluster, netns_unavailable
 from spark_watchdog.lab.session import LabSession
 
 NETEM = ["delay", "200ms", "100ms", "loss", "5%"]
 LOSS = 0.05
 STRESS = "--cpu 0 --vm 1 --vm-bytes 60% --hdd 2 --hdd-bytes 1g"
-
-
-def production_settings() -> dict[str, Any]:
-    detection, policy, guards = DetectionConfig(), PolicyConfig(), GuardsConfig()
-    return {
-        "detection": {
-            name: getattr(detection, name)
-            for name in (
-                "poll_interval",
-                "agent_timeout",
-                "freeze_after",
-                "banner_misses",
-                "banner_timeout",
-                "banner_interval",
-            )
-        },
-        "policy": {
-            name: getattr(policy, name)
-            for name in (
-                "power_off_seconds",
-                "power_timeout",
-                "power_poll_interval",
-                "min_command_interval",
-            )
-        },
-        "guards": {
-            name: getattr(guards, name)
-            for name in ("node_budget", "cluster_budget", "budget_window", "boot_timeout")
-        },
-    }
 
 
 def add_netem(lab: LabCluster) -> list[list[str]]:
@@ -310,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
             "machine": machine(),
             "command": " ".join(["python -m bench.false_positive_soak", *(argv or sys.argv[1:])]),
             "settings": {
-                "agent": {k: getattr(PRODUCTION_TIMINGS, k) for k in vars(PRODUCTION_TIMINGS)},
+                "agent": asdict(PRODUCTION_TIMINGS),
                 "network": result["network"],
                 "stress_ng": STRESS,
                 **production_settings(),

@@ -658,7 +658,8 @@ class Controller:
         await self.resume()
         interval = self.config.detection.poll_interval
         systemd = self.systemd or SystemdNotifier()
-        systemd.ready(self.status_line())
+        status = self.status_line()
+        systemd.ready(status)
         last_pet = float("-inf")
         while not stop.is_set():
             started = time.monotonic()
@@ -674,7 +675,9 @@ class Controller:
                 if pet_every is not None and started - last_pet >= pet_every:
                     systemd.watchdog()
                     last_pet = started
-                systemd.status(self.status_line())
+                if (line := self.status_line()) != status:
+                    status = line
+                    systemd.status(status)
             elapsed = time.monotonic() - started
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(stop.wait(), max(0.0, interval - elapsed))

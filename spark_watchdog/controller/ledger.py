@@ -26,13 +26,11 @@ class HistoryUnwritable(Exception):
 
 
 class Ledger:
-    def __init__(
-        self, store: HistoryStore, notifier: Notifier, tallies: Tallies | None = None
-    ) -> None:
+    def __init__(self, store: HistoryStore, notifier: Notifier) -> None:
         self.store = store
         self.notifier = notifier
         # Counts for /metrics, fed from what was written (never a table scan per scrape).
-        self.tallies = tallies if tallies is not None else Tallies()
+        self.tallies = Tallies()
         self.problem: str | None = None
 
     async def write(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:

@@ -8,7 +8,7 @@ years long. docs/observability.md lists every family.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, generate_latest
@@ -128,52 +128,57 @@ def _setting(name: str, doc: str, value: Any) -> Iterator[Metric]:
         yield family
 
 
-def _tally_metrics(tallies: Tallies) -> Iterator[Metric]:
-    view = tallies.view()
-    opened = CounterMetricFamily(
+# (family, name, HELP, labels, the TallyView field it counts), in exposition order.
+_TALLY_FAMILIES: tuple[
+    tuple[type[CounterMetricFamily] | type[GaugeMetricFamily], str, str, list[str], str], ...
+] = (
+    (
+        CounterMetricFamily,
         "spark_watchdog_incidents",
         "Incidents opened since the controller started, per node and kind.",
-        labels=["node", "kind"],
-    )
-    _add_counts(opened, view.incidents_opened.items())
-    yield opened
-    resolved = CounterMetricFamily(
+        ["node", "kind"],
+        "incidents_opened",
+    ),
+    (
+        CounterMetricFamily,
         "spark_watchdog_incidents_resolved",
         "Incidents resolved since the controller started (recovered, gave_up, false_alarm).",
-        labels=["node", "kind", "resolution"],
-    )
-    _add_counts(resolved, view.incidents_resolved.items())
-    yield resolved
-    open_now = GaugeMetricFamily(
+        ["node", "kind", "resolution"],
+        "incidents_resolved",
+    ),
+    (
+        GaugeMetricFamily,
         "spark_watchdog_incidents_open",
         "Incidents open now, per node and kind.",
-        labels=["node", "kind"],
-    )
-    _add_counts(open_now, view.incidents_open.items())
-    yield open_now
-    actions = CounterMetricFamily(
+        ["node", "kind"],
+        "incidents_open",
+    ),
+    (
+        CounterMetricFamily,
         "spark_watchdog_power_actions",
         "Actions on a node (power off/on/cycle, SSH reboot, agent restart) with a recorded "
         "outcome since the controller started: verified, failed, ambiguous or dry_run.",
-        labels=["node", "operation", "result"],
-    )
-    _add_counts(actions, view.power_actions.items())
-    yield actions
-    changes = CounterMetricFamily(
+        ["node", "operation", "result"],
+        "power_actions",
+    ),
+    (
+        CounterMetricFamily,
         "spark_watchdog_node_verdict_changes",
         "Times a node's verdict changed, labelled with the verdict it changed to.",
-        labels=["node", "verdict"],
-    )
-    _add_counts(changes, view.verdict_changes.items())
-    yield changes
+        ["node", "verdict"],
+        "verdict_changes",
+    ),
+)
 
 
-def _add_counts(
-    family: CounterMetricFamily | GaugeMetricFamily,
-    counts: Iterable[tuple[tuple[str, ...], int]],
-) -> None:
-    for labels, count in sorted(counts):
-        family.add_metric(list(labels), float(count))
+def _tally_metrics(tallies: Tallies) -> Iterator[Metric]:
+    view = tallies.view()
+    for family_type, name, doc, labels, field in _TALLY_FAMILIES:
+        family = family_type(name, doc, labels=labels)
+        counts: dict[tuple[str, ...], int] = getattr(view, field)
+        for key, count in sorted(counts.items()):
+            family.add_metric(list(key), float(count))
+        yield family
 
 
 def render(source: StatusSource) -> bytes:

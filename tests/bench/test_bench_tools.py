@@ -11,7 +11,15 @@ from collections.abc import Iterator
 import pytest
 
 from bench.delay_relay import DelayRelay
-from bench.detection_latency import percentiles, recovery_split
+from bench.detection_latency import percentiles, production_overrides, recovery_split
+from bench.production import production_settings
+from spark_watchdog.config.controller import (
+    DetectionConfig,
+    GuardsConfig,
+    PolicyConfig,
+    ServingConfig,
+    parse_controller_config,
+)
 from spark_watchdog.history.records import Incident, IncidentStep
 
 
@@ -108,3 +116,23 @@ def test_recovery_split_adds_up_to_the_total() -> None:
     assert split["watchdog_beyond_detection"] == pytest.approx(5.0)
     # An incident without every step (e.g. given up) has no split.
     assert recovery_split(_incident(108.0, None), steps, onset=100.0) == {}
+
+
+def test_production_settings_are_the_config_defaults_and_parse() -> None:
+    settings = production_settings()
+    assert settings["detection"]["freeze_after"] == DetectionConfig().freeze_after
+    assert settings["policy"]["power_off_seconds"] == PolicyConfig().power_off_seconds
+    assert settings["serving"]["restart_cooldown"] == ServingConfig().restart_cooldown
+    config = parse_controller_config(
+        {
+            "nodes": [{"name": "spark-1", "agent": "http://127.0.0.1:9720", "power": []}],
+            **settings,
+        },
+        "test",
+    )
+    assert config.guards.node_budget == GuardsConfig().node_budget
+    # The detection benchmark changes only what it says it changes.
+    overrides = production_overrides(2.0)
+    assert overrides["detection"] == settings["detection"]
+    assert overrides["policy"]["power_off_seconds"] == 2.0
+    assert overrides["serving"]["restart_cooldown"] < settings["serving"]["restart_cooldown"]

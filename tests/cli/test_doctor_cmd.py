@@ -8,7 +8,6 @@ import ctypes.util
 import json
 import os
 import shutil
-import socket
 import socketserver
 import subprocess
 import sys
@@ -29,6 +28,7 @@ from spark_watchdog.cli.main import main
 from spark_watchdog.doctor.result import STATUSES
 from spark_watchdog.lab import gpu_standin
 from spark_watchdog.lab.agent_demo import AgentProcess
+from spark_watchdog.lab.cluster import free_port
 from spark_watchdog.lab.journal_writer import Ending, boot_entries, write_boot
 from spark_watchdog.lab.pdu_standin import PduStandin, PduStandinThread, StandinConfig
 from spark_watchdog.lab.vllm_standin import VllmStandin
@@ -38,12 +38,6 @@ pytestmark = pytest.mark.integration
 
 TOKEN = "doctor-test-token-0123456789"
 COMMUNITY = "doctor-test-community"
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
@@ -258,7 +252,7 @@ def cluster(tmp_path: Path) -> Iterator[dict[str, Any]]:
     outlet 1, and a controller.yaml tying them together."""
     journal = tmp_path / "journal"
     write_boot(journal, boot_entries(uuid.uuid4().hex, datetime.now(timezone.utc)))
-    port = _free_port()
+    port = free_port()
     agent_yaml = tmp_path / "agent.yaml"
     agent_yaml.write_text(
         yaml.safe_dump(
@@ -267,7 +261,7 @@ def cluster(tmp_path: Path) -> Iterator[dict[str, Any]]:
                 "listen": {"address": "127.0.0.1", "port": port},
                 "loop_interval": 0.2,
                 "probes": {
-                    "vllm": {"url": f"http://127.0.0.1:{_free_port()}"},
+                    "vllm": {"url": f"http://127.0.0.1:{free_port()}"},
                     "gpu": {"deadline": 1.0},
                     "journal": {"directory": str(journal)},
                 },
@@ -356,7 +350,7 @@ def test_the_human_report_has_one_line_per_check_a_fix_under_problems_and_a_summ
     cluster: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     controller = dict(cluster["controller"])
-    controller["witness"] = [f"tcp://127.0.0.1:{_free_port()}"]  # nothing answers there
+    controller["witness"] = [f"tcp://127.0.0.1:{free_port()}"]  # nothing answers there
     path = tmp_path / "controller-bad-witness.yaml"
     path.write_text(yaml.safe_dump(controller))
     code, out, err = _run(["doctor", "--controller-config", str(path)], capsys)

@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import socket
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,29 +16,14 @@ from spark_watchdog.config.controller import parse_controller_config
 from spark_watchdog.controller import daemon
 from spark_watchdog.controller.daemon import LATE_BANNER_INTERVAL_S, Controller
 from spark_watchdog.history.store import HistoryStore
+from spark_watchdog.lab.cluster import free_port
 from spark_watchdog.power.ssh_banner import BannerResult
 
 pytestmark = pytest.mark.integration
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-@pytest.fixture
-def silent_sshd() -> Iterator[int]:
-    """Completes the TCP handshake and never sends a banner (a frozen host)."""
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(16)
-    yield int(sock.getsockname()[1])
-    sock.close()
-
-
 def test_late_banner_checks_start_every_interval(
-    tmp_path: Path, silent_sshd: int, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, silent_listener: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     banner_timeout = 1.5
     config = parse_controller_config(
@@ -48,9 +31,9 @@ def test_late_banner_checks_start_every_interval(
             "nodes": [
                 {
                     "name": "spark-3",
-                    "agent": f"http://127.0.0.1:{_free_port()}",  # refused: a silent agent
+                    "agent": f"http://127.0.0.1:{free_port()}",  # refused: a silent agent
                     "ssh_host": "127.0.0.1",
-                    "ssh_port": silent_sshd,
+                    "ssh_port": silent_listener,
                     "power": [],
                 }
             ],
@@ -61,7 +44,7 @@ def test_late_banner_checks_start_every_interval(
                 "banner_timeout": banner_timeout,
                 "banner_misses": 2,
             },
-            "listen": {"address": "127.0.0.1", "port": _free_port()},
+            "listen": {"address": "127.0.0.1", "port": free_port()},
             "history": str(tmp_path / "history.db"),
         },
         "test",

@@ -61,16 +61,6 @@ def receiver() -> Iterator[Receiver]:
     r.close()
 
 
-@pytest.fixture
-def silent_listener() -> Iterator[int]:
-    """Accepts TCP connections and never says a word (a frozen host's kernel)."""
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(16)
-    yield int(sock.getsockname()[1])
-    sock.close()
-
-
 def test_webhook_and_alertmanager_get_the_event_with_a_bounded_retry(receiver: Receiver) -> None:
     config = NotifyConfig(
         webhooks=(WebhookConfig(url=f"{receiver.base}/hook"),),

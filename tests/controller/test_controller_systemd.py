@@ -22,15 +22,10 @@ import yaml
 from spark_watchdog.config.controller import parse_controller_config
 from spark_watchdog.controller.daemon import Controller
 from spark_watchdog.history.store import HistoryStore
+from spark_watchdog.lab.cluster import free_port
 from spark_watchdog.sdnotify import SystemdNotifier
 
 pytestmark = pytest.mark.integration
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _config(tmp_path: Path) -> dict[str, Any]:
@@ -39,14 +34,14 @@ def _config(tmp_path: Path) -> dict[str, Any]:
             {
                 "name": "spark-1",
                 # Nothing listens there: the node is silent, which is fine here.
-                "agent": f"http://127.0.0.1:{_free_port()}",
+                "agent": f"http://127.0.0.1:{free_port()}",
                 "ssh_host": "127.0.0.1",
-                "ssh_port": _free_port(),
+                "ssh_port": free_port(),
                 "power": [],
             }
         ],
         "detection": {"poll_interval": 0.1, "agent_timeout": 0.1},
-        "listen": {"address": "127.0.0.1", "port": _free_port()},
+        "listen": {"address": "127.0.0.1", "port": free_port()},
         "history": str(tmp_path / "history.db"),
     }
 

@@ -15,16 +15,11 @@ import pytest
 from spark_watchdog.config.controller import parse_controller_config
 from spark_watchdog.controller.daemon import Controller
 from spark_watchdog.history.store import HistoryStore
+from spark_watchdog.lab.cluster import free_port
 from spark_watchdog.lab.pdu_standin import PduStandin, PduStandinThread, StandinConfig
 from spark_watchdog.power.snmp_profiles import profile_by_name
 
 pytestmark = pytest.mark.integration
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class WakingSshd:
@@ -85,7 +80,7 @@ def test_a_host_that_answers_before_the_cut_is_a_false_alarm(
             "nodes": [
                 {
                     "name": "spark-3",
-                    "agent": f"http://127.0.0.1:{_free_port()}",  # never answers
+                    "agent": f"http://127.0.0.1:{free_port()}",  # never answers
                     "ssh_host": "127.0.0.1",
                     "ssh_port": sshd.port,
                     "power": [
@@ -108,7 +103,7 @@ def test_a_host_that_answers_before_the_cut_is_a_false_alarm(
                 "banner_misses": 2,
             },
             "guards": {"max_unhealthy_fraction": 1.0},
-            "listen": {"address": "127.0.0.1", "port": _free_port()},
+            "listen": {"address": "127.0.0.1", "port": free_port()},
             "history": str(tmp_path / "history.db"),
         },
         "test",

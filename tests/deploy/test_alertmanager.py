@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import subprocess
 import threading
 import time
@@ -25,6 +24,7 @@ import yaml
 
 from spark_watchdog.config.controller import NotifyConfig
 from spark_watchdog.controller.notify import Event, Notifier
+from spark_watchdog.lab.cluster import free_port
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "deploy/alertmanager/alertmanager.example.yml"
 ALERTMANAGER = ("prometheus-alertmanager", "alertmanager")  # Debian's name, upstream's
@@ -97,12 +97,6 @@ class Webhooks:
     def close(self) -> None:
         self.server.shutdown()
         self.server.server_close()
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def routing_for_test(webhooks: Webhooks) -> dict[str, Any]:

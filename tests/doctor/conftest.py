@@ -4,7 +4,6 @@ speaks SNMP, an SSH banner, and an agent look-alike whose clock is off."""
 from __future__ import annotations
 
 import json
-import socket
 import socketserver
 import threading
 import time
@@ -20,18 +19,13 @@ import requests
 import yaml
 
 from spark_watchdog.lab.agent_demo import AgentProcess
+from spark_watchdog.lab.cluster import free_port
 from spark_watchdog.lab.journal_writer import boot_entries, write_boot
 from spark_watchdog.lab.pdu_standin import PduStandin, PduStandinThread, StandinConfig
 from spark_watchdog.power.snmp_profiles import APC_RPDU2
 
 PDU_NAMES = {1: "spark-1", 2: "spark-2", 3: "spark-3", 4: "db-1"}
 WRITE_COMMUNITY = "doctor-write-community"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.fixture(scope="module")

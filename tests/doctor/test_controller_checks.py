@@ -4,7 +4,6 @@ PDU, an SSH banner, witness targets, and an agent whose clock is off."""
 from __future__ import annotations
 
 import asyncio
-import socket
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,7 @@ from spark_watchdog.doctor.power_check import (
     check_power_path,
 )
 from spark_watchdog.doctor.runner import run_plan
+from spark_watchdog.lab.cluster import free_port
 from spark_watchdog.lab.pdu_standin import PduStandinThread
 from spark_watchdog.power.base import PowerState, PowerTiming, VerifiedPower
 from spark_watchdog.power.paths import (
@@ -35,13 +35,6 @@ from spark_watchdog.power.paths import (
 )
 
 pytestmark = pytest.mark.integration
-
-
-def free_port() -> int:
-    """A port nothing listens on (bound, then released)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _config(nodes: list[dict[str, Any]], **extra: Any) -> ControllerConfig:
