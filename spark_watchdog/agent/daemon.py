@@ -12,6 +12,14 @@ Layout of one running agent:
   authenticated ``POST /v1/serving/{start,stop,canary}``; those run in the
   HTTP request threads, so a stop waiting out ``stop_timeout`` never blocks
   the loop. Its status is ``serving`` in ``/v1/state`` and ``GET /v1/serving``.
+
+On SIGTERM the agent says STOPPING=1 to systemd, asks once whether the whole
+system is going down (:mod:`spark_watchdog.agent.shutdown`), and publishes
+``stopping`` in ``/v1/state``. When the system is going down it keeps the
+heartbeat and the endpoint up for ``shutdown_linger`` seconds, so the
+controller (polling every second) sees the planned reboot before the port
+goes away and never takes it for a frozen host; when only the agent is
+stopped or restarted it exits at once.
 """
 
 from __future__ import annotations
@@ -47,6 +55,7 @@ from spark_watchdog.agent.serving import (
     UnknownProfile,
     disabled_status,
 )
+from spark_watchdog.agent.shutdown import SystemStopping, system_shutting_down
 from spark_watchdog.config.agent import AgentConfig
 from spark_watchdog.errors import ProbeError
 from spark_watchdog.probes.base import ProbeReport
@@ -77,11 +86,18 @@ class Agent:
         notifier: SystemdNotifier | None = None,
         gpu_worker_argv: Sequence[str] | None = None,
         journal_boot_id: str | None = None,
+        system_stopping: SystemStopping | None = None,
     ) -> None:
         self.config = config
         self.notifier = notifier or SystemdNotifier()
+        # Asked once, at SIGTERM, off the event loop: is the whole system
+        # going down? Tests pass their own answer.
+        self._system_stopping = system_stopping or system_shutting_down
         self.started_at = time.time()
         self.seq = 0
+        # None while running; {"since", "system"} once asked to stop.
+        self._stopping: dict[str, Any] | None = None
+        self._linger_cut = asyncio.Event()
         self.loop_lag_s = 0.0
         self.host = HostProbe(config.probes.host.proc_root)
         self._host_reading: ProbeReport | None = None
@@ -279,6 +295,7 @@ class Agent:
                 "host": host_json,
             },
             "serving": self.serving_status(),
+            "stopping": None if self._stopping is None else dict(self._stopping),
         }
 
     def serving_status(self) -> dict[str, Any]:
@@ -423,10 +440,10 @@ class Agent:
             line += f", serving {serving.get('state')}" + (f" ({profile})" if profile else "")
         return line
 
-    async def _heartbeat(self, stop: asyncio.Event) -> None:
+    async def _heartbeat(self, done: asyncio.Event) -> None:
         interval = self.config.loop_interval
         expected = time.monotonic()
-        while not stop.is_set():
+        while not done.is_set():
             now = time.monotonic()
             self.loop_lag_s = max(0.0, now - expected)
             self._host_reading = self.host.read(self.loop_lag_s, now)
@@ -436,13 +453,14 @@ class Agent:
             self._talk_to_systemd()
             expected = time.monotonic() + interval
             with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(stop.wait(), interval)
+                await asyncio.wait_for(done.wait(), interval)
 
     def _talk_to_systemd(self) -> None:
         if not self.ready.is_set():
             return
         status = self.status_line()
-        if status != self._last_status:
+        # Once stopping, STATUS stays "stopping" (sent with STOPPING=1).
+        if self._stopping is None and status != self._last_status:
             self.notifier.status(status)
             self._last_status = status
         pet_every = self.notifier.watchdog_interval
@@ -480,7 +498,9 @@ class Agent:
             self.http.port,
             extra={"node": self.config.node},
         )
-        heartbeat = asyncio.create_task(self._heartbeat(stop))
+        heartbeat_done = asyncio.Event()
+        heartbeat = asyncio.create_task(self._heartbeat(heartbeat_done))
+        told_systemd = False
         try:
             # READY=1 only after the first probe round: a unit that is
             # "active" then has a meaningful snapshot behind /v1/state.
@@ -493,8 +513,13 @@ class Agent:
                 for r in self._runners.values()
             ]
             await stop.wait()
-        finally:
             self.notifier.stopping()
+            told_systemd = True
+            await self._wind_down()
+        finally:
+            if not told_systemd:
+                self.notifier.stopping()
+            heartbeat_done.set()
             for task in [*self._tasks, heartbeat]:
                 task.cancel()
             await asyncio.gather(*self._tasks, heartbeat, return_exceptions=True)
@@ -504,6 +529,40 @@ class Agent:
                 await self._gpu.close()
             self.http.stop()
             log.info("agent %s stopped", self.config.node)
+
+    async def _wind_down(self) -> None:
+        """Asked to stop: say why in /v1/state, and linger while the system goes down.
+
+        The heartbeat, the probes and the endpoint all keep running meanwhile,
+        so ``seq`` keeps advancing: a stopping agent is not a frozen one.
+        """
+        since = time.time()
+        system = await asyncio.to_thread(self._ask_system_stopping)
+        self._stopping = {"since": round(since, 3), "system": system}
+        self._publish()
+        linger = self.config.shutdown_linger
+        if not system or linger <= 0:
+            log.info("agent %s stopping", self.config.node)
+            return
+        log.info(
+            "agent %s stopping: the system is going down; /v1/state says so for %.1f s",
+            self.config.node,
+            linger,
+        )
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self._linger_cut.wait(), linger)
+
+    def _ask_system_stopping(self) -> bool:
+        try:
+            return bool(self._system_stopping())
+        except Exception:
+            # Not knowing is "no": exit promptly, as before this existed.
+            log.exception("cannot tell whether the system is shutting down")
+            return False
+
+    def cut_linger(self) -> None:
+        """End the shutdown linger now (a second SIGTERM or SIGINT)."""
+        self._linger_cut.set()
 
 
 _SERVING_POSTS = ("/v1/serving/start", "/v1/serving/stop", "/v1/serving/canary")
@@ -517,10 +576,21 @@ def _unexpected_keys(body: dict[str, Any], allowed: tuple[str, ...]) -> str | No
     return f"unknown key(s) in body: {', '.join(extra)}; expected: {wanted}"
 
 
-async def serve(config: AgentConfig) -> None:
-    """Run the agent until SIGTERM or SIGINT."""
+async def serve(config: AgentConfig, *, system_stopping: SystemStopping | None = None) -> None:
+    """Run the agent until SIGTERM or SIGINT; a second one cuts the linger short.
+
+    ``system_stopping`` replaces the systemd query made at the first signal.
+    """
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
+    agent = Agent(config, system_stopping=system_stopping)
+
+    def on_signal() -> None:
+        if stop.is_set():
+            agent.cut_linger()
+        else:
+            stop.set()
+
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    await Agent(config).run(stop)
+        loop.add_signal_handler(sig, on_signal)
+    await agent.run(stop)

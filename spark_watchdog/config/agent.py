@@ -178,6 +178,8 @@ class AgentConfig:
     node: str = setting()
     listen: ListenConfig = setting(default_factory=ListenConfig)
     loop_interval: float = setting(1.0, above=0, maximum=60)
+    # Well inside the unit's TimeoutStopSec=15s, after which systemd SIGKILLs.
+    shutdown_linger: float = setting(3.0, minimum=0, maximum=10)
     probes: ProbesConfig = setting(default_factory=ProbesConfig)
     serving: ServingConfig = setting(default_factory=ServingConfig)
 

@@ -48,8 +48,8 @@ def test_every_problem_is_reported_at_once_with_its_key_path() -> None:
         parse_agent_config(data, "agent.yaml")
     problems = caught.value.problems
     assert (
-        "nodee: unknown key; expected one of listen, loop_interval, node, probes, serving"
-        in problems
+        "nodee: unknown key; expected one of listen, loop_interval, node, probes, serving, "
+        "shutdown_linger" in problems
     )
     assert "node: required key is missing" in problems
     assert "listen.port: expected an integer ≥ 1 and ≤ 65535, got 70000" in problems
