@@ -64,3 +64,31 @@ class StateTimeout(PowerError):
 
 class Ambiguous(PowerError):
     """We do not know whether the command landed. Re-read the state before any retry."""
+
+
+class Withdrawn(PowerError):
+    """The command was certainly not sent: a last check right before sending said no
+    (the host showed life after the step was recorded)."""
+
+
+class FoundOff(PowerError):
+    """A cycle found the device already off (or mixed) before its off: not ours to undo.
+
+    Someone switched it off by hand, or another tool did; switching it on
+    could power a machine a person is working on. Nothing was sent.
+    """
+
+
+class HistoryLocked(WatchdogError):
+    """Another process holds the freeze history's instance lock (a second controller).
+
+    ``path`` is the lock file, ``holder`` what its holder wrote into it.
+    """
+
+    def __init__(self, path: str, holder: str) -> None:
+        self.path = path
+        self.holder = holder
+        super().__init__(
+            f"{path}: another controller is running on this history: {holder}; stop it first "
+            "(systemctl stop spark-watchdog-controller) or point this one at another history"
+        )

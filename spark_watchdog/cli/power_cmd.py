@@ -195,7 +195,7 @@ async def _act(
             result = await power.off()
         else:
             _progress(f"cycle with {off_seconds:g}s off")
-            result = await power.cycle(off_seconds)
+            result = await power.cycle(off_seconds, from_off=True)
     except PowerError as exc:
         error = exc
     except WatchdogError as exc:  # e.g. an outlet name the PDU does not have

@@ -249,6 +249,8 @@ class GuardsConfig:
     max_concurrent_power_actions: int = setting(1, minimum=1)
     # Above this fraction of nodes in host-level trouble at once, trip the circuit breaker.
     max_unhealthy_fraction: float = setting(0.5, above=0, maximum=1)
+    # Seconds the breaker stays open (no fencing) before it latches into a cluster hold.
+    breaker_latch_after: float = setting(30.0, minimum=0)
     # Seconds to wait for the agent to answer with a new boot id after power is restored.
     boot_timeout: float = setting(300.0, above=0)
     # Decide, record and notify, but send nothing to any device.
@@ -304,6 +306,75 @@ class ControllerListenConfig:
     port: int = setting(9721, minimum=1, maximum=65535)
 
 
+def _host_port(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _url_host_port(url: str) -> str:
+    """``host:port`` of an (already checked) http(s) URL, host lowercased, default port filled."""
+    parts = urlsplit(url)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    return _host_port(parts.hostname or "", port)
+
+
+def _physical_targets(device: PowerDevice) -> list[tuple[tuple[str, ...], str, str]]:
+    """(identity, description, what) of each physical thing ``device`` switches.
+
+    Two entries with one identity cut the same power. SSH paths switch no
+    power of their own and have none.
+    """
+    if isinstance(device, SnmpDevice):
+        pdu = _host_port(device.host.lower(), device.port)
+        return [
+            (("snmp", pdu, str(outlet)), f"outlet {outlet} of PDU {pdu}", "outlet")
+            for outlet in device.outlet_list
+        ]
+    if isinstance(device, (ShellyDevice, TasmotaDevice)):
+        plug = _url_host_port(device.url)
+        return [
+            (
+                (device.type, plug, str(device.switch_id)),
+                f"switch {device.switch_id} of {device.type} plug {plug}",
+                "switch",
+            )
+        ]
+    if isinstance(device, IpmiDevice):
+        bmc = _host_port(device.host.lower(), device.port)
+        return [(("ipmi", bmc), f"IPMI BMC {bmc}", "BMC")]
+    if isinstance(device, RedfishDevice):
+        bmc = _url_host_port(device.url)
+        named = f"Redfish system {device.system}" if device.system else "the Redfish system"
+        return [(("redfish", bmc, device.system or ""), f"{named} of {bmc}", "system")]
+    return []
+
+
+def _check_outlets_unshared(nodes: tuple[NodeConfig, ...]) -> None:
+    """Refuse two power entries that switch one physical outlet, plug, BMC or system."""
+    seen: dict[tuple[str, ...], tuple[int, str]] = {}
+    for i, node in enumerate(nodes):
+        for j, device in enumerate(node.power):
+            key = f"nodes[{i}].power[{j}]"
+            for identity, described, what in _physical_targets(device):
+                first = seen.get(identity)
+                if first is None:
+                    seen[identity] = (i, key)
+                    continue
+                first_node, first_key = first
+                if first_key == key:
+                    why = f"{described} is listed twice in {key}"
+                elif first_node == i:
+                    why = (
+                        f"{described} is already {first_key} of this node; "
+                        f"a second path to one {what} is no fallback"
+                    )
+                else:
+                    why = (
+                        f"{described} is already {first_key} ({nodes[first_node].name}); "
+                        f"two nodes on one {what} would cut both"
+                    )
+                raise InvalidSetting(key, why)
+
+
 @dataclass(frozen=True, kw_only=True)
 class ControllerConfig:
     nodes: tuple[NodeConfig, ...] = setting()
@@ -333,6 +404,7 @@ class ControllerConfig:
             parts = urlsplit(target)
             if parts.scheme != "tcp" or not parts.hostname or parts.port is None:
                 raise InvalidSetting(f"witness[{i}]", f'expected tcp://host:port, got "{target}"')
+        _check_outlets_unshared(self.nodes)
 
     def node(self, name: str) -> NodeConfig:
         for node in self.nodes:

@@ -5,59 +5,63 @@ check SSH banners where an agent is late (and now and then otherwise),
 check the witness, classify each node (pure), decide (pure), and start what
 the decision says: a recovery ladder, a serving restart, an agent restart,
 or a hold. Long actions run as their own tasks, so detection never waits on
-them. On start, unfinished incidents in the history are resumed.
+them. On start, the newest unfinished incident of each node is resumed.
+
+All I/O goes through the ``ControllerIO`` it is given, and all time through
+its clock (docs/design.md, "Proof"), so the simulation runs this very code.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import signal
-import time
 from typing import Any
 
 from spark_watchdog.config.controller import ControllerConfig, SshDevice
 from spark_watchdog.config.secrets import read_secret
-from spark_watchdog.controller.detector import HOST_TROUBLE, DetectionPolicy, Verdict, classify
-from spark_watchdog.controller.http_client import HttpError, request
+from spark_watchdog.controller.detector import DetectionPolicy, Verdict, classify
+from spark_watchdog.controller.http_client import ANSWERED, HttpError
+from spark_watchdog.controller.io import ControllerIO
 from spark_watchdog.controller.ledger import HistoryUnwritable, Ledger
-from spark_watchdog.controller.node_states import NodeEvent, NodeState
-from spark_watchdog.controller.node_watch import NodeWatch
+from spark_watchdog.controller.node_states import InvalidTransition, NodeEvent, NodeState
+from spark_watchdog.controller.node_watch import (
+    BLIND_BANNER_OUTCOMES,
+    LIVE_BANNER_OUTCOMES,
+    NodeWatch,
+)
 from spark_watchdog.controller.notify import Event, Notifier
-from spark_watchdog.controller.planner import Guards, Step, breaker_trips, decide
+from spark_watchdog.controller.planner import Decision, Guards, Step, breaker_trips, decide
 from spark_watchdog.controller.recovery import (
-    PowerFactory,
-    RungPlan,
-    await_new_boot,
-    finish_recovery,
+    Phase,
+    ResumeInfo,
+    RungOutcome,
     recover_frozen_host,
     resume_plan,
     rungs_of,
 )
-from spark_watchdog.controller.serving_restart import ServingNode, ServingRestart
-from spark_watchdog.controller.witness import check_witness
+from spark_watchdog.controller.serving_restart import ServingNode
 from spark_watchdog.errors import ConfigError, WatchdogError
-from spark_watchdog.history.records import CLUSTER
-from spark_watchdog.history.store import HistoryStore
-from spark_watchdog.power.base import VerifiedPower
-from spark_watchdog.power.paths import PowerPath, build_backend, read_device_secrets, timing_for
-from spark_watchdog.power.ssh_banner import check_ssh_banner
+from spark_watchdog.history.instance_lock import InstanceLock
+from spark_watchdog.history.records import CLUSTER, Incident
+from spark_watchdog.history.store import HistoryStore, IncidentAlreadyOpen
+from spark_watchdog.power.base import PowerState, PowerStep, VerifiedPower
+from spark_watchdog.power.paths import PowerPath
 from spark_watchdog.sdnotify import SystemdNotifier
+from spark_watchdog.steps import StepName
 
 log = logging.getLogger("spark_watchdog.controller")
 
 AGENT_RESTART_COOLDOWN_S = 300.0
 LATE_BANNER_INTERVAL_S = 2.0
+# Budgets count cycles by the wall clock (they are recorded); the window is
+# widened by this much so a clock stepped forward cannot forget a cycle.
+CLOCK_STEP_MARGIN_S = 900.0
 BY = "controller"
-
-
-def default_power_factory(config: ControllerConfig, dry_run: bool) -> PowerFactory:
-    def make(path: PowerPath, on_step: Any) -> VerifiedPower:
-        backend = build_backend(path, read_device_secrets(path))
-        return VerifiedPower(backend, timing_for(config, path), dry_run=dry_run, on_step=on_step)
-
-    return make
+# The only steps whose failed record must stop what follows: they precede a cut.
+_BEFORE_A_CUT = frozenset({StepName.OFF_SPACING, StepName.OFF_REQUESTED})
 
 
 class Controller:
@@ -66,35 +70,42 @@ class Controller:
         config: ControllerConfig,
         store: HistoryStore,
         *,
+        io: ControllerIO | None = None,
         notifier: Notifier | None = None,
-        power_factory: PowerFactory | None = None,
     ) -> None:
         self.config = config
+        self.io = io or ControllerIO.production(config)
+        self.clock = self.io.clock
         self.notifier = notifier or Notifier(config.notify)
-        self.ledger = Ledger(store, self.notifier)
+        self.ledger = Ledger(store, self.notifier, self.io.blocking)
         # What /metrics counts: incidents, actions, verdict changes (in memory).
         self.tallies = self.ledger.tallies
         self.tallies.seed_nodes(n.name for n in config.nodes)
         self._counted_verdicts: dict[str, str] = {}
         self.cluster_hold: str | None = None
-        self.power_factory = power_factory or default_power_factory(config, config.guards.dry_run)
-        now = time.monotonic()
+        now = self.clock.monotonic()
         self.watches = {n.name: NodeWatch(n, now) for n in config.nodes}
         self.policy = DetectionPolicy(
             freeze_after=config.detection.freeze_after,
             banner_misses=config.detection.banner_misses,
+            boot_timeout=config.guards.boot_timeout,
         )
         self._slot = asyncio.Semaphore(config.guards.max_concurrent_power_actions)
-        self._fencing: dict[str, asyncio.Task[str]] = {}
+        # Held from a rung's guard check to its record (see recovery._preflight).
+        self._budget_lock = asyncio.Lock()
+        self._fencing: dict[str, asyncio.Task[RungOutcome]] = {}
         self._serving_task: asyncio.Task[bool] | None = None
+        self._agent_restarts: dict[str, asyncio.Task[None]] = {}
         self._last_serving_restart = float("-inf")
         self._banner_checks: dict[str, asyncio.Task[None]] = {}
         self.witness_ok = True
         self.witness_detail = "not checked yet"
+        # Since when more nodes than the breaker allows look frozen (monotonic).
+        self._breaker_since: float | None = None
         self.ticks = 0
         self._tick_started = 0.0
         self.last_sweep_s = 0.0
-        self.started_at = time.time()
+        self.started_at = self.clock.time()
         self.profile: str | None = None
         # What the HTTP threads read: rebuilt after every tick, never mutated.
         self.published: dict[str, Any] = {}
@@ -106,43 +117,130 @@ class Controller:
     def power_slot(self) -> asyncio.Semaphore:
         return self._slot
 
-    async def still_frozen(self, watch: NodeWatch) -> tuple[bool, str]:
-        """Right before cutting power: ask the host once more, both ways at once
-        (either answer means alive; asked one after the other, a frozen host
-        would cost agent_timeout + banner_timeout instead of the longer one)."""
-        node = watch.config
+    def budget_lock(self) -> asyncio.Lock:
+        return self._budget_lock
 
-        async def agent_progressed() -> bool:
+    def power_for(self, path: PowerPath, watch: NodeWatch, incident_id: int) -> VerifiedPower:
+        """A verified power path whose every step is written ahead, with the send gate."""
+        ledger, node = self.ledger, watch.name
+        rung = rungs_of(self.config, watch).index(path)
+
+        async def write_ahead(step: PowerStep) -> None:
+            # Awaited by VerifiedPower *before* each command leaves.
             try:
-                answer = await request(
-                    f"{node.agent.rstrip('/')}/v1/state",
-                    timeout=self.config.detection.agent_timeout,
+                await ledger.write(
+                    ledger.store.add_step,
+                    incident_id,
+                    step.name,
+                    node=node,
+                    detail={"rung": rung, "device": path.key_path, "detail": step.detail},
                 )
-                snapshot = answer.json()
-            except HttpError:
-                return False
-            return (
-                answer.status == 200
-                and isinstance(snapshot, dict)
-                and watch.note_answer(snapshot, time.monotonic())
-            )
+            except HistoryUnwritable as exc:
+                if step.name in _BEFORE_A_CUT:
+                    raise  # nothing unrecorded cuts power
+                # The outlet may be off: the on goes out all the same.
+                log.error("%s: %s not recorded (%s); carrying on to power on", node, step.name, exc)
+                self.notifier.send(
+                    Event(
+                        "history_unwritable",
+                        f"{node}: {step.name} not recorded ({exc}); the controller restores power",
+                        node,
+                        incident_id,
+                    )
+                )
 
-        progressed, banner = await asyncio.gather(
-            agent_progressed(),
-            check_ssh_banner(
-                node.banner_host, node.ssh_port, timeout=self.config.detection.banner_timeout
-            ),
+        def gate(target: PowerState) -> str | None:
+            return self._may_cut(watch) if target is PowerState.OFF else None
+
+        return self.io.power_factory(path, write_ahead, gate)
+
+    def _may_cut(self, watch: NodeWatch) -> str | None:
+        """Right before an off leaves: any reason not to send it (None: send).
+
+        Synchronous on purpose: nothing else of the event loop runs between
+        this answer and the command. The holds are read from the history
+        itself, so a hold placed a moment ago by the CLI counts.
+        """
+        now = self.clock.monotonic()
+        life = watch.last_life_at
+        if life is not None and now - life < self.config.detection.freeze_after:
+            return f"the host showed life {now - life:.1f}s ago: off withdrawn"
+        try:
+            hold = self.ledger.store.active_hold(watch.name) or self.ledger.store.active_hold(
+                CLUSTER
+            )
+        except WatchdogError as exc:
+            return f"the history cannot be read ({exc}): off withdrawn"
+        if hold is not None:
+            return f"held ({hold.reason}): off withdrawn"
+        return None
+
+    async def rung_blocked(self, watch: NodeWatch) -> str | None:
+        """Before every rung: a hold, a spent budget or the breaker stops it."""
+        holds = await self.ledger.read(self.ledger.store.active_holds)
+        for hold in holds:
+            if hold.node in (watch.name, CLUSTER):
+                return f"held: {hold.reason}"
+        guards = await self._guards(watch)
+        if guards.breaker_tripped:
+            return "the circuit breaker is tripped"
+        if guards.node_cycles_in_window >= guards.node_budget:
+            return f"node budget spent ({guards.node_cycles_in_window}/{guards.node_budget} cycles)"
+        if guards.cluster_cycles_in_window >= guards.cluster_budget:
+            return (
+                f"cluster budget spent "
+                f"({guards.cluster_cycles_in_window}/{guards.cluster_budget} cycles)"
+            )
+        if guards.dry_run:
+            return "dry run: nothing is sent"
+        return None
+
+    async def still_frozen(self, watch: NodeWatch) -> tuple[bool, str]:
+        """Right before cutting power: the witness, the agent and the banner, all at once.
+
+        Any HTTP answer from the agent and any SSH answer (banner, refusal,
+        close) mean a live host; a witness that does not answer or a host the
+        controller cannot look at means no fencing now.
+        """
+        node = watch.config
+        timeout = self.config.detection
+
+        async def agent() -> str | None:
+            try:
+                answer = await self.io.agents.get(node, "/v1/state", timeout.agent_timeout)
+            except HttpError as exc:
+                watch.note_answer_error(exc.kind, str(exc), self.clock.monotonic())
+                return "the agent answered" if exc.kind == ANSWERED else None
+            self._note_agent_answer(watch, answer.status, answer.body)
+            return f"the agent answered (HTTP {answer.status})"
+
+        async def banner() -> str | None:
+            result = await self.io.banner(node.banner_host, node.ssh_port, timeout.banner_timeout)
+            watch.note_banner(
+                result.outcome, result.banner or result.outcome, self.clock.monotonic()
+            )
+            if result.outcome in LIVE_BANNER_OUTCOMES:
+                return f"ssh {result.outcome}" + (f" ({result.banner})" if result.banner else "")
+            if result.outcome in BLIND_BANNER_OUTCOMES:
+                return f"cannot look: ssh {result.outcome}"
+            return None
+
+        witness, alive_agent, alive_ssh = await asyncio.gather(
+            self.io.witness(self.config.witness, 1.0), agent(), banner()
         )
-        if progressed:
-            return False, "the agent answered with progress"
-        if banner.ok:
-            return False, f"the SSH banner answered ({banner.banner})"
-        return True, f"agent silent, ssh {banner.outcome}"
+        if not witness.ok:
+            return False, f"witness unreachable ({', '.join(witness.missed)}): no fencing"
+        for why in (alive_agent, alive_ssh):
+            if why is not None:
+                return False, why
+        if watch.agent_blind is not None:
+            return False, f"cannot look: {watch.agent_blind}"
+        return True, f"agent silent, ssh {watch.banner_detail}"
 
     async def record_boots(self, watch: NodeWatch, incident_id: int) -> None:
         """Store the agent's journal analysis: how did the previous boot end?"""
         try:
-            answer = await request(f"{watch.config.agent.rstrip('/')}/v1/boots", timeout=5.0)
+            answer = await self.io.agents.get(watch.config, "/v1/boots", 5.0)
             boots = answer.json().get("boots", [])
         except (HttpError, AttributeError) as exc:
             log.warning("%s: could not read /v1/boots: %s", watch.name, exc)
@@ -160,22 +258,48 @@ class Controller:
             except (HistoryUnwritable, WatchdogError) as exc:
                 log.warning("%s: boot record skipped: %s", watch.name, exc)
 
-    async def hold_node(self, watch: NodeWatch, reason: str, event: NodeEvent) -> None:
+    async def hold_node(
+        self,
+        watch: NodeWatch,
+        reason: str,
+        event: NodeEvent,
+        *,
+        by_controller: bool = False,
+        record: bool = True,
+    ) -> None:
+        """Hold a node: in memory always, in the history when ``record``.
+
+        ``by_controller``: a hold the controller decided on (ambiguity, an
+        error, a guard) is never released automatically: it is in the history
+        (an operator releases it), or, while the history cannot be written,
+        kept in memory and written as soon as it can be. ``record=False``: a
+        pause while the history cannot be written, released by the next hold
+        sync once it can (the incident, if any, is then resumed).
+        """
         watch.held_reason = reason
         try:
             watch.apply(event)
-        except Exception:
-            watch.state = NodeState.HELD
-        with contextlib.suppress(HistoryUnwritable):  # held in memory all the same
-            await self.ledger.write(self.ledger.store.hold, watch.name, reason, by=BY)
+        except InvalidTransition:
+            watch.apply(NodeEvent.RECOVERY_FAILED)
+        watch.held_by_controller = False
+        if record:
+            try:
+                await self.ledger.write(self.ledger.store.hold, watch.name, reason, by=BY)
+            except HistoryUnwritable:
+                watch.held_by_controller = by_controller  # written when it can be
         self.notifier.send(Event("held", f"{watch.name} held: {reason}", watch.name))
+
+    # -- serving ----------------------------------------------------------
 
     async def restart_serving_after(self, incident_id: int | None, reason: str) -> bool:
         """Switch to the safe profile and restart serving everywhere.
 
         Every rank restarts together, so while another node is still being
         recovered the restart waits for that recovery, which ends with one.
+        In dry run nothing is restarted.
         """
+        if self.config.guards.dry_run:
+            return False
         profile = self.config.serving.safe_profile
         busy = [
             w.name
@@ -186,27 +310,20 @@ class Controller:
                 or w.finding.verdict is Verdict.HOST_FROZEN
             )
         ]
-        if busy and incident_id is not None:
-            await self.ledger.write(
-                self.ledger.store.add_step,
-                incident_id,
-                "serving_restart_deferred",
-                detail={"waiting_for": busy},
-            )
-            self.profile = profile
-            with contextlib.suppress(HistoryUnwritable):
-                await self.ledger.write(
-                    self.ledger.store.set_setting, "serving_profile", profile, by=BY
-                )
-            return True
+        self.profile = profile
         with contextlib.suppress(HistoryUnwritable):
             await self.ledger.write(
                 self.ledger.store.set_setting, "serving_profile", profile, by=BY
             )
-        self.profile = profile
+        if busy and incident_id is not None:
+            await self.ledger.write(
+                self.ledger.store.add_step,
+                incident_id,
+                StepName.SERVING_RESTART_DEFERRED,
+                detail={"waiting_for": busy},
+            )
+            return True
         return await self._restart_serving(profile, incident_id, reason)
-
-    # -- serving ----------------------------------------------------------
 
     def _serving_nodes(self) -> tuple[ServingNode, list[ServingNode]] | None:
         head = self.config.serving.head
@@ -236,12 +353,13 @@ class Controller:
             await self.ledger.write(
                 self.ledger.store.add_step,
                 incident_id,
-                "serving_restart_started",
+                StepName.SERVING_RESTART_STARTED,
                 detail={"profile": profile, "reason": reason},
             )
-        restart = ServingRestart(head, workers, token, timeout=self.config.serving.start_timeout)
-        report = await restart.run(profile)
-        self._last_serving_restart = time.monotonic()
+        report = await self.io.serving(
+            head, workers, token, self.config.serving.start_timeout, profile
+        )
+        self._last_serving_restart = self.clock.monotonic()
         await self.ledger.write(
             self.ledger.store.finish_serving_restart,
             record.id,
@@ -253,7 +371,7 @@ class Controller:
             await self.ledger.write(
                 self.ledger.store.add_step,
                 incident_id,
-                "serving_restart_done",
+                StepName.SERVING_RESTART_DONE,
                 detail={"result": report.result, "error": report.error},
             )
         total = sum(report.step_durations.values())
@@ -276,17 +394,21 @@ class Controller:
         vllm = ((watch.snapshot or {}).get("probes") or {}).get("vllm") or {}
         quiet = vllm.get("seconds_without_progress")
         if isinstance(quiet, (int, float)) and not isinstance(quiet, bool):
-            onset = time.time() - float(quiet)
+            onset = self.clock.time() - float(quiet)
         kind = finding.verdict.value
-        incident = await self.ledger.write(
-            self.ledger.store.open_incident,
-            kind,
-            [watch.name],
-            detected_at=time.time(),
-            evidence={"reasons": list(finding.reasons), "agent_state": watch.snapshot},
-            fault_onset=onset,
-            dry_run=self.config.guards.dry_run,
-        )
+        try:
+            incident = await self.ledger.write(
+                self.ledger.store.open_incident,
+                kind,
+                [watch.name],
+                detected_at=self.clock.time(),
+                evidence={"reasons": list(finding.reasons), "agent_state": watch.snapshot},
+                fault_onset=onset,
+                dry_run=self.config.guards.dry_run,
+            )
+        except IncidentAlreadyOpen as exc:
+            log.info("%s: serving incident not opened: %s", watch.name, exc)
+            return False
         self.notifier.send(
             Event("incident_opened", f"{watch.name} {finding.summary}", watch.name, incident.id)
         )
@@ -294,7 +416,7 @@ class Controller:
             await self.ledger.write(
                 self.ledger.store.add_step,
                 incident.id,
-                "dry_run",
+                StepName.DRY_RUN,
                 detail={"would": "restart serving"},
             )
             await self.ledger.write(
@@ -315,18 +437,27 @@ class Controller:
 
     # -- the loop ---------------------------------------------------------
 
-    async def _poll_agent(self, watch: NodeWatch, now: float) -> None:
+    def _note_agent_answer(self, watch: NodeWatch, status: int, body: bytes) -> None:
+        """An HTTP answer: life in any case; a snapshot when it is a 200 with a JSON object."""
+        now = self.clock.monotonic()
+        snapshot: Any = None
+        if status == 200:
+            with contextlib.suppress(ValueError, UnicodeDecodeError):
+                snapshot = json.loads(body)
+        if isinstance(snapshot, dict):
+            watch.note_answer(snapshot, now, self.clock.time())
+        else:
+            watch.note_answer_error(ANSWERED, f"/v1/state answered {status}", now)
+
+    async def _poll_agent(self, watch: NodeWatch) -> None:
         try:
-            answer = await request(
-                f"{watch.config.agent.rstrip('/')}/v1/state",
-                timeout=self.config.detection.agent_timeout,
+            answer = await self.io.agents.get(
+                watch.config, "/v1/state", self.config.detection.agent_timeout
             )
-            snapshot = answer.json()
-            if answer.status != 200 or not isinstance(snapshot, dict):
-                raise HttpError(f"/v1/state answered {answer.status}")
-            watch.note_answer(snapshot, now)
         except HttpError as exc:
-            watch.agent_error = str(exc)
+            watch.note_answer_error(exc.kind, str(exc), self.clock.monotonic())
+            return
+        self._note_agent_answer(watch, answer.status, answer.body)
 
     async def _check_banner(self, watch: NodeWatch, now: float) -> None:
         node = watch.config
@@ -346,38 +477,36 @@ class Controller:
 
         async def check() -> None:
             try:
-                result = await check_ssh_banner(
-                    node.banner_host, node.ssh_port, timeout=self.config.detection.banner_timeout
+                result = await self.io.banner(
+                    node.banner_host, node.ssh_port, self.config.detection.banner_timeout
                 )
-                watch.note_banner(result.outcome, result.banner or result.outcome, time.monotonic())
+                watch.note_banner(
+                    result.outcome, result.banner or result.outcome, self.clock.monotonic()
+                )
             finally:
                 self._banner_checks.pop(watch.name, None)
 
         self._banner_checks[watch.name] = asyncio.get_running_loop().create_task(check())
 
     async def tick(self) -> None:
-        now = time.monotonic()
+        now = self.clock.monotonic()
         self._tick_started = now
         witness, _ = await asyncio.gather(
-            check_witness(self.config.witness, timeout=1.0),
-            asyncio.gather(*(self._poll_agent(w, now) for w in self.watches.values())),
+            self.io.witness(self.config.witness, 1.0),
+            asyncio.gather(*(self._poll_agent(w) for w in self.watches.values())),
         )
         self.witness_ok = witness.ok
         self.witness_detail = "ok" if witness.ok else f"unreachable: {', '.join(witness.missed)}"
-        await asyncio.gather(*(self._check_banner(w, now) for w in self.watches.values()))
-        now = time.monotonic()
+        now = self.clock.monotonic()
+        for watch in self.watches.values():
+            await self._check_banner(watch, now)
         head = self.config.serving.head
         for watch in self.watches.values():
             judges = head is None or watch.name == head
             before = watch.finding.verdict
             watch.finding = classify(watch.observation(now, witness.ok, judges), self.policy)
             if watch.finding.verdict is not before:
-                log.info(
-                    "%s: %s",
-                    watch.name,
-                    watch.finding.summary,
-                    extra={"node": watch.name, "verdict": watch.finding.verdict.value},
-                )
+                self._verdict_changed(watch)
         await self._sync_holds()
         await self._check_breaker()
         for watch in self.watches.values():
@@ -387,8 +516,19 @@ class Controller:
                 self._counted_verdicts[watch.name] = watch.verdict
                 self.tallies.note_verdict(watch.name, watch.verdict)
         self.ticks += 1
-        self.last_sweep_s = time.monotonic() - self._tick_started
+        self.last_sweep_s = self.clock.monotonic() - self._tick_started
         self.published = self.status_json()
+
+    def _verdict_changed(self, watch: NodeWatch) -> None:
+        finding = watch.finding
+        log.info(
+            "%s: %s",
+            watch.name,
+            finding.summary,
+            extra={"node": watch.name, "verdict": finding.verdict.value},
+        )
+        if finding.verdict is Verdict.UNOBSERVABLE:
+            self.notifier.send(Event("unobservable", f"{watch.name} {finding.summary}", watch.name))
 
     async def _sync_holds(self) -> None:
         """Holds live in the history, so the CLI works with or without us running."""
@@ -400,6 +540,15 @@ class Controller:
         self.cluster_hold = held.get(CLUSTER)
         for watch in self.watches.values():
             reason = held.get(watch.name) or held.get(CLUSTER)
+            if watch.held_by_controller:
+                # Our own hold, not yet in the history: write it now, release never.
+                with contextlib.suppress(HistoryUnwritable):
+                    assert watch.held_reason is not None
+                    await self.ledger.write(
+                        self.ledger.store.hold, watch.name, watch.held_reason, by=BY
+                    )
+                    watch.held_by_controller = False
+                continue
             if reason and watch.state is NodeState.WATCHING:
                 watch.held_reason = reason
                 watch.apply(NodeEvent.HOLD)
@@ -407,43 +556,58 @@ class Controller:
                 watch.held_reason = None
                 watch.apply(NodeEvent.RELEASE)
 
-    async def _check_breaker(self) -> None:
-        # Silence counts as soon as it passes freeze_after, before the banner
-        # checks confirm anything: nodes that go quiet together trip the
-        # breaker before the first of them can be fenced.
-        now = time.monotonic()
-        freeze_after = self.config.detection.freeze_after
-        trouble = [
+    def _breaker_count(self) -> list[str]:
+        """Nodes whose confirmed freeze the network could explain.
+
+        Counted: ``host_frozen`` nodes the controller is not already handling,
+        whose last miss was not a completed handshake (a frozen GB10 still
+        completes TCP; a partition does not). Not counted: nodes it powered
+        off or waits on (fencing, booting), and mere silence, which a blip of
+        a few seconds produces on every node at once.
+        """
+        return [
             w.name
             for w in self.watches.values()
-            if w.finding.verdict in HOST_TROUBLE or w.agent_silent_s(now) >= freeze_after
+            if w.state is NodeState.WATCHING
+            and w.finding.verdict is Verdict.HOST_FROZEN
+            and not w.banner_reachable
         ]
+
+    def breaker_open(self) -> bool:
+        return self._breaker_since is not None
+
+    async def _check_breaker(self) -> None:
+        trouble = self._breaker_count()
         nodes = len(self.watches)
         if not breaker_trips(len(trouble), nodes, self.config.guards.max_unhealthy_fraction):
+            self._breaker_since = None
             return
-        if any(h.node == CLUSTER for h in await self._holds()):
+        now = self.clock.monotonic()
+        if self._breaker_since is None:
+            self._breaker_since = now
+            log.warning("circuit breaker open: %d/%d nodes look frozen", len(trouble), nodes)
+        # Open: nothing is fenced. Latched into a cluster hold only if it lasts.
+        if now - self._breaker_since < self.config.guards.breaker_latch_after:
+            return
+        if self.cluster_hold is not None:
             return
         reason = (
-            f"circuit breaker: {len(trouble)}/{nodes} nodes in host-level trouble "
-            f"({', '.join(trouble)}); an operator must release"
+            f"circuit breaker: {len(trouble)}/{nodes} nodes look frozen without a TCP handshake "
+            f"({', '.join(trouble)}) for {now - self._breaker_since:.0f}s; "
+            "release with: spark-watchdog release '*'"
         )
         with contextlib.suppress(HistoryUnwritable):
             await self.ledger.write(self.ledger.store.hold, CLUSTER, reason, by=BY)
+            self.cluster_hold = reason
         self.notifier.send(Event("circuit_breaker", reason))
         for watch in self.watches.values():
             if watch.state is NodeState.WATCHING:
                 watch.held_reason = reason
                 watch.apply(NodeEvent.HOLD)
 
-    async def _holds(self) -> list[Any]:
-        try:
-            return list(await self.ledger.read(self.ledger.store.active_holds))
-        except HistoryUnwritable:
-            return []
-
     async def _guards(self, watch: NodeWatch) -> Guards:
         g = self.config.guards
-        since = time.time() - g.budget_window
+        since = self.clock.time() - g.budget_window - CLOCK_STEP_MARGIN_S
         node_cycles = await self.ledger.read(
             self.ledger.store.power_cycles_since, watch.name, since
         )
@@ -453,6 +617,8 @@ class Controller:
         in_flight = sum(1 for w in self.watches.values() if w.state is NodeState.FENCING)
         return Guards(
             node_held=watch.state is NodeState.HELD,
+            cluster_held=self.cluster_hold is not None,
+            breaker_tripped=self.breaker_open(),
             dry_run=g.dry_run,
             node_cycles_in_window=node_cycles,
             node_budget=g.node_budget,
@@ -470,13 +636,25 @@ class Controller:
             return
         if watch.state is not NodeState.WATCHING:
             return
-        if watch.finding.verdict is Verdict.HOST_FROZEN and self.ledger.problem:
+        if watch.incident_id is not None:
+            # Ours, open, and nothing runs it (paused while the history could
+            # not be written): resume it from its record, as after a restart.
+            with contextlib.suppress(HistoryUnwritable):
+                await self._resume_incident(watch, watch.incident_id)
+            return
+        verdict = watch.finding.verdict
+        if verdict is Verdict.HOST_FROZEN and self.ledger.problem:
             # Holds rather than acts blind: nothing unrecorded touches power.
             await self.hold_node(
-                watch, f"history unwritable: {self.ledger.problem}", NodeEvent.HOLD
+                watch, f"history unwritable: {self.ledger.problem}", NodeEvent.HOLD, record=False
             )
             return
-        if watch.finding.verdict in (Verdict.HEALTHY, Verdict.PENDING, Verdict.ISOLATED):
+        if verdict not in (
+            Verdict.HOST_FROZEN,
+            Verdict.AGENT_DOWN,
+            Verdict.SERVING_STALLED,
+            Verdict.SERVING_DEAD,
+        ):
             watch.dry_run_incident = None  # the next freeze is a new dry-run incident
             return  # nothing to decide: skip the history reads
         try:
@@ -484,38 +662,35 @@ class Controller:
         except HistoryUnwritable:
             return
         decision = decide(watch.state, watch.finding, guards)
+        try:
+            await self._carry_out(watch, decision)
+        except HistoryUnwritable as exc:
+            # Nothing that needed a record happened; the next tick decides again.
+            log.warning("%s: %s not carried out: %s", watch.name, decision.step.value, exc)
+
+    async def _carry_out(self, watch: NodeWatch, decision: Decision) -> None:
+        verdict = watch.finding.verdict
         if decision.step is Step.FENCE:
-            await self._start_fencing(watch, decision.reason)
+            await self._start_fencing(watch)
         elif decision.step is Step.RECORD_DRY_RUN:
             await self._record_dry_run(watch, decision.reason)
         elif decision.step is Step.HOLD:
             assert decision.event is not None
-            await self.hold_node(watch, decision.reason, decision.event)
+            await self.hold_node(watch, decision.reason, decision.event, by_controller=True)
         elif decision.step is Step.RESTART_AGENT:
-            await self._restart_agent(watch)
+            self._restart_agent(watch)
         elif decision.step is Step.RESTART_SERVING:
             self._maybe_restart_serving(watch)
-        else:
-            if watch.finding.verdict is not Verdict.HOST_FROZEN:
-                watch.dry_run_incident = None
+        elif verdict is not Verdict.HOST_FROZEN:
+            watch.dry_run_incident = None
 
-    async def _start_fencing(self, watch: NodeWatch, reason: str) -> None:
+    async def _start_fencing(self, watch: NodeWatch) -> None:
         try:
-            incident = await self.ledger.write(
-                self.ledger.store.open_incident,
-                "host_frozen",
-                [watch.name],
-                detected_at=time.time(),
-                evidence={
-                    "reasons": list(watch.finding.reasons),
-                    "last_agent_state": watch.snapshot,
-                    "boot_id": watch.boot_id,
-                    "banner": watch.banner_detail,
-                },
-                fault_onset=watch.agent_progress_wall,
-            )
+            incident = await self._open_frozen_incident(watch)
         except HistoryUnwritable as exc:
-            await self.hold_node(watch, f"history unwritable: {exc}", NodeEvent.HOLD)
+            await self.hold_node(watch, f"history unwritable: {exc}", NodeEvent.HOLD, record=False)
+            return
+        if incident is None:
             return
         watch.incident_id = incident.id
         watch.rungs_done.clear()
@@ -527,21 +702,53 @@ class Controller:
         )
         self._spawn_recovery(watch, incident.id, None)
 
-    def _spawn_recovery(self, watch: NodeWatch, incident_id: int, plan: RungPlan | None) -> None:
+    async def _open_frozen_incident(self, watch: NodeWatch) -> Incident | None:
+        try:
+            incident: Incident = await self.ledger.write(
+                self.ledger.store.open_incident,
+                "host_frozen",
+                [watch.name],
+                detected_at=self.clock.time(),
+                evidence={
+                    "reasons": list(watch.finding.reasons),
+                    "last_agent_state": watch.snapshot,
+                    "boot_id": watch.boot_id,
+                    "banner": watch.banner_detail,
+                },
+                fault_onset=watch.agent_progress_wall,
+            )
+        except IncidentAlreadyOpen as exc:
+            # Ours would be running (and _act would not get here): a leftover.
+            log.error("%s: %s; not opening another", watch.name, exc)
+            await self.hold_node(
+                watch,
+                f"incident #{exc.incident_id} is still open: a person decides",
+                NodeEvent.HOLD,
+                by_controller=True,
+            )
+            return None
+        return incident
+
+    def _spawn_recovery(
+        self, watch: NodeWatch, incident_id: int, resume: ResumeInfo | None
+    ) -> None:
         task = asyncio.get_running_loop().create_task(
-            recover_frozen_host(self, watch, incident_id, plan), name=f"recover-{watch.name}"
+            recover_frozen_host(self, watch, incident_id, resume), name=f"recover-{watch.name}"
         )
         self._fencing[watch.name] = task
         task.add_done_callback(lambda t: self._recovery_done(watch, t))
 
-    def _recovery_done(self, watch: NodeWatch, task: asyncio.Task[str]) -> None:
+    def _recovery_done(self, watch: NodeWatch, task: asyncio.Task[RungOutcome]) -> None:
         if task.cancelled():
             return
         error = task.exception()
         if error is not None:
+            # recover_frozen_host holds on every error it sees; this is the last net.
             log.error("%s: recovery failed: %r", watch.name, error, exc_info=error)
-            watch.state = NodeState.HELD
             watch.held_reason = f"recovery failed: {error}"
+            watch.held_by_controller = True
+            if watch.state is not NodeState.HELD:
+                watch.apply(NodeEvent.RECOVERY_FAILED)
             self.notifier.send(Event("held", f"{watch.name}: recovery failed: {error}", watch.name))
 
     async def _record_dry_run(self, watch: NodeWatch, reason: str) -> None:
@@ -552,7 +759,7 @@ class Controller:
             self.ledger.store.open_incident,
             "host_frozen",
             [watch.name],
-            detected_at=time.time(),
+            detected_at=self.clock.time(),
             evidence={"reasons": list(watch.finding.reasons), "last_agent_state": watch.snapshot},
             fault_onset=watch.agent_progress_wall,
             dry_run=True,
@@ -566,7 +773,7 @@ class Controller:
             incident_id=incident.id,
             rung=0,
             dry_run=True,
-            step="dry_run",
+            step=StepName.DRY_RUN,
             step_detail={"decision": reason},
         )
         self.notifier.send(
@@ -581,25 +788,38 @@ class Controller:
             self.ledger.store.resolve_incident, incident.id, "false_alarm", detail={"dry_run": True}
         )
 
-    async def _restart_agent(self, watch: NodeWatch) -> None:
-        now = time.monotonic()
+    def _restart_agent(self, watch: NodeWatch) -> None:
+        """agent_down: alert, and restart the agent over SSH in the background (cooldown)."""
+        now = self.clock.monotonic()
         if now - watch.last_agent_restart < AGENT_RESTART_COOLDOWN_S:
             return
+        running = self._agent_restarts.get(watch.name)
+        if running is not None and not running.done():
+            return
         watch.last_agent_restart = now
-        ssh = next((d for d in watch.config.power if isinstance(d, SshDevice)), None)
         self.notifier.send(
             Event("agent_down", f"{watch.name}: {watch.finding.summary}", watch.name)
         )
+        ssh = next((d for d in watch.config.power if isinstance(d, SshDevice)), None)
         if ssh is None or self.config.guards.dry_run:
             return
-        from spark_watchdog.power.ssh_reboot import ssh_command_for
-
-        command = ssh_command_for(ssh)
-        result = await command.run("sudo systemctl restart spark-watchdog-agent", timeout=30.0)
-        await self.ledger.write(
-            self.ledger.store.record_action, watch.name, "agent_restart", device=command.target
+        self._agent_restarts[watch.name] = asyncio.get_running_loop().create_task(
+            self._run_agent_restart(watch, ssh)
         )
-        log.info("%s: agent restart over ssh: %s", watch.name, result.outcome)
+
+    async def _run_agent_restart(self, watch: NodeWatch, ssh: SshDevice) -> None:
+        try:
+            # Recorded first: the cooldown survives a restart of the controller.
+            await self.ledger.write(
+                self.ledger.store.record_action,
+                watch.name,
+                "agent_restart",
+                device=f"ssh {ssh.host}:{ssh.port}",
+            )
+            outcome = await self.io.agent_restart(ssh)
+            log.info("%s: agent restart over ssh: %s", watch.name, outcome)
+        except (HistoryUnwritable, WatchdogError, OSError) as exc:
+            log.warning("%s: agent restart over ssh failed: %s", watch.name, exc)
 
     def _maybe_restart_serving(self, watch: NodeWatch) -> None:
         if not self.config.serving.auto_restart:
@@ -608,49 +828,81 @@ class Controller:
             return
         if any(not t.done() for t in self._fencing.values()):
             return  # a host recovery ends with a serving restart anyway
-        if time.monotonic() - self._last_serving_restart < self.config.serving.restart_cooldown:
+        cooldown = self.config.serving.restart_cooldown
+        if self.clock.monotonic() - self._last_serving_restart < cooldown:
             return
         self._serving_task = asyncio.get_running_loop().create_task(self._serving_incident(watch))
 
     # -- start, resume, run -----------------------------------------------
 
     async def resume(self) -> None:
-        """Continue incidents a previous controller left open (write-ahead log)."""
+        """Continue what a previous controller left open (the write-ahead log).
+
+        One incident per node: the newest open one is resumed, older ones are
+        closed as superseded. A resumed rung goes through the same preflight
+        (holds, budgets, breaker, last look) as a fresh one.
+        """
         incidents = await self.ledger.read(self.ledger.store.open_incidents)
         self.tallies.seed_open(incidents)
-        for incident in incidents:
-            steps = await self.ledger.read(self.ledger.store.steps, incident.id)
+        newest: dict[str, Incident] = {}
+        for incident in sorted(incidents, key=lambda i: i.id):
+            if incident.kind != "host_frozen" or incident.dry_run:
+                await self.ledger.write(
+                    self.ledger.store.resolve_incident,
+                    incident.id,
+                    "false_alarm" if incident.dry_run else "gave_up",
+                    detail={"why": "controller restarted mid-incident"},
+                )
+                continue
             for name in incident.nodes:
-                watch = self.watches.get(name)
-                if watch is None:
-                    continue
-                if incident.kind != "host_frozen" or incident.dry_run:
-                    await self.ledger.write(
-                        self.ledger.store.resolve_incident,
-                        incident.id,
-                        "false_alarm" if incident.dry_run else "gave_up",
-                        detail={"why": "controller restarted mid-incident"},
-                    )
-                    break
-                info = resume_plan(steps, name)
-                watch.incident_id = incident.id
-                watch.rungs_done = set(info.rungs_done)
-                log.info("%s: resuming incident #%d (%s)", name, incident.id, info.phase)
-                if info.phase == "ladder":
-                    watch.state = NodeState.FENCING
-                    self._spawn_recovery(watch, incident.id, info.plan)
-                elif info.phase == "boot_wait":
-                    watch.state = NodeState.BOOTING
-                    restored = info.restored_at or time.time()
-                    task = asyncio.get_running_loop().create_task(
-                        await_new_boot(self, watch, incident.id, restored, info.boot_before)
-                    )
-                    self._fencing[name] = task
-                else:
-                    task = asyncio.get_running_loop().create_task(
-                        finish_recovery(self, watch, incident.id)
-                    )
-                    self._fencing[name] = task
+                older = newest.get(name)
+                if older is not None:
+                    await self._supersede(older, incident)
+                newest[name] = incident
+        for name, incident in newest.items():
+            watch = self.watches.get(name)
+            if watch is not None:
+                await self._resume_incident(watch, incident.id)
+
+    async def _resume_incident(self, watch: NodeWatch, incident_id: int) -> None:
+        """Continue one open incident from its record: the same code as a fresh one."""
+        name = watch.name
+        steps = await self.ledger.read(self.ledger.store.steps, incident_id)
+        info = resume_plan(steps, name)
+        watch.incident_id = incident_id
+        watch.rungs_done = set(info.rungs_done)
+        log.info("%s: resuming incident #%d (%s)", name, incident_id, info.phase.value)
+        if self.config.guards.dry_run:
+            # Dry run sends nothing, not even an on: a person finishes this one.
+            await self.hold_node(
+                watch,
+                f"incident #{incident_id} is open and the controller runs in dry run "
+                f"({info.phase.value}); check the outlet",
+                NodeEvent.HOLD,
+                by_controller=True,
+            )
+            watch.incident_id = None
+            await self.ledger.write(
+                self.ledger.store.resolve_incident,
+                incident_id,
+                "gave_up",
+                detail={"why": "the controller runs in dry run: held for a person"},
+            )
+            return
+        if info.phase is Phase.BOOT_WAIT:
+            watch.apply(NodeEvent.RESUMED_BOOT_WAIT)
+        elif info.phase is Phase.LADDER:
+            watch.apply(NodeEvent.RESUMED_LADDER)
+        self._spawn_recovery(watch, incident_id, info)
+
+    async def _supersede(self, older: Incident, newer: Incident) -> None:
+        detail = {"why": f"superseded by incident #{newer.id}"}
+        await self.ledger.write(
+            self.ledger.store.add_step, older.id, StepName.SUPERSEDED, detail=detail
+        )
+        await self.ledger.write(
+            self.ledger.store.resolve_incident, older.id, "gave_up", detail=detail
+        )
 
     async def run(self, stop: asyncio.Event) -> None:
         setting = await self.ledger.read(self.ledger.store.setting, "serving_profile")
@@ -662,7 +914,7 @@ class Controller:
         systemd.ready(status)
         last_pet = float("-inf")
         while not stop.is_set():
-            started = time.monotonic()
+            started = self.clock.monotonic()
             try:
                 await self.tick()
             except Exception:
@@ -678,12 +930,17 @@ class Controller:
                 if (line := self.status_line()) != status:
                     status = line
                     systemd.status(status)
-            elapsed = time.monotonic() - started
+            elapsed = self.clock.monotonic() - started
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(stop.wait(), max(0.0, interval - elapsed))
         pending = [
             t
-            for t in [*self._fencing.values(), *self._banner_checks.values(), self._serving_task]
+            for t in [
+                *self._fencing.values(),
+                *self._banner_checks.values(),
+                *self._agent_restarts.values(),
+                self._serving_task,
+            ]
             if t is not None and not t.done()
         ]
         for task in pending:
@@ -706,7 +963,7 @@ class Controller:
         return line
 
     def status_json(self) -> dict[str, Any]:
-        now = time.monotonic()
+        now = self.clock.monotonic()
         return {
             "started_at": self.started_at,
             "ticks": self.ticks,
@@ -727,19 +984,24 @@ class Controller:
 
 
 async def serve(config: ControllerConfig) -> None:
-    """Run until SIGTERM or SIGINT."""
-    store = HistoryStore(config.history)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    controller = Controller(config, store)
-    from spark_watchdog.controller.status_api import StatusEndpoint
-
-    endpoint = StatusEndpoint(config.listen.address, config.listen.port, controller)
-    endpoint.start()
+    """Run until SIGTERM or SIGINT, as the only controller on this history."""
+    lock = InstanceLock(config.history)
+    lock.acquire()  # HistoryLocked names the other controller
     try:
-        await controller.run(stop)
+        store = HistoryStore(config.history)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        controller = Controller(config, store)
+        from spark_watchdog.controller.status_api import StatusEndpoint
+
+        endpoint = StatusEndpoint(config.listen.address, config.listen.port, controller)
+        endpoint.start()
+        try:
+            await controller.run(stop)
+        finally:
+            endpoint.stop()
+            store.close()
     finally:
-        endpoint.stop()
-        store.close()
+        lock.release()

@@ -1,16 +1,22 @@
 """The detector: observations of one node plus time in, a verdict with reasons out.
 
-Pure: no I/O, no clock of its own. DESIGN §3/§4: ping is not evidence of
-health, ``/health`` 200 is not evidence of progress, and a host is only
+Pure: no I/O, no clock of its own (docs/design.md, "Signals" and
+"Verdicts"). Ping is not evidence of health, ``/health`` 200 is not evidence
+of progress, and evidence of life beats evidence of silence. A host is only
 ``host_frozen`` when *all* of these hold:
 
-- its agent has been silent (no answer with an advancing ``seq``) for at
-  least ``freeze_after``;
-- its SSH banner was missing on at least ``banner_misses`` consecutive checks
-  (a frozen GB10 completes the TCP handshake in the kernel but userland sends
-  no banner: NVIDIA/dgx-spark-playbooks #97);
-- the controller's own witness targets answer (otherwise the fault is more
-  likely on the controller's side: fencing would hit healthy nodes).
+- its agent has made no progress (no answer with an advancing ``seq``) for
+  at least ``freeze_after``, and gave no HTTP answer at all in that time (an
+  answer with a stuck ``seq`` proves userland alive: ``agent_down``);
+- its SSH port gave no answer in that time (a banner, a refusal or a close
+  all come from a live kernel), and the banner was missing on at least
+  ``banner_misses`` consecutive checks (a frozen GB10 completes the TCP
+  handshake in the kernel but userland sends no banner);
+- it is not going down in an orderly way: the agent said the system is
+  stopping, or SSH refused after the agent's last progress (a reboot), in
+  which case it is ``rebooting`` for up to ``boot_timeout``;
+- the controller can look: the names resolve and its own network is up
+  (else ``unobservable``), and its witness targets answer (else ``isolated``).
 """
 
 from __future__ import annotations
@@ -31,17 +37,26 @@ class Verdict(enum.Enum):
     HOST_FROZEN = "host_frozen"
     # The node looks frozen but the controller cannot reach its own witness.
     ISOLATED = "isolated"
+    # A live kernel going down: the agent said so, or SSH refused after its last progress.
+    REBOOTING = "rebooting"
+    # The controller cannot look: the name does not resolve, or its own network is down.
+    UNOBSERVABLE = "unobservable"
 
 
 # Host-level trouble (as opposed to serving trouble, which one frozen rank
-# spreads to every node of a TP=4 cluster): what the circuit breaker counts.
-HOST_TROUBLE = frozenset({Verdict.AGENT_DOWN, Verdict.HOST_FROZEN, Verdict.ISOLATED})
+# spreads to every node of a TP=4 cluster).
+HOST_TROUBLE = frozenset(
+    {Verdict.AGENT_DOWN, Verdict.HOST_FROZEN, Verdict.ISOLATED, Verdict.UNOBSERVABLE}
+)
 
 
 @dataclass(frozen=True)
 class DetectionPolicy:
     freeze_after: float = 8.0
     banner_misses: int = 2
+    # How long a node going down may take to come back with a new boot id
+    # before silence counts toward a freeze again.
+    boot_timeout: float = 300.0
 
 
 @dataclass(frozen=True)
@@ -53,18 +68,35 @@ class NodeObservation:
     # Last time the agent answered with a seq that advanced (or a new boot).
     agent_progress_at: float | None
     snapshot: Mapping[str, Any] | None
-    # Consecutive SSH banner checks that found no banner; 0 after a good one.
+    # Consecutive SSH banner checks that found no banner; 0 after any SSH answer.
     banner_misses: int
     witness_ok: bool
     # Whether this node's vLLM state decides serving verdicts (the head rank).
     judges_serving: bool = True
     # When the SSH banner last answered (monotonic), if ever.
     banner_ok_at: float | None = None
+    # Last HTTP answer of any kind from the agent, progress or not (monotonic).
+    agent_answer_at: float | None = None
+    # Last SSH answer of any kind: banner, refusal, close, garbage (monotonic).
+    ssh_alive_at: float | None = None
+    # Since when the node is going down in an orderly way, and why.
+    going_down_at: float | None = None
+    going_down_why: str | None = None
+    # Why the controller cannot look at the node now, if it cannot.
+    unobservable: str | None = None
 
     @property
     def agent_silent_s(self) -> float:
         since = self.agent_progress_at
         return self.now - (self.watch_started_at if since is None else since)
+
+    def life_within(self, seconds: float) -> str | None:
+        """Evidence of life in the last ``seconds``: what it was, or None."""
+        if self.agent_answer_at is not None and self.now - self.agent_answer_at < seconds:
+            return f"the agent answered {self.now - self.agent_answer_at:.1f}s ago"
+        if self.ssh_alive_at is not None and self.now - self.ssh_alive_at < seconds:
+            return f"ssh answered {self.now - self.ssh_alive_at:.1f}s ago"
+        return None
 
 
 @dataclass(frozen=True)
@@ -82,21 +114,14 @@ class Finding:
 
 
 def classify(obs: NodeObservation, policy: DetectionPolicy) -> Finding:
+    if obs.going_down_at is not None and obs.now - obs.going_down_at < policy.boot_timeout:
+        why = obs.going_down_why or "going down"
+        return Finding(
+            Verdict.REBOOTING, (why, f"waiting up to {policy.boot_timeout:g}s for a new boot")
+        )
     silent = obs.agent_silent_s
     if silent >= policy.freeze_after:
-        silence = f"agent silent {silent:.1f}s"
-        if obs.banner_misses >= policy.banner_misses:
-            banner = f"no ssh banner x{obs.banner_misses}"
-            if not obs.witness_ok:
-                return Finding(
-                    Verdict.ISOLATED, (silence, banner, "witness unreachable: no fencing")
-                )
-            return Finding(Verdict.HOST_FROZEN, (silence, banner))
-        since = obs.watch_started_at if obs.agent_progress_at is None else obs.agent_progress_at
-        if obs.banner_misses == 0 and obs.banner_ok_at is not None and obs.banner_ok_at > since:
-            # A banner from before the silence proves nothing about now.
-            return Finding(Verdict.AGENT_DOWN, (silence, "ssh banner answers"))
-        return Finding(Verdict.PENDING, (silence, f"no ssh banner x{obs.banner_misses}"))
+        return _silent(obs, policy, f"agent silent {silent:.1f}s")
     if obs.snapshot is None:
         return Finding(Verdict.PENDING, ("no answer from the agent yet",))
     if not obs.judges_serving:
@@ -110,6 +135,29 @@ def classify(obs: NodeObservation, policy: DetectionPolicy) -> Finding:
         reason = str(vllm.get("reason") or "/health 503 or the rank's process gone")
         return Finding(Verdict.SERVING_DEAD, (reason,))
     return Finding(Verdict.HEALTHY, ())
+
+
+def _silent(obs: NodeObservation, policy: DetectionPolicy, silence: str) -> Finding:
+    """The agent made no progress for freeze_after: what does the rest say?"""
+    since = obs.watch_started_at if obs.agent_progress_at is None else obs.agent_progress_at
+    answered = obs.agent_answer_at
+    if answered is not None and answered > since and obs.now - answered < policy.freeze_after:
+        # Userland answers HTTP: the host is alive, the agent's loop is not.
+        return Finding(Verdict.AGENT_DOWN, (silence, "the agent answers, its seq is stuck"))
+    if obs.banner_misses == 0 and obs.banner_ok_at is not None and obs.banner_ok_at > since:
+        # A banner from before the silence proves nothing about now.
+        return Finding(Verdict.AGENT_DOWN, (silence, "ssh banner answers"))
+    life = obs.life_within(policy.freeze_after)
+    if life is not None:
+        return Finding(Verdict.PENDING, (silence, f"{life}: a live kernel, no fencing"))
+    if obs.unobservable is not None:
+        return Finding(Verdict.UNOBSERVABLE, (silence, obs.unobservable, "cannot look: no fencing"))
+    if obs.banner_misses >= policy.banner_misses:
+        banner = f"no ssh banner x{obs.banner_misses}"
+        if not obs.witness_ok:
+            return Finding(Verdict.ISOLATED, (silence, banner, "witness unreachable: no fencing"))
+        return Finding(Verdict.HOST_FROZEN, (silence, banner))
+    return Finding(Verdict.PENDING, (silence, f"no ssh banner x{obs.banner_misses}"))
 
 
 def _vllm(snapshot: Mapping[str, Any]) -> Mapping[str, Any]:

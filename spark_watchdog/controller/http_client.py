@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import json
+import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,8 +22,40 @@ from urllib.parse import urlsplit
 MAX_BODY = 4 * 1024 * 1024
 
 
+# How a request failed, as the detector reads it (docs/design.md, "Signals"):
+# silence counts toward a freeze, a refusal proves a live kernel, and a name
+# that does not resolve or the controller's own dead network means the
+# controller cannot look at all.
+FailureKind = str
+SILENCE = "silence"  # timeout, no route to the host itself
+REFUSED = "refused"  # the host's kernel answered with a reset
+ANSWERED = "answered"  # an HTTP status line came back, then something was wrong
+UNRESOLVABLE = "unresolvable"
+NO_NETWORK = "no_network"
+
+_OWN_NETWORK_ERRNOS = frozenset(
+    {errno.ENETUNREACH, errno.ENETDOWN, errno.EADDRNOTAVAIL, errno.EAFNOSUPPORT}
+)
+
+
 class HttpError(Exception):
     """No usable answer: connect failure, timeout, or a malformed response."""
+
+    def __init__(self, message: str, kind: FailureKind = ANSWERED) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+def failure_kind(exc: OSError) -> FailureKind:
+    if isinstance(exc, socket.gaierror):
+        return UNRESOLVABLE
+    if isinstance(exc, ConnectionRefusedError):
+        return REFUSED
+    if exc.errno in _OWN_NETWORK_ERRNOS:
+        return NO_NETWORK
+    if isinstance(exc, ConnectionError):
+        return REFUSED  # reset or aborted by the peer's kernel
+    return SILENCE
 
 
 @dataclass(frozen=True)
@@ -50,9 +84,11 @@ async def request(
     try:
         return await asyncio.wait_for(_request(url, method, body, headers or {}), timeout)
     except asyncio.TimeoutError:
-        raise HttpError(f"{method} {_safe(url)}: no answer within {timeout:g}s") from None
+        raise HttpError(f"{method} {_safe(url)}: no answer within {timeout:g}s", SILENCE) from None
     except OSError as exc:
-        raise HttpError(f"{method} {_safe(url)}: {exc.strerror or exc}") from None
+        raise HttpError(
+            f"{method} {_safe(url)}: {exc.strerror or exc}", failure_kind(exc)
+        ) from None
 
 
 def _safe(url: str) -> str:
@@ -63,7 +99,7 @@ def _safe(url: str) -> str:
 async def _request(url: str, method: str, body: Any, headers: dict[str, str]) -> HttpAnswer:
     parts = urlsplit(url)
     if parts.scheme != "http" or not parts.hostname:
-        raise HttpError(f"{_safe(url)}: only http:// URLs are supported here")
+        raise HttpError(f"{_safe(url)}: only http:// URLs are supported here", UNRESOLVABLE)
     port = parts.port or 80
     path = parts.path or "/"
     if parts.query:
@@ -85,6 +121,8 @@ async def _request(url: str, method: str, body: Any, headers: dict[str, str]) ->
         await writer.drain()
         status_line = await reader.readline()
         fields = status_line.decode("latin-1").split(" ", 2)
+        if not status_line:
+            raise HttpError(f"{method} {_safe(url)}: closed without an answer", REFUSED)
         if len(fields) < 2 or not fields[0].startswith("HTTP/") or not fields[1].isdigit():
             raise HttpError(f"{method} {_safe(url)}: not an HTTP answer ({status_line[:60]!r})")
         status = int(fields[1])

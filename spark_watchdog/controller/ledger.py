@@ -8,8 +8,9 @@ could not record first: it holds rather than acts blind (issue: controller).
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from spark_watchdog.controller.notify import Event, Notifier
@@ -26,8 +27,15 @@ class HistoryUnwritable(Exception):
 
 
 class Ledger:
-    def __init__(self, store: HistoryStore, notifier: Notifier) -> None:
+    def __init__(
+        self,
+        store: HistoryStore,
+        notifier: Notifier,
+        blocking: Callable[[Callable[[], Any]], Awaitable[Any]] | None = None,
+    ) -> None:
         self.store = store
+        # How a store call runs: in a thread (production), inline (the simulation).
+        self._blocking = blocking or asyncio.to_thread
         self.notifier = notifier
         # Counts for /metrics, fed from what was written (never a table scan per scrape).
         self.tallies = Tallies()
@@ -35,7 +43,7 @@ class Ledger:
 
     async def write(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         try:
-            result = await asyncio.to_thread(fn, *args, **kwargs)
+            result: T = await self._blocking(functools.partial(fn, *args, **kwargs))
         except StoreError as exc:
             if self.problem is None:
                 log.error("history unwritable: %s", exc)
@@ -52,7 +60,8 @@ class Ledger:
 
     async def read(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         try:
-            return await asyncio.to_thread(fn, *args, **kwargs)
+            result: T = await self._blocking(functools.partial(fn, *args, **kwargs))
+            return result
         except StoreError as exc:
             self.problem = str(exc)
             raise HistoryUnwritable(str(exc)) from exc

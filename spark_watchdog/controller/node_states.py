@@ -1,6 +1,6 @@
 """The node state machine, in one place, as a table a reader can check.
 
-DESIGN §4 in states (what the controller is doing about a node), not in
+docs/design.md's verdicts in states (what the controller is doing about a node), not in
 verdicts (what the detector sees). The reported verdict of a node is its
 detector verdict while ``watching``, ``host_frozen`` while ``fencing``, and
 ``booting`` / ``held`` otherwise.
@@ -30,6 +30,9 @@ class NodeEvent(enum.Enum):
     NEW_BOOT = "new_boot"  # the agent answered with a new boot id
     HOLD = "hold"  # operator hold (node or cluster), or the circuit breaker
     RELEASE = "release"  # operator release
+    RESUMED_LADDER = "resumed_ladder"  # a restarted controller continues a rung from the history
+    RESUMED_BOOT_WAIT = "resumed_boot_wait"  # ... or the wait for a new boot
+    RECOVERY_FAILED = "recovery_failed"  # an unexpected error: held, recorded, for a person
 
 
 W, F, B, H = NodeState.WATCHING, NodeState.FENCING, NodeState.BOOTING, NodeState.HELD
@@ -41,6 +44,9 @@ TRANSITIONS: dict[tuple[NodeState, NodeEvent], NodeState] = {
     (W, E.LADDER_EXHAUSTED): H,  # WATCHING -> HELD: frozen, but no power path can reach it
     (W, E.HOLD): H,  # WATCHING -> HELD: operator
     (W, E.RELEASE): W,  # nothing held: no-op
+    (W, E.RESUMED_LADDER): F,  # WATCHING -> FENCING: resume a rung after a restart
+    (W, E.RESUMED_BOOT_WAIT): B,  # WATCHING -> BOOTING: resume the boot wait after a restart
+    (W, E.RECOVERY_FAILED): H,  # WATCHING -> HELD: failed resuming; a person decides
     (F, E.POWER_RESTORED): B,  # FENCING -> BOOTING: wait for a new boot id
     (F, E.RUNG_FAILED): F,  # FENCING -> FENCING: next rung (another device)
     (F, E.LADDER_EXHAUSTED): H,  # FENCING -> HELD: gave up; alert
@@ -49,13 +55,20 @@ TRANSITIONS: dict[tuple[NodeState, NodeEvent], NodeState] = {
     # An operator hold during a rung stops every further command; power that
     # was already cut is still restored (restoring is not a new action).
     (F, E.HOLD): H,
+    (F, E.RECOVERY_FAILED): H,  # FENCING -> HELD: an unexpected error; treated as ambiguous
     (B, E.NEW_BOOT): W,  # BOOTING -> WATCHING: recovered; serving restarts next
     (B, E.BOOT_TIMEOUT): F,  # BOOTING -> FENCING: next rung
     (B, E.LADDER_EXHAUSTED): H,  # BOOTING -> HELD: gave up; alert
     (B, E.HOLD): H,  # BOOTING -> HELD: operator
+    (B, E.AMBIGUOUS): H,  # BOOTING -> HELD: a resumed rung whose outcome reads cannot settle
+    (B, E.RECOVERY_FAILED): H,  # BOOTING -> HELD: an unexpected error
     (H, E.HOLD): H,  # already held
     (H, E.RELEASE): W,  # HELD -> WATCHING: operator released
     (H, E.NEW_BOOT): H,  # a held node that reboots stays held
+    (H, E.AMBIGUOUS): H,  # already held
+    (H, E.RECOVERY_FAILED): H,  # already held
+    (H, E.GUARD_BLOCKED): H,  # already held
+    (H, E.LADDER_EXHAUSTED): H,  # already held
 }
 
 

@@ -1,16 +1,29 @@
-"""What the controller remembers about one node between polls."""
+"""What the controller remembers about one node between polls.
+
+Times are the controller's monotonic clock, except ``*_wall`` (for the
+history). Evidence of life (any HTTP answer from the agent, any SSH answer,
+refusal or close) is kept apart from evidence of progress (an advancing
+``seq``): only the absence of both counts toward a freeze.
+"""
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from spark_watchdog.config.controller import NodeConfig
 from spark_watchdog.controller.detector import Finding, NodeObservation, Verdict
+from spark_watchdog.controller.http_client import NO_NETWORK, UNRESOLVABLE
 from spark_watchdog.controller.node_states import NodeEvent, NodeState, transition
 
+# Silence: what a frozen host (the kernel completes the handshake, userland is
+# silent) or a powered-off one (nothing answers on the segment) looks like.
 SILENT_BANNER_OUTCOMES = frozenset({"no_banner", "connect_timeout", "unreachable"})
+# A live kernel answered: sshd refused, closed, or sent something.
+LIVE_BANNER_OUTCOMES = frozenset({"banner", "refused", "closed", "garbage"})
+# The controller could not look at all.
+BLIND_BANNER_OUTCOMES = frozenset({"unresolvable", "no_network"})
+_BLIND_AGENT_FAILURES = (UNRESOLVABLE, NO_NETWORK)
 
 
 @dataclass
@@ -24,48 +37,92 @@ class NodeWatch:
     seq: int | None = None
     boot_id: str | None = None
     agent_started_at: str | None = None
-    agent_progress_at: float | None = None  # monotonic; last answer with seq advancing
+    agent_progress_at: float | None = None  # last answer with seq advancing
     agent_progress_wall: float | None = None  # same instant, wall clock (for the history)
+    agent_answer_at: float | None = None  # last HTTP answer of any kind
     agent_error: str | None = None
+    agent_blind: str | None = None  # the agent's name does not resolve, or no network
     # SSH banner
     banner_misses: int = 0
     banner_checked_at: float | None = None
     banner_detail: str | None = None
     banner_ok_at: float | None = None
+    ssh_alive_at: float | None = None  # last banner, refusal, close or garbage
+    banner_blind: str | None = None
+    # Handshake proven on the last miss (no_banner): the path to the host works.
+    banner_reachable: bool = False
+    # An orderly shutdown seen since the agent's last progress.
+    going_down_at: float | None = None
+    going_down_why: str | None = None
     # Incident
     incident_id: int | None = None
     rungs_done: set[int] = field(default_factory=set)
     dry_run_incident: int | None = None
     last_agent_restart: float = float("-inf")
     held_reason: str | None = None
+    # A hold the controller placed itself (recovery failure, ambiguity): the
+    # history's hold stays until a person releases it, whatever the sync sees.
+    held_by_controller: bool = False
 
     @property
     def name(self) -> str:
         return self.config.name
 
-    def note_answer(self, snapshot: dict[str, Any], now: float) -> bool:
-        """Take an agent answer; True when it shows progress (seq advanced or new boot)."""
+    @property
+    def last_life_at(self) -> float | None:
+        """The last evidence of a live host: any agent answer or any SSH answer."""
+        times = [t for t in (self.agent_answer_at, self.ssh_alive_at) if t is not None]
+        return max(times) if times else None
+
+    def note_answer(self, snapshot: dict[str, Any], now: float, wall: float) -> bool:
+        """Take a well-formed agent answer; True when it shows progress.
+
+        Progress: ``seq`` advanced, or a new boot id or agent start (a new
+        agent counts from its own ``seq``). An answer without progress is
+        still proof of a live userland.
+        """
         seq = snapshot.get("seq")
         boot_id = snapshot.get("boot_id")
         started = snapshot.get("started_at")
-        progressed = (
+        self.agent_answer_at = now
+        self.agent_blind = None
+        self.agent_error = None
+        well_formed = isinstance(seq, int) and not isinstance(seq, bool)
+        new_boot = isinstance(boot_id, str) and boot_id != self.boot_id
+        progressed = well_formed and (
             self.seq is None
-            or not isinstance(seq, int)
-            or boot_id != self.boot_id
+            or new_boot
             or started != self.agent_started_at
-            or seq > self.seq
+            or (isinstance(seq, int) and seq > self.seq)
         )
         self.snapshot = snapshot
-        self.agent_error = None
-        if isinstance(seq, int):
+        if well_formed:
             self.seq = seq
-        self.agent_started_at = started if isinstance(started, str) else None
+            self.agent_started_at = started if isinstance(started, str) else None
         if isinstance(boot_id, str):
             self.boot_id = boot_id
         if progressed:
             self.agent_progress_at = now
-            self.agent_progress_wall = time.time()
+            self.agent_progress_wall = wall
+        stopping = snapshot.get("stopping")
+        if isinstance(stopping, dict) and stopping.get("system") is True:
+            if self.going_down_at is None:
+                self.going_down_at = now
+                self.going_down_why = "the agent said the system is shutting down"
+        elif progressed or new_boot:
+            self.going_down_at = None
+            self.going_down_why = None
         return progressed
+
+    def note_answer_error(self, kind: str, detail: str, now: float) -> None:
+        """An agent poll that failed; an HTTP answer that was not usable is life all the same."""
+        self.agent_error = detail
+        if kind in _BLIND_AGENT_FAILURES:
+            self.agent_blind = detail
+        else:
+            self.agent_blind = None
+        if kind == "answered":
+            self.agent_answer_at = now
 
     def note_banner(self, outcome: str, detail: str, now: float) -> None:
         """Count a banner check. Only silence counts as a miss.
@@ -73,18 +130,36 @@ class NodeWatch:
         A frozen host's kernel still completes the handshake while userland
         sends nothing (``no_banner``), or, powered off, answers nothing at all
         (``connect_timeout``, ``unreachable``). A refused or closed connection
-        or a garbled line comes from a live host (sshd gone, or OpenSSH's
-        PerSourcePenalties turning a frequent poller away): never evidence of
-        a freeze, so it neither adds a miss nor clears one.
+        or a garbled line comes from a live kernel: it clears the misses, and
+        after the agent's last progress it means the host is going down
+        (sshd stops before the reboot). A name that does not resolve or the
+        controller's own dead network says nothing about the host.
         """
         # banner_checked_at stays the check's start (set by the controller): a
         # late agent gets one check every LATE_BANNER_INTERVAL_S, start to start.
         self.banner_detail = detail
+        if outcome in BLIND_BANNER_OUTCOMES:
+            self.banner_blind = detail
+            return
+        self.banner_blind = None
         if outcome == "banner":
-            self.banner_misses = 0
             self.banner_ok_at = now
+        if outcome in LIVE_BANNER_OUTCOMES:
+            self.banner_misses = 0
+            self.banner_reachable = False
+            self.ssh_alive_at = now
+            if outcome != "banner" and self._agent_late(now) and self.going_down_at is None:
+                self.going_down_at = now
+                self.going_down_why = f"ssh {outcome} after the agent's last progress"
         elif outcome in SILENT_BANNER_OUTCOMES:
             self.banner_misses += 1
+            self.banner_reachable = outcome == "no_banner"
+
+    def _agent_late(self, now: float) -> bool:
+        # The agent has not progressed for a few polls: an sshd that refuses
+        # while the agent still reports is a healthy host turning a poller away
+        # (OpenSSH's PerSourcePenalties), not a reboot.
+        return self.agent_silent_s(now) >= 2.0
 
     def observation(self, now: float, witness_ok: bool, judges_serving: bool) -> NodeObservation:
         return NodeObservation(
@@ -96,15 +171,21 @@ class NodeWatch:
             witness_ok=witness_ok,
             judges_serving=judges_serving,
             banner_ok_at=self.banner_ok_at,
+            agent_answer_at=self.agent_answer_at,
+            ssh_alive_at=self.ssh_alive_at,
+            going_down_at=self.going_down_at,
+            going_down_why=self.going_down_why,
+            unobservable=self.agent_blind or self.banner_blind,
         )
 
     def apply(self, event: NodeEvent) -> NodeState:
+        """Every state change goes through the table in node_states."""
         self.state = transition(self.state, event)
         return self.state
 
     @property
     def verdict(self) -> str:
-        """The verdict as DESIGN §4 names it, state first."""
+        """The verdict as docs/design.md names it, state first."""
         if self.state is NodeState.HELD:
             return "held"
         if self.state is NodeState.BOOTING:

@@ -21,7 +21,15 @@ log = logging.getLogger("spark_watchdog.notify")
 
 # Events that are problems an operator must see (Alertmanager severity).
 CRITICAL = frozenset(
-    {"gave_up", "circuit_breaker", "held", "ambiguous_power", "history_unwritable"}
+    {
+        "gave_up",
+        "circuit_breaker",
+        "held",
+        "ambiguous_power",
+        "history_unwritable",
+        "outlet_off",  # an outlet found off: a node dark that the controller will not switch on
+        "unobservable",  # a node the controller cannot look at is not protected
+    }
 )
 
 

@@ -1,41 +1,64 @@
-"""The escalation ladder for ``host_frozen``, step by recorded step (DESIGN §4).
+"""The escalation ladder for ``host_frozen``, step by recorded step (docs/design.md).
 
-For each power path of the node, in the configured order: record, re-check
-that the host is still frozen, cycle it (off, verify, hold, on, verify),
-then wait for the agent to answer with a *new boot id*. A verified cycle is
-not a recovery; a new boot is. After the last path the node is held and a
-person decides.
+For each power path of the node, in the configured order:
 
-Every step is committed to the history before it is taken, so a controller
-killed halfway resumes from the record after re-reading the power state,
-and never repeats a completed off or on, nor runs a rung twice.
+- **preflight**: re-check the holds, the budgets and the breaker, then take
+  a last look (agent, SSH banner and the witness at once); any life ends the
+  incident as a false alarm before anything is sent;
+- **cycle**: off, verify, hold, on, verify, each step recorded before it is
+  taken; right before the off leaves, a gate checks once more that the host
+  showed no life within ``freeze_after`` (else the off is withdrawn);
+- **boot wait**: wait for the agent to answer with a *new boot id*. A
+  verified cycle is not a recovery; a new boot is.
+
+After the last path the node is held and a person decides. A controller
+killed halfway resumes from the record through the same code: the rung's
+last step says whether anything was sent, the outlet is read before anything
+else, an off whose fate is unknown is never sent again, and a hold or wait
+continues for what is left of it (clamped, see clock.remaining).
 """
 
 from __future__ import annotations
 
 import asyncio
+import enum
 import logging
-import time
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from spark_watchdog.config.controller import ControllerConfig
+from spark_watchdog.controller.clock import Clock, remaining
 from spark_watchdog.controller.ledger import HistoryUnwritable, Ledger
 from spark_watchdog.controller.node_states import NodeEvent, NodeState
 from spark_watchdog.controller.node_watch import NodeWatch
 from spark_watchdog.controller.notify import Event, Notifier
-from spark_watchdog.errors import Ambiguous, PowerError
+from spark_watchdog.errors import Ambiguous, FoundOff, PowerError, Withdrawn
 from spark_watchdog.history.records import IncidentStep
-from spark_watchdog.power.base import PowerState, PowerStep, VerifiedPower
+from spark_watchdog.power.base import PowerState, VerifiedPower
 from spark_watchdog.power.paths import PowerPath, close_backend, power_paths
+from spark_watchdog.steps import (
+    NOTHING_SENT,
+    OFF_SIDE,
+    OFF_UNSETTLED,
+    ON_UNSETTLED,
+    StepName,
+)
 
 log = logging.getLogger("spark_watchdog.controller")
 
-PowerFactory = Callable[[PowerPath, Callable[[PowerStep], Awaitable[None]]], VerifiedPower]
 
-# Steps after which power may be off and the on not yet verified.
-_OFF_SIDE = ("off_verified", "already_off", "hold_started", "hold_done", "spacing")
+class RungOutcome(enum.Enum):
+    RECOVERED = "recovered"  # a new boot id: the incident is resolved
+    FALSE_ALARM = "false_alarm"  # the host showed life before anything was cut
+    NEXT = "next"  # this rung failed or the boot never came: the next rung, if any
+    HELD = "held"  # a person decides (ambiguity, a guard, the ladder ran out)
+
+
+class Phase(enum.Enum):
+    LADDER = "ladder"  # resume or continue the ladder
+    BOOT_WAIT = "boot_wait"  # power was restored; wait for the new boot
+    SERVING = "serving"  # the node is back; finish
 
 
 class RecoveryHost(Protocol):
@@ -44,7 +67,11 @@ class RecoveryHost(Protocol):
     config: ControllerConfig
     ledger: Ledger
     notifier: Notifier
-    power_factory: PowerFactory
+    clock: Clock
+
+    def power_for(self, path: PowerPath, watch: NodeWatch, incident_id: int) -> VerifiedPower: ...
+
+    async def rung_blocked(self, watch: NodeWatch) -> str | None: ...
 
     async def still_frozen(self, watch: NodeWatch) -> tuple[bool, str]: ...
 
@@ -54,7 +81,17 @@ class RecoveryHost(Protocol):
 
     def power_slot(self) -> asyncio.Semaphore: ...
 
-    async def hold_node(self, watch: NodeWatch, reason: str, event: NodeEvent) -> None: ...
+    def budget_lock(self) -> asyncio.Lock: ...
+
+    async def hold_node(
+        self,
+        watch: NodeWatch,
+        reason: str,
+        event: NodeEvent,
+        *,
+        by_controller: bool = ...,
+        record: bool = ...,
+    ) -> None: ...
 
 
 @dataclass
@@ -67,6 +104,11 @@ class RungPlan:
     action_id: int | None = None  # the rung's action row, when it was recorded
     boot_before: str | None = None  # the frozen boot's id: recovery means another one
 
+    @property
+    def fresh(self) -> bool:
+        """Nothing of this rung was sent: it (re)starts with the preflight."""
+        return self.resume_from is None or self.resume_from in NOTHING_SENT
+
 
 @dataclass(frozen=True)
 class _ActionRef:
@@ -78,10 +120,10 @@ class ResumeInfo:
     """What an incident's log says about where a killed controller stopped."""
 
     plan: RungPlan | None
-    rungs_done: set[int]
-    phase: str  # "ladder" | "boot_wait" | "serving"
+    rungs_done: set[int] = field(default_factory=set)
+    phase: Phase = Phase.LADDER
     boot_before: str | None = None
-    restored_at: float | None = None
+    restored_at: float | None = None  # wall clock of power_restored
 
 
 def rungs_of(config: ControllerConfig, watch: NodeWatch) -> list[PowerPath]:
@@ -91,109 +133,101 @@ def rungs_of(config: ControllerConfig, watch: NodeWatch) -> list[PowerPath]:
 
 
 async def recover_frozen_host(
-    host: RecoveryHost, watch: NodeWatch, incident_id: int, start: RungPlan | None = None
-) -> str:
-    """Run the ladder for one incident; returns the resolution or "held"."""
+    host: RecoveryHost, watch: NodeWatch, incident_id: int, resume: ResumeInfo | None = None
+) -> RungOutcome:
+    """Run (or resume) the ladder for one incident.
+
+    An unexpected error is treated as ambiguous: the node is held with the
+    reason written to the history, and the incident is closed. The hold is
+    the controller's own and is never released automatically.
+    """
+    try:
+        return await _recover(host, watch, incident_id, resume)
+    except asyncio.CancelledError:
+        raise
+    except HistoryUnwritable as exc:
+        # Expected, not a bug: nothing unrecorded happens, so the node is held.
+        # Nothing unrecorded cuts power, so this is a pause, not a verdict: the
+        # node is held in memory only, and the controller resumes the incident
+        # from its record once the history can be written again.
+        log.warning("%s: history unwritable mid-recovery: %s; holding", watch.name, exc)
+        await host.hold_node(
+            watch, f"history unwritable mid-recovery: {exc}", NodeEvent.HOLD, record=False
+        )
+        return RungOutcome.HELD
+    except Exception as exc:
+        log.error("%s: recovery failed: %r", watch.name, exc, exc_info=exc)
+        await _fail(host, watch, incident_id, f"recovery failed: {exc!r}")
+        return RungOutcome.HELD
+
+
+async def _recover(
+    host: RecoveryHost, watch: NodeWatch, incident_id: int, resume: ResumeInfo | None
+) -> RungOutcome:
     paths = rungs_of(host.config, watch)
-    plan = start
+    plan: RungPlan | None = None
+    if resume is not None:
+        if resume.phase is Phase.SERVING:
+            return await finish_recovery(host, watch, incident_id)
+        if resume.phase is Phase.BOOT_WAIT:
+            left = remaining(host.config.guards.boot_timeout, resume.restored_at, host.clock.time())
+            outcome = await await_new_boot(
+                host, watch, incident_id, resume.boot_before, left, resumed=True
+            )
+            if outcome is not RungOutcome.NEXT:
+                return outcome
+        else:
+            plan = resume.plan
     while True:
         if plan is None:
-            remaining = [i for i in range(len(paths)) if i not in watch.rungs_done]
-            if not remaining:
+            left_rungs = [i for i in range(len(paths)) if i not in watch.rungs_done]
+            if not left_rungs:
                 await _give_up(host, watch, incident_id, "every power path was tried")
-                return "gave_up"
-            plan = RungPlan(remaining[0])
+                return RungOutcome.HELD
+            if watch.rungs_done:
+                watch.apply(
+                    NodeEvent.RUNG_FAILED
+                    if watch.state is NodeState.FENCING
+                    else NodeEvent.BOOT_TIMEOUT
+                )
+            plan = RungPlan(left_rungs[0])
         outcome = await _run_rung(host, watch, incident_id, paths[plan.rung], plan)
-        plan_rung, plan = plan.rung, None
-        if outcome in ("recovered", "false_alarm"):
-            # The incident is over: the node's next freeze starts from the first rung.
-            watch.rungs_done.clear()
+        if outcome is not RungOutcome.NEXT:
+            if outcome is not RungOutcome.HELD:
+                # The incident is over: the node's next freeze starts from the first rung.
+                watch.rungs_done.clear()
             return outcome
-        watch.rungs_done.add(plan_rung)
-        if outcome == "held":
-            return outcome
-        # "next": this rung failed or the boot never came; a later rung remains?
-        if any(i not in watch.rungs_done for i in range(len(paths))):
-            watch.apply(
-                NodeEvent.RUNG_FAILED
-                if watch.state is NodeState.FENCING
-                else NodeEvent.BOOT_TIMEOUT
-            )
+        watch.rungs_done.add(plan.rung)
+        plan = None
 
 
 async def _run_rung(
     host: RecoveryHost, watch: NodeWatch, incident_id: int, path: PowerPath, plan: RungPlan
-) -> str:
+) -> RungOutcome:
     ledger, node = host.ledger, watch.name
-    off_seconds = host.config.policy.power_off_seconds
-
-    async def write_ahead(step: PowerStep) -> None:
-        # Awaited by VerifiedPower *before* each command leaves.
-        await ledger.write(
-            ledger.store.add_step,
-            incident_id,
-            step.name,
-            node=node,
-            detail={"rung": plan.rung, "device": path.key_path, "detail": step.detail},
-        )
-
-    power = host.power_factory(path, write_ahead)
+    power = host.power_for(path, watch, incident_id)
     if plan.boot_before is None:
         plan.boot_before = watch.boot_id
-    action: Any = None
+    action: Any = None if plan.action_id is None else _ActionRef(plan.action_id)
     async with host.power_slot():
         try:
-            hold = await ledger.read(ledger.store.active_hold, node)
-            if hold is not None and plan.resume_from in (None, "rung_started"):
-                # An operator hold stops every new command (restoring power
-                # that was already cut is not a new command, see below).
-                await ledger.write(
-                    ledger.store.add_step,
-                    incident_id,
-                    "rung_skipped_held",
-                    node=node,
-                    detail={"hold": hold.reason},
-                )
-                await host.hold_node(watch, hold.reason, NodeEvent.HOLD)
-                return "held"
-            if plan.resume_from in (None, "rung_started"):
-                frozen, why = await host.still_frozen(watch)
-                if not frozen:
-                    # The host answered before any command was sent.
-                    await ledger.write(
-                        ledger.store.add_step,
-                        incident_id,
-                        "preflight_answered",
-                        node=node,
-                        detail={"why": why},
-                    )
-                    if plan.action_id is not None:
-                        await _finish(ledger, _ActionRef(plan.action_id), "failed", why)
-                    await ledger.write(
-                        ledger.store.resolve_incident,
-                        incident_id,
-                        "false_alarm",
-                        detail={"why": why},
-                    )
-                    watch.incident_id = None
-                    watch.apply(NodeEvent.FALSE_ALARM)
-                    host.notifier.send(
-                        Event("false_alarm", f"{node}: {why}; no power action", node, incident_id)
-                    )
-                    return "false_alarm"
-                if plan.resume_from is None:
-                    action = await ledger.write(
-                        ledger.store.record_action,
-                        node,
-                        "cycle",
-                        device=power.name,
-                        incident_id=incident_id,
-                        rung=plan.rung,
-                        step="rung_started",
-                        step_detail={"rung": plan.rung, "boot_id_before": watch.boot_id},
-                    )
-                elif plan.action_id is not None:
-                    action = _ActionRef(plan.action_id)
+            if plan.fresh:
+                async with host.budget_lock():
+                    stop = await _preflight(host, watch, incident_id, plan, action)
+                    if stop is not None:
+                        return stop
+                    if action is None:
+                        # The rung counts against the budgets from here on.
+                        action = await ledger.write(
+                            ledger.store.record_action,
+                            node,
+                            "cycle",
+                            device=power.name,
+                            incident_id=incident_id,
+                            rung=plan.rung,
+                            step=StepName.RUNG_STARTED,
+                            step_detail={"rung": plan.rung, "boot_id_before": plan.boot_before},
+                        )
                 host.notifier.send(
                     Event(
                         "power_action",
@@ -203,67 +237,129 @@ async def _run_rung(
                         {"rung": plan.rung + 1},
                     )
                 )
-                result = await power.cycle(off_seconds)
-                held_s = result.off_held_s
+                held_s = (await power.cycle(host.config.policy.power_off_seconds)).off_held_s
             else:
-                if plan.action_id is not None:
-                    action = _ActionRef(plan.action_id)
-                held_s = await _resume_cycle(host, watch, incident_id, power, plan, off_seconds)
+                held_s = await _resume_cycle(host, watch, incident_id, power, plan)
         except HistoryUnwritable as exc:
-            await host.hold_node(watch, f"history unwritable: {exc}", NodeEvent.HOLD)
-            return "held"
+            # Only a record before the off can fail this way: nothing was cut.
+            # Held in memory; resumed from the record once the history is back.
+            await host.hold_node(watch, f"history unwritable: {exc}", NodeEvent.HOLD, record=False)
+            return RungOutcome.HELD
+        except Withdrawn as exc:
+            return await _false_alarm(host, watch, incident_id, action, exc.message)
+        except FoundOff as exc:
+            return await _found_off(host, watch, incident_id, action, path, exc)
         except Ambiguous as exc:
             await _finish(ledger, action, "ambiguous", str(exc))
             host.notifier.send(Event("ambiguous_power", f"{node}: {exc}", node, incident_id))
-            await host.hold_node(
-                watch, f"power outcome unknown: {exc.message}", NodeEvent.AMBIGUOUS
+            await _hold_and_close(
+                host,
+                watch,
+                incident_id,
+                f"power outcome unknown: {exc.message}",
+                NodeEvent.AMBIGUOUS,
             )
-            return "held"
+            return RungOutcome.HELD
         except PowerError as exc:
             await _finish(ledger, action, "failed", str(exc))
-            await ledger.write(
-                ledger.store.add_step,
-                incident_id,
-                "rung_failed",
-                node=node,
-                detail={"rung": plan.rung, "error": str(exc)},
+            await _note(
+                host, incident_id, node, StepName.RUNG_FAILED, rung=plan.rung, error=str(exc)
             )
             host.notifier.send(Event("power_action_failed", f"{node}: {exc}", node, incident_id))
-            return "next"
+            return RungOutcome.NEXT
         finally:
             # Every way out of the rung releases the device's sockets.
             await close_backend(power.backend)
-    await _finish(
-        ledger, action, "verified", None, step="power_restored", detail={"off_held_s": held_s}
-    )
-    if action is None:
-        await ledger.write(
-            ledger.store.add_step,
-            incident_id,
-            "power_restored",
-            node=node,
-            detail={"off_held_s": held_s, "resumed": True},
+    # Power is back on: what follows is bookkeeping, then the wait for a new boot.
+    try:
+        await _finish(
+            ledger,
+            action,
+            "verified",
+            None,
+            step=StepName.POWER_RESTORED,
+            detail={"off_held_s": held_s},
         )
+        if action is None:
+            await _note(
+                host, incident_id, node, StepName.POWER_RESTORED, off_held_s=held_s, resumed=True
+            )
+    except HistoryUnwritable as exc:
+        log.error("%s: power restored, but the history could not record it: %s", node, exc)
     watch.apply(NodeEvent.POWER_RESTORED)
     host.notifier.send(
         Event("power_restored", f"{node}: power restored via {power.name}", node, incident_id)
     )
-    return await await_new_boot(host, watch, incident_id, time.time(), plan.boot_before)
-
-
-async def _finish(
-    ledger: Ledger,
-    action: Any,
-    result: str,
-    error: str | None,
-    step: str | None = None,
-    detail: dict[str, Any] | None = None,
-) -> None:
-    if action is None:
-        return
-    await ledger.write(
-        ledger.store.finish_action, action.id, result, error=error, step=step, step_detail=detail
+    return await await_new_boot(
+        host, watch, incident_id, plan.boot_before, host.config.guards.boot_timeout
     )
+
+
+async def _preflight(
+    host: RecoveryHost, watch: NodeWatch, incident_id: int, plan: RungPlan, action: Any
+) -> RungOutcome | None:
+    """Before every rung, fresh or resumed: the last look, then the guards.
+
+    The guards are read under the controller's budget lock, and the caller
+    records the rung before releasing it: two rungs in parallel cannot both
+    take the last cycle of a budget.
+    """
+    frozen, why = await host.still_frozen(watch)
+    if not frozen:
+        return await _false_alarm(host, watch, incident_id, action, why)
+    blocked = await host.rung_blocked(watch)
+    if blocked is not None:
+        await _note(
+            host, incident_id, watch.name, StepName.RUNG_BLOCKED, rung=plan.rung, why=blocked
+        )
+        await _finish(host.ledger, action, "failed", blocked)
+        await _hold_and_close(host, watch, incident_id, blocked, NodeEvent.GUARD_BLOCKED)
+        return RungOutcome.HELD
+    return None
+
+
+async def _false_alarm(
+    host: RecoveryHost, watch: NodeWatch, incident_id: int, action: Any, why: str
+) -> RungOutcome:
+    """The host answered (or could not be judged) before any off was sent."""
+    ledger, node = host.ledger, watch.name
+    await _note(host, incident_id, node, StepName.PREFLIGHT_ANSWERED, why=why)
+    await _finish(ledger, action, "failed", why)
+    await ledger.write(
+        ledger.store.resolve_incident, incident_id, "false_alarm", detail={"why": why}
+    )
+    watch.incident_id = None
+    watch.rungs_done.clear()
+    watch.apply(NodeEvent.FALSE_ALARM)
+    host.notifier.send(Event("false_alarm", f"{node}: {why}; no power action", node, incident_id))
+    return RungOutcome.FALSE_ALARM
+
+
+async def _found_off(
+    host: RecoveryHost,
+    watch: NodeWatch,
+    incident_id: int,
+    action: Any,
+    path: PowerPath,
+    exc: FoundOff,
+) -> RungOutcome:
+    """Off before our off: a person's doing (or another tool's). Never switched on."""
+    node = watch.name
+    where = _outlet_words(path)
+    reason = f"{where} is off: switched off by hand? Not switched on; a person decides"
+    await _note(host, incident_id, node, StepName.OUTLET_FOUND_OFF, detail=exc.message)
+    await _finish(host.ledger, action, "failed", exc.message)
+    host.notifier.send(Event("outlet_off", f"{node}: {reason}", node, incident_id))
+    await _hold_and_close(host, watch, incident_id, reason, NodeEvent.AMBIGUOUS)
+    return RungOutcome.HELD
+
+
+def _outlet_words(path: PowerPath) -> str:
+    device: Any = path.device
+    outlet = getattr(device, "outlet", None) or getattr(device, "outlets", None)
+    if outlet is not None:
+        return f"outlet {outlet} of {path.key_path}"
+    return f"the device of {path.key_path}"
 
 
 async def _resume_cycle(
@@ -272,47 +368,44 @@ async def _resume_cycle(
     incident_id: int,
     power: VerifiedPower,
     plan: RungPlan,
-    off_seconds: float,
-) -> float | None:
-    """Finish a cycle a killed controller left halfway; None means hold."""
-    ledger, node, last = host.ledger, watch.name, plan.resume_from
+) -> float:
+    """Finish a cycle a killed controller left after its off may have left."""
+    node, last = watch.name, plan.resume_from
+    off_seconds = host.config.policy.power_off_seconds
     state = await power.state()
-    await ledger.write(
-        ledger.store.add_step,
-        incident_id,
-        "resumed",
-        node=node,
-        detail={"last_step": last, "state": state.value},
+    await _note(
+        host, incident_id, node, StepName.RESUMED, last_step=last, state=state.value, off_side=True
     )
-    if last in ("off_requested", "off_ambiguous"):
+    off_verified_at = plan.off_verified_at
+    if last in OFF_UNSETTLED:
         if state is not PowerState.OFF:
             # The off may or may not have landed; a second off is never sent.
             raise Ambiguous(
                 power.name,
                 f"resumed after {last}, but the outlet reads {state.value}: a person must decide",
             )
-        plan = RungPlan(plan.rung, "off_verified", time.time())
-        last = "off_verified"
-    if last in _OFF_SIDE:
+        # Off, but since when is unknown: the whole hold again.
+        last, off_verified_at = StepName.OFF_VERIFIED, None
+    if last in OFF_SIDE or last == "spacing":  # "spacing": records before the step had a side
         if state is PowerState.OFF:
-            since = plan.off_verified_at or time.time()
-            remaining = max(0.0, off_seconds - (time.time() - since))
-            await ledger.write(
-                ledger.store.add_step,
+            left = remaining(off_seconds, off_verified_at, host.clock.time())
+            await _note(
+                host,
                 incident_id,
-                "hold_started",
-                node=node,
-                detail={"remaining_s": round(remaining, 1), "resumed": True},
+                node,
+                StepName.HOLD_STARTED,
+                remaining_s=round(left, 1),
+                resumed=True,
+                off_side=True,
             )
-            await asyncio.sleep(remaining)
-            await ledger.write(ledger.store.add_step, incident_id, "hold_done", node=node)
-            await power.on()
-        return off_seconds
-    if last in ("on_requested", "on_ambiguous"):
+            await host.clock.sleep(left)
+            await _note(host, incident_id, node, StepName.HOLD_DONE, off_side=True)
         if state is not PowerState.ON:
-            # Turning an off outlet on cannot hurt a healthy node: it has no power.
             await power.on()
         return off_seconds
+    if last in ON_UNSETTLED and state is not PowerState.ON:
+        # Turning an off outlet on cannot hurt a healthy node: it has no power.
+        await power.on()
     # on_verified / power_restored: only the boot wait remains.
     return off_seconds
 
@@ -321,43 +414,57 @@ async def await_new_boot(
     host: RecoveryHost,
     watch: NodeWatch,
     incident_id: int,
-    restored_at: float,
-    boot_before: str | None = None,
-) -> str:
-    ledger, node = host.ledger, watch.name
+    boot_before: str | None,
+    timeout: float,
+    *,
+    resumed: bool = False,
+) -> RungOutcome:
+    """Wait (monotonic) up to ``timeout`` for the agent to answer with another boot id."""
+    ledger, node, clock = host.ledger, watch.name, host.clock
     before = boot_before if boot_before is not None else watch.boot_id
-    timeout = host.config.guards.boot_timeout
-    await ledger.write(
-        ledger.store.add_step,
+    await _note(
+        host,
         incident_id,
-        "boot_wait_started",
-        node=node,
-        detail={"boot_id_before": before, "timeout_s": timeout},
+        node,
+        StepName.BOOT_WAIT_STARTED,
+        boot_id_before=before,
+        timeout_s=round(timeout, 1),
+        resumed=resumed,
+        off_side=True,  # power is on: waiting needs no record
     )
-    deadline = restored_at + timeout
-    while time.time() < deadline:
+    deadline = clock.monotonic() + timeout
+    tick = min(0.5, host.config.detection.poll_interval / 2)
+    while True:
         if watch.boot_id is not None and watch.boot_id != before and watch.snapshot is not None:
-            await ledger.write(
-                ledger.store.add_step,
+            await _note(
+                host,
                 incident_id,
-                "new_boot_seen",
-                node=node,
-                detail={"boot_id": watch.boot_id, "boot_id_before": before},
+                node,
+                StepName.NEW_BOOT_SEEN,
+                boot_id=watch.boot_id,
+                boot_id_before=before,
+                off_side=True,
             )
             watch.apply(NodeEvent.NEW_BOOT)
             await host.record_boots(watch, incident_id)
             return await finish_recovery(host, watch, incident_id)
-        await asyncio.sleep(0.25)
+        if clock.monotonic() >= deadline:
+            break
+        await clock.sleep(tick)
     await ledger.write(
-        ledger.store.add_step, incident_id, "boot_timeout", node=node, detail={"timeout_s": timeout}
+        ledger.store.add_step,
+        incident_id,
+        StepName.BOOT_TIMEOUT,
+        node=node,
+        detail={"timeout_s": round(timeout, 1)},
     )
     host.notifier.send(
         Event("boot_timeout", f"{node}: no new boot within {timeout:g}s", node, incident_id)
     )
-    return "next"
+    return RungOutcome.NEXT
 
 
-async def finish_recovery(host: RecoveryHost, watch: NodeWatch, incident_id: int) -> str:
+async def finish_recovery(host: RecoveryHost, watch: NodeWatch, incident_id: int) -> RungOutcome:
     await host.restart_serving_after(incident_id, f"{watch.name} recovered from host_frozen")
     incident = await host.ledger.write(
         host.ledger.store.resolve_incident,
@@ -379,36 +486,93 @@ async def finish_recovery(host: RecoveryHost, watch: NodeWatch, incident_id: int
             incident_id,
         )
     )
-    return "recovered"
+    return RungOutcome.RECOVERED
 
 
 async def _give_up(host: RecoveryHost, watch: NodeWatch, incident_id: int, why: str) -> None:
-    await host.ledger.write(
-        host.ledger.store.resolve_incident, incident_id, "gave_up", detail={"why": why}
-    )
     host.notifier.send(
         Event(
             "gave_up", f"{watch.name}: gave up ({why}); held for a person", watch.name, incident_id
         )
     )
+    await _hold_and_close(host, watch, incident_id, f"gave up: {why}", NodeEvent.LADDER_EXHAUSTED)
+
+
+async def _hold_and_close(
+    host: RecoveryHost, watch: NodeWatch, incident_id: int, reason: str, event: NodeEvent
+) -> None:
+    """Hold the node (recorded, the controller's own hold) and close the incident."""
+    await host.hold_node(watch, reason, event, by_controller=True)
     watch.incident_id = None
-    await host.hold_node(watch, f"gave up: {why}", NodeEvent.LADDER_EXHAUSTED)
+    try:
+        await _note(host, incident_id, watch.name, StepName.HELD, why=reason)
+        await host.ledger.write(
+            host.ledger.store.resolve_incident, incident_id, "gave_up", detail={"why": reason}
+        )
+    except HistoryUnwritable as exc:
+        log.error("%s: incident #%d left open: %s", watch.name, incident_id, exc)
+
+
+async def _fail(host: RecoveryHost, watch: NodeWatch, incident_id: int, reason: str) -> None:
+    """An unexpected error inside a recovery: as ambiguous as it gets. Hold, record, alert."""
+    host.notifier.send(Event("held", f"{watch.name}: {reason}", watch.name, incident_id))
+    try:
+        await _hold_and_close(host, watch, incident_id, reason, NodeEvent.RECOVERY_FAILED)
+    except Exception as exc:  # the record failed too: held in memory, never released
+        log.error("%s: could not record the hold: %r", watch.name, exc)
+        watch.held_reason = reason
+        watch.held_by_controller = True
+        if watch.state is not NodeState.HELD:
+            watch.apply(NodeEvent.RECOVERY_FAILED)
+
+
+async def _note(
+    host: RecoveryHost,
+    incident_id: int,
+    node: str,
+    step: str,
+    *,
+    off_side: bool = False,
+    **detail: Any,
+) -> None:
+    """Record one step. ``off_side``: the outlet may be off, so a failed record
+    must not stop the on that follows (logged and alerted instead)."""
+    try:
+        await host.ledger.write(
+            host.ledger.store.add_step, incident_id, step, node=node, detail=detail
+        )
+    except HistoryUnwritable as exc:
+        if not off_side:
+            raise
+        log.error("%s: %s not recorded (%s); power is restored all the same", node, step, exc)
+
+
+async def _finish(
+    ledger: Ledger,
+    action: Any,
+    result: str,
+    error: str | None,
+    step: str | None = None,
+    detail: dict[str, Any] | None = None,
+) -> None:
+    if action is None:
+        return
+    await ledger.write(
+        ledger.store.finish_action, action.id, result, error=error, step=step, step_detail=detail
+    )
 
 
 def resume_plan(steps: Sequence[IncidentStep], node: str) -> ResumeInfo:
-    """Read an incident's log: the rung to resume, the rungs done, and the phase.
-
-    Phases: "ladder" (resume or continue the ladder), "boot_wait" (power was
-    restored; wait for the new boot), "serving" (the node is back; finish).
-    """
-    info = ResumeInfo(None, set(), "ladder")
+    """Read an incident's log: the rung to resume, the rungs done, and the phase."""
+    info = ResumeInfo(None)
     current: RungPlan | None = None
     for step in steps:
         if step.node not in (node, None):
             continue
         detail = step.detail if isinstance(step.detail, dict) else {}
         rung = detail.get("rung")
-        if step.step == "rung_started" and isinstance(rung, int):
+        name = step.step
+        if name == StepName.RUNG_STARTED and isinstance(rung, int):
             if current is not None:
                 info.rungs_done.add(current.rung)
             action_id = detail.get("action_id")
@@ -416,36 +580,48 @@ def resume_plan(steps: Sequence[IncidentStep], node: str) -> ResumeInfo:
             info.boot_before = before if isinstance(before, str) else None
             current = RungPlan(
                 rung,
-                "rung_started",
+                StepName.RUNG_STARTED,
                 None,
                 action_id if isinstance(action_id, int) else None,
                 info.boot_before,
             )
-            info.phase = "ladder"
-        elif step.step in ("rung_failed", "boot_timeout") and current is not None:
+            info.phase = Phase.LADDER
+        elif name in (StepName.RUNG_FAILED, StepName.BOOT_TIMEOUT) and current is not None:
             info.rungs_done.add(current.rung)
-            current, info.phase = None, "ladder"
-        elif step.step == "power_restored":
-            info.phase, info.restored_at = "boot_wait", step.at
+            current, info.phase = None, Phase.LADDER
+        elif name == StepName.BOOT_TIMEOUT:
+            info.phase = Phase.LADDER
+        elif name == StepName.POWER_RESTORED:
+            info.phase, info.restored_at = Phase.BOOT_WAIT, step.at
             if current is not None:
                 info.rungs_done.add(current.rung)
-        elif step.step == "new_boot_seen":
-            info.phase = "serving"
-        elif current is not None and step.step in (
-            "off_requested",
-            "off_ambiguous",
-            "off_verified",
-            "already_off",
-            "hold_started",
-            "hold_done",
-            "spacing",
-            "on_requested",
-            "on_ambiguous",
-            "on_verified",
-        ):
-            current.resume_from = step.step
-            if step.step in ("off_verified", "already_off"):
+        elif name == StepName.NEW_BOOT_SEEN:
+            info.phase = Phase.SERVING
+        elif current is not None and name in _RUNG_PROGRESS:
+            current.resume_from = name
+            if name in (StepName.OFF_VERIFIED, StepName.ALREADY_OFF):
                 current.off_verified_at = step.at
-    if info.phase == "ladder":
+    if info.phase is Phase.LADDER:
         info.plan = current
     return info
+
+
+# Steps that move a rung along, in the power layer's vocabulary.
+_RUNG_PROGRESS = frozenset(
+    {
+        StepName.OFF_SPACING,
+        StepName.OFF_REQUESTED,
+        StepName.OFF_WITHDRAWN,
+        StepName.OFF_AMBIGUOUS,
+        StepName.OFF_VERIFIED,
+        StepName.ALREADY_OFF,
+        StepName.HOLD_STARTED,
+        StepName.HOLD_DONE,
+        StepName.ON_SPACING,
+        StepName.ON_REQUESTED,
+        StepName.ON_AMBIGUOUS,
+        StepName.ON_VERIFIED,
+        StepName.FOUND_OFF,
+        "spacing",
+    }
+)

@@ -26,6 +26,8 @@ VERDICTS = (
     "agent_down",
     "host_frozen",
     "isolated",
+    "rebooting",
+    "unobservable",
     "booting",
     "held",
 )

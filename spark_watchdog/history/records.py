@@ -23,25 +23,7 @@ RESOLUTIONS = ("recovered", "gave_up", "false_alarm")
 # the controller can add one (e.g. circuit_breaker) without a migration.
 KNOWN_INCIDENT_KINDS = ("host_frozen", "serving_stalled", "serving_dead", "agent_down")
 
-# Steps of the write-ahead log the design names; any snake_case step is accepted.
-KNOWN_STEPS = (
-    "incident_opened",
-    "rung_started",
-    "off_requested",
-    "off_verified",
-    "hold_started",
-    "hold_done",
-    "on_requested",
-    "on_verified",
-    "boot_wait_started",
-    "new_boot_seen",
-    "rung_failed",
-    "serving_stop_requested",
-    "serving_stopped",
-    "serving_start_requested",
-    "serving_started",
-    "resolved",
-)
+# The steps the product writes: spark_watchdog.steps.StepName (any snake_case step is accepted).
 
 ACTION_OPERATIONS = ("off", "on", "cycle", "ssh_reboot", "agent_restart", "serving_restart")
 # "pending": recorded before the command is sent (write-ahead), not finished yet.

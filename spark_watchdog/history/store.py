@@ -56,6 +56,8 @@ from spark_watchdog.history.records import (
 from spark_watchdog.history.schema import APPLICATION_ID, MIGRATIONS, statements
 
 DEFAULT_BUSY_TIMEOUT_S = 2.0
+# The incident kind that cuts power: at most one open per node.
+FENCING_KIND = "host_frozen"
 
 # -- errors --------------------------------------------------------------------
 # These could move to spark_watchdog/errors.py next to the other families.
@@ -95,6 +97,19 @@ class InvalidRecord(StoreError):
 
 class UnknownRecord(StoreError):
     """No such incident, action or serving restart."""
+
+
+class IncidentAlreadyOpen(WatchdogError):
+    """A node may have one open host_frozen incident at a time; a second one is refused.
+
+    Not a StoreError: the history is fine, the caller asked for a second
+    incident of a node that already has one (two controllers, or a bug).
+    """
+
+    def __init__(self, node: str, incident_id: int) -> None:
+        self.node = node
+        self.incident_id = incident_id
+        super().__init__(f"{node} already has open incident #{incident_id}")
 
 
 # -- the store -----------------------------------------------------------------
@@ -684,6 +699,17 @@ class HistoryStore:
         now = self._now(at)
         ttd = None if onset is None else detected - onset
         with self._writing(f"opening a {kind} incident") as conn:
+            # One open fencing incident per node (docs/design.md, invariant I2).
+            # Inside BEGIN IMMEDIATE: no other writer can open one between the check and the insert.
+            for name in names if kind == FENCING_KIND and not dry_run else ():
+                row = conn.execute(
+                    "SELECT i.id FROM incidents i JOIN incident_nodes n ON n.incident_id = i.id "
+                    "WHERE n.node = ? AND i.status = 'open' AND i.dry_run = 0 AND i.kind = ? "
+                    "LIMIT 1",
+                    (name, FENCING_KIND),
+                ).fetchone()
+                if row is not None:
+                    raise IncidentAlreadyOpen(name, int(row[0]))
             cur = conn.execute(
                 "INSERT INTO incidents (kind, opened_at, detected_at, fault_onset, evidence, "
                 "dry_run, status, time_to_detect_s) VALUES (?, ?, ?, ?, ?, ?, 'open', ?)",

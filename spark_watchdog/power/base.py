@@ -26,7 +26,14 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
-from spark_watchdog.errors import Ambiguous, PowerError, StateTimeout, Unreachable
+from spark_watchdog.errors import (
+    Ambiguous,
+    FoundOff,
+    PowerError,
+    StateTimeout,
+    Unreachable,
+    Withdrawn,
+)
 
 log = logging.getLogger("spark_watchdog.power")
 
@@ -116,9 +123,12 @@ class PowerResult:
 
 # Step hook: awaited before each command (write-ahead) and after each verification.
 StepHook = Callable[[PowerStep], Awaitable[None]]
+# Send gate: called synchronously right before a command leaves, after its
+# write-ahead step; a reason withdraws the command (nothing is sent).
+SendGate = Callable[[PowerState], "str | None"]
 
 
-class _CommandSpacing:
+class CommandSpacing:
     """Minimum interval between commands to one device, across every caller in the process."""
 
     def __init__(self) -> None:
@@ -136,7 +146,7 @@ class _CommandSpacing:
         self._last[key] = now
 
 
-COMMAND_SPACING = _CommandSpacing()
+COMMAND_SPACING = CommandSpacing()
 
 
 @dataclass
@@ -158,14 +168,16 @@ class VerifiedPower:
         *,
         dry_run: bool = False,
         on_step: StepHook | None = None,
+        gate: SendGate | None = None,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
-        spacing: _CommandSpacing = COMMAND_SPACING,
+        spacing: CommandSpacing = COMMAND_SPACING,
     ) -> None:
         self.backend = backend
         self.timing = timing or PowerTiming()
         self.dry_run = dry_run
         self._on_step = on_step
+        self._gate = gate
         self._clock = clock
         self._sleep = sleep
         self._spacing = spacing
@@ -186,13 +198,25 @@ class VerifiedPower:
     async def off(self) -> PowerResult:
         return await self._switch(PowerState.OFF, "off")
 
-    async def cycle(self, off_seconds: float) -> PowerResult:
-        """Off, verify off, hold ``off_seconds``, on, verify on."""
+    async def cycle(self, off_seconds: float, *, from_off: bool = False) -> PowerResult:
+        """Off, verify off, hold ``off_seconds``, on, verify on.
+
+        A device read as anything but on before the off raises ``FoundOff``
+        and sends nothing, unless ``from_off`` (a person at the CLI asking to
+        cycle an outlet they know is off): a cycle is for a powered machine.
+        """
         if off_seconds < 0:
             raise ValueError(f"off_seconds: expected ≥ 0, got {off_seconds}")
         budget = off_seconds + 2 * self._switch_budget()
         run = self._start(budget)
         before = await self._read(run)
+        if before is not PowerState.ON and not from_off:
+            await self._step(run, "found_off", f"read {before.value} before the off; sent nothing")
+            error = FoundOff(
+                self.name, f"read {before.value} before the off: switched off by hand? Not touched"
+            )
+            error.steps = tuple(run.steps)
+            raise error
         if self.dry_run:
             await self._step(run, "dry_run", f"would cycle (off {off_seconds:g}s); sent nothing")
             return self._result(run, "cycle", before, before, verified=False)
@@ -238,11 +262,14 @@ class VerifiedPower:
         if before is target:
             await self._step(run, f"already_{word}", "read back; no command sent")
             return
-        await self._wait_spacing(run)
+        await self._wait_spacing(run, word)
         # Write-ahead: the step is recorded before the command leaves.
         await self._step(run, f"{word}_requested")
         try:
-            await self._bounded(run, self.backend.command(target), self.timing.command_timeout)
+            await self._bounded(run, self._send(target), self.timing.command_timeout)
+        except Withdrawn as exc:
+            await self._step(run, f"{word}_withdrawn", exc.message)
+            raise
         except asyncio.TimeoutError:
             self._spacing.mark(self.backend.limiter_key, self._clock())
             await self._after_ambiguous(run, target, "no answer to the command in time")
@@ -253,6 +280,15 @@ class VerifiedPower:
             return
         self._spacing.mark(self.backend.limiter_key, self._clock())
         await self._poll_until(run, target)
+
+    async def _send(self, target: PowerState) -> None:
+        # The gate runs here, inside the bounded task, so nothing else of the
+        # event loop runs between its answer and the backend's first byte.
+        if self._gate is not None:
+            why = self._gate(target)
+            if why is not None:
+                raise Withdrawn(self.name, why)
+        await self.backend.command(target)
 
     async def _after_ambiguous(self, run: _Run, target: PowerState, why: str) -> None:
         """The command may or may not have landed: read, never resend."""
@@ -305,11 +341,13 @@ class VerifiedPower:
         remaining = max(0.0, run.deadline - self._clock())
         return await asyncio.wait_for(call, min(limit, remaining))
 
-    async def _wait_spacing(self, run: _Run) -> None:
+    async def _wait_spacing(self, run: _Run, word: str) -> None:
         key = self.backend.limiter_key
         wait = self._spacing.wait_needed(key, self.timing.min_command_interval, self._clock())
         if wait > 0:
-            await self._step(run, "spacing", f"waiting {wait:.1f}s since the last command")
+            # Named after the command it precedes: a resume must know whether
+            # the off was still to come (nothing cut) or already done.
+            await self._step(run, f"{word}_spacing", f"waiting {wait:.1f}s since the last command")
             await self._sleep(wait)
 
     def _start(self, budget: float) -> _Run:
@@ -381,6 +419,35 @@ class OutletGroup:
     async def command(self, target: PowerState) -> None:
         # Sequential on purpose: each member's errors stay attributable, and a
         # refused first outlet stops the rest instead of half-switching.
-        for member in self.members:
-            if await member.read_state() is not target:
-                await member.command(target)
+        switched: list[str] = []
+        for index, member in enumerate(self.members):
+            try:
+                if await member.read_state() is not target:
+                    await member.command(target)
+                    switched.append(member.name)
+            except PowerError as exc:
+                if not switched:
+                    # Nothing sent by this call yet: the member's error is the truth.
+                    raise
+                # Something was sent: the group is half-switched, whatever this
+                # member's error says. Unreachable or Refused would tell
+                # VerifiedPower "certainly not sent"; that is not true of the group.
+                raise self._half_switched(target, switched, index, exc) from exc
+
+    def _half_switched(
+        self, target: PowerState, switched: list[str], failed: int, exc: PowerError
+    ) -> Ambiguous:
+        member = self.members[failed]
+        rest = [m.name for m in self.members[failed + 1 :]]
+        if isinstance(exc, Ambiguous):
+            fate = f"outcome unknown: {member.name}"
+            if rest:
+                fate += f"; not switched: {', '.join(rest)}"
+        else:
+            fate = f"not switched: {', '.join([member.name, *rest])}"
+        return Ambiguous(
+            self.name,
+            f"group half-switched {target.value}: switched {', '.join(switched)}; {fate} "
+            f"({type(exc).__name__} from {exc.device}: {exc.message}). "
+            "Read every outlet before deciding anything",
+        )

@@ -39,7 +39,9 @@ BannerOutcome = Literal[
     "closed",  # connected, then the peer closed (or reset) without a byte
     "refused",  # the host's kernel answered, nothing listens on the port
     "connect_timeout",  # no TCP handshake within the timeout
-    "unreachable",  # could not try: name does not resolve, no route, network down
+    "unreachable",  # no route to the host itself (EHOSTUNREACH: ARP/ND got no answer)
+    "unresolvable",  # the name does not resolve: the controller cannot look
+    "no_network",  # the controller's own network is down (ENETDOWN, ENETUNREACH, ...)
     "garbage",  # bytes that are not an SSH version line
 ]
 BANNER_OUTCOMES: tuple[BannerOutcome, ...] = get_args(BannerOutcome)
@@ -56,15 +58,11 @@ _VERSION_LINE = re.compile(r"SSH-[0-9]+\.[0-9]+-[\x21-\x7e]+( [\x20-\x7e]*)?")
 CLIENT_VERSION_LINE = b"SSH-2.0-spark_watchdog_banner_check\r\n"
 _RECV_BYTES = 1024
 _SHOWN_BYTES = 60
-_UNREACHABLE_ERRNOS = frozenset(
-    {
-        errno.ENETUNREACH,
-        errno.EHOSTUNREACH,
-        errno.ENETDOWN,
-        errno.EHOSTDOWN,
-        errno.EADDRNOTAVAIL,
-        errno.EAFNOSUPPORT,
-    }
+# The host did not answer on its own segment: silence, as from a dead host.
+_HOST_ERRNOS = frozenset({errno.EHOSTUNREACH, errno.EHOSTDOWN})
+# The controller's side is broken: it cannot look at the host at all.
+_OWN_NETWORK_ERRNOS = frozenset(
+    {errno.ENETUNREACH, errno.ENETDOWN, errno.EADDRNOTAVAIL, errno.EAFNOSUPPORT}
 )
 
 
@@ -158,13 +156,13 @@ class _BannerCheck:
             )
         except asyncio.TimeoutError:
             return self._result(
-                "unreachable",
+                "unresolvable",
                 error=f"resolving {self.host} did not finish within {self.timeout:g}s",
             )
         except OSError as exc:  # socket.gaierror
-            return self._result("unreachable", error=f"cannot resolve {self.host}: {exc}")
+            return self._result("unresolvable", error=f"cannot resolve {self.host}: {exc}")
         if not infos:
-            return self._result("unreachable", error=f"{self.host} resolves to no address")
+            return self._result("unresolvable", error=f"{self.host} resolves to no address")
         return [(family, sockaddr) for family, _, _, _, sockaddr in infos]
 
     async def _connect(self, addresses: list[tuple[int, Any]]) -> socket.socket | BannerResult:
@@ -215,7 +213,9 @@ class _BannerCheck:
                 )
         exc = failures[-1]
         why = exc.strerror or str(exc)
-        if exc.errno not in _UNREACHABLE_ERRNOS:
+        if exc.errno in _OWN_NETWORK_ERRNOS:
+            return self._result("no_network", error=f"cannot connect to {self.where}: {why}")
+        if exc.errno not in _HOST_ERRNOS:
             why = f"{why} (errno {exc.errno})"
         return self._result("unreachable", error=f"cannot connect to {self.where}: {why}")
 

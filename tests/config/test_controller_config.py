@@ -188,6 +188,112 @@ def test_duplicate_nodes_and_empty_cluster() -> None:
     assert _problems({"nodes": []}) == ["nodes: expected at least one node"]
 
 
+def _nodes(*powers: list[dict[str, object]]) -> dict[str, object]:
+    return {
+        "nodes": [
+            {"name": f"spark-{i + 1}", "agent": f"http://10.0.1.{i + 1}:9720", "power": power}
+            for i, power in enumerate(powers)
+        ]
+    }
+
+
+def _pdu(**keys: object) -> dict[str, object]:
+    return {"type": "snmp", "host": "10.0.0.5", "community_file": "c", **keys}
+
+
+_IPMI = {"type": "ipmi", "user": "u", "password_file": "/p"}
+_REDFISH = {"type": "redfish", "user": "u", "password_file": "/p"}
+_SSH = {"host": "10.0.1.2", "user": "u", "key_file": "/k", "known_hosts_file": "/h"}
+
+
+def test_two_nodes_on_one_outlet_are_refused_with_both_key_paths() -> None:
+    problems = _problems(_nodes([_pdu(outlet=3)], [_pdu(outlet=4)], [_pdu(outlet=3)]))
+    assert problems == [
+        "nodes[2].power[0]: outlet 3 of PDU 10.0.0.5:161 is already nodes[0].power[0] "
+        "(spark-1); two nodes on one outlet would cut both"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("first", "second", "described"),
+    [
+        # Host case-insensitive, the default port spelled out, number and "3" alike.
+        (_pdu(outlet=3), _pdu(host="10.0.0.5", port=161, outlet="3"), "outlet 3 of PDU"),
+        (
+            _pdu(host="PDU-A.lab", outlets=[1, 2]),
+            _pdu(host="pdu-a.lab", outlets=[5, 2]),
+            "outlet 2 of PDU pdu-a.lab:161",
+        ),
+        (
+            {"type": "shelly", "url": "http://Plug-1"},
+            {"type": "shelly", "url": "http://plug-1:80/", "switch_id": 0},
+            "switch 0 of shelly plug plug-1:80",
+        ),
+        (
+            {"type": "tasmota", "url": "http://10.0.0.32", "switch_id": 2},
+            {"type": "tasmota", "url": "http://10.0.0.32:80", "switch_id": 2},
+            "switch 2 of tasmota plug 10.0.0.32:80",
+        ),
+        ({**_IPMI, "host": "BMC-1"}, {**_IPMI, "host": "bmc-1", "port": 623}, "IPMI BMC bmc-1:623"),
+        (
+            {**_REDFISH, "url": "https://bmc-1", "system": "Node2"},
+            {**_REDFISH, "url": "https://BMC-1:443/redfish/v1", "system": "Node2"},
+            "Redfish system Node2 of bmc-1:443",
+        ),
+        (
+            {**_REDFISH, "url": "https://bmc-1"},
+            {**_REDFISH, "url": "https://bmc-1"},
+            "the Redfish system of bmc-1:443",
+        ),
+    ],
+)
+def test_every_device_type_refuses_a_shared_target(
+    first: dict[str, object], second: dict[str, object], described: str
+) -> None:
+    problems = _problems(_nodes([first], [{"type": "ssh", **_SSH}, second]))
+    assert len(problems) == 1, problems
+    assert problems[0].startswith(f"nodes[1].power[1]: {described}"), problems
+    assert "is already nodes[0].power[0] (spark-1); two nodes on one" in problems[0]
+
+
+@pytest.mark.parametrize(
+    ("first", "second"),
+    [
+        (_pdu(outlet=3), _pdu(outlet=4)),
+        (_pdu(outlet=3), _pdu(outlet=3, port=1161)),
+        (_pdu(outlet=3), _pdu(host="10.0.0.6", outlet=3)),
+        (_pdu(outlet=3), _pdu(outlet="spark-2")),  # a name is not compared with numbers
+        (
+            {"type": "shelly", "url": "http://p"},
+            {"type": "shelly", "url": "http://p", "switch_id": 1},
+        ),
+        ({"type": "shelly", "url": "http://p"}, {"type": "shelly", "url": "http://p:8080"}),
+        ({**_IPMI, "host": "bmc-1"}, {**_IPMI, "host": "bmc-1", "port": 624}),
+        (
+            {**_REDFISH, "url": "https://bmc-1", "system": "Node1"},
+            {**_REDFISH, "url": "https://bmc-1", "system": "Node2"},
+        ),
+        # An SSH reboot switches no power of its own: not compared.
+        ({"type": "ssh", **_SSH}, {"type": "ssh", **_SSH}),
+    ],
+)
+def test_distinct_targets_are_accepted(first: dict[str, object], second: dict[str, object]) -> None:
+    config = parse_controller_config(_nodes([first], [second]))
+    assert len(config.nodes) == 2
+
+
+def test_one_outlet_twice_within_a_node_is_refused() -> None:
+    problems = _problems(_nodes([_pdu(outlet=3), _pdu(outlet=3)]))
+    assert problems == [
+        "nodes[0].power[1]: outlet 3 of PDU 10.0.0.5:161 is already nodes[0].power[0] "
+        "of this node; a second path to one outlet is no fallback"
+    ]
+    problems = _problems(_nodes([_pdu(outlets=[1, 3, 1])]))
+    assert problems == [
+        "nodes[0].power[0]: outlet 1 of PDU 10.0.0.5:161 is listed twice in nodes[0].power[0]"
+    ]
+
+
 def test_secret_from_file_and_from_credentials_directory(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -5,26 +5,24 @@ its own timeout (that made two misses take 2 x (interval + timeout))."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from spark_watchdog.config.controller import parse_controller_config
-from spark_watchdog.controller import daemon
 from spark_watchdog.controller.daemon import LATE_BANNER_INTERVAL_S, Controller
+from spark_watchdog.controller.io import ControllerIO
 from spark_watchdog.history.store import HistoryStore
 from spark_watchdog.lab.cluster import free_port
-from spark_watchdog.power.ssh_banner import BannerResult
+from spark_watchdog.power.ssh_banner import BannerResult, check_ssh_banner
 
 pytestmark = pytest.mark.integration
 
 
-def test_late_banner_checks_start_every_interval(
-    tmp_path: Path, silent_listener: int, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_late_banner_checks_start_every_interval(tmp_path: Path, silent_listener: int) -> None:
     banner_timeout = 1.5
     config = parse_controller_config(
         {
@@ -50,15 +48,14 @@ def test_late_banner_checks_start_every_interval(
         "test",
     )
     starts: list[float] = []
-    real = daemon.check_ssh_banner
 
-    async def recording(*args: Any, **kwargs: Any) -> BannerResult:
+    async def recording(host: str, port: int, timeout: float) -> BannerResult:
         starts.append(time.monotonic())
-        return await real(*args, **kwargs)
+        return await check_ssh_banner(host, port, timeout)
 
-    monkeypatch.setattr(daemon, "check_ssh_banner", recording)
     store = HistoryStore(config.history)
-    controller = Controller(config, store)
+    io = dataclasses.replace(ControllerIO.production(config), banner=recording)
+    controller = Controller(config, store, io=io)
 
     async def scenario() -> None:
         stop = asyncio.Event()

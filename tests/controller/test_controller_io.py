@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import socket
 import threading
@@ -15,7 +16,15 @@ import pytest
 import requests
 
 from spark_watchdog.config.controller import NotifyConfig, WebhookConfig
-from spark_watchdog.controller.http_client import HttpError, request
+from spark_watchdog.controller.http_client import (
+    NO_NETWORK,
+    REFUSED,
+    SILENCE,
+    UNRESOLVABLE,
+    HttpError,
+    failure_kind,
+    request,
+)
 from spark_watchdog.controller.notify import Event, Notifier
 from spark_watchdog.controller.status_api import StatusEndpoint
 from spark_watchdog.controller.tallies import Tallies
@@ -111,9 +120,26 @@ def test_a_dead_receiver_never_blocks_the_sender(silent_listener: int) -> None:
 
 def test_http_client_bounds_a_silent_server(silent_listener: int) -> None:
     started = time.monotonic()
-    with pytest.raises(HttpError, match=r"no answer within 0\.3s"):
+    with pytest.raises(HttpError, match=r"no answer within 0\.3s") as caught:
         asyncio.run(request(f"http://127.0.0.1:{silent_listener}/v1/state", timeout=0.3))
     assert time.monotonic() - started < 2.0
+    assert caught.value.kind == SILENCE  # what a frozen host looks like
+
+
+def test_http_client_says_how_a_request_failed() -> None:
+    """The detector counts only silence toward a freeze: refusals are a live kernel,
+    a name that does not resolve means the controller cannot look."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    with pytest.raises(HttpError) as refused:
+        asyncio.run(request(f"http://127.0.0.1:{port}/", timeout=2.0))
+    assert refused.value.kind == REFUSED
+    with pytest.raises(HttpError) as unresolvable:  # RFC 6761: .invalid never resolves
+        asyncio.run(request("http://no-such-node.invalid:9720/", timeout=5.0))
+    assert unresolvable.value.kind == UNRESOLVABLE
+    assert failure_kind(OSError(errno.ENETUNREACH, "Network is unreachable")) == NO_NETWORK
+    assert failure_kind(OSError(errno.EHOSTUNREACH, "No route to host")) == SILENCE
 
 
 def test_http_client_refused_and_non_json(receiver: Receiver) -> None:

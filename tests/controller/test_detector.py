@@ -54,3 +54,37 @@ def test_agent_down_needs_a_banner_seen_during_the_silence() -> None:
     assert classify(fresh, POLICY).verdict is Verdict.AGENT_DOWN
     never = obs(agent_progress_at=91.0)
     assert classify(never, POLICY).verdict is Verdict.PENDING
+
+
+def test_an_answer_with_a_stuck_seq_is_agent_down_never_frozen() -> None:
+    stuck = obs(agent_progress_at=80.0, agent_answer_at=99.5, banner_misses=3)
+    finding = classify(stuck, POLICY)
+    assert finding.verdict is Verdict.AGENT_DOWN
+    assert "seq is stuck" in finding.summary
+    # Once the answers stop too, silence counts again.
+    gone = obs(agent_progress_at=80.0, agent_answer_at=90.0, banner_misses=3)
+    assert classify(gone, POLICY).verdict is Verdict.HOST_FROZEN
+
+
+def test_any_ssh_answer_within_freeze_after_means_no_fencing() -> None:
+    refused_lately = obs(agent_progress_at=80.0, banner_misses=2, ssh_alive_at=95.0)
+    finding = classify(refused_lately, POLICY)
+    assert finding.verdict is Verdict.PENDING
+    assert "a live kernel" in finding.summary
+    older = obs(agent_progress_at=80.0, banner_misses=2, ssh_alive_at=91.0)
+    assert classify(older, POLICY).verdict is Verdict.HOST_FROZEN
+
+
+def test_going_down_is_rebooting_until_boot_timeout() -> None:
+    policy = DetectionPolicy(freeze_after=8.0, banner_misses=2, boot_timeout=60.0)
+    going = obs(agent_progress_at=50.0, banner_misses=5, going_down_at=60.0, going_down_why="x")
+    assert classify(going, policy).verdict is Verdict.REBOOTING
+    overdue = obs(agent_progress_at=20.0, banner_misses=5, going_down_at=30.0)
+    assert classify(overdue, policy).verdict is Verdict.HOST_FROZEN
+
+
+def test_a_node_the_controller_cannot_look_at_is_unobservable() -> None:
+    blind = obs(agent_progress_at=80.0, banner_misses=3, unobservable="cannot resolve spark-2")
+    finding = classify(blind, POLICY)
+    assert finding.verdict is Verdict.UNOBSERVABLE
+    assert "no fencing" in finding.summary

@@ -38,7 +38,7 @@ def make_history(path: Path, incidents: int = 1) -> None:
     with HistoryStore(path) as store:
         for n in range(incidents):
             store.open_incident(
-                "host_frozen", [f"spark-{n % 4}"], detected_at=float(n), evidence={"n": n}
+                "host_frozen", [f"spark-{n}"], detected_at=float(n), evidence={"n": n}
             )
         store.hold("spark-1", "maintenance", by="alice")
 

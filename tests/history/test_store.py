@@ -24,6 +24,7 @@ from spark_watchdog.history import (
     UnknownRecord,
     iso_utc,
 )
+from spark_watchdog.history.store import IncidentAlreadyOpen
 
 # The shape of one item of an agent's GET /v1/boots "boots" list
 # (spark_watchdog.probes.journal.BootRecord.to_json).
@@ -370,7 +371,18 @@ def test_steps_are_refused_after_resolution_and_for_unknown_incidents(
     with pytest.raises(InvalidRecord, match="snake_case"):
         store.add_step(open_frozen(store), "Off Requested")
     with pytest.raises(InvalidRecord, match="not JSON-serialisable"):
-        store.add_step(open_frozen(store), "rung_started", detail={"bytes": b"\x00"})
+        store.add_step(open_frozen(store, "spark-3"), "rung_started", detail={"bytes": b"\x00"})
+
+
+def test_a_node_has_one_open_fencing_incident(store: HistoryStore) -> None:
+    first = open_frozen(store)
+    with pytest.raises(IncidentAlreadyOpen, match="spark-2 already has open incident"):
+        open_frozen(store)
+    # Dry-run incidents and other kinds are not fencing: they may overlap.
+    open_frozen(store, dry_run=True)
+    store.open_incident("serving_dead", ["spark-2"], detected_at=store_now(store), evidence={})
+    store.resolve_incident(first, "recovered")
+    open_frozen(store)
 
 
 # -- actions -------------------------------------------------------------------------

@@ -23,7 +23,7 @@ from spark_watchdog.config.controller import ShellyDevice, TasmotaDevice
 from spark_watchdog.config.secrets import Secret
 from spark_watchdog.errors import Ambiguous, ConfigError, Refused, Unreachable
 from spark_watchdog.lab.plug_standin import AppliedCommand, PlugStandin
-from spark_watchdog.power.base import PowerState, PowerTiming, VerifiedPower, _CommandSpacing
+from spark_watchdog.power.base import CommandSpacing, PowerState, PowerTiming, VerifiedPower
 from spark_watchdog.power.plugs import (
     ShellyPlug,
     TasmotaPlug,
@@ -70,7 +70,7 @@ def verified(backend: Plug, steps: list[str], power_timeout: float = 3.0) -> Ver
         backend,
         timing(power_timeout),
         on_step=lambda step: _record_steps(steps, step),
-        spacing=_CommandSpacing(),
+        spacing=CommandSpacing(),
     )
 
 

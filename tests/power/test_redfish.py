@@ -36,7 +36,7 @@ import requests
 from spark_watchdog.config.controller import RedfishDevice
 from spark_watchdog.config.secrets import Secret
 from spark_watchdog.errors import Ambiguous, ConfigError, Refused, Unreachable
-from spark_watchdog.power.base import PowerState, PowerTiming, VerifiedPower, _CommandSpacing
+from spark_watchdog.power.base import CommandSpacing, PowerState, PowerTiming, VerifiedPower
 from spark_watchdog.power.redfish import (
     RedfishSystem,
     build_redfish_backend,
@@ -225,7 +225,7 @@ def test_verified_cycle_against_the_emulator(emulator: Emulator) -> None:
         backend(emulator.url, system=SYSTEM_B),
         quick_timing(),
         on_step=record,
-        spacing=_CommandSpacing(),
+        spacing=CommandSpacing(),
     )
     result = run(power.cycle(off_seconds=1.0))
     assert result.verified is True
@@ -587,7 +587,7 @@ def test_a_post_that_never_answers_is_ambiguous_and_read_back_verifies() -> None
             steps.append(step.name)
 
         power = VerifiedPower(
-            system, quick_timing(power_timeout=3.0), on_step=record, spacing=_CommandSpacing()
+            system, quick_timing(power_timeout=3.0), on_step=record, spacing=CommandSpacing()
         )
         result = run(power.off())
     assert result.verified is True and result.state_after is OFF

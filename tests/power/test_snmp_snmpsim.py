@@ -26,7 +26,7 @@ import pytest
 
 from spark_watchdog.config.secrets import Secret
 from spark_watchdog.errors import Refused, StateTimeout, Unreachable
-from spark_watchdog.power.base import PowerState, PowerTiming, VerifiedPower, _CommandSpacing
+from spark_watchdog.power.base import CommandSpacing, PowerState, PowerTiming, VerifiedPower
 from spark_watchdog.power.snmp import DeviceMismatch, SnmpCredentials, SnmpOutlet, SnmpPdu
 
 pytestmark = pytest.mark.integration
@@ -195,7 +195,7 @@ def test_accepted_command_that_never_switches_is_not_verified(snmpsim_port: int)
         read_timeout=3.0,
         command_timeout=3.0,
     )
-    power = VerifiedPower(backend, timing, spacing=_CommandSpacing())
+    power = VerifiedPower(backend, timing, spacing=CommandSpacing())
     with pytest.raises(StateTimeout, match="off not read back within 1s") as info:
         run(backend, power.off())
     names = [getattr(s, "name", "") for s in info.value.steps]

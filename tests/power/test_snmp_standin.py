@@ -34,11 +34,11 @@ from spark_watchdog.lab.pdu_standin import (
     StandinUser,
 )
 from spark_watchdog.power.base import (
+    CommandSpacing,
     OutletGroup,
     PowerState,
     PowerTiming,
     VerifiedPower,
-    _CommandSpacing,
 )
 from spark_watchdog.power.snmp import (
     NAMES_MAX_AGE_S,
@@ -132,7 +132,7 @@ def outlet(
 
 
 def verified(backend: Any) -> VerifiedPower:
-    return VerifiedPower(backend, FAST, spacing=_CommandSpacing())
+    return VerifiedPower(backend, FAST, spacing=CommandSpacing())
 
 
 def step_names(steps: Any) -> list[str]:

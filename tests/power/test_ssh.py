@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import os
 import pwd
 import shutil
@@ -40,6 +41,7 @@ from spark_watchdog.power.ssh_banner import (
     CLIENT_VERSION_LINE,
     MAX_READ_BYTES,
     BannerResult,
+    _BannerCheck,
     check_ssh_banner,
     scan_banner,
 )
@@ -494,12 +496,22 @@ def test_full_backlog_is_connect_timeout() -> None:
     assert elapsed < 1.5
 
 
-def test_unresolvable_name_is_unreachable() -> None:
-    # RFC 6761: .invalid never resolves.
+def test_unresolvable_name_is_its_own_outcome() -> None:
+    # RFC 6761: .invalid never resolves. Not silence: the controller cannot look.
     result, elapsed = check(22, 2.0, host="no-such-node.invalid")
-    assert result.outcome == "unreachable", result
+    assert result.outcome == "unresolvable", result
     assert result.connect_s is None
     assert elapsed < 3.0
+
+
+def test_the_controllers_own_dead_network_is_not_the_hosts_silence() -> None:
+    """ENETUNREACH and friends come from the controller's side: it cannot look.
+    EHOSTUNREACH (no answer on the host's own segment) is a dead host: silence."""
+    probe = _BannerCheck("192.0.2.1", 22, 1.0)
+    own = probe._connect_failure([OSError(errno.ENETUNREACH, "Network is unreachable")])
+    assert own.outcome == "no_network", own
+    host = probe._connect_failure([OSError(errno.EHOSTUNREACH, "No route to host")])
+    assert host.outcome == "unreachable", host
 
 
 def test_scan_banner_rules() -> None:

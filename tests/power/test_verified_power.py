@@ -13,12 +13,12 @@ import pytest
 
 from spark_watchdog.errors import Ambiguous, Refused, StateTimeout, Unreachable
 from spark_watchdog.power.base import (
+    CommandSpacing,
     OutletGroup,
     PowerState,
     PowerStep,
     PowerTiming,
     VerifiedPower,
-    _CommandSpacing,
 )
 
 ON, OFF = PowerState.ON, PowerState.OFF
@@ -98,7 +98,7 @@ def make(
         on_step=record,
         clock=clock,
         sleep=clock.sleep,
-        spacing=_CommandSpacing(),
+        spacing=CommandSpacing(),
         **kwargs,  # type: ignore[arg-type]
     )
     return power, steps
@@ -233,9 +233,9 @@ def test_commands_to_one_device_are_spaced() -> None:
         await power.on()
 
     asyncio.run(go())
-    spacing = next(s for s in steps if s.name == "spacing")
+    spacing = next(s for s in steps if s.name == "on_spacing")
     assert spacing.detail == "waiting 5.0s since the last command"
-    assert names(steps).index("spacing") < names(steps).index("on_requested")
+    assert names(steps).index("on_spacing") < names(steps).index("on_requested")
     assert outlet.commands == [OFF, ON]
 
 
@@ -246,7 +246,7 @@ def test_a_hung_backend_cannot_freeze_the_caller() -> None:
             return ON
 
     outlet = Hung()
-    power = VerifiedPower(outlet, PowerTiming(read_timeout=0.2), spacing=_CommandSpacing())
+    power = VerifiedPower(outlet, PowerTiming(read_timeout=0.2), spacing=CommandSpacing())
     with pytest.raises(Unreachable, match=r"no answer to a state read within 0\.2s"):
         asyncio.run(power.state())
 
@@ -259,7 +259,7 @@ def test_a_command_that_never_returns_is_ambiguous_and_then_read() -> None:
 
     outlet = HungCommand()
     timing = PowerTiming(command_timeout=0.2, power_timeout=0.5, poll_interval=0.1)
-    power = VerifiedPower(outlet, timing, spacing=_CommandSpacing())
+    power = VerifiedPower(outlet, timing, spacing=CommandSpacing())
     with pytest.raises(Ambiguous, match="no answer to the command in time"):
         asyncio.run(power.off())
     assert outlet.commands == [OFF]
@@ -270,7 +270,7 @@ def test_outlet_group_off_means_all_off() -> None:
     group = OutletGroup([a, b])
     clock = FakeClock()
     timing = PowerTiming(poll_interval=1.0, power_timeout=10.0, min_command_interval=5.0)
-    power = VerifiedPower(group, timing, clock=clock, sleep=clock.sleep, spacing=_CommandSpacing())
+    power = VerifiedPower(group, timing, clock=clock, sleep=clock.sleep, spacing=CommandSpacing())
     result = asyncio.run(power.off())
     assert result.verified
     assert a.state is OFF and b.state is OFF
@@ -280,6 +280,62 @@ def test_outlet_group_off_means_all_off() -> None:
 def test_outlet_group_reads_mixed_and_verifies_neither() -> None:
     a, b = ScriptedOutlet(label="o1"), ScriptedOutlet(label="o2", state=OFF)
     assert asyncio.run(OutletGroup([a, b]).read_state()) is PowerState.MIXED
+
+
+def group_power(group: OutletGroup, clock: FakeClock) -> VerifiedPower:
+    timing = PowerTiming(poll_interval=1.0, power_timeout=10.0, min_command_interval=5.0)
+    return VerifiedPower(group, timing, clock=clock, sleep=clock.sleep, spacing=CommandSpacing())
+
+
+@dataclass
+class SwitchThenBreak(ScriptedOutlet):
+    """An outlet whose command, once applied, makes ``other`` unreachable for its next read."""
+
+    other: ScriptedOutlet | None = None
+
+    async def command(self, target: PowerState) -> None:
+        await super().command(target)
+        assert self.other is not None
+        self.other.read_errors.append(Unreachable(self.other.name, "no answer"))
+
+
+def test_outlet_group_half_switched_is_ambiguous_not_unreachable() -> None:
+    b = ScriptedOutlet(label="outlet 4")
+    a = SwitchThenBreak(label="outlet 3", other=b)
+    power = group_power(OutletGroup([a, b]), FakeClock())
+    with pytest.raises(Ambiguous) as caught:
+        asyncio.run(power.off())
+    message = str(caught.value)
+    assert "switched outlet 3; not switched: outlet 4" in message
+    assert "Unreachable from outlet 4" in message
+    # Ambiguous means reads only: nothing resent to the first, nothing ever sent to the second.
+    assert a.commands == [OFF] and b.commands == []
+    assert a.state is OFF and b.state is ON
+
+
+def test_outlet_group_refused_after_a_switch_is_ambiguous() -> None:
+    a = ScriptedOutlet(label="outlet 3")
+    b = ScriptedOutlet(label="outlet 4", command_error=Refused("outlet 4", "not allowed"))
+    c = ScriptedOutlet(label="outlet 5")
+    power = group_power(OutletGroup([a, b, c]), FakeClock())
+    with pytest.raises(Ambiguous, match="not switched: outlet 4, outlet 5"):
+        asyncio.run(power.off())
+    assert a.commands == [OFF] and b.commands == [OFF] and c.commands == []
+
+
+def test_outlet_group_error_before_any_send_stays_as_it_is() -> None:
+    a = ScriptedOutlet(label="outlet 3", command_error=Unreachable("outlet 3", "refused"))
+    b = ScriptedOutlet(label="outlet 4")
+    power = group_power(OutletGroup([a, b]), FakeClock())
+    with pytest.raises(Unreachable):
+        asyncio.run(power.off())
+    # An outlet already off is not "sent": the second's refusal stays a refusal.
+    a = ScriptedOutlet(label="outlet 3", state=OFF)
+    b = ScriptedOutlet(label="outlet 4", command_error=Refused("outlet 4", "not allowed"))
+    power = group_power(OutletGroup([a, b]), FakeClock())
+    with pytest.raises(Refused):
+        asyncio.run(power.off())
+    assert a.commands == [] and b.commands == [OFF]
 
 
 def test_negative_off_seconds_is_rejected() -> None:

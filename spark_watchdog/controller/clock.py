@@ -1,0 +1,47 @@
+"""The controller's one clock, injected (docs/design.md, "Proof").
+
+Every deadline, hold and cadence inside a process runs on ``monotonic``:
+a wall-clock step (NTP, an operator's ``date``) can neither end a wait early
+nor stretch it. ``time`` (UNIX seconds) is only for what is recorded. Across
+a restart a resumed wait is computed from recorded wall times and clamped to
+``[0, configured]`` by ``remaining``, so no step shortens or stretches it
+beyond that. The simulation passes a clock of virtual time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Protocol
+
+
+class Clock(Protocol):
+    def monotonic(self) -> float: ...
+
+    def time(self) -> float: ...
+
+    async def sleep(self, seconds: float) -> None: ...
+
+
+class SystemClock:
+    """The real clocks; ``sleep`` is asyncio's (the event loop's monotonic time)."""
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+    def time(self) -> float:
+        return time.time()
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+
+
+def remaining(configured: float, started_wall: float | None, now_wall: float) -> float:
+    """What is left of a ``configured`` wait that began at ``started_wall`` (a record).
+
+    Clamped to ``[0, configured]``: a clock stepped back cannot stretch the
+    wait, one stepped forward cannot make it negative. Unknown start: all of it.
+    """
+    if started_wall is None:
+        return configured
+    return min(configured, max(0.0, configured - (now_wall - started_wall)))

@@ -1,0 +1,117 @@
+"""Everything the controller does to the outside world, behind narrow seams.
+
+The controller receives one ``ControllerIO``: its clock, how it asks an
+agent, checks an SSH banner and its witness, builds a power path, restarts
+serving, restarts an agent over SSH, and runs a blocking history call.
+``production`` wires the real ones; the simulation (tests/simulation)
+wires its own, on virtual time, so the real controller code runs under
+thousands of random faults.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol, TypeVar
+
+from spark_watchdog.config.controller import ControllerConfig, NodeConfig, SshDevice
+from spark_watchdog.controller.clock import Clock, SystemClock
+from spark_watchdog.controller.http_client import HttpAnswer, request
+from spark_watchdog.controller.serving_restart import (
+    ServingNode,
+    ServingRestart,
+    ServingRestartReport,
+)
+from spark_watchdog.controller.witness import WitnessReport, check_witness
+from spark_watchdog.power.base import SendGate, StepHook, VerifiedPower
+from spark_watchdog.power.paths import PowerPath, build_backend, read_device_secrets, timing_for
+from spark_watchdog.power.ssh_banner import BannerResult, check_ssh_banner
+
+T = TypeVar("T")
+
+
+class AgentClient(Protocol):
+    async def get(self, node: NodeConfig, path: str, timeout: float) -> HttpAnswer:
+        """GET ``path`` of the node's agent; raises HttpError (with its kind) on no answer."""
+        ...
+
+
+class Blocking(Protocol):
+    """Runs one blocking call (a history read or write) without stalling the loop."""
+
+    async def __call__(self, fn: Callable[[], T]) -> T: ...
+
+
+BannerCheck = Callable[[str, int, float], Awaitable[BannerResult]]
+WitnessCheck = Callable[[Sequence[str], float], Awaitable[WitnessReport]]
+PowerFactory = Callable[[PowerPath, StepHook, SendGate], VerifiedPower]
+ServingRunner = Callable[
+    [ServingNode, Sequence[ServingNode], str, float, str], Awaitable[ServingRestartReport]
+]
+AgentRestart = Callable[[SshDevice], Awaitable[str]]
+
+
+@dataclass(frozen=True)
+class ControllerIO:
+    clock: Clock
+    agents: AgentClient
+    banner: BannerCheck
+    witness: WitnessCheck
+    power_factory: PowerFactory
+    serving: ServingRunner
+    agent_restart: AgentRestart
+    blocking: Blocking
+
+    @classmethod
+    def production(cls, config: ControllerConfig) -> ControllerIO:
+        clock = SystemClock()
+        return cls(
+            clock=clock,
+            agents=HttpAgents(),
+            banner=check_ssh_banner,
+            witness=check_witness,
+            power_factory=device_power_factory(config, clock),
+            serving=run_serving_restart,
+            agent_restart=restart_agent_over_ssh,
+            blocking=in_thread,
+        )
+
+
+class HttpAgents:
+    async def get(self, node: NodeConfig, path: str, timeout: float) -> HttpAnswer:
+        return await request(f"{node.agent.rstrip('/')}{path}", timeout=timeout)
+
+
+async def in_thread(fn: Callable[[], T]) -> T:
+    return await asyncio.to_thread(fn)
+
+
+def device_power_factory(config: ControllerConfig, clock: Clock) -> PowerFactory:
+    def make(path: PowerPath, on_step: StepHook, gate: SendGate) -> VerifiedPower:
+        backend = build_backend(path, read_device_secrets(path))
+        return VerifiedPower(
+            backend,
+            timing_for(config, path),
+            dry_run=config.guards.dry_run,
+            on_step=on_step,
+            gate=gate,
+            clock=clock.monotonic,
+            sleep=clock.sleep,
+        )
+
+    return make
+
+
+async def run_serving_restart(
+    head: ServingNode, workers: Sequence[ServingNode], token: str, timeout: float, profile: str
+) -> ServingRestartReport:
+    return await ServingRestart(head, workers, token, timeout=timeout).run(profile)
+
+
+async def restart_agent_over_ssh(device: SshDevice) -> str:
+    from spark_watchdog.power.ssh_reboot import ssh_command_for
+
+    command = ssh_command_for(device)
+    result = await command.run("sudo systemctl restart spark-watchdog-agent", timeout=30.0)
+    return f"{command.target}: {result.outcome}"

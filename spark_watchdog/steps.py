@@ -1,0 +1,81 @@
+"""The steps of an incident, as one vocabulary (docs/design.md, "Freeze history").
+
+Written by the power layer (``VerifiedPower``'s steps), the ladder and the
+serving restart; read by resume, the CLI's timeline and the lab. A
+``str`` enum: each member is its own string in the history (and equal to
+it), so old records read as they were written. The store accepts any snake_case step; these are
+the ones the product writes.
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class StepName(str, enum.Enum):
+    # str and format give the bare value on every supported Python (3.10 has no StrEnum).
+    def __str__(self) -> str:
+        return str(self.value)
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self.value), spec)
+
+    INCIDENT_OPENED = "incident_opened"
+    # The ladder, per rung
+    RUNG_STARTED = "rung_started"
+    RUNG_BLOCKED = "rung_blocked"  # a hold, budget or the breaker stopped it before any command
+    PREFLIGHT_ANSWERED = "preflight_answered"  # the last look found life: false alarm
+    OUTLET_FOUND_OFF = "outlet_found_off"  # off before our off: a person's doing; held
+    RUNG_FAILED = "rung_failed"
+    RESUMED = "resumed"
+    # VerifiedPower's steps (power/base.py), in the order they can come
+    FOUND_OFF = "found_off"
+    DRY_RUN = "dry_run"
+    OFF_SPACING = "off_spacing"
+    OFF_REQUESTED = "off_requested"
+    OFF_WITHDRAWN = "off_withdrawn"
+    OFF_AMBIGUOUS = "off_ambiguous"
+    OFF_VERIFIED = "off_verified"
+    ALREADY_OFF = "already_off"
+    HOLD_STARTED = "hold_started"
+    HOLD_DONE = "hold_done"
+    ON_SPACING = "on_spacing"
+    ON_REQUESTED = "on_requested"
+    ON_WITHDRAWN = "on_withdrawn"
+    ON_AMBIGUOUS = "on_ambiguous"
+    ON_VERIFIED = "on_verified"
+    ALREADY_ON = "already_on"
+    # After the cycle
+    POWER_RESTORED = "power_restored"
+    BOOT_WAIT_STARTED = "boot_wait_started"
+    NEW_BOOT_SEEN = "new_boot_seen"
+    BOOT_TIMEOUT = "boot_timeout"
+    # When the history could not be written mid-cycle (recorded once it can be)
+    UNRECORDED = "unrecorded"
+    # The controller held the node (ambiguity, a failure, a guard)
+    HELD = "held"
+    SUPERSEDED = "superseded"
+    # Serving
+    SERVING_RESTART_DEFERRED = "serving_restart_deferred"
+    SERVING_RESTART_STARTED = "serving_restart_started"
+    SERVING_RESTART_DONE = "serving_restart_done"
+    RESOLVED = "resolved"
+
+
+# Steps after which the outlet may be off and the on not yet verified.
+OFF_SIDE = frozenset(
+    {
+        StepName.OFF_VERIFIED,
+        StepName.ALREADY_OFF,
+        StepName.HOLD_STARTED,
+        StepName.HOLD_DONE,
+        StepName.ON_SPACING,
+    }
+)
+# Steps after which an off may have left but was not read back.
+OFF_UNSETTLED = frozenset({StepName.OFF_REQUESTED, StepName.OFF_AMBIGUOUS})
+ON_UNSETTLED = frozenset({StepName.ON_REQUESTED, StepName.ON_AMBIGUOUS})
+# Steps of a rung before anything was sent: a resume starts the rung over.
+NOTHING_SENT = frozenset(
+    {StepName.RUNG_STARTED, StepName.OFF_SPACING, StepName.OFF_WITHDRAWN, StepName.FOUND_OFF}
+)
