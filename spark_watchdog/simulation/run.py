@@ -1,0 +1,704 @@
+"""One seeded run of the real controller against the simulated world, with invariants.
+
+``simulate(seed)`` builds a random configuration and a random schedule of
+faults, runs the controller (crashing and restarting it now and then) on
+virtual time, checks the invariants (docs/simulation.md) at every power
+command and at the end, and returns what it saw. Same seed, same run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import functools
+import json
+import logging
+import random
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+from spark_watchdog.config.controller import ControllerConfig, parse_controller_config
+from spark_watchdog.controller.daemon import Controller
+from spark_watchdog.controller.io import ControllerIO
+from spark_watchdog.controller.node_states import NodeState
+from spark_watchdog.controller.notify import Event, Notifier
+from spark_watchdog.history.records import CLUSTER
+from spark_watchdog.history.store import HistoryStore, StoreFull, StoreLocked
+from spark_watchdog.power.base import CommandSpacing, PowerState, SendGate, StepHook, VerifiedPower
+from spark_watchdog.power.paths import PowerPath, timing_for
+from spark_watchdog.sdnotify import SystemdNotifier
+from spark_watchdog.simulation.loop import run_virtual
+from spark_watchdog.simulation.world import (
+    Incarnation,
+    InjectedBug,
+    Killed,
+    SimAgents,
+    SimOutlet,
+    World,
+    sim_agent_restart,
+    sim_banner,
+    sim_serving,
+    sim_witness,
+)
+
+_INCARNATION: contextvars.ContextVar[int] = contextvars.ContextVar("incarnation", default=0)
+_WRITES = (
+    "record_",
+    "open_incident",
+    "resolve_",
+    "add_",
+    "finish_",
+    "start_",
+    "hold",
+    "release",
+    "set_setting",
+    "upsert_",
+    "link_",
+)
+ALERT_KINDS = frozenset({"held", "gave_up", "circuit_breaker", "outlet_off", "ambiguous_power"})
+FAULTS = (
+    "freeze",
+    "freeze_thaw",
+    "reboot",
+    "reboot_hang",
+    "agent_crash",
+    "agent_stuck",
+    "agent_slow",
+    "loss",
+    "dns",
+    "net_down",
+    "witness_down",
+    "pdu_down",
+    "pdu_slow",
+    "pdu_refusing",
+    "pdu_ambiguous",
+    "pdu_lag",
+    "pdu_bug",
+    "partition",
+    "person_off",
+    "history_locked",
+    "history_full",
+    "crash",
+    "clock_step",
+    "hold",
+)
+
+
+@functools.lru_cache(maxsize=512)
+def _parse(text: str) -> ControllerConfig:
+    """Configs repeat across seeds; validating one takes longer than a short run's tick."""
+    return parse_controller_config(json.loads(text), "simulation")
+
+
+_TOKEN: list[str] = []
+
+
+def _token_file() -> str:
+    """A serving token file, so serving restarts run (and can be checked in dry run)."""
+    if not _TOKEN:
+        import os
+        import tempfile
+
+        fd, path = tempfile.mkstemp(prefix="spark-watchdog-sim-token-")
+        os.write(fd, b"simulated-token\n")
+        os.close(fd)
+        _TOKEN.append(path)
+    return _TOKEN[0]
+
+
+@dataclass
+class Report:
+    seed: int
+    simulated_s: float
+    nodes: int
+    violations: list[str]
+    faults: dict[str, int] = field(default_factory=dict)
+    commands: int = 0
+    incidents: int = 0
+    recovered: int = 0
+    crashes: int = 0
+    dry_run: bool = False
+    writes: int = 0
+    # (node, target) of every command the controller sent, in order.
+    sent: list[tuple[str, str]] = field(default_factory=list)
+    # Kinds of the alerts sent, in order, and the final verdict of each node.
+    alerts: list[str] = field(default_factory=list)
+    verdicts: dict[str, str] = field(default_factory=dict)
+    resolutions: list[str] = field(default_factory=list)
+
+    @property
+    def node_hours(self) -> float:
+        return self.simulated_s * self.nodes / 3600.0
+
+
+class _SimClock:
+    def __init__(self, world: World, base: float) -> None:
+        self.world = world
+        self.base = base
+        self.offset = 0.0
+
+    def monotonic(self) -> float:
+        return self.world.now()
+
+    def time(self) -> float:
+        return self.base + self.world.now() + self.offset
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+
+
+class _Notifier(Notifier):
+    def __init__(self, config: ControllerConfig, sink: list[Event]) -> None:
+        super().__init__(config.notify)
+        self.sink = sink
+
+    def send(self, event: Event) -> None:
+        self.sink.append(event)
+
+
+class _Store:
+    """The real history, with injected write failures and crash points."""
+
+    def __init__(self, store: HistoryStore, run: _Run) -> None:
+        self._store = store
+        self._run = run
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self._store, name)
+        if not callable(method):
+            return method
+        run = self._run
+        writes = name.startswith(_WRITES)
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            run.incarnation.check()
+            if writes and run.world.now() < run.history_fault_until:
+                raise run.history_fault(self._store.path, "injected history fault")
+            result = method(*args, **kwargs)
+            if writes:
+                run.writes += 1
+                if run.crash_after_write == run.writes:
+                    run.kill("after a write")
+            return result
+
+        return call
+
+
+# A scripted fault: at this many simulated seconds, this fault, on this node (None: random).
+Scripted = tuple[float, str, "str | None"]
+
+
+class _Run:
+    def __init__(
+        self,
+        seed: int,
+        minutes: float,
+        crash_after_write: int | None,
+        script: list[Scripted] | None = None,
+        overrides: dict[str, Any] | None = None,
+        prepare: Callable[[HistoryStore], None] | None = None,
+    ) -> None:
+        self.seed = seed
+        self.prepare = prepare
+        self.script = script
+        self.overrides = overrides or {}
+        self.rng = random.Random(seed)
+        self.minutes = minutes
+        self.crash_after_write = crash_after_write
+        self.writes = 0
+        rng = self.rng
+        self.names = [f"spark-{i + 1}" for i in range(4)]
+        self.dry_run = rng.random() < 0.08
+        if "dry_run" in self.overrides.get("guards", {}):
+            self.dry_run = bool(self.overrides["guards"]["dry_run"])
+        self.config = self._config()
+        self.world = World(self.names, rng, self.config.detection.freeze_after)
+        self.world.on_command_hook = self._on_command
+        self.events: list[Event] = []
+        self.store = HistoryStore(":memory:", clock=lambda: self.clock.time())
+        self.clock = _SimClock(self.world, 1_800_000_000.0)
+        self.history_fault_until = -1.0
+        self.history_fault: type[StoreLocked] | type[StoreFull] = StoreLocked
+        self.incarnation = Incarnation(0, alive=False)
+        self.controller: Controller | None = None
+        self.tasks: dict[int, set[asyncio.Task[Any]]] = {}
+        self.crashes = 0
+        self.faults: dict[str, int] = {}
+        self.off_counts: dict[tuple[int, int], int] = {}
+        self.errors: list[str] = []
+        self.crash_after_command: int | None = None
+        self.final_verdicts: dict[str, str] = {}
+        self.spacing = CommandSpacing()
+
+    # -- configuration ------------------------------------------------------
+
+    def _config(self) -> ControllerConfig:
+        rng = self.rng
+        off = rng.choice([5.0, 10.0, 30.0, 60.0])
+        nodes = [
+            {
+                "name": name,
+                "agent": f"http://{name}:9720",
+                "ssh_host": name,
+                "power": [
+                    {
+                        "type": "snmp",
+                        "host": "pdu",
+                        "outlet": i + 1,
+                        "community_file": "/dev/null",
+                    },
+                    {
+                        "type": "ssh",
+                        "host": name,
+                        "user": "root",
+                        "key_file": "/dev/null",
+                        "known_hosts_file": "/dev/null",
+                    },
+                ],
+            }
+            for i, name in enumerate(self.names)
+        ]
+        window = rng.choice([600.0, 1800.0, 21600.0])
+        data: dict[str, Any] = {
+            "nodes": nodes,
+            "policy": {
+                "power_off_seconds": off,
+                "power_timeout": rng.choice([5.0, 15.0]),
+                "min_command_interval": rng.choice([0.0, 2.0]),
+            },
+            "detection": {"freeze_after": rng.choice([4.0, 8.0])},
+            "guards": {
+                "node_budget": rng.choice([1, 2, 3]),
+                "cluster_budget": rng.choice([2, 4, 8]),
+                "budget_window": window,
+                "max_concurrent_power_actions": rng.choice([1, 1, 2]),
+                "boot_timeout": rng.choice([45.0, 90.0]),
+                "breaker_latch_after": rng.choice([0.0, 30.0]),
+                "dry_run": self.dry_run,
+            },
+            "serving": {"head": self.names[0], "token_file": _token_file()},
+            "witness": ["tcp://gateway:53"],
+            "history": ":memory:",
+        }
+        for section, values in self.overrides.items():
+            data[section] = {**data.get(section, {}), **values}
+        return _parse(json.dumps(data, sort_keys=True))
+
+    # -- the controller process ----------------------------------------------------
+
+    def io(self, incarnation: Incarnation) -> ControllerIO:
+        world, config = self.world, self.config
+
+        def power(path: PowerPath, on_step: StepHook, gate: SendGate) -> VerifiedPower:
+            outlet = world.outlets[path.node][0]
+            outlet.incarnation = incarnation
+            return VerifiedPower(
+                outlet,
+                timing_for(config, path),
+                dry_run=config.guards.dry_run,
+                on_step=on_step,
+                gate=gate,
+                clock=self.clock.monotonic,
+                sleep=self.clock.sleep,
+                spacing=self.spacing,  # per run: virtual time starts at 0 in each
+            )
+
+        async def inline(fn: Callable[[], Any]) -> Any:
+            incarnation.check()
+            return fn()
+
+        return ControllerIO(
+            clock=self.clock,
+            agents=SimAgents(world, incarnation),
+            banner=sim_banner(world, incarnation),
+            witness=sim_witness(world, incarnation),
+            power_factory=power,
+            serving=sim_serving(world, incarnation),
+            agent_restart=sim_agent_restart(world, incarnation),
+            blocking=cast(Any, inline),
+        )
+
+    def start_controller(self) -> None:
+        number = self.incarnation.number + 1
+        self.incarnation = Incarnation(number)
+        store = cast(HistoryStore, _Store(self.store, self))
+        controller = Controller(
+            self.config,
+            store,
+            io=self.io(self.incarnation),
+            notifier=_Notifier(self.config, self.events),
+        )
+        controller.systemd = SystemdNotifier(environ={})
+        self.controller = controller
+        stop = asyncio.Event()
+        token = _INCARNATION.set(number)
+        try:
+            self._spawn(self._process(controller, stop))
+        finally:
+            _INCARNATION.reset(token)
+
+    async def _process(self, controller: Controller, stop: asyncio.Event) -> None:
+        """The controller process: an error out of run() exits it; systemd restarts it."""
+        try:
+            await controller.run(stop)
+        except Exception:
+            self.kill_quietly()
+            assert self.world.loop is not None
+            self.world.loop.call_later(5.0, self.start_controller)
+
+    def _spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
+        asyncio.get_running_loop().create_task(coro)
+
+    def task_factory(self, loop: asyncio.AbstractEventLoop, coro: Any, **kw: Any) -> Any:
+        task = asyncio.Task(coro, loop=loop, **kw)
+        number = _INCARNATION.get()
+        if number:
+            self.tasks.setdefault(number, set()).add(task)
+            task.add_done_callback(self.tasks[number].discard)
+        return task
+
+    def kill(self, why: str) -> None:
+        """SIGKILL: the incarnation does nothing more, its tasks are gone."""
+        if not self.incarnation.alive:
+            return
+        self.incarnation.alive = False
+        self.crashes += 1
+        for task in list(self.tasks.get(self.incarnation.number, ())):
+            task.cancel()
+        raise Killed(why)
+
+    def kill_quietly(self) -> None:
+        with contextlib.suppress(Killed):
+            self.kill("scheduled crash")
+
+    # -- invariants at every command ---------------------------------------------
+
+    def _on_command(self, outlet: SimOutlet, target: PowerState, landed: bool, number: int) -> None:
+        now, node = self.world.now(), outlet.node.name
+        where = f"at {now:.1f}s: {target.value} to {node}"
+        if self.dry_run:
+            self.violate(f"I6 {where} in dry run")
+        if target is PowerState.OFF:
+            life = self.world.truth.alive_at(node, now)
+            if life is not None:
+                self.violate(f"I1 {where}, which answered {now - life:.1f}s before")
+            if self.store.active_hold(node) or self.store.active_hold(CLUSTER):
+                self.violate(f"I6 {where} while held")
+        incident = next(
+            (
+                i
+                for i in self.store.open_incidents()
+                if node in i.nodes and i.kind == "host_frozen" and not i.dry_run
+            ),
+            None,
+        )
+        failing = now < self.history_fault_until
+        if incident is None:
+            if not failing:
+                self.violate(f"I7 {where} with no open incident")
+        else:
+            mine = [s for s in self.store.steps(incident.id) if s.node == node]
+            last = mine[-1] if mine else None
+            wanted = f"{target.value}_requested"
+            excused = failing and target is PowerState.ON  # an on goes out unrecorded
+            if (last is None or last.step != wanted) and not excused:
+                self.violate(f"I7 {where}: last step {last and last.step}, not {wanted}")
+            if target is PowerState.OFF and last is not None and isinstance(last.detail, dict):
+                key = (incident.id, int(last.detail.get("rung", -1)))
+                self.off_counts[key] = self.off_counts.get(key, 0) + 1
+                if self.off_counts[key] > 1:
+                    self.violate(f"I2 {where}: a second off in incident #{key[0]} rung {key[1]}")
+        if self.crash_after_command is not None and len(self.world.truth.commands) + 1 == (
+            self.crash_after_command
+        ):
+            self.world.loop.call_soon(self.kill_quietly) if self.world.loop else None
+
+    def violate(self, text: str) -> None:
+        self.world.truth.violations.append(f"seed {self.seed}: {text}")
+
+    def check_incidents(self) -> None:
+        counts: dict[str, int] = {}
+        for incident in self.store.open_incidents():
+            if incident.kind == "host_frozen" and not incident.dry_run:
+                for node in incident.nodes:
+                    counts[node] = counts.get(node, 0) + 1
+        for node, count in counts.items():
+            if count > 1:
+                self.violate(f"I2 at {self.world.now():.1f}s: {node} has {count} open incidents")
+
+    # -- faults ----------------------------------------------------------------
+
+    def inject(self, fault: str, on: str | None = None) -> None:
+        rng, world = self.rng, self.world
+        node = world.nodes[rng.choice(self.names) if on is None else on]
+        outlet = world.outlets[node.name][0]
+        now = world.now()
+        self.faults[fault] = self.faults.get(fault, 0) + 1
+        if fault == "freeze":
+            node.freeze(None)
+        elif fault == "freeze_thaw":
+            node.freeze(rng.uniform(1.0, 40.0))
+        elif fault == "reboot":
+            node.planned_reboot(rng.uniform(1.0, 40.0), hang=False)
+        elif fault == "reboot_hang":
+            node.planned_reboot(rng.uniform(1.0, 20.0), hang=True)
+        elif fault == "agent_crash":
+            node.agent, node.agent_until = "crashed", now + rng.uniform(1.0, 60.0)
+        elif fault == "agent_stuck":
+            node.agent, node.agent_until = "stuck", now + rng.uniform(5.0, 120.0)
+        elif fault == "agent_slow":
+            node.agent, node.agent_until = "slow", now + rng.uniform(5.0, 60.0)
+        elif fault == "loss":
+            node.loss = rng.choice([0.05, 0.3, 0.9])
+            self.later(rng.uniform(5.0, 60.0), lambda: setattr(node, "loss", 0.0))
+        elif fault == "dns":
+            node.dns_broken_until = now + rng.uniform(5.0, 60.0)
+        elif fault == "net_down":
+            world.controller_net_down = True
+            self.later(rng.uniform(2.0, 40.0), lambda: setattr(world, "controller_net_down", False))
+        elif fault == "witness_down":
+            world.witness_down = True
+            self.later(rng.uniform(2.0, 60.0), lambda: setattr(world, "witness_down", False))
+        elif fault == "pdu_down":
+            outlet.down_until = now + rng.uniform(2.0, 60.0)
+        elif fault == "pdu_slow":
+            outlet.slow = rng.uniform(0.5, 8.0)
+            self.later(rng.uniform(5.0, 60.0), lambda: setattr(outlet, "slow", 0.0))
+        elif fault == "pdu_refusing":
+            outlet.refusing_until = now + rng.uniform(2.0, 60.0)
+        elif fault == "pdu_ambiguous":
+            outlet.ambiguous_p = 1.0
+            self.later(rng.uniform(5.0, 60.0), lambda: setattr(outlet, "ambiguous_p", 0.0))
+        elif fault == "pdu_lag":
+            outlet.lag = rng.uniform(0.5, 10.0)
+            self.later(rng.uniform(5.0, 60.0), lambda: setattr(outlet, "lag", 0.0))
+        elif fault == "pdu_bug":
+            outlet.bug = True
+        elif fault == "partition":
+            until = now + rng.uniform(5.0, 90.0)
+            for other in rng.sample(list(world.nodes.values()), rng.randint(1, len(self.names))):
+                other.partitioned_until = until
+        elif fault == "partition_3x60":
+            for other in list(world.nodes.values())[1:]:
+                other.partitioned_until = now + 60.0
+        elif fault == "partition_3x10":
+            for other in list(world.nodes.values())[1:]:
+                other.partitioned_until = now + 10.0
+        elif fault == "history_full_60":
+            self.history_fault, self.history_fault_until = StoreFull, now + 60.0
+        elif fault == "person_off":
+            world.person_switch(node.name, PowerState.OFF)
+            # The person switches it back on later (or a hold says they handle it).
+            self.later(
+                rng.uniform(5.0, 120.0), lambda: world.person_switch(node.name, PowerState.ON)
+            )
+        elif fault in ("history_locked", "history_full"):
+            self.history_fault = StoreLocked if fault == "history_locked" else StoreFull
+            self.history_fault_until = now + rng.uniform(1.0, 30.0)
+        elif fault == "crash":
+            self.kill_quietly()
+            self.later(rng.uniform(0.5, 30.0), self.start_controller)
+        elif fault == "clock_step":
+            step = rng.choice([-600.0, 600.0])
+            self.clock.offset = max(-600.0, min(600.0, self.clock.offset + step))
+        elif fault == "hold":
+            target = node.name if rng.random() < 0.7 else CLUSTER
+            self.store.hold(target, "simulated operator", by="operator")
+            self.later(
+                rng.uniform(5.0, 120.0),
+                lambda: self.store.release(target, by="operator"),
+            )
+
+    def later(self, delay: float, fn: Callable[[], Any]) -> None:
+        assert self.world.loop is not None
+        self.pending_heals.append(fn)
+
+        def fire() -> None:
+            if fn in self.pending_heals:
+                self.pending_heals.remove(fn)
+                fn()
+
+        self.world.loop.call_later(delay, fire)
+
+    pending_heals: list[Callable[[], Any]]
+
+    def heal_all(self) -> None:
+        """The quiet tail begins: every temporary fault ends now."""
+        for fn in list(self.pending_heals):
+            self.pending_heals.remove(fn)
+            fn()
+        world = self.world
+        world.controller_net_down = world.witness_down = False
+        self.history_fault_until = -1.0
+        for node in world.nodes.values():
+            node.loss, node.dns_broken_until, node.partitioned_until = 0.0, -1.0, -1.0
+            if node.agent != "ok":
+                node.agent_until = world.now()
+            if node.phase == "hung":
+                node.phase, node.phase_until = "post", world.now() + 3.0
+        for outlets in world.outlets.values():
+            for outlet in outlets:
+                outlet.down_until = outlet.refusing_until = -1.0
+                outlet.slow = outlet.lag = outlet.ambiguous_p = 0.0
+                outlet.bug = False
+        if not self.incarnation.alive:
+            self.start_controller()
+
+    # -- the run ----------------------------------------------------------------
+
+    async def main(self) -> Report:
+        loop = asyncio.get_running_loop()
+        self.world.loop = loop
+        self.pending_heals = []
+        loop.set_task_factory(self.task_factory)
+        if self.prepare is not None:
+            self.prepare(self.store)  # what an earlier controller left in the history
+        self.start_controller()
+        fault_window = self.minutes * 60.0
+        rate = self.rng.uniform(1 / 120.0, 1 / 20.0)  # faults per second
+        t = 0.0
+        schedule: list[Scripted] = []
+        while self.script is None:
+            t += self.rng.expovariate(rate)
+            if t >= fault_window:
+                break
+            schedule.append((t, self.rng.choice(FAULTS), None))
+        for at, fault, on in self.script if self.script is not None else schedule:
+            loop.call_at(at, self.inject, fault, on)
+        g = self.config.guards
+        tail = 4 * (self.config.policy.power_off_seconds + g.boot_timeout + 60.0) + 120.0
+        elapsed, settled = 0.0, 0
+        healed = False
+        while elapsed < fault_window + tail:
+            await asyncio.sleep(5.0)
+            elapsed = loop.time()
+            self.check_incidents()
+            if elapsed >= fault_window and not healed:
+                self.heal_all()
+                healed = True
+            elif healed:
+                # Done early once everything has come to rest twice in a row.
+                settled = settled + 1 if self.settled() else 0
+                if settled >= 2:
+                    break
+        self.finish()
+        assert self.controller is not None
+        self.final_verdicts = {n: w.verdict for n, w in self.controller.watches.items()}
+        self.kill_quietly()
+        await asyncio.sleep(0)
+        return self.report(elapsed)
+
+    def settled(self) -> bool:
+        controller = self.controller
+        if controller is None or not self.incarnation.alive:
+            return False
+        for name, watch in controller.watches.items():
+            if watch.state is NodeState.HELD:
+                continue
+            if watch.state is not NodeState.WATCHING or watch.incident_id is not None:
+                return False
+            if self.world.nodes[name].phase != "up" or watch.finding.verdict.value != "healthy":
+                return False
+        return True
+
+    def finish(self) -> None:
+        """The end-of-run invariants: I3, I4, I5, I6."""
+        truth, world = self.world.truth, self.world
+        controller = self.controller
+        assert controller is not None
+        alerted = {e.node for e in self.events if e.kind in ALERT_KINDS}
+        cluster_alert = any(e.kind in ALERT_KINDS and e.node is None for e in self.events)
+        for name, node in world.nodes.items():
+            watch = controller.watches[name]
+            mine = [c for c in truth.commands if c.node == name]
+            person = [p for p in truth.person_switches if p[1] == name]
+            if watch.state in (NodeState.FENCING, NodeState.BOOTING):
+                self.violate(f"I5 at the end: {name} still {watch.state.value}")
+            left_off = world.outlets[name][0].state is not PowerState.ON
+            last_ours = mine[-1] if mine else None
+            ours_last = last_ours is not None and (not person or person[-1][0] < last_ours.at)
+            if left_off and ours_last and not (name in alerted or cluster_alert):
+                self.violate(f"I3 at the end: {name}'s outlet left off with no alert naming it")
+            stuck = node.phase in ("frozen", "off")
+            if stuck and not self.dry_run and watch.state is not NodeState.HELD:
+                self.violate(f"I5 at the end: {name} is {node.phase} and not held")
+            if stuck and watch.state is NodeState.HELD and not (name in alerted or cluster_alert):
+                self.violate(f"I5 at the end: {name} held without an alert")
+        window = self.config.guards.budget_window
+        offs = [c for c in truth.commands if c.target is PowerState.OFF]
+        for i, first in enumerate(offs):
+            inside = [c for c in offs[i:] if c.at - first.at < window]
+            if len(inside) > self.config.guards.cluster_budget:
+                self.violate(f"I4: {len(inside)} offs within {window:g}s (cluster budget)")
+                break
+            same = [c for c in inside if c.node == first.node]
+            if len(same) > self.config.guards.node_budget:
+                self.violate(f"I4: {len(same)} offs to {first.node} within {window:g}s")
+                break
+        if self.dry_run and truth.serving_restarts:
+            self.violate("I6: serving restarted in dry run")
+        for error in self.errors:
+            self.violate(f"unexpected error: {error}")
+
+    def report(self, elapsed: float) -> Report:
+        incidents = [i for i in self.store.list_incidents(limit=10_000) if not i.dry_run]
+        return Report(
+            seed=self.seed,
+            simulated_s=elapsed,
+            nodes=len(self.names),
+            violations=list(self.world.truth.violations),
+            faults=dict(self.faults),
+            commands=len(self.world.truth.commands),
+            incidents=len(incidents),
+            recovered=sum(1 for i in incidents if i.resolution == "recovered"),
+            crashes=self.crashes,
+            dry_run=self.dry_run,
+            writes=self.writes,
+            sent=[(c.node, c.target.value) for c in self.world.truth.commands],
+            alerts=[e.kind for e in self.events],
+            verdicts=self.final_verdicts,
+            resolutions=[str(i.resolution) for i in incidents],
+        )
+
+
+class _ErrorTrap(logging.Handler):
+    """Tracebacks from the controller are bugs: each one is a violation."""
+
+    def __init__(self, sink: list[str]) -> None:
+        super().__init__(logging.ERROR)
+        self.sink = sink
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.exc_info and not isinstance(record.exc_info[1], (InjectedBug, Killed)):
+            self.sink.append(f"{record.getMessage()} ({record.exc_info[1]!r})")
+
+
+def simulate(
+    seed: int,
+    minutes: float = 10.0,
+    *,
+    crash_after_write: int | None = None,
+    crash_after_command: int | None = None,
+    script: list[Scripted] | None = None,
+    overrides: dict[str, Any] | None = None,
+    prepare: Callable[[HistoryStore], None] | None = None,
+) -> Report:
+    """One run: ``minutes`` of random faults (or the ``script``), then a quiet tail.
+
+    ``overrides``: config sections to change, e.g. ``{"guards": {"dry_run": True}}``.
+    """
+    run = _Run(seed, minutes, crash_after_write, script, overrides, prepare)
+    run.crash_after_command = crash_after_command
+    trap = _ErrorTrap(run.errors)
+    logger = logging.getLogger("spark_watchdog")
+    previous = logger.level
+    logger.addHandler(trap)
+    logger.setLevel(logging.ERROR)
+    try:
+        return run_virtual(run.main())
+    finally:
+        logger.removeHandler(trap)
+        logger.setLevel(previous)
+        run.store.close()

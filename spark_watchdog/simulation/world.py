@@ -1,0 +1,415 @@
+"""The simulated world the real controller runs against: nodes, power, network.
+
+Each ``SimNode`` is a small state machine of what a DGX Spark shows the
+controller: an agent that answers (or is silent, refused, stuck, slow), an
+SSH port (banner, no banner, refused, connect timeout), a boot id, and
+whether its outlets give it power. ``SimOutlet`` is one PDU outlet with the
+failure modes of real PDUs. Everything the controller is told is logged in
+``Truth`` for the invariants, in virtual time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from spark_watchdog.config.controller import NodeConfig, SshDevice
+from spark_watchdog.controller.http_client import (
+    NO_NETWORK,
+    REFUSED,
+    SILENCE,
+    UNRESOLVABLE,
+    HttpAnswer,
+    HttpError,
+)
+from spark_watchdog.controller.serving_restart import ServingNode, ServingRestartReport
+from spark_watchdog.controller.witness import WitnessReport
+from spark_watchdog.errors import Ambiguous, Refused, Unreachable
+from spark_watchdog.power.base import PowerState
+from spark_watchdog.power.ssh_banner import BannerResult
+
+
+class InjectedBug(RuntimeError):
+    """A bug planted in a simulated device: the controller must hold, not crash or retry."""
+
+
+class Killed(BaseException):
+    """The controller incarnation that made this call was killed: nothing happens."""
+
+
+@dataclass
+class Incarnation:
+    """One run of the controller process, from start to crash or end."""
+
+    number: int
+    alive: bool = True
+
+    def check(self) -> None:
+        if not self.alive:
+            raise Killed(f"controller #{self.number} is dead")
+
+
+@dataclass
+class Command:
+    at: float
+    node: str
+    outlet: str
+    target: PowerState
+    incarnation: int
+    landed: bool
+
+
+@dataclass
+class Truth:
+    """What happened, as the invariants need it."""
+
+    freeze_after: float
+    life: dict[str, list[float]] = field(default_factory=dict)  # answers delivered, per node
+    commands: list[Command] = field(default_factory=list)
+    person_switches: list[tuple[float, str, PowerState]] = field(default_factory=list)
+    serving_restarts: list[float] = field(default_factory=list)
+    violations: list[str] = field(default_factory=list)
+
+    def alive_at(self, node: str, now: float) -> float | None:
+        """The last answer delivered to the controller within freeze_after before now."""
+        times = self.life.get(node)
+        if not times:
+            return None
+        last = times[-1]
+        return last if now - last < self.freeze_after else None
+
+
+class SimNode:
+    """One DGX Spark as the controller sees it through the network."""
+
+    def __init__(self, name: str, rng: random.Random, world: World) -> None:
+        self.name = name
+        self.rng = rng
+        self.world = world
+        self.boot = 0
+        self.powered = True
+        self.phase = "up"  # up | frozen | stopping | down | off | post | kernel | hung
+        self.phase_until = float("inf")
+        self.thaw_at = float("inf")
+        self.seq = 0
+        self.agent_started = 0
+        self.agent = "ok"  # ok | crashed | stuck | slow
+        self.agent_until = float("inf")
+        self.dns_broken_until = -1.0
+        self.loss = 0.0
+        self.partitioned_until = -1.0
+        self.hang_after_shutdown = False
+
+    @property
+    def boot_id(self) -> str:
+        return f"{self.name}-boot-{self.boot}"
+
+    def now(self) -> float:
+        return self.world.now()
+
+    # -- faults -------------------------------------------------------------
+
+    def freeze(self, thaw_after: float | None) -> None:
+        if self.phase == "up":
+            self.phase = "frozen"
+            self.thaw_at = float("inf") if thaw_after is None else self.now() + thaw_after
+
+    def planned_reboot(self, shutdown_s: float, hang: bool) -> None:
+        if self.phase == "up":
+            self.phase, self.phase_until = "stopping", self.now() + 2.0
+            self.hang_after_shutdown = hang
+            self._shutdown_s = shutdown_s
+
+    def power_changed(self) -> None:
+        now = self.now()
+        if not self.powered:
+            self.phase, self.phase_until = "off", float("inf")
+            self.thaw_at = float("inf")
+        elif self.phase == "off":
+            self.phase, self.phase_until = "post", now + self.rng.uniform(2.0, 8.0)
+
+    def step(self) -> None:
+        """Advance time-driven phases (called before every look)."""
+        now = self.now()
+        if self.phase == "frozen" and now >= self.thaw_at:
+            self.phase, self.thaw_at = "up", float("inf")
+        if self.agent != "ok" and now >= self.agent_until:
+            if self.agent == "crashed":
+                self.agent_started += 1
+                self.seq = 0
+            self.agent = "ok"
+        while now >= self.phase_until:
+            if self.phase == "stopping":
+                self.phase = "down"
+                self.phase_until = now + getattr(self, "_shutdown_s", 5.0)
+            elif self.phase == "down":
+                if self.hang_after_shutdown:
+                    self.phase, self.phase_until = "hung", float("inf")
+                else:
+                    self.phase, self.phase_until = "post", now + self.rng.uniform(2.0, 8.0)
+            elif self.phase == "post":
+                self.phase, self.phase_until = "kernel", now + self.rng.uniform(1.0, 10.0)
+            elif self.phase == "kernel":
+                self.boot += 1
+                self.seq = 0
+                self.agent, self.agent_started = "ok", 0
+                self.phase, self.phase_until = "up", float("inf")
+            else:
+                break
+
+    # -- what the controller sees ------------------------------------------------
+
+    def _blind(self) -> str | None:
+        if self.world.controller_net_down:
+            return NO_NETWORK
+        if self.now() < self.dns_broken_until:
+            return UNRESOLVABLE
+        return None
+
+    async def agent_get(self, path: str, timeout: float) -> HttpAnswer:
+        self.step()
+        blind = self._blind()
+        if blind is not None:
+            raise HttpError(f"{self.name}: cannot look ({blind})", blind)
+        if self.rng.random() < self.loss or self.now() < self.partitioned_until:
+            await self.world.sleep(timeout)
+            raise HttpError(f"{self.name}: lost", SILENCE)
+        phase = self.phase
+        if phase in ("kernel", "down", "hung") or (phase == "up" and self.agent == "crashed"):
+            raise HttpError(f"{self.name}: connection refused", REFUSED)
+        if phase in ("frozen", "off", "post"):
+            await self.world.sleep(timeout)
+            raise HttpError(f"{self.name}: no answer within {timeout:g}s", SILENCE)
+        if self.agent == "slow":
+            delay = self.rng.uniform(0.5, 1.3) * timeout
+            if delay >= timeout:
+                await self.world.sleep(timeout)
+                raise HttpError(f"{self.name}: no answer within {timeout:g}s", SILENCE)
+            await self.world.sleep(delay)
+            self.step()
+            if self.phase not in ("up", "stopping"):
+                raise HttpError(f"{self.name}: closed mid-answer", REFUSED)
+        if self.agent != "stuck":
+            self.seq += 1
+        self.world.truth.life.setdefault(self.name, []).append(self.now())
+        body: dict[str, Any]
+        if path == "/v1/boots":
+            body = {"boots": []}
+        else:
+            body = {
+                "seq": self.seq,
+                "boot_id": self.boot_id,
+                "started_at": f"agent-{self.boot}-{self.agent_started}",
+                "stopping": {"since": self.now(), "system": True} if phase == "stopping" else None,
+                "probes": {"vllm": {"state": "progressing"}},
+            }
+        return HttpAnswer(200, json.dumps(body).encode())
+
+    async def banner(self, timeout: float) -> BannerResult:
+        self.step()
+        blind = self._blind()
+        if blind is not None:
+            return BannerResult("unresolvable" if blind == UNRESOLVABLE else "no_network")
+        if self.rng.random() < self.loss or self.now() < self.partitioned_until:
+            await self.world.sleep(timeout)
+            return BannerResult("connect_timeout")
+        phase = self.phase
+        if phase in ("kernel", "down", "hung"):
+            self.world.truth.life.setdefault(self.name, []).append(self.now())
+            return BannerResult("refused")
+        if phase in ("off", "post"):
+            await self.world.sleep(timeout)
+            return BannerResult("connect_timeout")
+        if phase == "frozen":
+            await self.world.sleep(timeout)
+            return BannerResult("no_banner", connect_s=0.001)
+        self.world.truth.life.setdefault(self.name, []).append(self.now())
+        return BannerResult("banner", banner="SSH-2.0-OpenSSH_9.6", connect_s=0.001)
+
+
+class SimOutlet:
+    """One PDU outlet, a PowerBackend with the faults of real devices."""
+
+    def __init__(self, name: str, node: SimNode, world: World, rng: random.Random) -> None:
+        self._name = name
+        self.node = node
+        self.world = world
+        self.rng = rng
+        self.state = PowerState.ON
+        self.pending: tuple[float, PowerState] | None = None  # read-back lag
+        self.down_until = -1.0
+        self.slow = 0.0
+        self.refusing_until = -1.0
+        self.ambiguous_p = 0.0
+        self.lag = 0.0
+        self.bug = False
+        self.incarnation: Incarnation | None = None
+        # After a command whose answer never came, a read must come before the next.
+        self.unsettled = False
+
+    @property
+    def name(self) -> str:
+        return f"sim-pdu outlet {self._name}"
+
+    @property
+    def limiter_key(self) -> str:
+        return "sim-pdu"
+
+    def _settle(self) -> None:
+        if self.pending is not None and self.world.now() >= self.pending[0]:
+            self.set_state(self.pending[1])
+            self.pending = None
+
+    def set_state(self, state: PowerState) -> None:
+        self.state = state
+        self.node.step()
+        self.node.powered = all(o.state is PowerState.ON for o in self.world.outlets_of(self.node))
+        self.node.power_changed()
+
+    def _reachable(self) -> None:
+        if self.world.controller_net_down or self.world.now() < self.down_until:
+            raise Unreachable(self.name, "no answer")
+
+    async def read_state(self) -> PowerState:
+        if self.incarnation is not None:
+            self.incarnation.check()
+        if self.slow:
+            await self.world.sleep(self.slow)
+        self._reachable()
+        if self.bug:
+            self.bug = False
+            raise InjectedBug(f"{self.name}: a planted bug")
+        self._settle()
+        self.unsettled = False
+        return self.state
+
+    async def command(self, target: PowerState) -> None:
+        assert self.incarnation is not None
+        self.incarnation.check()
+        self._reachable()
+        if self.world.now() < self.refusing_until:
+            raise Refused(self.name, "the PDU said no")
+        if self.unsettled:
+            self.world.truth.violations.append(
+                f"I2 at {self.world.now():.1f}s: {target.value} sent to {self.name} after an "
+                "unknown outcome, without a read in between"
+            )
+        ambiguous = self.rng.random() < self.ambiguous_p
+        landed = not ambiguous or self.rng.random() < 0.5
+        self.world.on_command(self, target, landed, self.incarnation.number)
+        if landed:
+            if self.lag:
+                self.pending = (self.world.now() + self.lag, target)
+            else:
+                self.set_state(target)
+        if ambiguous:
+            self.unsettled = True
+            await self.world.sleep(3600.0)  # the answer never comes: the caller's deadline hits
+            raise Ambiguous(self.name, "no answer to the command")
+        if self.slow:
+            await self.world.sleep(self.slow)
+
+
+class World:
+    """The cluster, its network and its power, for one simulated run."""
+
+    def __init__(self, names: Sequence[str], rng: random.Random, freeze_after: float) -> None:
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.rng = rng
+        self.nodes = {n: SimNode(n, random.Random(rng.random()), self) for n in names}
+        self.outlets: dict[str, list[SimOutlet]] = {
+            n: [SimOutlet(f"{i + 1}", node, self, random.Random(rng.random()))]
+            for i, (n, node) in enumerate(self.nodes.items())
+        }
+        self.truth = Truth(freeze_after)
+        self.controller_net_down = False
+        self.witness_down = False
+        self.on_command_hook: Callable[[SimOutlet, PowerState, bool, int], None] | None = None
+
+    def now(self) -> float:
+        assert self.loop is not None
+        return self.loop.time()
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+
+    def outlets_of(self, node: SimNode) -> list[SimOutlet]:
+        return self.outlets[node.name]
+
+    def on_command(self, outlet: SimOutlet, target: PowerState, landed: bool, number: int) -> None:
+        if self.on_command_hook is not None:
+            self.on_command_hook(outlet, target, landed, number)
+        self.truth.commands.append(
+            Command(self.now(), outlet.node.name, outlet.name, target, number, landed)
+        )
+
+    def person_switch(self, node: str, target: PowerState) -> None:
+        outlet = self.outlets[node][0]
+        outlet.set_state(target)
+        self.truth.person_switches.append((self.now(), node, target))
+
+
+class SimAgents:
+    def __init__(self, world: World, incarnation: Incarnation) -> None:
+        self.world = world
+        self.incarnation = incarnation
+
+    async def get(self, node: NodeConfig, path: str, timeout: float) -> HttpAnswer:
+        self.incarnation.check()
+        answer = await self.world.nodes[node.name].agent_get(path, timeout)
+        self.incarnation.check()
+        return answer
+
+
+def sim_banner(world: World, incarnation: Incarnation) -> Any:
+    by_host = {name: node for name, node in world.nodes.items()}
+
+    async def check(host: str, port: int, timeout: float) -> BannerResult:
+        incarnation.check()
+        result = await by_host[host].banner(timeout)
+        incarnation.check()
+        return result
+
+    return check
+
+
+def sim_witness(world: World, incarnation: Incarnation) -> Any:
+    async def check(targets: Sequence[str], timeout: float) -> WitnessReport:
+        incarnation.check()
+        if not targets:
+            return WitnessReport(True, (), ())
+        if world.witness_down or world.controller_net_down:
+            await world.sleep(timeout)
+            return WitnessReport(False, (), tuple(targets))
+        return WitnessReport(True, tuple(targets), ())
+
+    return check
+
+
+def sim_serving(world: World, incarnation: Incarnation) -> Any:
+    async def run(
+        head: ServingNode, workers: Sequence[ServingNode], token: str, timeout: float, profile: str
+    ) -> ServingRestartReport:
+        incarnation.check()
+        world.truth.serving_restarts.append(world.now())
+        await world.sleep(world.rng.uniform(1.0, 5.0))
+        incarnation.check()
+        return ServingRestartReport(profile, result="succeeded", step_durations={"all": 3.0})
+
+    return run
+
+
+def sim_agent_restart(world: World, incarnation: Incarnation) -> Any:
+    async def restart(device: SshDevice) -> str:
+        incarnation.check()
+        node = world.nodes[device.host]
+        await world.sleep(2.0)
+        if node.agent == "stuck":
+            node.agent_until = world.now()
+        return "restarted"
+
+    return restart

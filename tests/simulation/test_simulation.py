@@ -1,0 +1,230 @@
+"""The real controller under random faults on virtual time (docs/simulation.md).
+
+The seeded runs check invariants I1-I7 at every power command and at the
+end of every run; the scripted runs below are the situations a review found
+the controller getting wrong, each with the behaviour that closes it.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+
+import pytest
+
+from spark_watchdog.history.store import HistoryStore
+from spark_watchdog.simulation.run import Report, simulate
+
+SEEDS = int(os.environ.get("SPARK_WATCHDOG_SIM_SEEDS", "500"))
+MINUTES = 10.0
+
+
+def _run(seed: int) -> Report:
+    return simulate(seed, MINUTES)
+
+
+def test_random_runs_keep_every_invariant() -> None:
+    """At least 500 seeds x 10 simulated minutes of a 4-node cluster, on both cores."""
+    with multiprocessing.get_context("spawn").Pool(2) as pool:
+        reports = pool.map(_run, range(SEEDS), chunksize=10)
+    violations = [v for r in reports for v in r.violations]
+    hours = sum(r.node_hours for r in reports)
+    faults = sum(sum(r.faults.values()) for r in reports)
+    print(
+        f"\n{len(reports)} runs, {hours:.0f} simulated node-hours, {faults} faults, "
+        f"{sum(r.commands for r in reports)} power commands, "
+        f"{sum(r.recovered for r in reports)} recoveries, {sum(r.crashes for r in reports)} "
+        f"controller crashes, {len(violations)} violations"
+    )
+    assert all(r.simulated_s >= MINUTES * 60 for r in reports)
+    # The runs must exercise the dangerous paths, or passing proves little.
+    assert sum(r.commands for r in reports) > SEEDS // 5
+    assert sum(r.crashes for r in reports) > SEEDS // 4
+    assert violations == [], "\n".join(violations[:20])
+
+
+def test_a_seed_replays_exactly() -> None:
+    first, second = simulate(17, 5.0), simulate(17, 5.0)
+    assert first == second
+
+
+def test_a_freeze_is_recovered_with_one_cycle() -> None:
+    report = simulate(1, 2.0, script=[(30.0, "freeze", "spark-2")])
+    assert report.violations == []
+    assert report.sent == [("spark-2", "off"), ("spark-2", "on")]
+    assert report.resolutions == ["recovered"]
+
+
+# -- the crash points of one recovery ------------------------------------------------
+
+
+# Every committed write of one undisturbed freeze recovery (a run takes milliseconds).
+RECOVERY_WRITES = simulate(1, 2.0, script=[(30.0, "freeze", "spark-2")]).writes
+
+
+def test_the_recovery_has_the_writes_the_crash_points_enumerate() -> None:
+    assert RECOVERY_WRITES > 10
+
+
+@pytest.mark.parametrize("after", range(1, RECOVERY_WRITES + 1))
+def test_a_crash_after_any_write_of_a_recovery_keeps_every_invariant(after: int) -> None:
+    """Killed after the k-th committed write (between each step and its command too),
+    restarted from the same history: one off at most, power back on, recovered."""
+    report = simulate(
+        1, 2.0, script=[(30.0, "freeze", "spark-2")], crash_after_write=after, overrides={}
+    )
+    assert report.violations == []
+    assert report.crashes >= 1
+    offs = [s for s in report.sent if s == ("spark-2", "off")]
+    assert len(offs) <= 1
+    assert report.verdicts["spark-2"] in ("healthy", "held")
+    if report.verdicts["spark-2"] == "held":
+        assert "held" in report.alerts
+
+
+@pytest.mark.parametrize("after", [1, 2])
+def test_a_crash_right_after_a_command_keeps_every_invariant(after: int) -> None:
+    report = simulate(1, 2.0, script=[(30.0, "freeze", "spark-2")], crash_after_command=after)
+    assert report.violations == []
+    assert report.sent.count(("spark-2", "off")) == 1
+    assert report.verdicts["spark-2"] == "healthy"
+
+
+def test_crashes_while_two_nodes_wait_for_the_power_slot() -> None:
+    """Spacing between commands to one PDU: a crash in that wait (before an off) is
+    resumed as nothing sent, not as power restored."""
+    script = [(30.0, "freeze", "spark-2"), (30.0, "freeze", "spark-3")]
+    overrides = {"policy": {"min_command_interval": 5.0}}
+    writes = simulate(1, 2.0, script=script, overrides=overrides).writes
+    for after in range(1, writes + 1, 2):
+        report = simulate(1, 2.0, script=script, overrides=overrides, crash_after_write=after)
+        assert report.violations == [], after
+        assert report.sent.count(("spark-2", "off")) <= 1
+        assert report.sent.count(("spark-3", "off")) <= 1
+
+
+# -- the situations that cut a live node, cycled twice or never recovered ----------
+
+
+def test_a_planned_reboot_sends_no_power_command() -> None:
+    for seed in range(5):
+        report = simulate(
+            seed,
+            3.0,
+            script=[(30.0, "reboot", "spark-2")],
+            overrides={"detection": {"freeze_after": 8.0}},
+        )
+        assert report.violations == []
+        assert report.sent == []
+
+
+def test_a_failed_name_lookup_means_no_fencing_and_an_alert() -> None:
+    report = simulate(2, 3.0, script=[(30.0, "dns", "spark-3"), (31.0, "freeze", "spark-3")])
+    assert report.violations == []
+    assert "unobservable" in report.alerts
+
+
+def test_a_stuck_agent_is_agent_down_never_power() -> None:
+    report = simulate(3, 3.0, script=[(30.0, "agent_stuck", "spark-4")])
+    assert report.violations == []
+    assert report.sent == []
+    assert "agent_down" in report.alerts
+
+
+def test_an_outlet_found_off_is_held_and_never_switched_on() -> None:
+    report = simulate(4, 3.0, script=[(30.0, "person_off", "spark-2"), (30.5, "freeze", "spark-2")])
+    assert report.violations == []
+    assert report.sent == []
+    assert "outlet_off" in report.alerts
+    assert report.verdicts["spark-2"] == "held"
+
+
+def test_an_unexpected_error_in_a_recovery_holds_and_never_cycles_again() -> None:
+    report = simulate(5, 3.0, script=[(30.0, "freeze", "spark-2"), (31.0, "pdu_bug", "spark-2")])
+    assert report.violations == []
+    assert report.sent == []
+    assert report.verdicts["spark-2"] == "held"
+    assert report.resolutions == ["gave_up"]
+
+
+def test_wall_clock_steps_neither_end_nor_stretch_a_wait() -> None:
+    script = [
+        (30.0, "freeze", "spark-2"),
+        (45.0, "clock_step", None),
+        (60.0, "clock_step", None),
+        (75.0, "clock_step", None),
+    ]
+    for seed in range(6):
+        report = simulate(seed, 3.0, script=script, overrides={"policy": {"power_off_seconds": 30}})
+        assert report.violations == []
+        assert report.sent == [("spark-2", "off"), ("spark-2", "on")]
+        assert report.resolutions == ["recovered"]
+
+
+def test_a_history_failure_during_the_off_hold_still_restores_power() -> None:
+    script = [(30.0, "freeze", "spark-2"), (45.0, "history_full_60", None)]
+    report = simulate(6, 3.0, script=script, overrides={"policy": {"power_off_seconds": 30}})
+    assert report.violations == []
+    assert report.sent == [("spark-2", "off"), ("spark-2", "on")]
+
+
+def test_three_of_four_frozen_are_recovered_one_after_another() -> None:
+    script = [(30.0, "freeze", n) for n in ("spark-2", "spark-3", "spark-4")]
+    report = simulate(7, 3.0, script=script)
+    assert report.violations == []
+    assert report.resolutions == ["recovered"] * 3
+    assert "circuit_breaker" not in report.alerts
+
+
+def test_a_partition_opens_the_breaker_and_latches_only_when_it_lasts() -> None:
+    guards = {"breaker_latch_after": 30.0}
+    blip = simulate(8, 3.0, script=[(30.0, "partition_3x10", None)], overrides={"guards": guards})
+    assert blip.violations == []
+    assert blip.sent == []
+    assert "circuit_breaker" not in blip.alerts
+    long = simulate(8, 3.0, script=[(30.0, "partition_3x60", None)], overrides={"guards": guards})
+    assert long.violations == []
+    assert long.sent == []
+    assert "circuit_breaker" in long.alerts
+
+
+def test_dry_run_sends_nothing_and_restarts_no_serving() -> None:
+    report = simulate(
+        9,
+        3.0,
+        script=[(30.0, "freeze", "spark-2"), (60.0, "crash", None)],
+        overrides={"guards": {"dry_run": True}},
+    )
+    assert report.violations == []
+    assert report.sent == []
+
+
+def test_resume_takes_the_newest_open_incident_and_closes_the_older() -> None:
+    """Two open incidents of one node (a history written before the one-incident rule):
+    a restart resumed both side by side and cycled the node twice."""
+
+    def two_open(store: HistoryStore) -> None:
+        for _ in range(2):
+            store.open_incident(
+                "host_frozen", ["spark-2"], detected_at=1.8e9, evidence={}, dry_run=True
+            )
+        # As an older history holds them: both real (the rule is newer than the rows).
+        store._conn().execute("UPDATE incidents SET dry_run = 0")
+
+    report = simulate(10, 2.0, script=[(0.5, "freeze", "spark-2")], prepare=two_open, overrides={})
+    assert report.violations == []
+    assert report.sent.count(("spark-2", "off")) == 1
+    # Newest first: the freeze, the resumed one (the host answered), the superseded one.
+    assert report.resolutions == ["recovered", "false_alarm", "gave_up"]
+
+
+@pytest.mark.parametrize(
+    "seed",
+    [
+        # Two rungs in parallel (max_concurrent_power_actions 2) both passed the
+        # budget check before either recorded its cycle: 5 offs on a budget of 4.
+        77,
+    ],
+)
+def test_seeds_that_found_a_violation(seed: int) -> None:
+    assert simulate(seed, MINUTES).violations == []
