@@ -40,6 +40,9 @@ SCENARIO_NAMES = (
     "gpu-hang",
     "mem-collapse",
     "partition",
+    "reboot",
+    "stuck-agent",
+    "outlet-off",
 )
 FAULT_NAMES = (
     "freeze",

@@ -84,7 +84,10 @@ class Controller:
         self._counted_verdicts: dict[str, str] = {}
         self.cluster_hold: str | None = None
         now = self.clock.monotonic()
-        self.watches = {n.name: NodeWatch(n, now) for n in config.nodes}
+        # A late agent: banner checks every LATE_BANNER_INTERVAL_S, and an SSH
+        # refusal from then on means the host is going down.
+        late_after = min(2.0, config.detection.freeze_after / 4)
+        self.watches = {n.name: NodeWatch(n, now, late_after=late_after) for n in config.nodes}
         self.policy = DetectionPolicy(
             freeze_after=config.detection.freeze_after,
             banner_misses=config.detection.banner_misses,
@@ -127,6 +130,16 @@ class Controller:
 
         async def write_ahead(step: PowerStep) -> None:
             # Awaited by VerifiedPower *before* each command leaves.
+            if step.name == StepName.OFF_REQUESTED:
+                self.notifier.send(
+                    Event(
+                        "power_action",
+                        f"{node}: power cycle via {path.key_path}",
+                        node,
+                        incident_id,
+                        {"rung": rung + 1},
+                    )
+                )
             try:
                 await ledger.write(
                     ledger.store.add_step,
@@ -461,7 +474,7 @@ class Controller:
 
     async def _check_banner(self, watch: NodeWatch, now: float) -> None:
         node = watch.config
-        late = watch.agent_silent_s(now) >= min(2.0, self.config.detection.freeze_after / 4)
+        late = watch.agent_silent_s(now) >= watch.late_after
         since = None if watch.banner_checked_at is None else now - watch.banner_checked_at
         # A late agent gets a banner check every LATE_BANNER_INTERVAL_S, not
         # every poll: OpenSSH >= 9.8 penalises clients that connect without
@@ -506,7 +519,7 @@ class Controller:
             before = watch.finding.verdict
             watch.finding = classify(watch.observation(now, witness.ok, judges), self.policy)
             if watch.finding.verdict is not before:
-                self._verdict_changed(watch)
+                self._verdict_changed(watch, before)
         await self._sync_holds()
         await self._check_breaker()
         for watch in self.watches.values():
@@ -519,7 +532,7 @@ class Controller:
         self.last_sweep_s = self.clock.monotonic() - self._tick_started
         self.published = self.status_json()
 
-    def _verdict_changed(self, watch: NodeWatch) -> None:
+    def _verdict_changed(self, watch: NodeWatch, before: Verdict) -> None:
         finding = watch.finding
         log.info(
             "%s: %s",
@@ -529,6 +542,12 @@ class Controller:
         )
         if finding.verdict is Verdict.UNOBSERVABLE:
             self.notifier.send(Event("unobservable", f"{watch.name} {finding.summary}", watch.name))
+        if before is Verdict.REBOOTING and finding.verdict is not Verdict.HEALTHY:
+            # Gone down in order, not back within boot_timeout: a person should look
+            # (silent, it becomes host_frozen; still refusing, it is never fenced).
+            self.notifier.send(
+                Event("reboot_overdue", f"{watch.name} {finding.summary}", watch.name)
+            )
 
     async def _sync_holds(self) -> None:
         """Holds live in the history, so the CLI works with or without us running."""

@@ -30,6 +30,8 @@ _BLIND_AGENT_FAILURES = (UNRESOLVABLE, NO_NETWORK)
 class NodeWatch:
     config: NodeConfig
     watch_started_at: float  # monotonic
+    # Agent silence after which it is late (banner checks, refusals mean going down).
+    late_after: float = 2.0
     state: NodeState = NodeState.WATCHING
     finding: Finding = field(default_factory=lambda: Finding(Verdict.PENDING, ("starting",)))
     # Agent
@@ -159,7 +161,7 @@ class NodeWatch:
         # The agent has not progressed for a few polls: an sshd that refuses
         # while the agent still reports is a healthy host turning a poller away
         # (OpenSSH's PerSourcePenalties), not a reboot.
-        return self.agent_silent_s(now) >= 2.0
+        return self.agent_silent_s(now) >= self.late_after
 
     def observation(self, now: float, witness_ok: bool, judges_serving: bool) -> NodeObservation:
         return NodeObservation(

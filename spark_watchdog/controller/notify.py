@@ -29,6 +29,7 @@ CRITICAL = frozenset(
         "history_unwritable",
         "outlet_off",  # an outlet found off: a node dark that the controller will not switch on
         "unobservable",  # a node the controller cannot look at is not protected
+        "reboot_overdue",  # went down in order and did not come back within boot_timeout
     }
 )
 

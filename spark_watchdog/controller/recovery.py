@@ -213,7 +213,7 @@ async def _run_rung(
         try:
             if plan.fresh:
                 async with host.budget_lock():
-                    stop = await _preflight(host, watch, incident_id, plan, action)
+                    stop = await _preflight(host, watch, incident_id, plan, action, power)
                     if stop is not None:
                         return stop
                     if action is None:
@@ -228,15 +228,6 @@ async def _run_rung(
                             step=StepName.RUNG_STARTED,
                             step_detail={"rung": plan.rung, "boot_id_before": plan.boot_before},
                         )
-                host.notifier.send(
-                    Event(
-                        "power_action",
-                        f"{node}: power cycle via {power.name}",
-                        node,
-                        incident_id,
-                        {"rung": plan.rung + 1},
-                    )
-                )
                 held_s = (await power.cycle(host.config.policy.power_off_seconds)).off_held_s
             else:
                 held_s = await _resume_cycle(host, watch, incident_id, power, plan)
@@ -247,8 +238,8 @@ async def _run_rung(
             return RungOutcome.HELD
         except Withdrawn as exc:
             return await _false_alarm(host, watch, incident_id, action, exc.message)
-        except FoundOff as exc:
-            return await _found_off(host, watch, incident_id, action, path, exc)
+        except FoundOff as exc:  # switched off between the preflight's read and the cycle's
+            return await _found_off(host, watch, incident_id, action, power, exc)
         except Ambiguous as exc:
             await _finish(ledger, action, "ambiguous", str(exc))
             host.notifier.send(Event("ambiguous_power", f"{node}: {exc}", node, incident_id))
@@ -296,17 +287,27 @@ async def _run_rung(
 
 
 async def _preflight(
-    host: RecoveryHost, watch: NodeWatch, incident_id: int, plan: RungPlan, action: Any
+    host: RecoveryHost,
+    watch: NodeWatch,
+    incident_id: int,
+    plan: RungPlan,
+    action: Any,
+    power: VerifiedPower,
 ) -> RungOutcome | None:
-    """Before every rung, fresh or resumed: the last look, then the guards.
+    """Before every rung, fresh or resumed: the last look, the outlet, then the guards.
 
-    The guards are read under the controller's budget lock, and the caller
-    records the rung before releasing it: two rungs in parallel cannot both
-    take the last cycle of a budget.
+    The outlet is read before the rung is recorded, so one found off costs no
+    budget. The guards are read under the controller's budget lock, and the
+    caller records the rung before releasing it: two rungs in parallel cannot
+    both take the last cycle of a budget.
     """
     frozen, why = await host.still_frozen(watch)
     if not frozen:
         return await _false_alarm(host, watch, incident_id, action, why)
+    state = await power.state()
+    if state is not PowerState.ON:
+        found = FoundOff(power.name, f"read {state.value} before the off: not touched")
+        return await _found_off(host, watch, incident_id, action, power, found)
     blocked = await host.rung_blocked(watch)
     if blocked is not None:
         await _note(
@@ -340,26 +341,18 @@ async def _found_off(
     watch: NodeWatch,
     incident_id: int,
     action: Any,
-    path: PowerPath,
+    power: VerifiedPower,
     exc: FoundOff,
 ) -> RungOutcome:
     """Off before our off: a person's doing (or another tool's). Never switched on."""
     node = watch.name
-    where = _outlet_words(path)
+    where = power.name
     reason = f"{where} is off: switched off by hand? Not switched on; a person decides"
     await _note(host, incident_id, node, StepName.OUTLET_FOUND_OFF, detail=exc.message)
     await _finish(host.ledger, action, "failed", exc.message)
     host.notifier.send(Event("outlet_off", f"{node}: {reason}", node, incident_id))
     await _hold_and_close(host, watch, incident_id, reason, NodeEvent.AMBIGUOUS)
     return RungOutcome.HELD
-
-
-def _outlet_words(path: PowerPath) -> str:
-    device: Any = path.device
-    outlet = getattr(device, "outlet", None) or getattr(device, "outlets", None)
-    if outlet is not None:
-        return f"outlet {outlet} of {path.key_path}"
-    return f"the device of {path.key_path}"
 
 
 async def _resume_cycle(

@@ -16,6 +16,15 @@ node's NVML calls block (the lab's NVML stand-in, ``gpu_standin``),
 a file the lab writes), ``pdu-down`` silences the PDU. :meth:`LabCluster.inject`
 takes any of them by name; :data:`FAULTS` lists them.
 
+A node without power is dark: nothing answers at its address, so the lab
+holds its SSH and agent ports while its outlet is off and a connection to
+them times out (on loopback a free port would refuse, and a refusal is what a
+live kernel sends). Short of a power cut, a node's services can be stopped
+and started on their own (:meth:`LabNode.set_services`): a planned reboot
+(:meth:`LabCluster.shut_down`, then :meth:`LabCluster.boot_again`) and a
+wedged agent (:meth:`LabCluster.wedge_agent`) are played that way, and a
+person can switch an outlet at the PDU itself (:meth:`LabCluster.switch_by_hand`).
+
 Every process a lab starts carries ``SPARK_WATCHDOG_LAB=<lab id>`` in its
 environment, so :func:`sweep` finds and kills any that escaped its tree (a
 rank whose agent died, say): nothing is left behind when the lab stops.
@@ -36,7 +45,9 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta, timezone
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -45,13 +56,21 @@ import requests
 import yaml
 
 from spark_watchdog.lab import gpu_standin
-from spark_watchdog.lab.journal_writer import FAULT_MESSAGES, Fault
+from spark_watchdog.lab.journal_writer import (
+    FAULT_MESSAGES,
+    JOURNAL_STOP,
+    LOGIND_SHUTDOWN,
+    BootTimeline,
+    Fault,
+    write_boot,
+)
 from spark_watchdog.lab.pdu_standin import (
     HostProcess,
     PduStandin,
     PduStandinThread,
     StandinConfig,
 )
+from spark_watchdog.lab.sim_host import CLEAN_SHUTDOWN_MARK, SERVICES_ACK, SERVICES_FILE
 from spark_watchdog.power.base import PowerState
 from spark_watchdog.power.snmp_profiles import profile_by_name
 
@@ -68,6 +87,9 @@ MEM_AVAILABLE_BYTES = 36 * GIB
 MEM_COLLAPSE_RATE = 1 * GIB  # bytes/s, as seen before GB10 freezes (vllm #56824)
 MEM_COLLAPSE_FLOOR = 1 * GIB
 PDU_SWITCH_DELAY_S = 0.3
+# How long the lab keeps trying to hold a dark node's port (the killed
+# processes' sockets take a moment to go).
+DARK_BIND_S = 5.0
 # Addresses of nodes in network namespaces: TEST-NET-2, point-to-point /30 links.
 NETNS_PREFIX = "198.51.100"
 _IP = shutil.which("ip") or "/usr/sbin/ip"
@@ -125,6 +147,16 @@ class LabNode:
     boots: int = 0
     # Bumped by each mem-collapse and each boot: an older collapse thread stops.
     mem_generation: int = 0
+    # The generation of the last services.json the lab wrote (see sim_host).
+    services_generation: int = 0
+    # While its outlet is off: the sockets that keep its SSH and agent ports dark.
+    dark_ports: list[socket.socket] = field(default_factory=list, repr=False)
+    dark_generation: int = 0
+    _dark_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    # The stand-in for a wedged agent, while one serves this node's agent port.
+    frozen_agent: FrozenAgent | None = field(default=None, repr=False)
+    # The next boot follows a planned shutdown (for the lab's own narration).
+    planned_reboot: bool = False
 
     @property
     def agent_url(self) -> str:
@@ -151,6 +183,70 @@ class LabNode:
         except OSError:
             return None
 
+    def set_services(self, *, agent: bool, ssh: bool, timeout: float = 30.0) -> None:
+        """Stop or start the node's agent and SSH stand-in without touching its
+        power, as systemd does on a live host: a stopped agent got SIGTERM and
+        exited, a stopped SSH stand-in's port refuses connections. Returns once
+        the host has done it (see :mod:`spark_watchdog.lab.sim_host`)."""
+        pid = None if self.host is None else self.host.pid
+        if pid is None:
+            raise RuntimeError(f"{self.name} is not running (no power, or halted)")
+        self.services_generation += 1
+        generation = self.services_generation
+        wanted = self.directory / SERVICES_FILE
+        tmp = wanted.with_name(SERVICES_FILE + ".tmp")
+        tmp.write_text(json.dumps({"generation": generation, "agent": agent, "ssh": ssh}))
+        os.replace(tmp, wanted)
+        os.kill(pid, signal.SIGUSR1)
+        ack = self.directory / SERVICES_ACK
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with contextlib.suppress(OSError, ValueError):
+                if int(ack.read_text()) >= generation:
+                    return
+            time.sleep(0.05)
+        raise TimeoutError(f"{self.name} did not set agent={agent}, ssh={ssh} within {timeout:g}s")
+
+    def go_dark(self) -> None:
+        """Power is gone: from now on nothing answers at the node's SSH and
+        agent ports (a connection times out), as at the address of a machine
+        without power. In the background: the killed processes' sockets take
+        a moment to go. Nodes in a network namespace are left as they are
+        (the lab cannot bind their address)."""
+        if self.netns is not None:
+            return
+        with self._dark_lock:
+            self.dark_generation += 1
+            generation = self.dark_generation
+        threading.Thread(
+            target=self._hold_dark, args=(generation,), name=f"dark-{self.name}", daemon=True
+        ).start()
+
+    def _hold_dark(self, generation: int) -> None:
+        deadline = time.monotonic() + DARK_BIND_S
+        for port in (self.ssh_port, self.agent_port):
+            while True:
+                with self._dark_lock:
+                    if self.dark_generation != generation:
+                        return  # power came back meanwhile
+                    try:
+                        self.dark_ports += _dark_port(self.address, port)
+                        break
+                    except OSError:
+                        pass
+                if time.monotonic() >= deadline:
+                    break  # left refusing, as before the lab held dark ports
+                time.sleep(0.05)
+
+    def light_up(self) -> None:
+        """Power is back: the ports are free for the booting host."""
+        with self._dark_lock:
+            self.dark_generation += 1
+            for sock in self.dark_ports:
+                with contextlib.suppress(OSError):
+                    sock.close()
+            self.dark_ports.clear()
+
     def write_meminfo(self, available: int) -> None:
         """The node's ``/proc/meminfo``, rewritten atomically (the agent may be reading)."""
         free = min(available, GIB)
@@ -170,6 +266,83 @@ class LabNode:
         tmp = path.with_name("meminfo.tmp")
         tmp.write_text(text)
         os.replace(tmp, path)
+
+
+def _dark_port(address: str, port: int) -> list[socket.socket]:
+    """A listener on ``address:port`` whose accept queue is full and never
+    drained: the kernel drops further SYNs, so a client's connect times out,
+    as to a dark host. The filler and the listener, to close later."""
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind((address, port))
+        listener.listen(0)  # an accept queue of one
+    except OSError:
+        listener.close()
+        raise
+    held = [listener]
+    # The one queued connection: ours. Should a client's SYN have come first,
+    # its connection fills the queue instead and ours times out: dark all the same.
+    with contextlib.suppress(OSError):
+        held.insert(0, socket.create_connection((address, port), timeout=0.5))
+    return held
+
+
+class FrozenAgent:
+    """A node's agent whose loop is wedged, as the controller sees it: every
+    GET /v1/state answers HTTP 200 with the same snapshot (same ``seq``, same
+    boot id, same start time), forever; other paths answer 404.
+
+    The real agent cannot be wedged this way from outside: its HTTP threads
+    serve what its loop last published, and a signal stops or ends the whole
+    process, threads and all. So the lab stops the real agent (SIGTERM) and
+    serves its last snapshot, frozen, on the agent's port, in the lab's own
+    process; :meth:`LabCluster.unwedge_agent` starts the real agent again.
+    """
+
+    def __init__(self, address: str, port: int, state: bytes, bind_timeout: float = 10.0) -> None:
+        body = state
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                if self.path.split("?", 1)[0] == "/v1/state":
+                    status, payload = 200, body
+                else:
+                    status, payload = 404, b'{"error": "not found"}'
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(payload)))
+                self.send_header("Connection", "close")
+                self.end_headers()
+                with contextlib.suppress(OSError):
+                    self.wfile.write(payload)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                return
+
+        deadline = time.monotonic() + bind_timeout
+        while True:
+            try:
+                self.server = ThreadingHTTPServer((address, port), Handler)
+                break
+            except OSError:
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.05)
+        self.server.daemon_threads = True
+        self._thread = threading.Thread(
+            target=self.server.serve_forever, name=f"frozen-agent-{port}", daemon=True
+        )
+
+    def start(self) -> FrozenAgent:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._thread.is_alive():
+            self.server.shutdown()
+            self._thread.join(5)
+        self.server.server_close()
 
 
 @dataclass
@@ -279,6 +452,9 @@ class LabCluster:
         (directory / "agent.yaml").write_text(yaml.safe_dump(self._agent_config(node)))
         # A file, not a link to /proc/meminfo: mem-collapse rewrites it.
         (directory / "proc" / "meminfo").unlink(missing_ok=True)
+        # A lab directory used before: no stale service requests or marks.
+        for stale in (SERVICES_FILE, SERVICES_ACK, CLEAN_SHUTDOWN_MARK):
+            (directory / stale).unlink(missing_ok=True)
         self._reset_hardware(node)
         node.host = HostProcess(
             self._host_argv(node),
@@ -342,7 +518,9 @@ class LabCluster:
         node.boots += 1
         if node.boots > 1:
             self._reset_hardware(node)
-            self._event(f"{node.name} powered on: booting (boot {node.boots})")
+            how = "restarting after its shutdown" if node.planned_reboot else "powered on"
+            node.planned_reboot = False
+            self._event(f"{node.name} {how}: booting (boot {node.boots})")
 
     def _event(self, text: str) -> None:
         if self.on_event is not None and not self._stopped:
@@ -399,9 +577,14 @@ class LabCluster:
         for node in self.nodes:
             if node.outlet == outlet and node.host is not None:
                 if state is PowerState.OFF:
+                    self._stop_frozen_agent(node)  # a wedged agent dies with the rest
                     self._signal_tree(node, signal.SIGKILL)
                     self._event(f"{node.name} lost power (outlet {outlet} off): tree killed")
-                node.host.power(state)
+                    node.host.power(state)
+                    node.go_dark()
+                else:
+                    node.light_up()  # before the boot, which binds the ports again
+                    node.host.power(state)
 
     def tree(self, node: LabNode) -> list[psutil.Process]:
         """Every process of the simulated host, including the vLLM rank the
@@ -535,17 +718,34 @@ class LabCluster:
         self._signal_tree(node, signal.SIGCONT)
 
     def kernel_lines(self, node: LabNode, faults: list[Fault]) -> None:
-        from datetime import datetime, timezone
+        def lines(timeline: BootTimeline) -> None:
+            for fault in faults:
+                timeline.kernel(FAULT_MESSAGES[fault], priority=3)
 
-        from spark_watchdog.lab.journal_writer import BootTimeline
+        self._append_journal(node, lines)
 
+    def _append_journal(self, node: LabNode, build: Callable[[BootTimeline], None]) -> None:
+        """Append lines to the running boot's journal, stamped now, 10 ms apart.
+
+        Their monotonic clock counts from the boot (the boot id file's time),
+        as the kernel's does, so lines appended later sort after earlier ones
+        (sd-journal orders one boot's entries by it).
+        """
         boot_id = node.boot_id()
         if boot_id is None:
             return
-        timeline = BootTimeline(boot_id, datetime.now(timezone.utc), hostname=node.name)
-        for fault in faults:
-            timeline.kernel(FAULT_MESSAGES[fault], priority=3)
-        timeline.write(node.directory / "journal")
+        path = node.directory / "proc/sys/kernel/random/boot_id"
+        try:
+            since_boot = max(0.0, time.time() - path.stat().st_mtime)
+        except OSError:
+            since_boot = 0.0
+        step = timedelta(milliseconds=10)
+        timeline = BootTimeline(boot_id, datetime.now(timezone.utc), hostname=node.name, step=step)
+        build(timeline)
+        base = int(since_boot * 1_000_000)
+        entries = [replace(e, monotonic_usec=e.monotonic_usec + base) for e in timeline.entries]
+        if entries:
+            write_boot(node.directory / "journal", entries)
 
     def switch(self, node: LabNode, on: bool) -> None:
         """Switch a node's outlet over real SNMP, as an operator at the PDU would."""
@@ -575,6 +775,78 @@ class LabCluster:
                 await close_snmp_backend(backend)
 
         asyncio.run(go())
+
+    def switch_by_hand(self, node: LabNode, on: bool, timeout: float = 10.0) -> None:
+        """A person switches the node's outlet at the PDU itself (front panel,
+        web page): no SNMP, so no SET is recorded; the node loses or gets power
+        as after any switch. Returns once the PDU reads the new state."""
+        assert self.pdu is not None
+        standin = self.pdu.standin
+        wanted = PowerState.ON if on else PowerState.OFF
+        self._event(f"a person switches outlet {node.outlet} ({node.name}) {wanted.value} by hand")
+        self.pdu.call(lambda: standin.switch_by_hand(node.outlet, on))
+        deadline = time.monotonic() + timeout
+        while standin.state(node.outlet) is not wanted:
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"outlet {node.outlet} did not switch {wanted.value}")
+            time.sleep(0.05)
+
+    def shut_down(self, node: LabNode) -> None:
+        """The first half of a planned reboot, as it looks from outside; the
+        outlet stays on and nothing goes through the PDU.
+
+        sshd and the agent stop (SIGTERM: the agent exits; the SSH port then
+        refuses connections), the journal records an orderly shutdown ending
+        in journald's "Journal stopped", and the host halts: what is left of
+        the boot (the vLLM rank, which the agent leaves running) is killed.
+        Until :meth:`boot_again` nothing listens on the node's ports: on
+        loopback they refuse, like a host between its sshd stopping and its
+        reboot.
+        """
+        assert node.host is not None
+        doomed = self.tree(node)  # the rank too, while the agent is still its parent
+        node.set_services(agent=False, ssh=False)
+        self._append_journal(node, _shutdown_lines)
+        for process in doomed:
+            with contextlib.suppress(psutil.Error):
+                process.kill()
+        node.host.power_off()  # the host process, reaped
+        psutil.wait_procs(doomed, timeout=5)
+        (node.directory / CLEAN_SHUTDOWN_MARK).write_text("")
+        node.planned_reboot = True
+        self._event(f"{node.name} shut down for a reboot (outlet {node.outlet} still on)")
+
+    def boot_again(self, node: LabNode) -> None:
+        """The second half of a planned reboot: the host starts again after
+        ``boot_seconds`` with a new boot id, a new journal file (its previous
+        boot ended cleanly) and its agent and SSH stand-in running."""
+        assert node.host is not None
+        node.host.power_on()
+
+    def wedge_agent(self, node: LabNode) -> dict[str, Any]:
+        """Replace the node's agent by a :class:`FrozenAgent` serving its
+        current snapshot; the host and its SSH stand-in carry on. Returns the
+        frozen snapshot."""
+        if node.netns is not None:
+            raise ValueError("wedge_agent needs nodes on loopback (not lab up --netns)")
+        if node.frozen_agent is not None:
+            raise ValueError(f"{node.name}'s agent is already wedged")
+        answer = requests.get(f"{node.agent_url}/v1/state", timeout=5)
+        answer.raise_for_status()
+        snapshot = answer.json()
+        node.set_services(agent=False, ssh=True)
+        node.frozen_agent = FrozenAgent(node.address, node.agent_port, answer.content).start()
+        return snapshot if isinstance(snapshot, dict) else {}
+
+    def unwedge_agent(self, node: LabNode) -> None:
+        """The frozen stand-in goes, the real agent starts again (same boot)."""
+        self._stop_frozen_agent(node)
+        node.set_services(agent=True, ssh=True)
+
+    def _stop_frozen_agent(self, node: LabNode) -> None:
+        frozen, node.frozen_agent = node.frozen_agent, None
+        if frozen is not None:
+            frozen.stop()
 
     def vllm_mode(self, mode: str) -> None:
         head = self.nodes[0]
@@ -700,9 +972,12 @@ class LabCluster:
         self._stopped = True
         for node in self.nodes:
             node.mem_generation += 1
+            with contextlib.suppress(Exception):
+                self._stop_frozen_agent(node)
             self._signal_tree(node, signal.SIGKILL)
             if node.host is not None:
                 node.host.power_off()
+            node.light_up()
         if self.pdu is not None:
             self.pdu.stop()
         sweep(self.lab_id)
@@ -713,6 +988,23 @@ class LabCluster:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _shutdown_lines(boot: BootTimeline) -> None:
+    """How a reboot ends a boot's journal: logind, PID 1, systemd-shutdown,
+    then journald's "Journal stopped" (what makes a boot's end clean)."""
+    boot.add(
+        "System is rebooting.",
+        transport="journal",
+        identifier="systemd-logind",
+        message_id=LOGIND_SHUTDOWN,
+        pid=980,
+    )
+    boot.add("Stopped spark-watchdog-agent.service.", transport="journal", identifier="systemd")
+    boot.add("Shutting down.", transport="journal", identifier="systemd", pid=1)
+    boot.add("Syncing filesystems and block devices.", identifier="systemd-shutdown", pid=1)
+    boot.journald("Received SIGTERM from PID 1 (systemd-shutdown).")
+    boot.journald("Journal stopped", JOURNAL_STOP)
 
 
 def lab_processes(lab_id: str) -> list[psutil.Process]:

@@ -21,6 +21,9 @@ Fault knobs, settable while it runs:
 - ``status_fault``: corrupt status reads (``wrong_type``, ``no_such_instance``
   or ``unknown_value``) to exercise the manager's malformed-answer path.
 
+``switch_by_hand`` is a person at the PDU itself: the outlet switches, and
+no SET is recorded.
+
 It is an in-process pysnmp command responder with its own MIB
 instrumentation (no MIB files, no snmpd), so a test starts it in well under
 a second, as root or not. ``PduStandinThread`` runs it on a private event
@@ -424,6 +427,17 @@ class PduStandin:
         self.set_requests.append(
             SetRequest(".".join(map(str, oid)), outlet, shown, outcome, time.monotonic())
         )
+
+    def switch_by_hand(self, n: int, on: bool) -> None:
+        """A person at the PDU (its front panel or web page) switches outlet ``n``.
+
+        The relay switches like after any command (``switch_delay`` late), but
+        no SNMP SET is involved: ``set_requests`` stays what managers sent.
+        Call it on the stand-in's loop (``PduStandinThread.call``).
+        """
+        if n not in self.outlets:
+            raise ValueError(f"outlet {n}: expected 1 to {len(self.outlets)}")
+        self._apply(n, "on" if on else "off")
 
     def _apply(self, n: int, action: str) -> None:
         outlet = self.outlets[n]

@@ -10,6 +10,10 @@ and then judges it. Outcomes:
 - ``held``: the node was held (an incident left for a person, or no incident);
 - ``detected``: the agent reports the fault in its state, and the controller,
   which has no rule for it, took no action (gpu-hang, mem-collapse);
+- ``rebooted``: the node went down and came back with a new boot id by
+  itself, and the controller took no action (reboot);
+- ``agent_down``: the controller called the node ``agent_down`` (its agent
+  answers, its ``seq`` stuck) and sent nothing to the PDU (stuck-agent);
 - ``not_detected``, ``timed_out``: the expected thing did not happen in time;
 - ``not_available``: the scenario cannot run on this machine (see its doc).
 
@@ -23,6 +27,7 @@ is one it expects and ``problems`` is empty.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -30,10 +35,12 @@ from pathlib import Path
 from typing import Any
 
 from spark_watchdog.history.records import Incident
+from spark_watchdog.history.store import HistoryStore
 from spark_watchdog.lab.cluster import GIB, LabCluster, LabNode, netns_unavailable
 from spark_watchdog.lab.lab_controller import ControllerProcess
 from spark_watchdog.lab.session import ControllerMode, LabSession, LabTimeout
 from spark_watchdog.lab.timeline import Narrator
+from spark_watchdog.power.base import PowerState
 
 # The agent reports MemAvailable's trend; below this the lab calls it a collapse.
 MEM_COLLAPSE_TREND = -0.5 * GIB
@@ -42,7 +49,13 @@ MEM_COLLAPSE_TREND = -0.5 * GIB
 QUIET_WATCH_S = 6.0
 RECOVERY_TIMEOUT_S = 90.0
 # Notifications that ask a person to act.
-PERSON_ALERTS = frozenset({"gave_up", "held", "ambiguous_power"})
+PERSON_ALERTS = frozenset({"gave_up", "held", "ambiguous_power", "outlet_off"})
+# How long a planned reboot keeps the node down (its SSH port refusing), at
+# least; longer than the lab's freeze_after, so that a controller counting a
+# refusal as silence would have fenced it.
+REBOOT_DOWN_S = 8.0
+# Verdicts that mean the controller took a node for frozen, or acted on it.
+FENCING_VERDICTS = frozenset({"host_frozen", "booting", "held", "isolated"})
 
 
 @dataclass
@@ -109,6 +122,10 @@ class Run:
 
     def inject(self, fault: str, node: LabNode | None = None) -> None:
         what = self.lab.inject(fault, node)
+        self.begin(fault, node, what)
+
+    def begin(self, fault: str, node: LabNode | None, what: str) -> None:
+        """The fault is in (injected, or played by the scenario itself): the clock starts."""
         self.injected_at = time.time()
         if node is not None and node.name not in self.result.nodes:
             self.result.nodes.append(node.name)
@@ -227,6 +244,66 @@ def _expect_no_power(run: Run) -> None:
         run.result.problems.append(f"{run.result.power_actions} power command(s) sent")
     if run.session.store().actions():
         run.result.problems.append("the history shows power actions")
+
+
+def _expect_no_incident(run: Run) -> None:
+    incidents = _incidents(run)
+    run.result.incident_ids = [i.id for i in incidents]
+    if incidents:
+        kinds = [f"#{i.id} {i.kind} ({', '.join(i.nodes)})" for i in incidents]
+        run.result.problems.append(f"incident(s) opened: {kinds}")
+
+
+class _Verdicts:
+    """One node's verdicts in the controller's /v1/status, as the scenario
+    sees them change (every wait and watch polls it)."""
+
+    def __init__(self, run: Run, node: LabNode) -> None:
+        self.run, self.node = run, node
+        self.seen: list[str] = []
+        self.first_at: dict[str, float] = {}  # wall clock
+
+    def poll(self) -> str | None:
+        verdict = self.run.session.verdict(self.node)
+        if verdict is not None and (not self.seen or self.seen[-1] != verdict):
+            self.seen.append(verdict)
+            self.first_at.setdefault(verdict, time.time())
+        return verdict
+
+    def wait(self, wanted: Callable[[str | None], bool], timeout: float, what: str) -> float:
+        return self.run.session.wait_for(lambda: wanted(self.poll()), timeout, what)
+
+    def watch(self, seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            self.poll()
+            time.sleep(0.2)
+
+    def after_injection(self, verdict: str) -> float | None:
+        at = self.first_at.get(verdict)
+        return None if at is None else at - self.run.injected_at
+
+    def note(self, final: bool = False) -> None:
+        """The verdicts seen so far into the result's notes (a final note replaces it)."""
+        prefix = f"{self.node.name}'s verdicts, in order: "
+        notes = self.run.result.notes
+        if final:
+            notes[:] = [n for n in notes if not n.startswith(prefix)]
+        notes.append(prefix + (" -> ".join(self.seen) or "none read"))
+
+    def expect_no_fencing(self) -> None:
+        wrong = [v for v in self.seen if v in FENCING_VERDICTS]
+        if wrong:
+            self.run.result.problems.append(
+                f"the controller called {self.node.name} {', '.join(dict.fromkeys(wrong))}"
+            )
+
+
+def _controller_boot_id(run: Run, node: LabNode) -> str | None:
+    for entry in (run.session.status() or {}).get("nodes", []):
+        if entry.get("name") == node.name and isinstance(entry.get("boot_id"), str):
+            return str(entry["boot_id"]).replace("-", "")
+    return None
 
 
 # -- scenarios --------------------------------------------------------------------
@@ -429,6 +506,191 @@ def _partition(run: Run) -> None:
         run.result.problems.append("power commands after the partition healed")
 
 
+def _reboot(run: Run) -> None:
+    node = _target(run, None, 2)
+    verdicts = _Verdicts(run, node)
+    verdicts.poll()
+    boot_before = node.boot_id()
+    freeze_after = float(run.session.controller_config["detection"]["freeze_after"])
+    down_s = max(REBOOT_DOWN_S, 2.5 * freeze_after)
+    run.begin(
+        "reboot",
+        node,
+        f"{node.name} reboots as planned: its agent gets SIGTERM and exits, its SSH port "
+        f"refuses for {down_s:g}s (freeze_after is {freeze_after:g}s), then a new boot",
+    )
+    run.lab.shut_down(node)
+    verdicts.watch(max(0.0, down_s - (time.time() - run.injected_at)))
+    run.lab.boot_again(node)
+    run.session.say(f"{node.name} boots again after {time.time() - run.injected_at:.1f}s down")
+
+    def back() -> bool:
+        booted = node.boot_id()
+        return booted not in (None, boot_before) and _controller_boot_id(run, node) == booted
+
+    try:
+        verdicts.wait(
+            lambda v: v == "healthy" and back(),
+            RECOVERY_TIMEOUT_S,
+            f"{node.name} healthy with a new boot id",
+        )
+    except LabTimeout as exc:
+        run.result.problems.append(str(exc))
+    else:
+        run.result.recovered_after_s = time.time() - run.injected_at
+        run.result.outcome = "rebooted"
+    run.result.detected_after_s = verdicts.after_injection("rebooting")
+    verdicts.note()
+    _account(run)
+    _expect_no_power(run)
+    _expect_no_incident(run)
+    verdicts.expect_no_fencing()
+    if "rebooting" not in verdicts.seen:
+        run.result.problems.append(
+            f"the controller never called {node.name} rebooting (ssh refused after the "
+            "agent's last progress)"
+        )
+    # The lab's side of "like a reboot": the new boot's journal shows a clean end.
+    journal: dict[str, Any] = {}
+
+    def journal_read() -> bool:
+        body = ((run.lab.agent_state(node) or {}).get("probes") or {}).get("journal") or {}
+        journal.update(body)
+        return body.get("previous_boot_id") == boot_before
+
+    with contextlib.suppress(LabTimeout):
+        run.session.wait_for(journal_read, 20, f"{node.name}'s agent to read its journal")
+    clean = journal.get("previous_boot_clean_shutdown")
+    if clean is not True:
+        run.result.problems.append(
+            f"{node.name}'s journal does not show the previous boot ending cleanly: "
+            f"previous boot {journal.get('previous_boot_id')!r}, clean {clean}"
+        )
+
+
+def _stuck_agent(run: Run) -> None:
+    node = _target(run, None, 1)
+    receiver = run.session.receiver
+    assert receiver is not None
+    verdicts = _Verdicts(run, node)
+    verdicts.poll()
+    snapshot = run.lab.wedge_agent(node)
+    run.begin(
+        "stuck-agent",
+        node,
+        f"{node.name}'s agent answers GET /v1/state 200 with seq {snapshot.get('seq')} and "
+        "the same boot id forever (its loop wedged: the lab serves its last snapshot "
+        "frozen); the host and its SSH answer as ever",
+    )
+    try:
+        verdicts.wait(lambda v: v == "agent_down", 30, f"{node.name} called agent_down")
+    except LabTimeout as exc:
+        run.result.problems.append(str(exc))
+        verdicts.watch(QUIET_WATCH_S)  # what it does instead, for the record
+    else:
+        try:
+            run.session.wait_for(lambda: "agent_down" in receiver.kinds(), 15, "an alert")
+        except LabTimeout:
+            run.result.problems.append("no agent_down notification")
+        # Twice freeze_after: a controller taking the stuck seq for silence would fence.
+        verdicts.watch(QUIET_WATCH_S)
+        final = verdicts.poll()
+        if final != "agent_down":
+            run.result.problems.append(
+                f"{node.name} is {final} after {QUIET_WATCH_S:g}s more; agent_down expected"
+            )
+    finally:
+        run.lab.unwedge_agent(node)
+        verdicts.note()
+    run.result.detected_after_s = verdicts.after_injection("agent_down")
+    run.result.outcome = "agent_down" if "agent_down" in verdicts.seen else "not_detected"
+    run.session.say(f"{node.name}'s real agent is back (same boot, a fresh seq)")
+    _account(run)
+    _expect_no_power(run)
+    _expect_no_incident(run)
+    verdicts.expect_no_fencing()
+    verdicts.wait(lambda v: v == "healthy", 60, f"{node.name} healthy again")
+    run.result.recovered_after_s = time.time() - run.injected_at
+    verdicts.note(final=True)
+
+
+def _outlet_off(run: Run) -> None:
+    node = _target(run, None, 2)
+    receiver = run.session.receiver
+    assert receiver is not None and run.lab.pdu is not None
+    standin = run.lab.pdu.standin
+    boot_before = node.boot_id()
+    verdicts = _Verdicts(run, node)
+    verdicts.poll()
+    run.lab.switch_by_hand(node, on=False)
+    run.begin(
+        "outlet-off",
+        node,
+        f"a person switches outlet {node.outlet} off at the PDU itself (no SNMP): "
+        f"{node.name} goes dark",
+    )
+    _wait_resolved(run, 1, f"{node.name}'s incident to be resolved", held_node=node)
+    try:
+        verdicts.wait(lambda v: v == "held", 10, f"{node.name} held")
+    except LabTimeout:
+        run.result.problems.append(f"{node.name} is {verdicts.poll()}, not held")
+    try:
+        run.session.wait_for(lambda: "outlet_off" in receiver.kinds(), 10, "an alert")
+    except LabTimeout:
+        run.result.problems.append("no outlet_off notification")
+    # A while longer: the controller must not switch the outlet on later either.
+    verdicts.watch(QUIET_WATCH_S / 2)
+    _judge_incidents(run, "host_frozen")
+    result, store = run.result, run.session.store()
+    for incident_id in result.incident_ids:
+        steps = [s.step for s in store.steps(incident_id)]
+        if "outlet_found_off" not in steps:
+            result.problems.append(f"incident #{incident_id}: no outlet_found_off step")
+    if store.active_hold(node.name) is None:
+        result.problems.append(f"{node.name} is not held in the history")
+    verified = [a.id for a in store.actions() if a.result == "verified"]
+    if verified:
+        result.problems.append(f"power actions recorded as verified: {verified}")
+    # Every SET since the start is the controller's: the person's switch sent none.
+    seen = [c for o, c in run.lab.outlet_commands(run.sets_before) if o == node.outlet]
+    if seen:
+        result.problems.append(f"{node.name}: the PDU received {seen} after the switch-off")
+    if standin.state(node.outlet) is not PowerState.OFF:
+        result.problems.append(f"outlet {node.outlet} is {standin.state(node.outlet).value}")
+    verdicts.note()
+    _operator_restores(run, node, boot_before)
+    _account(run)  # the whole run, the clean-up included
+
+
+def _operator_restores(run: Run, node: LabNode, boot_before: str | None) -> None:
+    """The clean-up a person does: the outlet on again (at the PDU), the new
+    boot seen, then the hold released through the history (``spark-watchdog
+    release``): the lab ends healthy, with no SET sent for it."""
+    sets = len(run.lab.outlet_commands())
+    run.lab.switch_by_hand(node, on=True)
+    run.session.say(f"clean-up: the person switches outlet {node.outlet} on again at the PDU")
+
+    def booted() -> bool:
+        boot_id = node.boot_id()
+        return boot_id not in (None, boot_before) and _controller_boot_id(run, node) == boot_id
+
+    run.session.wait_for(booted, 60, f"the controller to see {node.name}'s new boot")
+    operator = HistoryStore(run.session.history_path)
+    try:
+        released = operator.release(node.name, by="lab operator")
+    finally:
+        operator.close()
+    run.session.say(
+        f"clean-up: {node.name}'s hold released ({'#' + str(released.id) if released else 'none'})"
+    )
+    run.session.wait_healthy(60)
+    run.result.notes.append(
+        f"clean-up: outlet {node.outlet} switched on by hand, {node.name} booted, hold released"
+    )
+    if len(run.lab.outlet_commands()) != sets:
+        run.result.problems.append("power commands during the clean-up")
+
+
 SCENARIOS: dict[str, Scenario] = {
     s.name: s
     for s in (
@@ -529,6 +791,41 @@ SCENARIOS: dict[str, Scenario] = {
             "freeze, so expected: host_frozen, one verified cycle (the PDU is on its own "
             "network), no new boot seen within boot_timeout, gave up and held with an alert; "
             "when the link comes back the node answers and stays held for a person.",
+        ),
+        Scenario(
+            "reboot",
+            "a planned reboot: the agent exits on SIGTERM, SSH refuses a while, a new boot comes",
+            ("rebooted",),
+            _reboot,
+            doc="The outlet stays on. The agent is stopped with SIGTERM and exits, the SSH "
+            "stand-in stops listening (connections refused) for 8 s, longer than freeze_after "
+            "(3 s), then the host boots again: a new boot id, a journal whose previous boot "
+            "ended cleanly, the agent restarted. A refusal comes from a live kernel, so "
+            "expected: the controller calls the node rebooting, never host_frozen, opens no "
+            "incident and sends nothing to the PDU; the node is healthy with its new boot id.",
+        ),
+        Scenario(
+            "stuck-agent",
+            "a node's agent answers /v1/state with 200, its seq never advancing; the host is fine",
+            ("agent_down",),
+            _stuck_agent,
+            doc="The lab stops the node's real agent and serves its last snapshot, frozen (same "
+            "seq, same boot id), on its port; the SSH banner answers as ever. Any HTTP answer "
+            "is a live userland, so expected: the verdict agent_down within freeze_after, an "
+            "agent_down alert, no incident, no power command; once the real agent is back, "
+            "healthy.",
+        ),
+        Scenario(
+            "outlet-off",
+            "a person switches a node's outlet off at the PDU itself; the node goes dark",
+            ("gave_up",),
+            _outlet_off,
+            doc="The switch-off goes through the PDU stand-in's own state (no SNMP SET). The "
+            "dark node looks frozen: host_frozen, an incident, but the cycle reads the outlet "
+            "off before its off, so expected: step outlet_found_off, nothing sent, an "
+            "outlet_off alert, the node held, the incident gave_up, the outlet never switched "
+            "on by the controller. The scenario then cleans up as an operator would: the outlet "
+            "on by hand, the hold released through the history, every node healthy.",
         ),
     )
 }

@@ -13,6 +13,16 @@ process group (the lab starts it with a new session):
 The lab freezes a host with SIGSTOP to the group, cuts its power with
 SIGKILL to the group, and "boots" it by writing a new boot id and running
 this again.
+
+Its services can also be stopped and started without touching the power,
+as systemd would on a live host: the lab writes what it wants running to
+``NODE_DIR/services.json`` (``{"generation": N, "agent": bool, "ssh": bool}``)
+and sends SIGUSR1; the host stops the SSH stand-in (its port then refuses,
+like a host whose sshd has stopped), stops the agent with SIGTERM (it exits),
+or starts either again, and writes ``N`` to ``NODE_DIR/services.ack`` once it
+is done. That is how the lab plays a planned reboot (services stop, the
+host goes, a new boot comes) and replaces a node's agent for a while. An
+agent that exits on its own, unasked, ends the host as before.
 """
 
 from __future__ import annotations
@@ -28,8 +38,16 @@ import sys
 import uuid
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from typing import IO, Any
 
 from spark_watchdog.lab.journal_writer import Ending, boot_entries, write_boot
+
+SERVICES_FILE = "services.json"
+SERVICES_ACK = "services.ack"
+# Left by the lab when a boot ended in an orderly shutdown: the next boot's
+# journald then has no unclean file to complain about.
+CLEAN_SHUTDOWN_MARK = "clean-shutdown"
+AGENT_STOP_TIMEOUT = 10.0
 
 
 async def _banner_server(host: str, port: int) -> asyncio.base_events.Server:
@@ -46,9 +64,10 @@ async def _banner_server(host: str, port: int) -> asyncio.base_events.Server:
 def boot(node_dir: Path, hostname: str) -> str:
     """A new boot: a fresh boot id, and the boot's first journal lines.
 
-    Every lab boot after the first follows a power cut (SIGKILL of the whole
+    A lab boot after the first follows a power cut (SIGKILL of the whole
     tree), so journald's complaint about the previous boot's file is logged,
-    as a real journald does after an unclean stop (FACTS "systemd").
+    as a real journald does after an unclean stop (FACTS "systemd"); unless
+    the lab marked the previous boot's end as an orderly shutdown.
     """
     boot_id = uuid.uuid4().hex
     random_dir = node_dir / "proc" / "sys" / "kernel" / "random"
@@ -58,42 +77,129 @@ def boot(node_dir: Path, hostname: str) -> str:
     os.replace(tmp, random_dir / "boot_id")
     journal = node_dir / "journal"
     previous = list(journal.glob("boot-*.journal")) if journal.exists() else []
+    clean_mark = node_dir / CLEAN_SHUTDOWN_MARK
+    clean = clean_mark.exists()
+    clean_mark.unlink(missing_ok=True)
     entries = boot_entries(
         boot_id,
         datetime.now(timezone.utc),
         hostname=hostname,
         ending=Ending.POWER_LOSS,  # a running boot has no ending yet
-        after_unclean=bool(previous),
+        after_unclean=bool(previous) and not clean,
         step=timedelta(milliseconds=10),
     )
     write_boot(journal, entries)
     return boot_id
 
 
+class _Services:
+    """The host's two services, the SSH stand-in and the agent."""
+
+    def __init__(self, node_dir: Path, address: str, ssh_port: int) -> None:
+        self.node_dir = node_dir
+        self.address = address
+        self.ssh_port = ssh_port
+        self.server: asyncio.base_events.Server | None = None
+        self.agent: subprocess.Popen[bytes] | None = None
+        self.agent_wanted = True
+        self._log: IO[bytes] = (node_dir / "agent.log").open("ab")
+
+    async def start(self) -> None:
+        self.server = await _banner_server(self.address, self.ssh_port)
+        self._start_agent()
+
+    def _start_agent(self) -> None:
+        config = str(self.node_dir / "agent.yaml")
+        self.agent = subprocess.Popen(
+            [sys.executable, "-m", "spark_watchdog", "agent", "--config", config],
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "SPARK_WATCHDOG_NODE_DIR": str(self.node_dir)},
+        )
+
+    @property
+    def agent_running(self) -> bool:
+        return self.agent is not None and self.agent.poll() is None
+
+    @property
+    def agent_quit_unasked(self) -> bool:
+        return self.agent_wanted and self.agent is not None and self.agent.poll() is not None
+
+    async def stop_agent(self) -> None:
+        agent = self.agent
+        if agent is None or agent.poll() is not None:
+            return
+        agent.terminate()  # SIGTERM, as systemd stops a unit
+        try:
+            await asyncio.to_thread(agent.wait, AGENT_STOP_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            agent.kill()
+            await asyncio.to_thread(agent.wait, AGENT_STOP_TIMEOUT)
+
+    async def converge(self) -> None:
+        """Do what ``services.json`` asks, then acknowledge its generation."""
+        try:
+            wanted: Any = json.loads((self.node_dir / SERVICES_FILE).read_text())
+        except (OSError, ValueError):
+            return
+        if not isinstance(wanted, dict):
+            return
+        ssh, agent = wanted.get("ssh") is not False, wanted.get("agent") is not False
+        # Stops first, SSH before the agent: sshd's socket goes at once, the
+        # agent takes a moment to exit.
+        if not ssh and self.server is not None:
+            self.server.close()
+            self.server = None
+        self.agent_wanted = agent
+        if not agent:
+            await self.stop_agent()
+        if ssh and self.server is None:
+            self.server = await _banner_server(self.address, self.ssh_port)
+        if agent and not self.agent_running:
+            self._start_agent()
+        ack = self.node_dir / SERVICES_ACK
+        tmp = ack.with_name(SERVICES_ACK + ".tmp")
+        tmp.write_text(str(wanted.get("generation", 0)))
+        os.replace(tmp, ack)
+
+    async def shut_down(self) -> None:
+        self.agent_wanted = False
+        await self.stop_agent()
+        if self.server is not None:
+            self.server.close()
+            self.server = None
+        self._log.close()
+
+
 async def run(node_dir: Path) -> int:
     spec = json.loads((node_dir / "host.json").read_text())
     boot(node_dir, spec["name"])
-    server = await _banner_server(spec["address"], int(spec["ssh_port"]))
-    log = (node_dir / "agent.log").open("ab")
-    agent = subprocess.Popen(
-        [sys.executable, "-m", "spark_watchdog", "agent", "--config", str(node_dir / "agent.yaml")],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        env={**os.environ, "SPARK_WATCHDOG_NODE_DIR": str(node_dir)},
-    )
-    stop = asyncio.Event()
+    services = _Services(node_dir, spec["address"], int(spec["ssh_port"]))
+    attention = asyncio.Event()
+    stopping = False
+
+    def stop() -> None:
+        nonlocal stopping
+        stopping = True
+        attention.set()
+
+    # The handlers before anything starts: SIGUSR1's default action is to exit.
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    while not stop.is_set() and agent.poll() is None:
+        loop.add_signal_handler(sig, stop)
+    loop.add_signal_handler(signal.SIGUSR1, attention.set)
+    await services.start()
+    while True:
         with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(stop.wait(), 0.5)
-    if agent.poll() is None:
-        agent.terminate()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            agent.wait(10)
-    server.close()
-    log.close()
+            await asyncio.wait_for(attention.wait(), 0.5)
+        if stopping:
+            break
+        if attention.is_set():
+            attention.clear()
+            await services.converge()
+        if services.agent_quit_unasked:
+            break  # the agent's end is the host's, as it always was here
+    await services.shut_down()
     return 0
 
 

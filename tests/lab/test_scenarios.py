@@ -181,8 +181,8 @@ def test_pdu_down_gives_up_with_an_alert_and_no_command(scenario: Any) -> None:
     assert {"gave_up", "held"} & set(report["alerts"])
     incident = store.get_incident(report["incident_ids"][0])
     assert incident.kind == "host_frozen" and incident.nodes == ("spark-3",)
-    # Recorded before it was tried, and failed: nothing was verified.
-    assert [(a.operation, a.result) for a in store.actions()] == [("cycle", "failed")]
+    # The outlet could not even be read: no cycle was started, none is counted.
+    assert store.actions() == []
     assert "rung_failed" in [s.step for s in store.steps(incident.id)]
     hold = store.active_hold("spark-3")
     assert hold is not None and "gave up" in hold.reason
@@ -254,4 +254,58 @@ def test_partition_is_cycled_once_then_held(scenario: Any, tmp_path: Path) -> No
     assert "boot_timeout" in steps and "new_boot_seen" not in steps
     assert [(a.operation, a.result) for a in store.actions()] == [("cycle", "verified")]
     assert store.active_hold("spark-3") is not None
+    _no_action_against(store, ["spark-1", "spark-2", "spark-4"])
+
+
+def test_a_planned_reboot_is_ridden_out_without_power(scenario: Any) -> None:
+    """SIGTERM to the agent, SSH refusing for longer than freeze_after, a new boot:
+    a live kernel going down is `rebooting`, never fenced."""
+    report, store = scenario("reboot")
+    assert report["outcome"] == "rebooted"
+    assert report["power_actions"] == 0 and report["pdu_commands"] == []
+    assert report["incident_ids"] == [] and store.list_incidents() == []
+    assert store.actions() == [] and store.active_holds() == []
+    # The controller said why it waited, within a few seconds of the shutdown.
+    assert report["detected_after_s"] is not None and report["detected_after_s"] < 20
+    assert report["recovered_after_s"] is not None and report["recovered_after_s"] < 90
+    verdicts = next(n for n in report["notes"] if n.startswith("spark-3's verdicts"))
+    assert "rebooting" in verdicts and "host_frozen" not in verdicts
+
+
+def test_a_stuck_agent_is_agent_down_never_a_power_action(scenario: Any) -> None:
+    """HTTP 200 with a seq that never advances: userland is alive."""
+    report, store = scenario("stuck-agent")
+    assert report["outcome"] == "agent_down"
+    assert report["power_actions"] == 0 and report["pdu_commands"] == []
+    assert "agent_down" in report["alerts"]
+    assert report["detected_after_s"] is not None and report["detected_after_s"] < 30
+    assert report["incident_ids"] == [] and store.list_incidents() == []
+    assert store.actions() == [] and store.active_holds() == []
+    verdicts = next(n for n in report["notes"] if n.startswith("spark-2's verdicts"))
+    assert verdicts.endswith("agent_down -> healthy"), verdicts
+
+
+def test_an_outlet_switched_off_by_hand_is_held_and_never_switched_on(scenario: Any) -> None:
+    report, store = scenario("outlet-off")
+    assert report["outcome"] == "gave_up"
+    # The person's switch is no SET; the controller sent none either (no on).
+    assert report["power_actions"] == 0 and report["pdu_commands"] == []
+    assert "outlet_off" in report["alerts"]
+    (incident_id,) = report["incident_ids"]
+    incident = store.get_incident(incident_id)
+    assert (incident.kind, incident.nodes, incident.resolution) == (
+        "host_frozen",
+        ("spark-3",),
+        "gave_up",
+    )
+    steps = [s.step for s in store.steps(incident_id)]
+    assert "outlet_found_off" in steps
+    assert not {"off_requested", "on_requested", "on_verified"} & set(steps)
+    # Read before any cycle was recorded: nothing sent, nothing counted against a budget.
+    assert store.actions() == []
+    # Held by the controller, released by the operator's clean-up.
+    (hold,) = [h for h in store.holds() if h.node == "spark-3"]
+    assert hold.created_by == "controller" and "is off" in hold.reason
+    assert hold.released_by == "lab operator"
+    assert store.active_holds() == []
     _no_action_against(store, ["spark-1", "spark-2", "spark-4"])
