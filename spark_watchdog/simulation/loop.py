@@ -52,11 +52,22 @@ class VirtualLoop(asyncio.SelectorEventLoop):
         self._now += seconds
 
 
+async def _cancel_the_rest() -> None:
+    me = asyncio.current_task()
+    left = [t for t in asyncio.all_tasks() if t is not me and not t.done()]
+    for task in left:
+        task.cancel()
+    await asyncio.gather(*left, return_exceptions=True)
+
+
 def run_virtual(main: Coroutine[Any, Any, T], start: float = 0.0) -> T:
     """Run ``main`` to completion on a fresh virtual-time loop."""
     loop = VirtualLoop(start)
     try:
         return loop.run_until_complete(main)
     finally:
+        # What the run left behind (a killed controller's tasks) ends here,
+        # cancelled and awaited, not destroyed pending.
+        loop.run_until_complete(_cancel_the_rest())
         loop.run_until_complete(loop.shutdown_asyncgens())
         loop.close()
