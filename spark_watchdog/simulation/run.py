@@ -321,6 +321,8 @@ class _Run:
         )
 
     def start_controller(self) -> None:
+        if self.incarnation.alive:
+            return  # one controller per history: the instance lock sees to that
         number = self.incarnation.number + 1
         self.incarnation = Incarnation(number)
         store = cast(HistoryStore, _Store(self.store, self))
@@ -498,8 +500,9 @@ class _Run:
             self.history_fault = StoreLocked if fault == "history_locked" else StoreFull
             self.history_fault_until = now + rng.uniform(1.0, 30.0)
         elif fault == "crash":
-            self.kill_quietly()
-            self.later(rng.uniform(0.5, 30.0), self.start_controller)
+            if self.incarnation.alive:
+                self.kill_quietly()
+                self.later(rng.uniform(0.5, 30.0), self.start_controller)
         elif fault == "clock_step":
             step = rng.choice([-600.0, 600.0])
             self.clock.offset = max(-600.0, min(600.0, self.clock.offset + step))

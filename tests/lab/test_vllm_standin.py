@@ -39,7 +39,7 @@ class StandinProcess:
         for line in self.process.stdout:
             self.lines.put(line.rstrip("\n"))
 
-    def wait_for(self, fragment: str, timeout: float = 15.0) -> str:
+    def wait_for(self, fragment: str, timeout: float = 60.0) -> str:  # a loaded machine
         seen: list[str] = []
         while True:
             try:
@@ -52,7 +52,7 @@ class StandinProcess:
 
     def stop(self) -> int:
         self.process.send_signal(signal.SIGTERM)
-        return self.process.wait(timeout=10)
+        return self.process.wait(timeout=30)
 
 
 @pytest.fixture
