@@ -601,15 +601,17 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     given = {k: v for k, v in vars(args).items() if v != parser.get_default(k)}
-    _log(f"non-default args: {given}{f' extra: {extra}' if extra else ''}")
-    _log(config_line(args, extra))
     stop = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
         stop.set()
 
+    # Before the first line: a launcher that stops the rank as soon as it has
+    # seen the config line must get a clean exit, not death by SIGTERM.
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    _log(f"non-default args: {given}{f' extra: {extra}' if extra else ''}")
+    _log(config_line(args, extra))
     if args.headless:
         _log("headless rank: no API server; engine running")
         while not stop.wait(0.5):
