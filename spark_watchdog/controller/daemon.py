@@ -96,6 +96,9 @@ class Controller:
         self._slot = asyncio.Semaphore(config.guards.max_concurrent_power_actions)
         # Held from a rung's guard check to its record (see recovery._preflight).
         self._budget_lock = asyncio.Lock()
+        # Rungs this process recorded, by monotonic time: the budgets count them
+        # exactly whatever the wall clock does; the history counts the earlier ones.
+        self._cycles: list[tuple[str, float]] = []
         self._fencing: dict[str, asyncio.Task[RungOutcome]] = {}
         self._serving_task: asyncio.Task[bool] | None = None
         self._agent_restarts: dict[str, asyncio.Task[None]] = {}
@@ -122,6 +125,10 @@ class Controller:
 
     def budget_lock(self) -> asyncio.Lock:
         return self._budget_lock
+
+    def note_cycle(self, node: str) -> None:
+        """A rung was recorded: it counts against the budgets from now (monotonic)."""
+        self._cycles.append((node, self.clock.monotonic()))
 
     def power_for(self, path: PowerPath, watch: NodeWatch, incident_id: int) -> VerifiedPower:
         """A verified power path whose every step is written ahead, with the send gate."""
@@ -626,11 +633,7 @@ class Controller:
 
     async def _guards(self, watch: NodeWatch) -> Guards:
         g = self.config.guards
-        since = self.clock.time() - g.budget_window - CLOCK_STEP_MARGIN_S
-        node_cycles = await self.ledger.read(
-            self.ledger.store.power_cycles_since, watch.name, since
-        )
-        cluster_cycles = await self.ledger.read(self.ledger.store.cluster_power_cycles_since, since)
+        node_cycles, cluster_cycles = await self._cycles_in_window(watch.name)
         # Nodes in the power phase of a rung; the power slot serialises the
         # commands themselves, this keeps new incidents from queueing blind.
         in_flight = sum(1 for w in self.watches.values() if w.state is NodeState.FENCING)
@@ -649,6 +652,26 @@ class Controller:
             # Rungs tried for the node's open incident; none outside one.
             rungs_done=frozenset(watch.rungs_done if watch.incident_id is not None else ()),
         )
+
+    async def _cycles_in_window(self, node: str) -> tuple[int, int]:
+        """Cycles of the node and of the cluster within budget_window.
+
+        This process's own by the monotonic clock (exact under any clock
+        step); those of earlier processes from the history by wall time, over
+        a window widened by CLOCK_STEP_MARGIN_S (a clock stepped by less than
+        that between the record and now cannot hide one).
+        """
+        window = self.config.guards.budget_window
+        since = self.clock.time() - window - CLOCK_STEP_MARGIN_S
+        earlier = [
+            t
+            for t in await self.ledger.read(self.ledger.store.power_cut_times_by_node, since)
+            if t[1] < self.started_at
+        ]
+        now = self.clock.monotonic()
+        mine = [n for n, at in self._cycles if now - at < window]
+        node_count = sum(1 for n, _ in earlier if n == node) + mine.count(node)
+        return node_count, len(earlier) + len(mine)
 
     async def _act(self, watch: NodeWatch) -> None:
         if watch.name in self._fencing and not self._fencing[watch.name].done():

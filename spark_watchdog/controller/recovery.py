@@ -83,6 +83,8 @@ class RecoveryHost(Protocol):
 
     def budget_lock(self) -> asyncio.Lock: ...
 
+    def note_cycle(self, node: str) -> None: ...
+
     async def hold_node(
         self,
         watch: NodeWatch,
@@ -228,6 +230,7 @@ async def _run_rung(
                             step=StepName.RUNG_STARTED,
                             step_detail={"rung": plan.rung, "boot_id_before": plan.boot_before},
                         )
+                        host.note_cycle(node)
                 held_s = (await power.cycle(host.config.policy.power_off_seconds)).off_held_s
             else:
                 held_s = await _resume_cycle(host, watch, incident_id, power, plan)

@@ -1077,6 +1077,17 @@ class HistoryStore:
         with self._reading("counting power cycles") as conn:
             return [row[0] for row in conn.execute(query + " ORDER BY requested_at", params)]
 
+    def power_cut_times_by_node(self, since: float) -> list[tuple[str, float]]:
+        """(node, requested_at) of each counted power cut at or after ``since``, oldest first."""
+        start = _time(since, "since", self._path)
+        ops = ",".join(f"'{op}'" for op in POWER_CUT_OPERATIONS)
+        query = (
+            f"SELECT node, requested_at FROM actions WHERE operation IN ({ops}) AND dry_run = 0 "
+            "AND requested_at >= ? ORDER BY requested_at"
+        )
+        with self._reading("counting power cycles") as conn:
+            return [(row[0], row[1]) for row in conn.execute(query, (start,))]
+
     # -- serving restarts ------------------------------------------------------------
 
     def start_serving_restart(
