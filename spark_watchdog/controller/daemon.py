@@ -98,7 +98,7 @@ class Controller:
         self._budget_lock = asyncio.Lock()
         # Rungs this process recorded, by monotonic time: the budgets count them
         # exactly whatever the wall clock does; the history counts the earlier ones.
-        self._cycles: list[tuple[str, float]] = []
+        self._cycles: list[tuple[str, float, int]] = []
         self._fencing: dict[str, asyncio.Task[RungOutcome]] = {}
         self._serving_task: asyncio.Task[bool] | None = None
         self._agent_restarts: dict[str, asyncio.Task[None]] = {}
@@ -126,9 +126,9 @@ class Controller:
     def budget_lock(self) -> asyncio.Lock:
         return self._budget_lock
 
-    def note_cycle(self, node: str) -> None:
+    def note_cycle(self, node: str, action_id: int) -> None:
         """A rung was recorded: it counts against the budgets from now (monotonic)."""
-        self._cycles.append((node, self.clock.monotonic()))
+        self._cycles.append((node, self.clock.monotonic(), action_id))
 
     def power_for(self, path: PowerPath, watch: NodeWatch, incident_id: int) -> VerifiedPower:
         """A verified power path whose every step is written ahead, with the send gate."""
@@ -663,15 +663,17 @@ class Controller:
         """
         window = self.config.guards.budget_window
         since = self.clock.time() - window - CLOCK_STEP_MARGIN_S
+        ours = {action_id for _, _, action_id in self._cycles}
         earlier = [
-            t
-            for t in await self.ledger.read(self.ledger.store.power_cut_times_by_node, since)
-            if t[1] < self.started_at
+            cut_node
+            for action_id, cut_node, _ in await self.ledger.read(
+                self.ledger.store.power_cuts_since, since
+            )
+            if action_id not in ours
         ]
         now = self.clock.monotonic()
-        mine = [n for n, at in self._cycles if now - at < window]
-        node_count = sum(1 for n, _ in earlier if n == node) + mine.count(node)
-        return node_count, len(earlier) + len(mine)
+        mine = [n for n, at, _ in self._cycles if now - at < window]
+        return earlier.count(node) + mine.count(node), len(earlier) + len(mine)
 
     async def _act(self, watch: NodeWatch) -> None:
         if watch.name in self._fencing and not self._fencing[watch.name].done():

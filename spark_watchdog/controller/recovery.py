@@ -83,7 +83,7 @@ class RecoveryHost(Protocol):
 
     def budget_lock(self) -> asyncio.Lock: ...
 
-    def note_cycle(self, node: str) -> None: ...
+    def note_cycle(self, node: str, action_id: int) -> None: ...
 
     async def hold_node(
         self,
@@ -230,7 +230,7 @@ async def _run_rung(
                             step=StepName.RUNG_STARTED,
                             step_detail={"rung": plan.rung, "boot_id_before": plan.boot_before},
                         )
-                        host.note_cycle(node)
+                        host.note_cycle(node, action.id)
                 held_s = (await power.cycle(host.config.policy.power_off_seconds)).off_held_s
             else:
                 held_s = await _resume_cycle(host, watch, incident_id, power, plan)

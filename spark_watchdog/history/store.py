@@ -1077,16 +1077,16 @@ class HistoryStore:
         with self._reading("counting power cycles") as conn:
             return [row[0] for row in conn.execute(query + " ORDER BY requested_at", params)]
 
-    def power_cut_times_by_node(self, since: float) -> list[tuple[str, float]]:
-        """(node, requested_at) of each counted power cut at or after ``since``, oldest first."""
+    def power_cuts_since(self, since: float) -> list[tuple[int, str, float]]:
+        """(action id, node, requested_at) of each counted power cut at or after ``since``."""
         start = _time(since, "since", self._path)
         ops = ",".join(f"'{op}'" for op in POWER_CUT_OPERATIONS)
         query = (
-            f"SELECT node, requested_at FROM actions WHERE operation IN ({ops}) AND dry_run = 0 "
-            "AND requested_at >= ? ORDER BY requested_at"
+            f"SELECT id, node, requested_at FROM actions WHERE operation IN ({ops}) "
+            "AND dry_run = 0 AND requested_at >= ? ORDER BY requested_at"
         )
         with self._reading("counting power cycles") as conn:
-            return [(row[0], row[1]) for row in conn.execute(query, (start,))]
+            return [(row[0], row[1], row[2]) for row in conn.execute(query, (start,))]
 
     # -- serving restarts ------------------------------------------------------------
 
