@@ -14,7 +14,9 @@ import contextvars
 import functools
 import json
 import logging
+import os
 import random
+import tempfile
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -98,9 +100,6 @@ _TOKEN: list[str] = []
 def _token_file() -> str:
     """A serving token file, so serving restarts run (and can be checked in dry run)."""
     if not _TOKEN:
-        import os
-        import tempfile
-
         fd, path = tempfile.mkstemp(prefix="spark-watchdog-sim-token-")
         os.write(fd, b"simulated-token\n")
         os.close(fd)
@@ -230,6 +229,8 @@ class _Run:
         self.errors: list[str] = []
         self.crash_after_command: int | None = None
         self.final_verdicts: dict[str, str] = {}
+        # Temporary faults still to end (heal_all ends them at the quiet tail).
+        self.pending_heals: list[Callable[[], Any]] = []
         self.spacing = CommandSpacing()
 
     # -- configuration ------------------------------------------------------
@@ -415,7 +416,8 @@ class _Run:
         if self.crash_after_command is not None and len(self.world.truth.commands) + 1 == (
             self.crash_after_command
         ):
-            self.world.loop.call_soon(self.kill_quietly) if self.world.loop else None
+            assert self.world.loop is not None
+            self.world.loop.call_soon(self.kill_quietly)
 
     def violate(self, text: str) -> None:
         self.world.truth.violations.append(f"seed {self.seed}: {text}")
@@ -528,8 +530,6 @@ class _Run:
 
         self.world.loop.call_later(delay, fire)
 
-    pending_heals: list[Callable[[], Any]]
-
     def heal_all(self) -> None:
         """The quiet tail begins: every temporary fault ends now."""
         for fn in list(self.pending_heals):
@@ -557,7 +557,6 @@ class _Run:
     async def main(self) -> Report:
         loop = asyncio.get_running_loop()
         self.world.loop = loop
-        self.pending_heals = []
         loop.set_task_factory(self.task_factory)
         if self.prepare is not None:
             self.prepare(self.store)  # what an earlier controller left in the history

@@ -366,11 +366,9 @@ class SimAgents:
 
 
 def sim_banner(world: World, incarnation: Incarnation) -> Any:
-    by_host = {name: node for name, node in world.nodes.items()}
-
     async def check(host: str, port: int, timeout: float) -> BannerResult:
         incarnation.check()
-        result = await by_host[host].banner(timeout)
+        result = await world.nodes[host].banner(timeout)  # ssh_host is the node's name
         incarnation.check()
         return result
 
