@@ -152,9 +152,10 @@ class Agent:
         if probes.gpu.enabled:
             self._gpu = GpuProbe(probes.gpu.deadline, worker_argv=gpu_worker_argv)
             # The GpuProbe enforces the deadline itself (and kills the child);
-            # the runner's deadline is only a backstop.
+            # the runner's deadline is only a backstop, past a fresh child's start.
+            backstop = probes.gpu.deadline + GpuProbe.start_allowance_s + 2.0
             self._runners["gpu"] = ProbeRunner(
-                "gpu", probes.gpu.interval, probes.gpu.deadline + 2.0, probe=self._gpu.read
+                "gpu", probes.gpu.interval, backstop, probe=self._gpu.read
             )
         self._journal: JournalProbe | None = None
         if probes.journal.enabled:

@@ -313,6 +313,12 @@ class GpuProbe:
     # go. Allow this many such leftovers while still starting a replacement;
     # beyond it, stop spawning (each would wedge too) until one of them exits.
     max_stuck_workers: ClassVar[int] = 1
+    # A fresh worker's first read also pays for its start: a Python process and
+    # nvmlInit, 186 ms together on an idle H200 (docs/benchmarks.md), seconds
+    # on a loaded small machine. It gets
+    # this much on top of ``deadline``, so that after one real timeout the
+    # replacement's start is not counted as a second one.
+    start_allowance_s: ClassVar[float] = 5.0
 
     def __init__(self, deadline: float, worker_argv: Sequence[str] | None = None) -> None:
         if not (isinstance(deadline, (int, float)) and deadline > 0 and math.isfinite(deadline)):
@@ -362,7 +368,9 @@ class GpuProbe:
 
     async def _read(self) -> GpuReading:
         worker = self._worker
+        limit = self.deadline
         if worker is None:
+            limit += self.start_allowance_s
             if len(self._stuck) > self.max_stuck_workers:
                 pids = ", ".join(map(str, self.stuck_worker_pids))
                 return GpuReading(
@@ -381,10 +389,16 @@ class GpuProbe:
                     error=f"could not start the NVML worker `{shlex.join(self._argv)}`: {exc}",
                 )
         try:
-            line = await asyncio.wait_for(worker.ask(), self.deadline)
+            line = await asyncio.wait_for(worker.ask(), limit)
         except asyncio.TimeoutError:
             await self._discard(worker)
             message = f"NVML did not answer within {self.deadline:g} s; the driver may be wedged"
+            if limit > self.deadline:
+                message = (
+                    f"a freshly started NVML worker did not answer within {limit:g} s "
+                    f"({self.start_allowance_s:g} s to start and initialise NVML, "
+                    f"{self.deadline:g} s to read); the driver may be wedged"
+                )
             if worker in self._stuck:
                 message += (
                     f"; the killed worker (pid {worker.pid}) has not exited yet, "

@@ -268,15 +268,23 @@ def test_the_worker_is_the_parents_own_copy_of_the_package(
 
 
 @pytest.mark.integration
+class _QuickStartProbe(GpuProbe):
+    # Keeps the hanging tests short: a fresh worker waits 0.5 s + 0.5 s.
+    start_allowance_s = 0.5
+
+
 def test_a_hanging_worker_times_out_is_killed_and_replaced(tmp_path: Path) -> None:
     argv = child(tmp_path, "hanging", HANGING)
 
     async def scenario() -> None:
-        async with GpuProbe(deadline=0.5, worker_argv=argv) as probe:
+        async with _QuickStartProbe(deadline=0.5, worker_argv=argv) as probe:
             first = await probe.read()
             assert first.state == "timeout"
-            assert first.error == "NVML did not answer within 0.5 s; the driver may be wedged"
-            assert 0.5 <= first.duration_s < 3
+            assert first.error == (
+                "a freshly started NVML worker did not answer within 1 s (0.5 s to start "
+                "and initialise NVML, 0.5 s to read); the driver may be wedged"
+            )
+            assert 1.0 <= first.duration_s < 4
             assert probe.worker_pid is None
             assert probe.stuck_worker_pids == ()
             (killed,) = spawned_pids(tmp_path)
@@ -292,13 +300,47 @@ def test_a_hanging_worker_times_out_is_killed_and_replaced(tmp_path: Path) -> No
     run_async(scenario)
 
 
+# Slow to start (a loaded machine, a slow nvmlInit), then quick; hangs once
+# the file ``hang`` exists.
+SLOW_START = f"""
+    time.sleep(1.5)
+    line = json.dumps({GB10_ANSWER!r})
+    for request in sys.stdin:
+        if os.path.exists(os.path.join(os.path.dirname(__file__), "hang")):
+            time.sleep(60)
+        print(line, flush=True)
+"""
+
+
+def test_a_fresh_worker_gets_time_to_start_on_top_of_the_read_deadline(tmp_path: Path) -> None:
+    """After one real timeout, the replacement's slow start is not a second one."""
+    argv = child(tmp_path, "slow_start", SLOW_START)
+
+    async def scenario() -> list[GpuReading]:
+        async with GpuProbe(deadline=0.5, worker_argv=argv) as probe:
+            first = await probe.read()  # 1.5 s to start: more than the 0.5 s deadline
+            (tmp_path / "hang").touch()
+            hung = await probe.read()  # a warm worker gets the plain deadline
+            (tmp_path / "hang").unlink()
+            return [first, hung, await probe.read()]
+
+    first, hung, replaced = run_async(scenario)
+    assert first.state == "ok", first.error
+    assert first.duration_s >= 1.5
+    assert hung.state == "timeout"
+    assert hung.error == "NVML did not answer within 0.5 s; the driver may be wedged"
+    assert hung.duration_s < 1.5
+    assert replaced.state == "ok", replaced.error
+    assert len(spawned_pids(tmp_path)) == 2
+
+
 def stuck_count(probe: GpuProbe) -> int:
     # A function, not len() inline: mypy would narrow the property's tuple length
     # across awaits that change it.
     return len(probe.stuck_worker_pids)
 
 
-class _UnkillableProbe(GpuProbe):
+class _UnkillableProbe(_QuickStartProbe):
     # Plays a worker in uninterruptible sleep: the "kill" does not kill.
     kill_signal = signal.SIGCONT
     reap_grace_s = 0.2
