@@ -40,6 +40,7 @@ from spark_watchdog.doctor.secret_files import (
     controller_secrets,
 )
 from spark_watchdog.power.paths import power_paths
+from spark_watchdog.probes.gpu import GpuProbe
 
 # Reading a big journal (20 boots of kernel lines) takes seconds, not minutes.
 JOURNAL_TIMEOUT_S = 60.0
@@ -101,7 +102,12 @@ def node_plan(config: AgentConfig, host: NodeHost | None = None) -> list[Planned
             QUICK_TIMEOUT_S + 5.0,  # two systemd queries of at most 5 s each
             _blocking(partial(hw_watchdog.check_hardware_watchdog, host.root, host.run_systemd)),
         ),
-        PlannedCheck("node.gpu", "NVML", gpu.deadline + 5.0, partial(check_gpu, config)),
+        PlannedCheck(
+            "node.gpu",
+            "NVML",
+            gpu.deadline + GpuProbe.start_allowance_s + 5.0,  # a fresh worker, then a margin
+            partial(check_gpu, config),
+        ),
         PlannedCheck(
             "node.vllm",
             f"vLLM at {vllm.url}",
