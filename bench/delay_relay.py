@@ -64,7 +64,13 @@ class DelayRelay:
         except (OSError, asyncio.TimeoutError):
             client_w.close()
             return
-        await asyncio.gather(self._pump(client_r, upstream_w), self._pump(upstream_r, client_w))
+        try:
+            await asyncio.gather(self._pump(client_r, upstream_w), self._pump(upstream_r, client_w))
+        except asyncio.CancelledError:
+            # stop() cancels open connections; asyncio's server callback would
+            # otherwise print each one's CancelledError with a traceback.
+            for writer in (client_w, upstream_w):
+                writer.close()
 
     async def _pump(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         queue: asyncio.Queue[tuple[float, bytes]] = asyncio.Queue()
