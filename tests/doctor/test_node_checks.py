@@ -84,9 +84,10 @@ def test_nvml_hanging_fails_at_the_agents_deadline(nvml_standin: Path) -> None:
     gpu_standin.write_mode(nvml_standin, "hang")
     started = time.monotonic()
     found = asyncio.run(check_gpu(_agent(gpu={"deadline": 1.0})))
-    assert time.monotonic() - started < 5.0
+    # A fresh NVML worker: 1 s to read plus GpuProbe.start_allowance_s to start.
+    assert time.monotonic() - started < 15.0
     assert found.status == "fail"
-    assert "did not answer within 1 s" in found.detail and "wedged" in found.detail
+    assert "did not answer within 6 s" in found.detail and "wedged" in found.detail
 
 
 def test_a_disabled_gpu_probe_is_skipped() -> None:
