@@ -10,7 +10,9 @@ from typing import Any
 
 from spark_watchdog import logs
 from spark_watchdog.agent.daemon import serve
-from spark_watchdog.config.agent import load_agent_config
+from spark_watchdog.config.agent import parse_agent_config
+from spark_watchdog.config.files import read_yaml
+from spark_watchdog.config.secret_refs import agent_secrets, check_secrets
 from spark_watchdog.errors import ConfigError, WatchdogError
 
 log = logging.getLogger("spark_watchdog.agent")
@@ -29,7 +31,10 @@ def add_parser(commands: Any) -> None:
     )
     parser.add_argument("--config", required=True, metavar="FILE", help="agent YAML config")
     parser.add_argument(
-        "--check", action="store_true", help="validate the config, print it and exit"
+        "--check",
+        action="store_true",
+        help="validate the config and every secret file it names, and exit (a credential "
+        "name is checked only where $CREDENTIALS_DIRECTORY is set, as in the unit)",
     )
     parser.add_argument("--debug", action="store_true", help="log debug messages")
     parser.set_defaults(func=run)
@@ -38,12 +43,18 @@ def add_parser(commands: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     logs.configure(logging.DEBUG if args.debug else logging.INFO)
     try:
-        config = load_agent_config(args.config)
+        config = parse_agent_config(read_yaml(args.config), str(args.config))
+        # Every secret file the config names, now: at --check, and before a start.
+        secrets = check_secrets(
+            str(args.config), agent_secrets(config), credentials_required=not args.check
+        )
     except ConfigError as exc:
         print(f"spark-watchdog agent: {exc}", file=sys.stderr)
         return 2
     if args.check:
         print(f"{args.config}: ok (node {config.node})")
+        for note in secrets.notes():
+            print(f"  {note}")
         return 0
     try:
         asyncio.run(serve(config))

@@ -10,6 +10,7 @@ from typing import Any
 
 from spark_watchdog import logs
 from spark_watchdog.config.controller import load_controller_config
+from spark_watchdog.config.secret_refs import check_secrets, controller_secrets
 from spark_watchdog.errors import ConfigError, WatchdogError
 
 log = logging.getLogger("spark_watchdog.controller")
@@ -26,7 +27,12 @@ def add_parser(commands: Any) -> None:
         epilog="example: spark-watchdog controller --config /etc/spark-watchdog/controller.yaml",
     )
     parser.add_argument("--config", required=True, metavar="FILE", help="controller YAML config")
-    parser.add_argument("--check", action="store_true", help="validate the config and exit")
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="validate the config and every secret file it names, and exit (a credential "
+        "name is checked only where $CREDENTIALS_DIRECTORY is set, as in the unit)",
+    )
     parser.add_argument("--debug", action="store_true", help="log debug messages")
     parser.set_defaults(func=run)
 
@@ -35,12 +41,19 @@ def run(args: argparse.Namespace) -> int:
     logs.configure(logging.DEBUG if args.debug else logging.INFO)
     try:
         config = load_controller_config(args.config)
+        # Every secret file the config names (PDU communities, BMC passwords, SSH
+        # keys, the serving token), now: the unit's ExecStartPre, and before a start.
+        secrets = check_secrets(
+            str(args.config), controller_secrets(config), credentials_required=not args.check
+        )
     except ConfigError as exc:
         print(f"spark-watchdog controller: {exc}", file=sys.stderr)
         return 2
     if args.check:
         names = ", ".join(n.name for n in config.nodes)
         print(f"{args.config}: ok ({len(config.nodes)} nodes: {names})")
+        for note in secrets.notes():
+            print(f"  {note}")
         return 0
     from spark_watchdog.controller.daemon import serve
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 from spark_watchdog.agent.profiles import (
     BUILTIN_PROFILES,
@@ -16,9 +16,10 @@ from spark_watchdog.agent.profiles import (
     ProfileError,
     apply_profile,
 )
+from spark_watchdog.config.addresses import check_bind_address, check_http_url
 from spark_watchdog.config.files import read_yaml
 from spark_watchdog.config.schema import InvalidSetting, load, setting
-from spark_watchdog.config.secrets import read_secret
+from spark_watchdog.config.secrets import check_secret
 from spark_watchdog.errors import ConfigError
 
 _NODE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
@@ -30,6 +31,9 @@ _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 class ListenConfig:
     address: str = setting("127.0.0.1")
     port: int = setting(9720, minimum=1, maximum=65535)
+
+    def __post_init__(self) -> None:
+        check_bind_address("address", self.address)
 
 
 @dataclass(frozen=True)
@@ -53,11 +57,7 @@ class VllmProbeConfig:
 
     def __post_init__(self) -> None:
         if self.url is not None:
-            parts = urlsplit(self.url)
-            if parts.scheme not in ("http", "https") or not parts.hostname:
-                raise InvalidSetting(
-                    "url", f'expected an http(s)://host[:port] URL, got "{self.url}"'
-                )
+            check_http_url("url", self.url)
         if self.timeout > self.interval * 5:
             raise InvalidSetting(
                 "timeout",
@@ -201,10 +201,15 @@ def parse_agent_config(data: object, source: str = "agent config") -> AgentConfi
     return config
 
 
-def load_agent_config(path: str | Path) -> AgentConfig:
-    """Load and validate; with serving enabled, the token file must be readable now
-    (a missing token is a config error, exit 2, not a 401 at the first restart)."""
+def load_agent_config(path: str | Path, environ: Mapping[str, str] | None = None) -> AgentConfig:
+    """Load and validate for a start: the token file, when named, must be a private,
+    non-blank file now (a missing token is a config error, exit 2, not a 401 at the
+    first restart). ``agent --check`` checks it with
+    :func:`spark_watchdog.config.secret_refs.check_secrets` instead."""
     config = parse_agent_config(read_yaml(path), str(path))
-    if config.serving.enabled and config.serving.token_file is not None:
-        read_secret("serving.token_file", config.serving.token_file)
+    if config.serving.token_file is not None:
+        try:
+            check_secret("serving.token_file", config.serving.token_file, environ)
+        except ConfigError as exc:
+            raise ConfigError(str(path), exc.problems) from None
     return config

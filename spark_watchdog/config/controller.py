@@ -13,6 +13,12 @@ from pathlib import Path
 from typing import Literal
 from urllib.parse import urlsplit
 
+from spark_watchdog.config.addresses import (
+    check_bind_address,
+    check_host,
+    check_http_url,
+    check_tcp_target,
+)
 from spark_watchdog.config.files import read_yaml
 from spark_watchdog.config.schema import InvalidSetting, load, setting
 from spark_watchdog.errors import ConfigError
@@ -25,9 +31,7 @@ PrivProtocol = Literal["AES", "AES128", "AES192", "AES256", "DES"]
 
 
 def _check_url(key: str, url: str) -> None:
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise InvalidSetting(key, f'expected an http(s)://host[:port] URL, got "{url}"')
+    check_http_url(key, url)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -59,6 +63,7 @@ class SnmpDevice:
     status_off: int | None = setting(None)
 
     def __post_init__(self) -> None:
+        check_host("host", self.host)
         if str(self.version) not in ("1", "2c", "3"):
             raise InvalidSetting("version", f"expected 1, 2c or 3, got {self.version!r}")
         if (self.outlet is None) == (self.outlets is None):
@@ -130,6 +135,9 @@ class IpmiDevice:
     cipher_suite: int = setting(17, minimum=0, maximum=17)
     timeout: float = setting(15.0, above=0)
 
+    def __post_init__(self) -> None:
+        check_host("host", self.host)
+
 
 @dataclass(frozen=True, kw_only=True)
 class RedfishDevice:
@@ -189,6 +197,9 @@ class SshDevice:
     command: str = setting("sudo systemctl reboot")
     connect_timeout: float = setting(5.0, above=0)
 
+    def __post_init__(self) -> None:
+        check_host("host", self.host)
+
 
 PowerDevice = SnmpDevice | IpmiDevice | RedfishDevice | ShellyDevice | TasmotaDevice | SshDevice
 
@@ -205,6 +216,8 @@ class NodeConfig:
         if not _NODE_NAME.match(self.name):
             raise InvalidSetting("name", f'expected a host-like name, got "{self.name}"')
         _check_url("agent", self.agent)
+        if self.ssh_host is not None:
+            check_host("ssh_host", self.ssh_host)
 
     @property
     def banner_host(self) -> str:
@@ -279,7 +292,7 @@ class WebhookConfig:
     url: str = setting()
 
     def __post_init__(self) -> None:
-        _check_url("url", self.url)
+        check_http_url("url", self.url, base=False)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -304,6 +317,9 @@ class ControllerListenConfig:
     address: str = setting("127.0.0.1")
     # TCP port.
     port: int = setting(9721, minimum=1, maximum=65535)
+
+    def __post_init__(self) -> None:
+        check_bind_address("address", self.address)
 
 
 def _host_port(host: str, port: int) -> str:
@@ -401,9 +417,7 @@ class ControllerConfig:
                 "serving.head", f'expected one of the node names, got "{self.serving.head}"'
             )
         for i, target in enumerate(self.witness):
-            parts = urlsplit(target)
-            if parts.scheme != "tcp" or not parts.hostname or parts.port is None:
-                raise InvalidSetting(f"witness[{i}]", f'expected tcp://host:port, got "{target}"')
+            check_tcp_target(f"witness[{i}]", target)
         _check_outlets_unshared(self.nodes)
 
     def node(self, name: str) -> NodeConfig:

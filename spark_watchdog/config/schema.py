@@ -3,8 +3,8 @@
 A config class is an ordinary frozen dataclass whose fields are declared with
 :func:`setting`. Types come from the annotations (bool, int, float, str,
 Optional[...], Literal[...], tuple[X, ...], dict[str, X], Any for free-form
-JSON, nested dataclasses). Constraints
-(minimum, maximum) live in the field metadata, so the schema is the one place
+JSON, nested dataclasses). Every number must be finite (no ``.nan``, ``.inf``).
+Constraints (minimum, maximum) live in the field metadata, so the schema is the one place
 that says what a key accepts, and error messages are built from it:
 
     probes.vllm.interval: expected a number > 0, got "fast"
@@ -13,6 +13,7 @@ that says what a key accepts, and error messages are built from it:
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
 from collections.abc import Iterator
@@ -47,7 +48,21 @@ def setting(
     return dataclasses.field(default=default, metadata=metadata)
 
 
+def _finite(value: int | float) -> bool:
+    """NaN and the infinities (YAML ``.nan``, ``.inf``, ``-.inf``, or ``1e999``) are no
+    setting: NaN compares false with every bound, so it would pass them all. An integer
+    too big for a float is refused too."""
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
+
+
 def _show(value: Any) -> str:
+    if isinstance(value, float) and not math.isfinite(value):
+        return ".nan" if math.isnan(value) else (".inf" if value > 0 else "-.inf")
+    if isinstance(value, int) and not isinstance(value, bool) and not _finite(value):
+        return f"an integer of {len(str(abs(value)))} digits"
     if isinstance(value, str):
         return f'"{value}"'
     if isinstance(value, dict):
@@ -124,6 +139,11 @@ def _convert(
         if isinstance(value, bool) or not ok:
             problems.append(f"{path}: expected {_describe(tp, meta)}, got {_show(value)}")
             return None
+        if not _finite(value):
+            problems.append(
+                f"{path}: expected a finite number{_bounds_text(meta)}, got {_show(value)}"
+            )
+            return None
         low, above, high = meta.get("minimum"), meta.get("above"), meta.get("maximum")
         if (
             (low is not None and value < low)
@@ -159,6 +179,11 @@ def _convert_mapping(
 
 def _json_value(value: Any, path: str, problems: list[str]) -> Any:
     """``Any``: free-form JSON (the YAML subset JSON can carry), checked all the way down."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and not _finite(value):
+        problems.append(
+            f"{path}: expected a finite number (JSON has no NaN or infinity), got {_show(value)}"
+        )
+        return None
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
     if isinstance(value, list):
@@ -265,6 +290,9 @@ def _load(cls: type[T], data: Any, path: str, problems: list[str]) -> T | None:
         return cls(**values)
     except InvalidSetting as exc:  # cross-field checks in __post_init__
         problems.append(f"{_join(path, exc.key)}: {exc.message}")
+        return None
+    except ValueError as exc:  # a check that raised something plainer: still no traceback
+        problems.append(f"{where}: {exc}")
         return None
 
 

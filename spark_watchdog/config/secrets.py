@@ -3,6 +3,12 @@
 A ``*_file`` key names either an absolute path or a bare credential name,
 which resolves in ``$CREDENTIALS_DIRECTORY`` (systemd ``LoadCredential=``,
 systemd.exec(5)). The value never reaches a log line, an argv or a repr.
+
+A secret file is a regular file of at most :data:`SECRET_MAX_BYTES`, mode
+0600 or 0400, holding more than whitespace. :func:`check_secret` checks that
+at start (and ``--check``) for every secret a config names
+(:mod:`spark_watchdog.config.secret_refs`), so a missing PDU community is a
+config error, not a failed power cycle in the middle of an incident.
 """
 
 from __future__ import annotations
@@ -13,9 +19,14 @@ import stat
 from collections.abc import Mapping
 from pathlib import Path
 
+from spark_watchdog.config.files import FileRefused, read_regular_file
 from spark_watchdog.errors import ConfigError
 
 log = logging.getLogger("spark_watchdog.secrets")
+
+# A token, a community, a password or an SSH key is far smaller than this;
+# a bigger file (or /dev/zero) is a wrong path, not a secret.
+SECRET_MAX_BYTES = 64 * 1024
 
 
 class Secret:
@@ -67,27 +78,115 @@ def exposed_to(mode: int) -> str | None:
     return "others" if others else None
 
 
-def read_secret(key_path: str, reference: str, environ: Mapping[str, str] | None = None) -> Secret:
-    """Read one secret for config key ``key_path``; errors name the key, never the value."""
-    path = resolve_secret_path(reference, environ)
-    try:
-        info = path.stat()
-        raw = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(key_path, [f"{key_path}: secret file {path} does not exist"]) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(
-            key_path, [f"{key_path}: cannot read secret file {path}: {exc}"]
-        ) from None
-    if exposed_to(info.st_mode) is not None:
-        log.warning(
-            "%s: secret file %s is readable by group or others (mode %o); chmod 600 it",
-            key_path,
-            path,
-            stat.S_IMODE(info.st_mode),
+class SecretFileError(ConfigError):
+    """A secret file that cannot be used. ``detail`` names the key and the file (never
+    the content), ``fix`` says what to do; the one problem is both."""
+
+    def __init__(self, key_path: str, detail: str, fix: str) -> None:
+        self.key_path = key_path
+        self.detail = detail
+        self.fix = fix
+        super().__init__(key_path, [f"{detail}; {fix}"])
+
+
+def _credential_fix(key_path: str, path: Path, credential: str | None) -> str:
+    if credential is None:
+        return (
+            f"create it (`install -m 600 /dev/null {path}`, then write the secret into it), "
+            f"or correct {key_path}"
         )
+    return (
+        f"load it into the unit (LoadCredential={credential}:/etc/spark-watchdog/credentials/"
+        f"{credential}; deploy/install.sh writes one per file in that directory), "
+        f"or correct {key_path}"
+    )
+
+
+def load_secret_file(
+    key_path: str, path: Path, *, private: bool, credential: str | None = None
+) -> str:
+    """The secret in ``path`` for config key ``key_path``.
+
+    Refused (:class:`SecretFileError`): a file that does not exist, is not a
+    regular file, is over :data:`SECRET_MAX_BYTES`, is not UTF-8, or is empty
+    or only whitespace. A file that group or others may use is refused too
+    when ``private`` (at start and by ``--check``); otherwise it is a logged
+    warning, so that a mode changed while running does not stop a recovery.
+    ``credential`` is the credential name ``path`` was resolved from, for the fix.
+    """
+    try:
+        raw, info = read_regular_file(path, SECRET_MAX_BYTES)
+    except FileRefused as exc:
+        if exc.missing:
+            raise SecretFileError(
+                key_path,
+                f"{key_path}: secret file {path} does not exist",
+                _credential_fix(key_path, path, credential),
+            ) from None
+        if exc.unreadable:
+            fix = (
+                "give it to the user the service runs as, keeping mode 600, or load it "
+                "with LoadCredential= (systemd hands it to the service's dynamic user)"
+            )
+        else:
+            fix = f"point {key_path} at a regular file that holds only the secret"
+        raise SecretFileError(
+            key_path, f"{key_path}: secret file {path} {exc.reason}", fix
+        ) from None
+    mode = stat.S_IMODE(info.st_mode)
+    exposure = exposed_to(mode)
+    if exposure is not None:
+        detail = f"{key_path}: secret file {path} has mode {mode:04o}: {exposure} can use it"
+        fix = f"`chmod 600 {path}`"
+        if private:
+            raise SecretFileError(key_path, detail, fix)
+        log.warning("%s; %s", detail, fix)
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise SecretFileError(
+            key_path,
+            f"{key_path}: secret file {path} is not UTF-8 text",
+            f"write the secret into {path} as text",
+        ) from None
     # One trailing newline is how editors save files; it is not part of the secret.
-    value = raw[:-1] if raw.endswith("\n") else raw
-    if not value:
-        raise ConfigError(key_path, [f"{key_path}: secret file {path} is empty"])
+    value = text[:-1] if text.endswith("\n") else text
+    if not value.strip():
+        what = "is empty" if not value else "holds only whitespace"
+        raise SecretFileError(
+            key_path, f"{key_path}: secret file {path} {what}", f"write the secret into {path}"
+        )
+    return value
+
+
+def _resolve(key_path: str, reference: str, environ: Mapping[str, str] | None) -> Path:
+    try:
+        return resolve_secret_path(reference, environ)
+    except ConfigError as exc:
+        raise ConfigError(key_path, [f"{key_path}: {p}" for p in exc.problems]) from None
+
+
+def read_secret(
+    key_path: str,
+    reference: str,
+    environ: Mapping[str, str] | None = None,
+    *,
+    private: bool = False,
+) -> Secret:
+    """Read one secret for config key ``key_path``; errors name the key, never the value.
+
+    ``private``: refuse a file group or others may use (see :func:`load_secret_file`).
+    """
+    path = _resolve(key_path, reference, environ)
+    credential = None if os.path.isabs(reference) else reference
+    value = load_secret_file(key_path, path, private=private, credential=credential)
     return Secret(value, str(path))
+
+
+def check_secret(key_path: str, reference: str, environ: Mapping[str, str] | None = None) -> Path:
+    """Check at load what :func:`read_secret` will read later, strictly: it resolves, is a
+    private regular file and holds a secret. Returns the resolved path; raises ConfigError."""
+    path = _resolve(key_path, reference, environ)
+    credential = None if os.path.isabs(reference) else reference
+    load_secret_file(key_path, path, private=True, credential=credential)
+    return path

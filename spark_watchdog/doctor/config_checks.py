@@ -8,6 +8,8 @@ skipped.
 
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
 
 from spark_watchdog.config.agent import AgentConfig, parse_agent_config
@@ -22,9 +24,13 @@ class ConfigUnreadable(Exception):
 
 
 def _require_readable(path: Path, flag: str) -> None:
+    """A regular file (a FIFO would block the open; /dev/zero never ends) that opens."""
     try:
-        with path.open("rb"):
-            pass
+        info = os.stat(path)
+        if not stat.S_ISREG(info.st_mode):
+            raise ConfigUnreadable(f"{flag} {path}: not a regular file; pass a YAML file")
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        os.close(fd)
     except FileNotFoundError:
         raise ConfigUnreadable(f"{flag} {path}: file not found") from None
     except OSError as exc:

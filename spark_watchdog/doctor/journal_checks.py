@@ -210,6 +210,12 @@ def check_previous_boot(config: JournalProbeConfig) -> Finding:
         message = report.message or report.state
         if "systemd-python" in message:
             fix = "`apt install python3-systemd` (or pip install systemd-python) for the agent"
+        elif "permission denied" in message:
+            fix = (
+                "journald keeps its directories at mode 2755, group systemd-journal "
+                "(`chmod 2755 DIR`); run doctor as root; the agent itself needs the "
+                "systemd-journal group"
+            )
         elif report.file_errors and "permission" in str(report.file_errors[0].reason):
             fix = "run doctor as root; the agent itself needs the systemd-journal group"
         elif message.startswith("no journal files"):

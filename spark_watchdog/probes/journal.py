@@ -588,6 +588,30 @@ def journal_files(directory: Path | None, machine_id: str | None = None) -> list
     return found
 
 
+def unlistable_folders(directory: Path | None) -> list[Path]:
+    """The journal folders :func:`journal_files` would list but may not (mode 000, or
+    no systemd-journal group): "no journal files" would be wrong there."""
+    roots = [directory] if directory is not None else list(SYSTEM_JOURNAL_ROOTS)
+    denied: list[Path] = []
+    for root in roots:
+        try:
+            children = sorted(root.iterdir())
+        except PermissionError:
+            denied.append(root)
+            continue
+        except OSError:
+            continue
+        for child in children:
+            if _ID128.match(child.name) and child.is_dir():
+                try:
+                    next(iter(child.iterdir()), None)
+                except PermissionError:
+                    denied.append(child)
+                except OSError:
+                    continue
+    return denied
+
+
 def _machine_id() -> str | None:
     try:
         text = Path("/etc/machine-id").read_text(encoding="ascii").strip()
@@ -746,6 +770,11 @@ class JournalProbe:
         current = self._current_boot()
         files = journal_files(self.directory, None if self.directory else _machine_id())
         if not files:
+            denied = unlistable_folders(self.directory)
+            if denied:
+                return self._unavailable(
+                    f"permission denied: cannot list {', '.join(map(str, denied))}"
+                )
             return self._unavailable(f"no journal files in {self.source}")
         self._scanned = 0
         self._check_files(journal, files, current)

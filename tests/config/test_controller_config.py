@@ -312,14 +312,19 @@ def test_secret_from_file_and_from_credentials_directory(
     assert secret.reveal() == "s3cret"
 
 
-def test_a_loose_secret_file_gets_a_warning_without_the_value(
+def test_a_loose_secret_file_read_while_running_gets_a_warning_without_the_value(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
+    """Refused at start and --check (tests/config/test_secret_checks.py); a mode changed
+    while running does not stop a recovery, it is logged."""
     path = tmp_path / "community"
     path.write_text("private")
     path.chmod(0o644)
     read_secret("nodes[0].power[0].community_file", str(path))
-    assert "readable by group or others (mode 644); chmod 600 it" in caplog.text
+    assert (
+        f"secret file {path} has mode 0644: group and others can use it; `chmod 600 {path}`"
+        in caplog.text
+    )
     assert "private" not in caplog.text.replace(str(tmp_path), "")
 
 

@@ -154,4 +154,5 @@ def test_the_token_file_must_be_readable_when_the_config_is_loaded(tmp_path: Pat
         load_agent_config(path)
     assert f"serving.token_file: secret file {missing} does not exist" in str(caught.value)
     missing.write_text("s3cret\n")
+    missing.chmod(0o600)
     assert load_agent_config(path).serving.token_file == str(missing)

@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from spark_watchdog.config.secret_refs import check_secrets
 from spark_watchdog.doctor.secret_files import SecretReference, check_secret_file
+from spark_watchdog.errors import ConfigError
 
 TOKEN = "s3cr3t-serving-token-value"
 
@@ -83,3 +85,34 @@ def test_an_unresolvable_credential_name_is_skipped(tmp_path: Path) -> None:
     reference = SecretReference("serving.token_file", "serving-token")
     found = check_secret_file(reference, environ={}, root=tmp_path)
     assert found.status == "skip" and "LoadCredential=" in found.detail
+
+
+def test_a_whitespace_only_file_fails_as_at_start(tmp_path: Path) -> None:
+    found = check_secret_file(_token(tmp_path, 0o600, text=" \n"))
+    assert found.status == "fail"
+    assert found.detail == (
+        f"serving.token_file: secret file {tmp_path / 'serving-token'} holds only whitespace"
+    )
+
+
+@pytest.mark.parametrize("mode", [0o644, 0o640, 0o604])
+def test_doctor_and_the_load_time_check_say_the_same(tmp_path: Path, mode: int) -> None:
+    """A file group or others may use is a failure in doctor, in --check and at start,
+    with one message."""
+    reference = _token(tmp_path, mode)
+    found = check_secret_file(reference)
+    with pytest.raises(ConfigError) as caught:
+        check_secrets("agent.yaml", [reference], {}, credentials_required=True)
+    assert found.status == "fail"
+    assert caught.value.problems == [f"{found.detail}; {found.fix}"]
+    assert "chmod 600" in caught.value.problems[0]
+
+
+def test_a_fifo_fails_without_blocking(tmp_path: Path) -> None:
+    fifo = tmp_path / "serving-token"
+    os.mkfifo(fifo, 0o600)
+    found = check_secret_file(SecretReference("serving.token_file", str(fifo)))
+    assert found.status == "fail"
+    assert found.detail == (
+        f"serving.token_file: secret file {fifo} is a FIFO (named pipe), not a regular file"
+    )
