@@ -8,6 +8,7 @@ years long. docs/observability.md lists every family.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any, Protocol
 
@@ -191,9 +192,10 @@ def render(source: StatusSource) -> bytes:
 
 
 class StatusEndpoint(HttpEndpoint):
-    def __init__(self, address: str, port: int, source: StatusSource) -> None:
-        import json
+    """``GET``/``HEAD`` ``/v1/status`` and ``/metrics`` on the agent's HTTP server,
+    with its limits and JSON errors (docs/api/controller.openapi.yaml)."""
 
+    def __init__(self, address: str, port: int, source: StatusSource) -> None:
         registry = CollectorRegistry(auto_describe=False)
         registry.register(_Collector(source))
 

@@ -54,8 +54,6 @@ __all__ = [
     "rank_process_alive",
 ]
 
-MAX_REDIRECTS = 3
-_REDIRECT_CODES = frozenset({301, 302, 303, 307, 308})
 _CHUNK = 64 * 1024
 _USER_AGENT = f"spark-watchdog/{__version__}"
 
@@ -279,7 +277,7 @@ class HttpExchangeError(ProbeError):
 
 @dataclass(frozen=True)
 class _Reply:
-    url: str  # after redirects
+    url: str
     status: int
     body: bytes
     location: str | None = field(default=None, repr=False)
@@ -294,24 +292,18 @@ def _request(
     body: bytes | None = None,
     accept: str = "*/*",
 ) -> _Reply:
-    """One request, following at most MAX_REDIRECTS redirects of the same scheme
-    (never https -> http), all within ``deadline``."""
-    first = url
-    for _hop in range(MAX_REDIRECTS + 1):
-        reply = _exchange(method, url, deadline, max_body_bytes, body, accept)
-        if reply.status not in _REDIRECT_CODES:
-            return reply
-        if not reply.location:
-            raise HttpExchangeError(f"{url} answered {reply.status} without a Location")
-        target = urljoin(url, reply.location)
-        if urlsplit(target).scheme != urlsplit(url).scheme:
-            raise HttpExchangeError(
-                f"{url} redirects to {target}; a change of scheme is not followed"
-            )
-        if reply.status == 303 or (reply.status in (301, 302) and method == "POST"):
-            method, body = "GET", None
-        url = target
-    raise HttpExchangeError(f"more than {MAX_REDIRECTS} redirects from {first}")
+    """One request within ``deadline``. A redirect is an answer that is not
+    followed: the probe talks to the vLLM it was given, never to whatever host a
+    ``Location`` names, so a 3xx raises HttpExchangeError saying where it pointed."""
+    reply = _exchange(method, url, deadline, max_body_bytes, body, accept)
+    if 300 <= reply.status < 400:
+        where = urljoin(url, reply.location)[:200] if reply.location else None
+        target = f"to {where}" if where else "without a Location"
+        raise HttpExchangeError(
+            f"{url} answered HTTP {reply.status} (a redirect {target}); redirects are not "
+            "followed: give the URL vLLM itself serves on (probes.vllm.url)"
+        )
+    return reply
 
 
 class _DeadlineCut:

@@ -173,22 +173,98 @@ def test_body_cut_short_is_unreachable() -> None:
     assert f"mid-answer after {len(partial)} body bytes" in sample.error
 
 
-def test_redirect_is_followed(standin: VllmStandin) -> None:
-    # /_standin/redirect/health answers 302 -> /health, and so for /metrics.
+class _Redirector:
+    """Answers every request with a 302 to ``target``; ``elsewhere`` is another
+    listener that counts the connections it gets (a redirect followed)."""
+
+    def __init__(self, status: int = 302) -> None:
+        self.elsewhere = socket.socket()
+        self.elsewhere.bind(("127.0.0.1", 0))
+        self.elsewhere.listen()
+        self.elsewhere.settimeout(0.5)
+        self.target = f"http://127.0.0.1:{self.elsewhere.getsockname()[1]}/health"
+        self.listener = socket.socket()
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen()
+        self.listener.settimeout(0.5)
+        self.status = status
+        self.requests: list[bytes] = []
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.listener.getsockname()[1]}"
+
+    def _serve(self) -> None:
+        while not self._done.is_set():
+            try:
+                connection, _ = self.listener.accept()
+            except TimeoutError:
+                continue
+            with connection:
+                self.requests.append(connection.recv(65536))
+                connection.sendall(
+                    f"HTTP/1.1 {self.status} Moved\r\nLocation: {self.target}\r\n"
+                    "Content-Length: 0\r\nConnection: close\r\n\r\n".encode()
+                )
+
+    def followed(self) -> bool:
+        try:
+            connection, _ = self.elsewhere.accept()
+        except TimeoutError:
+            return False
+        connection.close()
+        return True
+
+    def close(self) -> None:
+        self._done.set()
+        self._thread.join(5)
+        self.listener.close()
+        self.elsewhere.close()
+
+
+@pytest.fixture
+def redirector() -> Iterator[_Redirector]:
+    server = _Redirector()
+    yield server
+    server.close()
+
+
+def test_a_redirect_to_another_host_is_not_followed(redirector: _Redirector) -> None:
+    sample = VllmScraper(redirector.url, 1.0, MAX_BODY).scrape()
+    status = ProgressTracker(STALL_AFTER).update(sample, sample.observed_at)
+
+    assert not redirector.followed()
+    assert len(redirector.requests) == 1
+    assert not sample.reachable
+    assert sample.health_status is None
+    assert sample.error == (
+        f"GET /health: {redirector.url}/health answered HTTP 302 (a redirect to "
+        f"{redirector.target}); redirects are not followed: give the URL vLLM itself "
+        "serves on (probes.vllm.url)"
+    )
+    assert status.state == "unreachable"
+
+
+def test_a_redirect_on_the_same_host_is_not_followed_either(standin: VllmStandin) -> None:
+    # /_standin/redirect/health answers 302 -> /health on the stand-in itself.
     sample = VllmScraper(f"{standin.url}/_standin/redirect", 1.0, MAX_BODY).scrape()
-
-    assert sample.reachable, sample.error
-    assert sample.health_status == 200
-    assert "0" in sample.engines
-
-
-def test_redirect_chain_is_bounded(standin: VllmStandin) -> None:
-    hop = "/_standin/redirect"
-    sample = VllmScraper(standin.url + hop * 4, 1.0, MAX_BODY).scrape()
 
     assert not sample.reachable
     assert sample.error is not None
-    assert "more than 3 redirects" in sample.error
+    assert f"answered HTTP 302 (a redirect to {standin.url}/health)" in sample.error
+
+
+def test_the_canary_does_not_follow_a_redirect(redirector: _Redirector) -> None:
+    result = Canary(redirector.url, "m", 1.0).run()
+
+    assert not redirector.followed()
+    assert result.outcome == "error"
+    assert result.error is not None
+    assert f"answered HTTP 302 (a redirect to {redirector.target})" in result.error
+    assert redirector.requests[0].startswith(b"POST /v1/completions ")
 
 
 def test_not_a_vllm_path_is_unreachable(standin: VllmStandin) -> None:

@@ -1,0 +1,369 @@
+"""The HTTP layer the agent and the controller share, against hostile or broken
+clients: real servers on loopback, real sockets, the real log records."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import socket
+import struct
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import requests
+
+from spark_watchdog.agent import http_api
+from spark_watchdog.agent.http_api import (
+    MAX_BODY_DEPTH,
+    MAX_CONNECTIONS,
+    HttpEndpoint,
+    Response,
+    json_response,
+)
+
+pytestmark = pytest.mark.integration
+
+TOKEN = "s3cret-token"
+HTTP_LOGGER = "spark_watchdog.agent.http"
+
+
+def _authorize(header: str | None) -> str | None:
+    return None if header == f"Bearer {TOKEN}" else "invalid bearer token"
+
+
+def _slow_state() -> Response:
+    # Long enough for a client's reset to arrive before the answer is written.
+    time.sleep(0.3)
+    return json_response({"big": "x" * 200_000})
+
+
+def _echo(body: dict[str, Any]) -> Response:
+    return json_response({"got": body})
+
+
+@pytest.fixture
+def endpoint() -> Iterator[HttpEndpoint]:
+    server = HttpEndpoint(
+        "127.0.0.1",
+        0,
+        {"/v1/state": lambda: json_response({"seq": 1}), "/slow": _slow_state},
+        {"/v1/serving/stop": _echo},
+        authorize=_authorize,
+    )
+    server.start()
+    yield server
+    server.stop()
+
+
+def _base(endpoint: HttpEndpoint) -> str:
+    return f"http://127.0.0.1:{endpoint.port}"
+
+
+def _raw(endpoint: HttpEndpoint, data: bytes, timeout: float = 10.0) -> bytes:
+    """Send ``data`` as is and read until the server closes the connection."""
+    with socket.create_connection(("127.0.0.1", endpoint.port), timeout=timeout) as sock:
+        sock.sendall(data)
+        chunks = []
+        # The server closes with part of an oversized request unread: the kernel
+        # then resets the connection, after the answer, which is read first.
+        with contextlib.suppress(ConnectionResetError):
+            while chunk := sock.recv(65536):
+                chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _parse(answer: bytes) -> tuple[str, dict[str, str], bytes]:
+    head, _, body = answer.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    headers = {}
+    for line in lines[1:]:
+        name, _, value = line.partition(":")
+        headers[name.strip().lower()] = value.strip()
+    return lines[0], headers, body
+
+
+def _wait_for(check: Callable[[], bool], timeout: float = 15.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(0.05)
+    return check()
+
+
+def _reset_after_request(port: int) -> None:
+    """Send a request, then close with a TCP reset before the (slow) answer comes."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+    sock.sendall(b"GET /slow HTTP/1.1\r\nHost: x\r\n\r\n")
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    sock.close()
+
+
+# --- 1. broken connections: one line each, no traceback, bounded ---------------
+
+
+def _http_records(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if r.name == HTTP_LOGGER]
+
+
+def test_a_client_that_resets_gets_one_log_line_and_no_traceback(
+    endpoint: HttpEndpoint, caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture[str]
+) -> None:
+    caplog.set_level(logging.INFO, logger=HTTP_LOGGER)
+    for _ in range(3):
+        _reset_after_request(endpoint.port)
+    assert _wait_for(lambda: len(_http_records(caplog)) >= 3)
+    time.sleep(0.8)  # anything more would come now
+    records = _http_records(caplog)
+    assert len(records) == 3, [r.getMessage() for r in records]
+    for record in records:
+        assert record.exc_info is None
+        assert record.levelno == logging.INFO
+        message = record.getMessage()
+        assert message.startswith("connection from 127.0.0.1:"), message
+        assert " broken by the client (" in message, message
+        assert "\n" not in message
+    assert "Traceback" not in capfd.readouterr().err
+    # The server is unharmed.
+    assert requests.get(f"{_base(endpoint)}/v1/state", timeout=5).json() == {"seq": 1}
+
+
+def test_a_flood_of_resets_is_logged_at_a_bounded_rate(
+    endpoint: HttpEndpoint, caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture[str]
+) -> None:
+    caplog.set_level(logging.INFO, logger=HTTP_LOGGER)
+    burst = http_api.BROKEN_LOG_BURST
+    for _ in range(burst + 15):
+        _reset_after_request(endpoint.port)
+    # Every connection is handled; only the burst and one notice are logged.
+    assert _wait_for(lambda: len(_http_records(caplog)) >= burst + 1)
+    time.sleep(1.0)
+    messages = [r.getMessage() for r in _http_records(caplog)]
+    assert len(messages) == burst + 1, messages
+    assert messages[-1] == (
+        f"{burst} broken connections logged in {http_api.BROKEN_LOG_WINDOW_S:.0f} s; "
+        "further ones in that time are counted, not logged"
+    )
+    assert "Traceback" not in capfd.readouterr().err
+
+
+def test_the_suppressed_count_is_reported_when_the_window_ends() -> None:
+    lines: list[str] = []
+    now = [0.0]
+    budget = http_api._LineBudget(2, 60.0, clock=lambda: now[0])
+
+    def note(text: str) -> None:
+        budget.log(lambda message, *args: lines.append(message % args), text)
+
+    for i in range(6):
+        note(f"event {i}")
+    budget.flush(lambda message, *args: lines.append(message % args))
+    assert lines == [
+        "event 0",
+        "event 1",
+        "2 broken connections logged in 60 s; further ones in that time are counted, not logged",
+    ]
+    now[0] = 61.0
+    budget.flush(lambda message, *args: lines.append(message % args))
+    assert lines[-1] == "4 more broken connections in the last 61 s were not logged"
+    note("event 6")
+    assert lines[-1] == "event 6"
+
+
+# --- 2. a cap on connections ----------------------------------------------------
+
+
+def test_connections_past_the_cap_get_a_json_503_without_a_thread_each(
+    endpoint: HttpEndpoint,
+) -> None:
+    before = threading.active_count()
+    held: list[socket.socket] = []
+    extra = 8
+    try:
+        # Each sends half a request head and then nothing (a dripping client).
+        for _ in range(MAX_CONNECTIONS + extra):
+            sock = socket.create_connection(("127.0.0.1", endpoint.port), timeout=10)
+            sock.sendall(b"GET /v1/state HTTP/1.1\r\n")
+            held.append(sock)
+        for sock in held[MAX_CONNECTIONS:]:
+            answer = b""
+            while chunk := sock.recv(65536):
+                answer += chunk
+            status, headers, body = _parse(answer)
+            assert status == "HTTP/1.1 503 Service Unavailable"
+            assert headers["content-type"] == "application/json"
+            assert headers["retry-after"] == "1"
+            assert headers["connection"] == "close"
+            assert json.loads(body) == {
+                "error": f"too many connections: {MAX_CONNECTIONS} already open; retry shortly"
+            }
+        assert threading.active_count() - before <= MAX_CONNECTIONS
+        # The held ones are still being served (waiting for the rest of their head).
+        held[0].settimeout(0.2)
+        with pytest.raises(TimeoutError):
+            held[0].recv(1)
+    finally:
+        for sock in held:
+            sock.close()
+    # Slots come back as the held connections end.
+    assert _wait_for(
+        lambda: requests.get(f"{_base(endpoint)}/v1/state", timeout=5).status_code == 200
+    )
+
+
+# --- 3. body depth ----------------------------------------------------------------
+
+
+def _post(endpoint: HttpEndpoint, path: str, data: bytes) -> requests.Response:
+    headers = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
+    return requests.post(f"{_base(endpoint)}{path}", data=data, headers=headers, timeout=10)
+
+
+def test_a_deeply_nested_body_is_a_400_not_a_recursion_error(
+    endpoint: HttpEndpoint, capfd: pytest.CaptureFixture[str]
+) -> None:
+    deep = b"[" * 32_000 + b"]" * 32_000
+    answer = _post(endpoint, "/v1/serving/stop", deep)
+    assert answer.status_code == 400
+    assert answer.json() == {
+        "error": f"body nests 32000 levels of arrays and objects; at most {MAX_BODY_DEPTH} "
+        "are accepted (a serving request is one flat object)"
+    }
+    assert "Traceback" not in capfd.readouterr().err
+
+
+def test_the_depth_limit_counts_brackets_inside_strings_as_text(endpoint: HttpEndpoint) -> None:
+    inner: Any = {}
+    for _ in range(MAX_BODY_DEPTH - 1):
+        inner = {"a": inner}
+    fits = json.dumps(inner | {"text": "[[[[{{{{" * 10}).encode()
+    assert _post(endpoint, "/v1/serving/stop", fits).status_code == 200
+    too_deep = json.dumps({"a": inner}).encode()
+    answer = _post(endpoint, "/v1/serving/stop", too_deep)
+    assert answer.status_code == 400
+    assert answer.json()["error"].startswith(f"body nests {MAX_BODY_DEPTH + 1} levels")
+
+
+# --- 4. JSON for every method and every error ---------------------------------------
+
+
+@pytest.mark.parametrize("method", ["OPTIONS", "PUT", "DELETE", "PATCH", "TRACE", "QUERY"])
+def test_other_methods_get_a_json_405_with_allow(endpoint: HttpEndpoint, method: str) -> None:
+    base = _base(endpoint)
+    state = requests.request(method, f"{base}/v1/state", timeout=5)
+    assert state.status_code == 405
+    assert state.headers["Allow"] == "GET, HEAD"
+    assert state.headers["Content-Type"] == "application/json"
+    assert state.json() == {"error": f"{method} is not allowed on /v1/state; use GET or HEAD"}
+    post = requests.request(method, f"{base}/v1/serving/stop", timeout=5)
+    assert post.status_code == 405 and post.headers["Allow"] == "POST"
+    assert post.json() == {"error": f"{method} is not allowed on /v1/serving/stop; use POST"}
+    missing = requests.request(method, f"{base}/nowhere", timeout=5)
+    assert missing.status_code == 404
+    assert missing.json() == {
+        "error": "no such path /nowhere; paths: /slow, /v1/serving/stop, /v1/state"
+    }
+
+
+def test_head_answers_like_get_without_a_body(endpoint: HttpEndpoint) -> None:
+    base = _base(endpoint)
+    head = requests.head(f"{base}/v1/state", timeout=5)
+    get = requests.get(f"{base}/v1/state", timeout=5)
+    assert head.status_code == 200 and head.content == b""
+    assert head.headers["Content-Type"] == "application/json"
+    assert head.headers["Content-Length"] == str(len(get.content))
+    not_here = requests.head(f"{base}/v1/serving/stop", timeout=5)
+    assert not_here.status_code == 405 and not_here.headers["Allow"] == "POST"
+    assert requests.head(f"{base}/nowhere", timeout=5).status_code == 404
+
+
+def test_get_and_post_on_each_others_paths_say_which_method(endpoint: HttpEndpoint) -> None:
+    base = _base(endpoint)
+    get = requests.get(f"{base}/v1/serving/stop", timeout=5)
+    assert get.status_code == 405 and get.headers["Allow"] == "POST"
+    assert get.json() == {"error": "GET is not allowed on /v1/serving/stop; use POST"}
+    post = requests.post(f"{base}/v1/state", timeout=5)
+    assert post.status_code == 405 and post.headers["Allow"] == "GET, HEAD"
+    assert post.json() == {"error": "POST is not allowed on /v1/state; use GET or HEAD"}
+
+
+LONG_HEADER = b"X-Long: " + b"a" * 70_000
+MANY_HEADERS = b"".join(b"X-%d: 1\r\n" % i for i in range(120))
+
+REQUEST_LINE = "; expected a request line METHOD /path HTTP/1.1"
+MALFORMED = [
+    (b"BREW /v1/state HTTP/1.1\r\n\r\n", 501, "unsupported method 'BREW'; use GET, HEAD or POST"),
+    (b"garbage\r\n\r\n", 400, f"Bad request syntax ('garbage'){REQUEST_LINE}"),
+    (b"GET /v1/state HTTP/1.1 extra\r\n\r\n", 400, f"Bad request version ('extra'){REQUEST_LINE}"),
+    (b"GET /v1/state HTTP/x\r\n\r\n", 400, f"Bad request version ('HTTP/x'){REQUEST_LINE}"),
+    (
+        b"GET /v1/state HTTP/2.0\r\n\r\n",
+        505,
+        "Invalid HTTP version (2.0); send HTTP/1.1 requests",
+    ),
+    (
+        b"GET /v1/state\r\n",
+        505,
+        "HTTP/0.9 is not supported; send HTTP/1.0 or HTTP/1.1 requests",
+    ),
+    (
+        b"POST /v1/serving/stop\r\n",
+        400,
+        f"Bad request syntax ('POST /v1/serving/stop'){REQUEST_LINE}",
+    ),
+    (
+        b"GET /" + b"a" * 70_000 + b" HTTP/1.1\r\n\r\n",
+        414,
+        "request line longer than 65536 bytes; shorten the URL",
+    ),
+    (
+        b"GET /v1/state HTTP/1.1\r\n" + LONG_HEADER + b"\r\n\r\n",
+        431,
+        "a header line longer than 65536 bytes; send shorter headers",
+    ),
+    (
+        b"GET /v1/state HTTP/1.1\r\n" + MANY_HEADERS + b"\r\n",
+        431,
+        "more than 100 headers; send fewer",
+    ),
+]
+
+
+@pytest.mark.parametrize(("request_bytes", "status", "message"), MALFORMED)
+def test_malformed_requests_get_a_json_error_with_a_status_line(
+    endpoint: HttpEndpoint, request_bytes: bytes, status: int, message: str
+) -> None:
+    status_line, headers, body = _parse(_raw(endpoint, request_bytes))
+    assert status_line.startswith(f"HTTP/1.1 {status} "), status_line
+    assert headers["content-type"] == "application/json"
+    assert headers["connection"] == "close"
+    assert int(headers["content-length"]) == len(body)
+    assert json.loads(body) == {"error": message}
+
+
+def test_post_errors_are_json(endpoint: HttpEndpoint) -> None:
+    base = _base(endpoint)
+    unauth = requests.post(f"{base}/v1/serving/stop", json={}, timeout=5)
+    assert unauth.status_code == 401 and unauth.json() == {"error": "invalid bearer token"}
+    chunked = requests.post(
+        f"{base}/v1/serving/stop",
+        data=iter([b"{}"]),
+        headers={"Authorization": f"Bearer {TOKEN}"},
+        timeout=5,
+    )
+    assert chunked.status_code == 411
+    assert chunked.json() == {"error": "send the body with a Content-Length (no chunked bodies)"}
+    status_line, _, body = _parse(
+        _raw(
+            endpoint,
+            b"POST /v1/serving/stop HTTP/1.1\r\nAuthorization: Bearer "
+            + TOKEN.encode()
+            + b"\r\nContent-Length: lots\r\n\r\n",
+        )
+    )
+    assert status_line.startswith("HTTP/1.1 400 ")
+    assert json.loads(body) == {"error": "Content-Length: expected a byte count, got 'lots'"}

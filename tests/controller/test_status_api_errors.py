@@ -1,0 +1,120 @@
+"""The controller's status endpoint against wrong and broken requests: the same
+JSON errors, limits and one-line logs as the agent's (real server on loopback)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+import struct
+import time
+from collections.abc import Iterator
+from typing import Any, ClassVar
+
+import pytest
+import requests
+
+from spark_watchdog.agent.http_api import MAX_CONNECTIONS
+from spark_watchdog.controller.status_api import StatusEndpoint
+from spark_watchdog.controller.tallies import Tallies
+
+pytestmark = pytest.mark.integration
+
+
+class _Source:
+    published: ClassVar[dict[str, Any]] = {"ticks": 7, "nodes": []}
+    tallies = Tallies()
+
+
+@pytest.fixture
+def base() -> Iterator[str]:
+    endpoint = StatusEndpoint("127.0.0.1", 0, _Source())
+    endpoint.start()
+    yield f"http://127.0.0.1:{endpoint.port}"
+    endpoint.stop()
+
+
+def test_the_routes_it_registers() -> None:
+    endpoint = StatusEndpoint("127.0.0.1", 0, _Source())
+    assert endpoint.operations() == {
+        "/metrics": ("GET", "HEAD"),
+        "/v1/status": ("GET", "HEAD"),
+    }
+
+
+@pytest.mark.parametrize("method", ["POST", "PUT", "DELETE", "PATCH", "OPTIONS"])
+def test_other_methods_are_a_json_405(base: str, method: str) -> None:
+    answer = requests.request(method, f"{base}/v1/status", timeout=5)
+    assert answer.status_code == 405
+    assert answer.headers["Allow"] == "GET, HEAD"
+    assert answer.headers["Content-Type"] == "application/json"
+    assert answer.json() == {"error": f"{method} is not allowed on /v1/status; use GET or HEAD"}
+
+
+def test_head_is_get_without_the_body(base: str) -> None:
+    head = requests.head(f"{base}/v1/status", timeout=5)
+    assert head.status_code == 200 and head.content == b""
+    assert head.headers["Content-Length"] == str(len(requests.get(f"{base}/v1/status").content))
+
+
+def test_an_unknown_path_lists_the_paths(base: str) -> None:
+    answer = requests.get(f"{base}/v1/state", timeout=5)
+    assert answer.status_code == 404
+    assert answer.json() == {"error": "no such path /v1/state; paths: /metrics, /v1/status"}
+
+
+def test_a_malformed_request_line_is_a_json_400(base: str) -> None:
+    port = int(base.rsplit(":", 1)[1])
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        sock.sendall(b"hello there\r\n")
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400 Bad Request\r\n")
+    assert b"Content-Type: application/json" in head
+    assert json.loads(body) == {
+        "error": "Bad request syntax ('hello there'); expected a request line METHOD /path HTTP/1.1"
+    }
+
+
+def test_a_client_that_resets_costs_one_line(
+    base: str, caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture[str]
+) -> None:
+    caplog.set_level(logging.INFO, logger="spark_watchdog.agent.http")
+    port = int(base.rsplit(":", 1)[1])
+    sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+    # Half a request head: the server is reading it when the reset comes.
+    sock.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")
+    time.sleep(0.2)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    sock.close()
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline and not any(
+        r.name == "spark_watchdog.agent.http" for r in caplog.records
+    ):
+        time.sleep(0.05)
+    time.sleep(0.5)
+    messages = [r.getMessage() for r in caplog.records if r.name == "spark_watchdog.agent.http"]
+    assert len(messages) == 1 and "broken by the client" in messages[0], messages
+    assert "Traceback" not in capfd.readouterr().err
+
+
+def test_connections_past_the_cap_get_a_503(base: str) -> None:
+    port = int(base.rsplit(":", 1)[1])
+    held = []
+    try:
+        for _ in range(MAX_CONNECTIONS):
+            sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+            sock.sendall(b"GET /v1/status HTTP/1.1\r\n")
+            held.append(sock)
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as extra:
+            extra.sendall(b"GET /v1/status HTTP/1.1\r\nHost: x\r\n\r\n")
+            answer = b""
+            while chunk := extra.recv(65536):
+                answer += chunk
+        assert answer.startswith(b"HTTP/1.1 503 Service Unavailable\r\n")
+        assert b"Retry-After: 1\r\n" in answer
+    finally:
+        for sock in held:
+            sock.close()
