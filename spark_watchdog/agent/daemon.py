@@ -343,7 +343,7 @@ class Agent:
 
         def serving() -> Response:
             # Unauthenticated, like /v1/state, which carries the same object: it
-            # holds no secret (DESIGN §7 keeps secrets off command lines).
+            # holds no secret (the argv's secret values read ***, spark_watchdog.redact).
             return json_response(self.serving_status())
 
         return {

@@ -58,6 +58,7 @@ from spark_watchdog.agent.profiles import (
 from spark_watchdog.config.agent import ServingConfig
 from spark_watchdog.errors import WatchdogError
 from spark_watchdog.probes.vllm import rank_process_alive
+from spark_watchdog.redact import redact_argv
 
 log = logging.getLogger("spark_watchdog.agent.serving")
 
@@ -327,6 +328,12 @@ class ServingLauncher:
     def profile_names(self) -> list[str]:
         return sorted(self.profiles)
 
+    def shown_argv(self, argv: list[str]) -> list[str]:
+        """The argv as shown and logged: secret values (``serving.secret_flags``
+        and the built-in ones, :mod:`spark_watchdog.redact`) read ``***``. The
+        process itself is started with the real one."""
+        return redact_argv(argv, self.config.secret_flags)
+
     # -- start ------------------------------------------------------------------
 
     def start(self, profile: str | None = None) -> dict[str, Any]:
@@ -349,7 +356,7 @@ class ServingLauncher:
                 "serving: started profile %s, pid %d: %s",
                 name,
                 run.process.pid,
-                shlex.join(argv),
+                shlex.join(self.shown_argv(argv)),
                 extra={"profile": name, "pid": run.process.pid},
             )
         finally:
@@ -387,7 +394,7 @@ class ServingLauncher:
         with os.fdopen(fd, "ab") as sink:
             header = (
                 f"--- spark-watchdog {iso_time(started_at)}: starting the rank with "
-                f"profile {profile}: {shlex.join(argv)}\n"
+                f"profile {profile}: {shlex.join(self.shown_argv(argv))}\n"
             )
             sink.write(header.encode())
             sink.flush()
@@ -544,7 +551,7 @@ class ServingLauncher:
                 "state": state,
                 "stopping": run.stopping,
                 "profile": run.profile,
-                "argv": list(run.argv),
+                "argv": self.shown_argv(run.argv),
                 "pid": run.process.pid,
                 "pgid": run.pgid,
                 "started_at": iso_time(run.started_at),

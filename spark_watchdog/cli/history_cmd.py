@@ -4,29 +4,87 @@ They read the history database directly (``--db PATH``, or the ``history``
 path of ``--config FILE``), so they work with or without a running
 controller; ``status`` asks the running controller first. Every command
 takes ``--json``.
+
+A ``--db`` that does not exist is refused (exit 2): only the controller, or a
+command given the ``history`` path of a config, creates a history, so a typo
+never gets a database of its own. Reads open the file read-only, and still
+work for a user who may read the file but not write its directory (see
+:class:`HistoryStore`). ``hold`` and ``release`` take only nodes the
+controller knows: those of ``--config``, else those the history has recorded.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
+import os
 import re
 import sys
 import time
+import urllib.parse
 from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from spark_watchdog.config.controller import load_controller_config
+from spark_watchdog.config.controller import ControllerConfig, load_controller_config
 from spark_watchdog.errors import ConfigError, WatchdogError
 from spark_watchdog.history.records import CLUSTER, iso_utc
-from spark_watchdog.history.store import HistoryStore
+from spark_watchdog.history.store import SQLITE_MAX_INT, HistoryStore
 
 DEFAULT_CONFIG = "/etc/spark-watchdog/controller.yaml"
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 _SINCE = re.compile(r"^(\d+(?:\.\d+)?)([smhdw])$")
 _UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+class CliUsage(ConfigError):
+    """A bad command line: printed as one line, exit 2."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("command line", [message])
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def whole_number(minimum: int = 1, maximum: int = SQLITE_MAX_INT) -> Any:
+    """An argparse ``type=``: an integer from ``minimum`` to ``maximum`` (SQLite's
+    largest by default: an id or limit beyond it cannot even be looked up)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text, 10)
+        except ValueError:
+            value = None
+        if value is None or not minimum <= value <= maximum:
+            raise argparse.ArgumentTypeError(
+                f"expected a whole number from {minimum} to {maximum}, got {text!r}"
+            )
+        return value
+
+    parse.__name__ = "whole number"  # argparse names the type in some messages
+    return parse
+
+
+def seconds_at_least(minimum: float = 0.0) -> Any:
+    """An argparse ``type=``: a finite number of seconds ≥ ``minimum``."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not math.isfinite(value) or value < minimum:
+            raise argparse.ArgumentTypeError(
+                f"expected a number of seconds ≥ {minimum:g}, got {text!r}"
+            )
+        return value
+
+    parse.__name__ = "seconds"
+    return parse
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -56,12 +114,14 @@ def add_parsers(commands: Any) -> None:
     history.add_argument("--node", metavar="N", help="only incidents of this node")
     history.add_argument("--since", metavar="AGE", help="only newer than AGE: 30m, 12h, 7d, 2w")
     history.add_argument("--kind", metavar="K", help="host_frozen, serving_stalled, ...")
-    history.add_argument("--limit", type=int, default=100, metavar="N")
+    history.add_argument(
+        "--limit", type=whole_number(), default=100, metavar="N", help="at most N (default 100)"
+    )
     history.set_defaults(func=run_history)
 
     show = commands.add_parser("show", help="one incident's timeline, evidence and actions")
     _common(show)
-    show.add_argument("incident", type=int, metavar="INCIDENT", help="incident number")
+    show.add_argument("incident", type=whole_number(), metavar="INCIDENT", help="incident number")
     show.set_defaults(func=run_show)
 
     boots = commands.add_parser("boots", help="a node's boots: clean or unclean, and evidence")
@@ -92,26 +152,80 @@ def _usage(message: str) -> int:
 
 def _db_path(args: argparse.Namespace) -> str:
     if args.db:
-        return str(args.db)
-    config = args.config or DEFAULT_CONFIG
+        path = str(args.db)
+        if not os.path.exists(path):
+            raise CliUsage(
+                f"--db {path}: no such file; give the history database the controller "
+                f"writes (the history: path of its config, default "
+                f"/var/lib/spark-watchdog/history.db), or --config FILE instead of --db"
+            )
+        if os.path.isdir(path):
+            raise CliUsage(f"--db {path}: a directory; give the history database file in it")
+        return path
     if not args.config and not Path(DEFAULT_CONFIG).exists():
-        raise ConfigError("--db", ["give --db PATH or --config FILE (no " + DEFAULT_CONFIG + ")"])
-    return load_controller_config(config).history
+        raise CliUsage(f"give --db PATH or --config FILE (there is no {DEFAULT_CONFIG})")
+    return _config(args).history
+
+
+def _config(args: argparse.Namespace) -> ControllerConfig:
+    config: ControllerConfig = load_controller_config(args.config or DEFAULT_CONFIG)
+    return config
 
 
 def _open(args: argparse.Namespace, *, write: bool = False) -> HistoryStore:
-    return HistoryStore(_db_path(args), read_only=not write)
+    store = HistoryStore(_db_path(args), read_only=not write)
+    if store.read_note:
+        print(f"spark-watchdog: note: {store.read_note}", file=sys.stderr)
+    return store
 
 
 def _since(text: str | None) -> float | None:
     if text is None:
         return None
     match = _SINCE.match(text)
-    if not match:
-        raise ConfigError(
-            "--since", [f'--since: expected an age like 30m, 12h, 7d or 2w, got "{text}"']
-        )
-    return time.time() - float(match.group(1)) * _UNIT[match.group(2)]
+    seconds = float(match.group(1)) * _UNIT[match.group(2)] if match else math.nan
+    if not math.isfinite(seconds):
+        raise CliUsage(f'--since: expected an age like 30m, 12h, 7d or 2w, got "{text}"')
+    return time.time() - seconds
+
+
+def _nodes_config(args: argparse.Namespace) -> ControllerConfig | None:
+    """The config that says which nodes there are: --config, the default one when
+    the history comes from it, or the default one whose history is --db."""
+    if args.config or not args.db:
+        return _config(args)
+    if not Path(DEFAULT_CONFIG).exists():
+        return None
+    try:
+        config = load_controller_config(DEFAULT_CONFIG)
+    except ConfigError:
+        return None  # not what --db is about; the history's nodes will do
+    try:
+        same = os.path.samefile(config.history, args.db)
+    except OSError:
+        same = False
+    return config if same else None
+
+
+def _check_node(args: argparse.Namespace, store: HistoryStore, node: str, verb: str) -> None:
+    """Refuse a node the controller does not know (a typo would be held forever)."""
+    if node == CLUSTER:
+        return
+    config = _nodes_config(args)
+    if config is not None:
+        known = [n.name for n in config.nodes]
+        where, hint = f"the config {args.config or DEFAULT_CONFIG}", ""
+    else:
+        known = sorted({n.name for n in store.nodes()})
+        where = f"history {store.path} (nodes it has recorded)"
+        hint = "; to check the name against the controller's nodes, add --config FILE"
+    if node in known:
+        return
+    if verb == "release" and any(h.node == node for h in store.active_holds()):
+        return  # a hold left on a node since removed from the config
+    raise CliUsage(
+        f'{verb}: no node "{node}" in {where}; known: {", ".join(known) or "none"}{hint}'
+    )
 
 
 def _short(ts: float | None) -> str:
@@ -255,7 +369,10 @@ def run_hold(args: argparse.Namespace) -> int:
     target = _target(args)
     if target is None:
         return _usage("hold: give a NODE or --all (not both)")
+    if not args.reason.strip():
+        return _usage("hold: --reason must say why (it is shown with the hold)")
     with _open(args, write=True) as store:
+        _check_node(args, store, target, "hold")
         hold = store.hold(target, args.reason, by="cli")
     if args.json:
         print(json.dumps(hold.to_json(), indent=2))
@@ -271,6 +388,7 @@ def run_release(args: argparse.Namespace) -> int:
     if target is None:
         return _usage("release: give a NODE or --all (not both)")
     with _open(args, write=True) as store:
+        _check_node(args, store, target, "release")
         released = (
             store.release_all(by="cli")
             if target == CLUSTER
@@ -285,10 +403,21 @@ def run_release(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _is_http_url(text: str) -> bool:
+    try:
+        parts = urllib.parse.urlsplit(text)
+        parts.port  # noqa: B018 - raises on a port that is not a number
+    except ValueError:
+        return False
+    return parts.scheme in ("http", "https") and bool(parts.hostname)
+
+
 @_guarded
 def run_status(args: argparse.Namespace) -> int:
     status: dict[str, Any] | None = None
     url = args.url
+    if url is not None and not _is_http_url(url):
+        raise CliUsage(f"--url {url}: expected the controller's URL, http://HOST:PORT")
     if url is None and (args.config or Path(DEFAULT_CONFIG).exists()):
         listen = load_controller_config(args.config or DEFAULT_CONFIG).listen
         url = f"http://{listen.address}:{listen.port}"

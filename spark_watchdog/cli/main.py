@@ -26,6 +26,7 @@ from spark_watchdog.cli import (
     reference_cmd,
     serving_cmd,
 )
+from spark_watchdog.errors import ConfigError, WatchdogError
 
 EXIT_OK = 0
 EXIT_UNHEALTHY = 1
@@ -81,6 +82,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         code = int(args.func(args))
     except KeyboardInterrupt:
         return 130
+    except ConfigError as exc:  # a command that did not catch its own: still exit 2
+        print(f"spark-watchdog: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except WatchdogError as exc:
+        print(f"spark-watchdog: {exc}", file=sys.stderr)
+        return EXIT_UNHEALTHY
     except BrokenPipeError:
         # `spark-watchdog ... | head`: the reader left; not an error of ours.
         return EXIT_OK

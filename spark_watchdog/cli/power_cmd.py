@@ -18,6 +18,7 @@ import time
 from typing import Any
 
 from spark_watchdog import logs
+from spark_watchdog.cli.history_cmd import seconds_at_least, whole_number
 from spark_watchdog.config.controller import ControllerConfig, load_controller_config
 from spark_watchdog.errors import ConfigError, PowerError, Unreachable, WatchdogError
 from spark_watchdog.power.base import PowerResult, PowerState, PowerStep, VerifiedPower
@@ -65,14 +66,14 @@ def add_parser(commands: Any) -> None:
     )
     parser.add_argument(
         "--path",
-        type=int,
+        type=whole_number(1, 64),
         metavar="N",
         help="which power path of the node (1 = first in the config; default: the first "
         "path that can switch power)",
     )
     parser.add_argument(
         "--off-seconds",
-        type=float,
+        type=seconds_at_least(0.0),
         metavar="S",
         help="how long a cycle holds power off (default: policy.power_off_seconds)",
     )

@@ -5,7 +5,9 @@
 
 The profile in force is kept in the history database; after an incident the
 controller switches to the safe profile, and it stays there until an
-operator picks another one here.
+operator picks another one here. A profile is checked against what the
+agents offer (``GET /v1/serving``) before it is set, and before a restart
+stops anything: an unknown one is refused (exit 2) with nothing changed.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import sys
 from typing import Any
 
 from spark_watchdog.cli.history_cmd import DEFAULT_CONFIG, EXIT_FAILED, EXIT_OK, EXIT_USAGE
-from spark_watchdog.config.controller import load_controller_config
+from spark_watchdog.config.controller import ControllerConfig, load_controller_config
 from spark_watchdog.config.secrets import read_secret
 from spark_watchdog.errors import ConfigError, WatchdogError
 from spark_watchdog.history.store import HistoryStore
@@ -49,10 +51,61 @@ def _fail(message: str, code: int) -> int:
     return code
 
 
+# How long `serving profile P` waits for each agent's GET /v1/serving.
+OFFER_TIMEOUT_S = 5.0
+
+
+def _check_profile(config: ControllerConfig, profile: str) -> tuple[int, str] | None:
+    """(exit code, message) when ``profile`` cannot be set; None when it can.
+
+    The agents say what they offer (GET /v1/serving): a profile an answering
+    agent does not offer is refused, so the next restart cannot stop every
+    rank and then fail. With no agent to ask, only built-in profiles pass.
+    """
+    from spark_watchdog.agent.profiles import BUILTIN_PROFILES
+    from spark_watchdog.controller.serving_restart import (
+        ServingNode,
+        serving_offers,
+        unknown_profile_problem,
+    )
+
+    nodes = [ServingNode(n.name, n.agent) for n in config.nodes]
+    offers = asyncio.run(serving_offers(nodes, OFFER_TIMEOUT_S))
+    problem = unknown_profile_problem(profile, offers)
+    if problem is not None:
+        return EXIT_USAGE, f"{problem} (GET /v1/serving); nothing was changed"
+    unasked = [f"{o.node}: {o.error}" for o in offers if not o.answered]
+    if any(o.answered and o.enabled for o in offers):
+        if unasked:
+            note = f"spark-watchdog serving: note: not checked on {'; '.join(unasked)}"
+            print(note, file=sys.stderr)
+        return None
+    why = "; ".join(unasked) or "serving control is off on every agent"
+    if profile in BUILTIN_PROFILES:
+        print(
+            f"spark-watchdog serving: note: no agent could be asked ({why}); "
+            f"{profile} is built into every agent",
+            file=sys.stderr,
+        )
+        return None
+    builtin = ", ".join(sorted(BUILTIN_PROFILES))
+    return EXIT_FAILED, (
+        f'cannot check profile "{profile}": no agent with serving control answered '
+        f"GET /v1/serving ({why}); nothing was changed. Set it once the agents are up, "
+        f"or pick a built-in profile ({builtin})"
+    )
+
+
 def run_profile(args: argparse.Namespace) -> int:
     try:
         config = load_controller_config(args.config)
+        if args.profile is not None:
+            refusal = _check_profile(config, args.profile)
+            if refusal is not None:
+                return _fail(refusal[1], refusal[0])
         with HistoryStore(config.history, read_only=args.profile is None) as store:
+            if store.read_note:
+                print(f"spark-watchdog serving: note: {store.read_note}", file=sys.stderr)
             if args.profile is not None:
                 store.set_setting(SETTING, args.profile, by="cli")
             setting = store.setting(SETTING)
@@ -69,7 +122,11 @@ def run_profile(args: argparse.Namespace) -> int:
 
 
 def run_restart(args: argparse.Namespace) -> int:
-    from spark_watchdog.controller.serving_restart import ServingNode, ServingRestart
+    from spark_watchdog.controller.serving_restart import (
+        PreflightFailed,
+        ServingNode,
+        ServingRestart,
+    )
 
     try:
         config = load_controller_config(args.config)
@@ -88,11 +145,15 @@ def run_restart(args: argparse.Namespace) -> int:
         nodes = [ServingNode(n.name, n.agent) for n in config.nodes]
         head = next(n for n in nodes if n.name == serving.head)
         workers = [n for n in nodes if n is not head]
+        restart = ServingRestart(head, workers, token, timeout=serving.start_timeout)
+        # Every agent must answer and offer the profile before any rank is stopped.
+        try:
+            asyncio.run(restart.preflight(profile))
+        except PreflightFailed as exc:
+            return _fail(f"restart: {exc}", EXIT_USAGE if exc.unknown_profile else EXIT_FAILED)
         record = store.start_serving_restart(profile)
         print(f"serving: restarting {len(nodes)} ranks with profile {profile}", file=sys.stderr)
-        report = asyncio.run(
-            ServingRestart(head, workers, token, timeout=serving.start_timeout).run(profile)
-        )
+        report = asyncio.run(restart.run(profile))
         store.finish_serving_restart(
             record.id, report.result, step_durations=report.step_durations, error=report.error
         )

@@ -116,8 +116,15 @@ class ServingConfig:
     stop_timeout: float = setting(30.0, above=0, maximum=3600)
     working_directory: str | None = setting(None)
     environment: dict[str, str] = setting(default_factory=dict)
+    # Flags whose values are hidden (***) wherever the argv is shown or stored.
+    secret_flags: tuple[str, ...] = setting(())
 
     def __post_init__(self) -> None:
+        for i, flag in enumerate(self.secret_flags):
+            if not flag.startswith("-") or "=" in flag or " " in flag:
+                raise InvalidSetting(
+                    f"secret_flags[{i}]", f'expected a flag like "--api-key", got "{flag}"'
+                )
         for name in self.profiles:
             if not _PROFILE_NAME.match(name):
                 raise InvalidSetting(

@@ -126,7 +126,7 @@ def classify(obs: NodeObservation, policy: DetectionPolicy) -> Finding:
         return Finding(Verdict.PENDING, ("no answer from the agent yet",))
     if not obs.judges_serving:
         return Finding(Verdict.HEALTHY, ())
-    vllm = _vllm(obs.snapshot)
+    vllm = vllm_status(obs.snapshot)
     state = vllm.get("state")
     if state == "stalled":
         reason = str(vllm.get("reason") or "requests running, no progress")
@@ -160,7 +160,8 @@ def _silent(obs: NodeObservation, policy: DetectionPolicy, silence: str) -> Find
     return Finding(Verdict.PENDING, (silence, f"no ssh banner x{obs.banner_misses}"))
 
 
-def _vllm(snapshot: Mapping[str, Any]) -> Mapping[str, Any]:
+def vllm_status(snapshot: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The snapshot's ``probes.vllm`` object; ``{}`` when absent or not an object."""
     probes = snapshot.get("probes")
     if isinstance(probes, Mapping):
         vllm = probes.get("vllm")

@@ -4,6 +4,11 @@ A rank cannot rejoin alone: every rank restarts. Down: the head first, then
 the workers. Up: the workers first, then the head, promptly (the head waits
 ~10 s for the master port). Done when the head's vLLM answers /health 200
 *and* makes progress, or a 1-token canary answers, within start_timeout.
+
+Before anything is stopped, every node's agent is asked what it offers
+(``GET /v1/serving``, unauthenticated): a profile one of them does not know,
+an agent that does not answer or has serving control off, and the restart
+fails there with nothing stopped, instead of after every rank is down.
 """
 
 from __future__ import annotations
@@ -14,7 +19,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from spark_watchdog.controller.detector import vllm_status
 from spark_watchdog.controller.http_client import HttpError, request
+from spark_watchdog.redact import redact_text
 
 START_SETTLE_S = 1.0
 
@@ -32,6 +39,63 @@ class ServingRestartReport:
 class ServingNode:
     name: str
     agent: str  # base URL
+
+
+@dataclass(frozen=True)
+class ServingOffer:
+    """What one node's agent said about serving (GET /v1/serving), or why it said nothing."""
+
+    node: str
+    profiles: tuple[str, ...] = ()
+    enabled: bool = False
+    error: str | None = None  # no usable answer
+
+    @property
+    def answered(self) -> bool:
+        return self.error is None
+
+
+class PreflightFailed(Exception):
+    """The restart cannot go ahead; nothing was stopped. ``unknown_profile``: the
+    profile is not offered by an agent that answered (the caller's mistake)."""
+
+    def __init__(self, message: str, *, unknown_profile: bool = False) -> None:
+        super().__init__(message)
+        self.unknown_profile = unknown_profile
+
+
+async def serving_offer(node: ServingNode, timeout: float) -> ServingOffer:
+    try:
+        answer = await request(f"{node.agent.rstrip('/')}/v1/serving", timeout=timeout)
+        body = answer.json()
+    except HttpError as exc:
+        return ServingOffer(node.name, error=str(exc))
+    if answer.status != 200 or not isinstance(body, dict):
+        return ServingOffer(node.name, error=f"GET /v1/serving answered {answer.status}")
+    profiles = body.get("profiles")
+    names = tuple(p for p in profiles if isinstance(p, str)) if isinstance(profiles, list) else ()
+    return ServingOffer(node.name, names, body.get("enabled") is True)
+
+
+async def serving_offers(nodes: Sequence[ServingNode], timeout: float) -> list[ServingOffer]:
+    """Every node's offer, asked at once."""
+    return list(await asyncio.gather(*(serving_offer(n, timeout) for n in nodes)))
+
+
+def unknown_profile_problem(profile: str, offers: Sequence[ServingOffer]) -> str | None:
+    """Why ``profile`` is unknown to the agents that answered with serving on; None if
+    every one of them offers it (or none answered: nothing to say it is unknown)."""
+    lacking = [o for o in offers if o.answered and o.enabled and profile not in o.profiles]
+    if not lacking:
+        return None
+    by_offer: dict[tuple[str, ...], list[str]] = {}
+    for offer in lacking:
+        by_offer.setdefault(tuple(sorted(offer.profiles)), []).append(offer.node)
+    where = "; ".join(
+        f"{', '.join(nodes)} offer{'s' if len(nodes) == 1 else ''} {', '.join(p) or 'none'}"
+        for p, nodes in by_offer.items()
+    )
+    return f'unknown profile "{profile}": {where}'
 
 
 class ServingRestart:
@@ -61,9 +125,8 @@ class ServingRestart:
         payload = answer.json() if answer.body else {}
         if answer.status != 200:
             error = payload.get("error") if isinstance(payload, dict) else None
-            raise HttpError(
-                f"{node.name}: {what} answered {answer.status}: {error or answer.body[:200]!r}"
-            )
+            detail = repr(error) if error else redact_text(repr(answer.body[:200]))
+            raise HttpError(f"{node.name}: {what} answered {answer.status}: {detail}")
         return payload if isinstance(payload, dict) else {}
 
     async def _timed(self, report: ServingRestartReport, label: str, coro: Any) -> Any:
@@ -73,8 +136,30 @@ class ServingRestart:
         finally:
             report.step_durations[label] = round(time.monotonic() - started, 3)
 
+    async def preflight(self, profile: str) -> None:
+        """Raise PreflightFailed unless every node's agent answers, has serving control
+        on, and offers ``profile``. Stops nothing."""
+        offers = await serving_offers([self.head, *self.workers], self.request_timeout)
+        problem = unknown_profile_problem(profile, offers)
+        if problem is not None:
+            raise PreflightFailed(f"{problem}; nothing was stopped", unknown_profile=True)
+        silent = [f"{o.node}: {o.error}" for o in offers if not o.answered]
+        if silent:
+            raise PreflightFailed(f"{'; '.join(silent)}; nothing was stopped")
+        off = [o.node for o in offers if not o.enabled]
+        if off:
+            raise PreflightFailed(
+                f"serving control is off on {', '.join(off)} (serving.enabled: false in "
+                "the agent's config); nothing was stopped"
+            )
+
     async def run(self, profile: str) -> ServingRestartReport:
         report = ServingRestartReport(profile)
+        try:
+            await self.preflight(profile)
+        except PreflightFailed as exc:
+            report.result, report.error = "failed", str(exc)
+            return report
         try:
             await self._timed(report, f"stop {self.head.name}", self._post(self.head, "stop"))
             for worker in self.workers:
@@ -124,7 +209,7 @@ class ServingRestart:
             except HttpError:
                 state = None
             if isinstance(state, dict):
-                vllm = (state.get("probes") or {}).get("vllm") or {}
+                vllm = vllm_status(state)
                 serving = state.get("serving") or {}
                 report.effective[self.head.name] = serving if isinstance(serving, dict) else {}
                 if vllm.get("state") == "progressing":

@@ -54,8 +54,11 @@ from spark_watchdog.history.records import (
     Setting,
 )
 from spark_watchdog.history.schema import APPLICATION_ID, MIGRATIONS, statements
+from spark_watchdog.redact import redact_record, redact_text
 
 DEFAULT_BUSY_TIMEOUT_S = 2.0
+# SQLite's INTEGER is 64-bit signed: row ids and limits above this cannot be bound.
+SQLITE_MAX_INT = 2**63 - 1
 # The incident kind that cuts power: at most one open per node.
 FENCING_KIND = "host_frozen"
 
@@ -143,6 +146,9 @@ class HistoryStore:
         self._clock = clock
         self._lock = threading.RLock()
         self._connection: sqlite3.Connection | None = None
+        # Set when a read-only open could only read the file as immutable: what
+        # the reader should be told about what it may not see.
+        self.read_note: str | None = None
         self._connection = self._open(migrations)
 
     # -- lifecycle -----------------------------------------------------------
@@ -180,35 +186,91 @@ class HistoryStore:
 
     def _open(self, migrations: Sequence[str]) -> sqlite3.Connection:
         target = len(migrations)
-        if self._read_only and not os.path.exists(self._path):
-            raise StoreError(self._path, f"no history database at {self._path}")
-        conn: sqlite3.Connection | None = None
+        if self._read_only:
+            return self._open_read_only(target)
+        self._create_file()
         with self._guard("opening"):
-            if self._read_only:
-                uri = "file:" + urllib.parse.quote(os.path.abspath(self._path)) + "?mode=ro"
-                database, as_uri = uri, True
+            return self._connect(self._path, False, target, migrations)
+
+    def _create_file(self) -> None:
+        """Create a new history file 0640 (less under a stricter umask): it records
+        what the cluster did, not for every user of the host. SQLite gives the -wal
+        and -shm files the database file's mode."""
+        if self._path == ":memory:" or self._path.startswith("file:"):
+            return
+        try:
+            fd = os.open(self._path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o640)
+        except FileExistsError:
+            return
+        except OSError as exc:
+            raise StoreError(
+                self._path,
+                f"cannot open history database {self._path} ({exc.strerror or exc}); "
+                "does its directory exist, and may this user write there?",
+            ) from None
+        os.close(fd)
+
+    def _connect(
+        self, database: str, as_uri: bool, target: int, migrations: Sequence[str] = ()
+    ) -> sqlite3.Connection:
+        conn = sqlite3.connect(
+            database,
+            uri=as_uri,
+            timeout=self._busy_timeout,
+            # Autocommit: every transaction is explicit (BEGIN IMMEDIATE
+            # for writes), so nothing is ever left pending by accident.
+            isolation_level=None,
+            check_same_thread=False,
+        )
+        try:
+            self._check_identity(conn, target)
+            self._configure(conn)
+            if not self._read_only:
+                migrate(conn, self._path, migrations)
             else:
-                database, as_uri = self._path, False
-            conn = sqlite3.connect(
-                database,
-                uri=as_uri,
-                timeout=self._busy_timeout,
-                # Autocommit: every transaction is explicit (BEGIN IMMEDIATE
-                # for writes), so nothing is ever left pending by accident.
-                isolation_level=None,
-                check_same_thread=False,
-            )
-            try:
-                self._check_identity(conn, target)
-                self._configure(conn)
-                if not self._read_only:
-                    migrate(conn, self._path, migrations)
-                else:
-                    self._check_read_only_version(conn, target)
-            except BaseException:
-                conn.close()
-                raise
-        assert conn is not None
+                self._check_read_only_version(conn, target)
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def _open_read_only(self, target: int) -> sqlite3.Connection:
+        """``mode=ro``; where that cannot work, an immutable read (see ``read_note``).
+
+        Reading a WAL database needs its -shm file, which a reader creates when
+        none is there (no controller has the file open). A user who may read the
+        file but not write its directory cannot: SQLite then refuses even a
+        read-only open, and the file is read as immutable instead.
+        """
+        path = self._path
+        if not os.path.exists(path):
+            raise StoreError(path, f"no history database at {path}")
+        if not os.access(path, os.R_OK):
+            raise StoreReadOnly(path, _unreadable(path))
+        uri = "file:" + urllib.parse.quote(os.path.abspath(path)) + "?"
+        try:
+            return self._connect(uri + "mode=ro", True, target)
+        except sqlite3.Error as exc:
+            if _primary_code(exc) not in (_SQLITE_READONLY, _SQLITE_CANTOPEN):
+                raise self._error(exc, "opening") from exc
+            first = exc
+        try:
+            conn = self._connect(uri + "immutable=1", True, target)
+        except sqlite3.Error:
+            raise self._error(first, "opening") from first
+        directory = os.path.dirname(os.path.abspath(path))
+        note = (
+            f"read {path} as an immutable snapshot: this user cannot create its -shm file "
+            f"(no write access to {directory}), so writes made meanwhile are not seen"
+        )
+        with contextlib.suppress(OSError):
+            pending = os.path.getsize(path + "-wal")
+            if pending:
+                note += (
+                    f", nor the {pending} bytes in {path}-wal not yet checkpointed "
+                    "(read as the controller's user to see them)"
+                )
+        self.read_note = note
         return conn
 
     def _check_identity(self, conn: sqlite3.Connection, target: int) -> None:
@@ -273,13 +335,16 @@ class HistoryStore:
         try:
             yield
         except sqlite3.Error as exc:
-            error = _translate(exc, self._path, doing, self._busy_timeout)
-            if isinstance(error, StoreReadOnly) and self._read_only:
-                error = StoreReadOnly(
-                    self._path,
-                    f"history store {self._path} was opened read-only ({exc}, while {doing})",
-                )
-            raise error from exc
+            raise self._error(exc, doing) from exc
+
+    def _error(self, exc: sqlite3.Error, doing: str) -> StoreError:
+        error = _translate(exc, self._path, doing, self._busy_timeout)
+        if isinstance(error, StoreReadOnly) and self._read_only:
+            error = StoreReadOnly(
+                self._path,
+                f"history store {self._path} was opened read-only ({exc}, while {doing})",
+            )
+        return error
 
     def _conn(self) -> sqlite3.Connection:
         if self._connection is None:
@@ -327,9 +392,10 @@ class HistoryStore:
             raise InvalidRecord(
                 self._path, f"{what} must be a JSON object, got {type(value).__name__}"
             )
-        if isinstance(value, Mapping):
-            value = dict(value)
         try:
+            # The history never keeps a secret: an agent's state carries its
+            # serving argv, and error texts may quote one.
+            value = redact_record(value)
             return json.dumps(value, allow_nan=False, separators=(",", ":"))
         except (TypeError, ValueError, RecursionError) as exc:
             raise InvalidRecord(self._path, f"{what} is not JSON-serialisable: {exc}") from None
@@ -642,6 +708,8 @@ class HistoryStore:
         """The incident's status; UnknownRecord when there is no such incident."""
         if not isinstance(incident_id, int) or isinstance(incident_id, bool):
             raise InvalidRecord(self._path, f"incident id must be an integer, got {incident_id!r}")
+        if not _storable(incident_id):
+            raise UnknownRecord(self._path, f"no incident {incident_id} in history {self._path}")
         row = conn.execute("SELECT status FROM incidents WHERE id = ?", (incident_id,)).fetchone()
         if row is None:
             raise UnknownRecord(self._path, f"no incident {incident_id} in history {self._path}")
@@ -768,9 +836,13 @@ class HistoryStore:
             return self._get_incident(conn, incident_id)
 
     def _get_incident(self, conn: sqlite3.Connection, incident_id: int) -> Incident:
-        rows = conn.execute(
-            f"SELECT {_INCIDENT_COLUMNS} FROM incidents WHERE id = ?", (incident_id,)
-        ).fetchall()
+        rows = (
+            conn.execute(
+                f"SELECT {_INCIDENT_COLUMNS} FROM incidents WHERE id = ?", (incident_id,)
+            ).fetchall()
+            if _storable(incident_id)
+            else []
+        )
         if not rows:
             raise UnknownRecord(self._path, f"no incident {incident_id} in history {self._path}")
         return self._incidents(conn, rows)[0]
@@ -823,7 +895,10 @@ class HistoryStore:
             return self._incidents(conn, rows)
 
     def incident(self, incident_id: int) -> IncidentTimeline | None:
-        """One incident with its steps, actions, serving restarts and linked boots."""
+        """One incident with its steps, actions, serving restarts and linked boots;
+        None when there is none with this id (an id SQLite cannot hold included)."""
+        if not _storable(incident_id):
+            return None
         with self._reading(f"reading incident {incident_id}") as conn:
             rows = conn.execute(
                 f"SELECT {_INCIDENT_COLUMNS} FROM incidents WHERE id = ?", (incident_id,)
@@ -980,6 +1055,8 @@ class HistoryStore:
             raise InvalidRecord(self._path, "an action cannot be finished as pending")
         if error is not None and not isinstance(error, str):
             raise InvalidRecord(self._path, f"action error must be text, got {error!r}")
+        if error is not None:
+            error = redact_text(error)
         if step is not None:
             step = _snake(step, "step", self._path)
         extra = self._dump({} if step_detail is None else step_detail, "step detail")
@@ -1129,6 +1206,8 @@ class HistoryStore:
         steps_json = self._dump(step_durations, "step_durations")
         if error is not None and not isinstance(error, str):
             raise InvalidRecord(self._path, f"serving restart error must be text, got {error!r}")
+        if error is not None:
+            error = redact_text(error)
         now = self._now(at)
         with self._writing(f"finishing serving restart {restart_id}") as conn:
             restart = self._get_serving_restart(conn, restart_id)
@@ -1388,6 +1467,30 @@ _BY_MESSAGE = (
 )
 
 
+def _unreadable(path: str) -> str:
+    """Why this user cannot read ``path``, and how to get to read it."""
+    import grp
+    import pwd
+
+    try:
+        info = os.stat(path)
+    except OSError as exc:
+        return f"cannot read history database {path}: {exc.strerror or exc}"
+    try:
+        owner = pwd.getpwuid(info.st_uid).pw_name
+    except KeyError:
+        owner = str(info.st_uid)
+    try:
+        group = grp.getgrgid(info.st_gid).gr_name
+    except KeyError:
+        group = str(info.st_gid)
+    return (
+        f"cannot read history database {path}: permission denied (mode "
+        f"{info.st_mode & 0o777:04o}, owner {owner}, group {group}); read it as {owner} "
+        f"or as a member of group {group}"
+    )
+
+
 def _primary_code(exc: sqlite3.Error) -> int | None:
     code = getattr(exc, "sqlite_errorcode", None)
     if isinstance(code, int):
@@ -1519,9 +1622,16 @@ def _who(value: Any, path: str) -> str:
 def _limit(value: int | None, path: str) -> int:
     if value is None:
         return -1  # SQLite: no limit
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise InvalidRecord(path, f"limit must be a non-negative integer, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= SQLITE_MAX_INT:
+        raise InvalidRecord(
+            path, f"limit must be an integer from 0 to {SQLITE_MAX_INT}, got {value!r}"
+        )
     return value
+
+
+def _storable(value: object) -> bool:
+    """An integer SQLite can compare with (a larger one raises OverflowError)."""
+    return isinstance(value, int) and -SQLITE_MAX_INT - 1 <= value <= SQLITE_MAX_INT
 
 
 def _chunks(items: Sequence[int], size: int) -> Iterable[Sequence[int]]:

@@ -4,9 +4,13 @@ from the rank's own log."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import json
+import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -18,8 +22,10 @@ from typing import Any
 
 import psutil
 import pytest
+import requests
 
 from spark_watchdog.agent.auth import BearerAuth
+from spark_watchdog.agent.daemon import Agent
 from spark_watchdog.agent.serving import (
     EffectiveConfig,
     LaunchFailed,
@@ -33,6 +39,7 @@ from spark_watchdog.agent.serving import (
 )
 from spark_watchdog.config.agent import parse_agent_config
 from spark_watchdog.errors import ConfigError
+from spark_watchdog.sdnotify import SystemdNotifier
 
 STANDIN = [sys.executable, "-m", "spark_watchdog.lab.vllm_standin", "--port", "0"]
 ADAPTIVE_ON = '{"method":"dspark","num_speculative_tokens":5,"enable_adaptive_verification":true}'
@@ -479,3 +486,131 @@ def test_bearer_auth_accepts_only_the_token_and_never_shows_it(tmp_path: Path) -
     token.write_text("")
     with pytest.raises(ConfigError, match=r"serving\.token_file: secret file .* is empty"):
         BearerAuth.from_file(str(token))
+
+
+# --- secrets in the argv ----------------------------------------------------------------
+
+# A rank that writes the argv it was started with to a file, then waits.
+ARGV_RECORDER = """
+import json, pathlib, sys, time
+pathlib.Path(sys.argv[1]).write_text(json.dumps(sys.argv[2:]))
+time.sleep(600)
+"""
+SECRETS = ("sk-api-0001", "hf_token_0002", "sk-inline-0003", "custom-0004", "hf_env_0005")
+
+
+def _secret_argv(tmp_path: Path) -> tuple[list[str], Path]:
+    script = tmp_path / "record_argv.py"
+    script.write_text(ARGV_RECORDER)
+    seen = tmp_path / "argv.json"
+    command = [
+        sys.executable,
+        str(script),
+        str(seen),
+        "--api-key",
+        SECRETS[0],
+        "--hf-token",
+        SECRETS[1],
+        f"--api_key={SECRETS[2]}",
+        "--my-secret",
+        SECRETS[3],
+        "-e",
+        f"HF_TOKEN={SECRETS[4]}",
+        "--port",
+        "8000",
+    ]
+    return command, seen
+
+
+def test_secret_flags_are_hidden_everywhere_but_the_rank_gets_them(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    command, seen = _secret_argv(tmp_path)
+    token = tmp_path / "token"
+    token.write_text("t0ken\n")
+    token.chmod(0o600)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = int(sock.getsockname()[1])
+    config = parse_agent_config(
+        {
+            "node": "spark-1",
+            "listen": {"address": "127.0.0.1", "port": port},
+            "loop_interval": 0.2,
+            "probes": {"gpu": {"enabled": False}, "journal": {"enabled": False}},
+            "serving": {
+                "enabled": True,
+                "command": command,
+                "secret_flags": ["--my-secret"],
+                "token_file": str(token),
+                "log_file": str(tmp_path / "serving.log"),
+                "stop_timeout": 5.0,
+            },
+        }
+    )
+    agent = Agent(config, notifier=SystemdNotifier({}))
+    loop = asyncio.new_event_loop()
+    stop = asyncio.Event()
+    thread = threading.Thread(target=lambda: loop.run_until_complete(agent.run(stop)), daemon=True)
+    caplog.set_level(logging.INFO, logger="spark_watchdog")
+    thread.start()
+    base = f"http://127.0.0.1:{port}"
+    try:
+        _wait_for(lambda: agent.ready.is_set(), 30)
+        started = requests.post(
+            f"{base}/v1/serving/start",
+            json={"profile": "plain"},
+            headers={"Authorization": "Bearer t0ken"},
+            timeout=15,
+        )
+        assert started.status_code == 200, started.text
+        # The rank itself was started with the real values.
+        real = _wait_for(lambda: seen.exists() and seen.read_text())
+        assert json.loads(real)[:3] == ["--api-key", SECRETS[0], "--hf-token"]
+        assert SECRETS[4] in real
+        serving = requests.get(f"{base}/v1/serving", timeout=5)
+        state = _wait_for(
+            lambda: (
+                (s := requests.get(f"{base}/v1/state", timeout=5))
+                .json()
+                .get("serving", {})
+                .get("argv")
+                and s
+            )
+        )
+        assert serving.json()["argv"][3:] == [
+            "--api-key",
+            "***",
+            "--hf-token",
+            "***",
+            "--api_key=***",
+            "--my-secret",
+            "***",
+            "-e",
+            "HF_TOKEN=***",
+            "--port",
+            "8000",
+        ]
+        assert state.json()["serving"]["argv"] == serving.json()["argv"]
+        shown = {
+            "GET /v1/serving": serving.text,
+            "GET /v1/state": state.text,
+            "POST /v1/serving/start": started.text,
+            "the serving log": (tmp_path / "serving.log").read_text(),
+            "the agent's log": caplog.text,
+        }
+        for where, text in shown.items():
+            for secret in SECRETS:
+                assert secret not in text, f"{secret} shown in {where}"
+        assert "--api-key '***' --hf-token '***'" in shown["the serving log"]
+    finally:
+        if agent.serving is not None:
+            agent.serving.stop()
+        loop.call_soon_threadsafe(stop.set)
+        thread.join(20)
+        loop.close()
+
+
+def test_secret_flags_must_be_flags() -> None:
+    with pytest.raises(ConfigError, match=r"serving\.secret_flags\[0\]: expected a flag like"):
+        parse_agent_config({"node": "n1", "serving": {"secret_flags": ["api-key"]}})

@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from spark_watchdog.cli.main import main
 from spark_watchdog.history.store import HistoryStore
@@ -103,14 +104,28 @@ def test_boots(db: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 0 and boots[0]["clean_shutdown"] is False and boots[0]["incident_id"] == 1
 
 
-def test_hold_and_release(db: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = run(["hold", "spark-2", "--reason", "swap PSU", "--db", str(db)], capsys)
+@pytest.fixture
+def config(db: Path) -> Path:
+    """The controller's config, whose history is ``db``."""
+    path = db.parent / "controller.yaml"
+    nodes = [{"name": f"spark-{i}", "agent": f"http://127.0.0.1:{9000 + i}"} for i in (1, 2, 3)]
+    path.write_text(yaml.safe_dump({"nodes": nodes, "history": str(db)}))
+    return path
+
+
+def test_hold_and_release(db: Path, config: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(["hold", "spark-2", "--reason", "swap PSU", "--config", str(config)], capsys)
     assert code == 0 and "held spark-2: swap PSU" in out
     with HistoryStore(db, read_only=True) as store:
         hold = store.active_hold("spark-2")
         assert hold is not None and hold.created_by == "cli"
-    code, out, _ = run(["release", "spark-2", "--db", str(db)], capsys)
+    code, out, _ = run(["release", "spark-2", "--db", str(db), "--config", str(config)], capsys)
     assert code == 0 and "released spark-2" in out
+    # With --db alone, the nodes the history has recorded are the known ones.
+    code, out, _ = run(["hold", "spark-3", "--reason", "reseat", "--db", str(db)], capsys)
+    assert code == 0 and "held spark-3: reseat" in out
+    code, out, _ = run(["release", "spark-3", "--db", str(db)], capsys)
+    assert code == 0 and "released spark-3" in out
     code, _, err = run(["hold", "--db", str(db), "--reason", "x"], capsys)
     assert code == 2 and "give a NODE or --all" in err
     code, out, _ = run(
@@ -130,8 +145,109 @@ def test_status_without_a_controller_reads_the_history(
     assert [i["kind"] for i in body["open_incidents"]] == ["serving_stalled"]
 
 
-def test_missing_database_is_a_clear_error(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["history"],
+        ["show", "1"],
+        ["boots", "spark-3"],
+        ["status", "--url", "http://127.0.0.1:9"],
+        ["hold", "spark-1", "--reason", "x"],
+        ["hold", "--all", "--reason", "x"],
+        ["release", "spark-1"],
+        ["release", "--all"],
+    ],
+)
+def test_a_db_that_does_not_exist_is_refused_and_not_created(
+    tmp_path: Path, argv: list[str], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code, _, err = run(["history", "--db", str(tmp_path / "none.db")], capsys)
-    assert code == 1 and "no history database at" in err
+    typo = tmp_path / "typo.db"
+    code, out, err = run([*argv, "--db", str(typo)], capsys)
+    assert code == 2 and out == ""
+    assert err == (
+        f"spark-watchdog: --db {typo}: no such file; give the history database the "
+        "controller writes (the history: path of its config, default "
+        "/var/lib/spark-watchdog/history.db), or --config FILE instead of --db\n"
+    )
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_unknown_nodes_are_refused(
+    db: Path, config: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = run(["hold", "spark-9", "--reason", "x", "--config", str(config)], capsys)
+    assert (code, out) == (2, "")
+    assert err == (
+        f'spark-watchdog: hold: no node "spark-9" in the config {config}; '
+        "known: spark-1, spark-2, spark-3\n"
+    )
+    code, _, err = run(["hold", "spark-9", "--reason", "x", "--db", str(db)], capsys)
+    assert code == 2
+    assert err == (
+        f'spark-watchdog: hold: no node "spark-9" in history {db} (nodes it has recorded); '
+        "known: spark-1, spark-3; to check the name against the controller's nodes, "
+        "add --config FILE\n"
+    )
+    code, _, err = run(["release", "spark-9", "--config", str(config)], capsys)
+    assert code == 2 and 'release: no node "spark-9" in the config' in err
+    with HistoryStore(db, read_only=True) as store:
+        assert store.active_holds() == []
+    # A hold left on a node since removed from the config can still be released.
+    with HistoryStore(db) as store:
+        store.hold("spark-7", "decommissioned", by="alice")
+    code, out, _ = run(["release", "spark-7", "--config", str(config)], capsys)
+    assert code == 0 and out == "released spark-7\n"
+    code, _, err = run(["hold", "spark-1", "--reason", " ", "--config", str(config)], capsys)
+    assert code == 2 and err == (
+        "spark-watchdog: hold: --reason must say why (it is shown with the hold)\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (
+            ["show", "99999999999999999999999"],
+            "argument INCIDENT: expected a whole number from 1 to 9223372036854775807, "
+            "got '99999999999999999999999'",
+        ),
+        (
+            ["show", "0"],
+            "argument INCIDENT: expected a whole number from 1 to 9223372036854775807, got '0'",
+        ),
+        (
+            ["history", "--limit", "-1"],
+            "argument --limit: expected a whole number from 1 to 9223372036854775807, got '-1'",
+        ),
+        (
+            ["history", "--limit", "1e3"],
+            "argument --limit: expected a whole number from 1 to 9223372036854775807, got '1e3'",
+        ),
+    ],
+)
+def test_numbers_out_of_range_are_usage_errors(
+    db: Path, argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main([*argv, "--db", str(db)])
+    _, err = capsys.readouterr()
+    assert exited.value.code == 2
+    assert f"error: {message}\n" in err
+
+
+def test_an_age_too_large_for_a_number_is_a_usage_error(
+    db: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    age = "9" * 400 + "w"
+    code, _, err = run(["history", "--db", str(db), "--since", age], capsys)
+    assert code == 2
+    assert err == f'spark-watchdog: --since: expected an age like 30m, 12h, 7d or 2w, got "{age}"\n'
+
+
+@pytest.mark.parametrize("url", ["notaurl", "http://[::1", "http://h:x", "ftp://h"])
+def test_a_url_that_is_not_one_is_a_usage_error(
+    db: Path, url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = run(["status", "--db", str(db), "--url", url], capsys)
+    assert (code, out) == (2, "")
+    assert err == f"spark-watchdog: --url {url}: expected the controller's URL, http://HOST:PORT\n"

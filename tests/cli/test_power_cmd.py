@@ -186,3 +186,40 @@ def test_usage_errors_exit_2(
     code, _, err = _run(["power", "--config", str(inline), "spark-1", "status"], capsys)
     assert code == 2 and "inline secrets are not accepted" in err
     assert "plug-secret" not in err
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "message"),
+    [
+        (
+            "--off-seconds",
+            "nan",
+            "argument --off-seconds: expected a number of seconds ≥ 0, got 'nan'",
+        ),
+        (
+            "--off-seconds",
+            "inf",
+            "argument --off-seconds: expected a number of seconds ≥ 0, got 'inf'",
+        ),
+        (
+            "--off-seconds",
+            "-1",
+            "argument --off-seconds: expected a number of seconds ≥ 0, got '-1'",
+        ),
+        ("--path", "0", "argument --path: expected a whole number from 1 to 64, got '0'"),
+        ("--path", "x", "argument --path: expected a whole number from 1 to 64, got 'x'"),
+    ],
+)
+def test_numbers_that_make_no_sense_are_usage_errors_and_send_nothing(
+    plugs: tuple[PlugStandin, PlugStandin, Path],
+    capsys: pytest.CaptureFixture[str],
+    option: str,
+    value: str,
+    message: str,
+) -> None:
+    shelly, _, config = plugs
+    with pytest.raises(SystemExit) as exited:
+        main(["power", "--config", str(config), "spark-1", "cycle", "--yes", option, value])
+    _, err = capsys.readouterr()
+    assert exited.value.code == 2 and f"error: {message}\n" in err
+    assert shelly.commands == [] and shelly.is_on()

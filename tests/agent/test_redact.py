@@ -1,0 +1,40 @@
+"""What counts as a secret in a launch argv or a text, and what does not."""
+
+from __future__ import annotations
+
+from spark_watchdog.redact import redact_argv, redact_record, redact_text
+
+
+def test_secret_flags_and_secret_named_variables_are_hidden() -> None:
+    argv = [
+        "vllm", "serve", "m", "--api-key", "sk-1", "--hf_token=hf-2",
+        "HF_TOKEN=hf-3", "--env=OPENAI_API_KEY=sk-4", "AWS_SECRET_ACCESS_KEY=a-5",
+        "--my-secret", "s-6",
+    ]  # fmt: skip
+    assert redact_argv(argv, ["--my-secret"]) == [
+        "vllm", "serve", "m", "--api-key", "***", "--hf_token=***",
+        "HF_TOKEN=***", "--env=OPENAI_API_KEY=***", "AWS_SECRET_ACCESS_KEY=***",
+        "--my-secret", "***",
+    ]  # fmt: skip
+    assert argv[4] == "sk-1"  # the input is left alone
+
+
+def test_settings_that_merely_mention_tokens_stay_visible() -> None:
+    argv = [
+        "vllm", "serve", "m", "--max-num-batched-tokens", "8192", "--tokenizer", "t",
+        "max_num_batched_tokens=8192", "--env=TOKENIZERS_PARALLELISM=false",
+    ]  # fmt: skip
+    assert redact_argv(argv) == argv
+    line = "non-default args: {'max_num_batched_tokens': 8192}, max_tokens=16"
+    assert redact_text(line) == line
+
+
+def test_records_hide_secrets_at_any_depth() -> None:
+    record = {
+        "serving": {"argv": ["vllm", "--api-key", "sk-1"]},
+        "errors": ["start failed: `vllm --api-key sk-2 --port 8000`", "HF_TOKEN=hf-3 missing"],
+    }
+    assert redact_record(record) == {
+        "serving": {"argv": ["vllm", "--api-key", "***"]},
+        "errors": ["start failed: `vllm --api-key *** --port 8000`", "HF_TOKEN=*** missing"],
+    }
