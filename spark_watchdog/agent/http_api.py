@@ -17,7 +17,9 @@ The port is reachable from the network, so whatever a client sends gets a JSON
 answer, never a traceback: every error (a wrong method, a malformed request
 line, an oversized header) is ``{"error": "..."}`` with its status. At most
 ``MAX_CONNECTIONS`` connections are served at once; past that a connection
-gets a 503 from the accepting thread and is closed, with no thread of its own.
+gets a 503 from the accepting thread and is closed, with no thread of its own,
+and a request that has not arrived within ``REQUEST_DEADLINE_S`` (a client
+dripping a byte at a time) is closed, so slow clients cannot hold every slot.
 A client that drops its connection costs one log line, and a flood of them at
 most ``BROKEN_LOG_BURST`` lines a ``BROKEN_LOG_WINDOW_S``.
 """
@@ -58,6 +60,10 @@ MAX_BODY_DEPTH = 32
 # Connections served at once (one thread each). The controller needs one, a
 # Prometheus scrape another; past this a connection gets a 503.
 MAX_CONNECTIONS = 32
+# A request (its line, headers and body) must arrive within this, however it
+# is paced: a client that sends a byte every few seconds would otherwise hold
+# its connection slot forever, each read being within the socket timeout.
+REQUEST_DEADLINE_S = 10.0
 # Broken connections logged per window; the rest are counted, then reported in one line.
 BROKEN_LOG_BURST = 10
 BROKEN_LOG_WINDOW_S = 60.0
@@ -200,6 +206,10 @@ class AgentHTTPServer(ThreadingHTTPServer):
             BROKEN_LOG_BURST, BROKEN_LOG_WINDOW_S, "refused connections"
         )
         self._error_log = _LineBudget(BROKEN_LOG_BURST, BROKEN_LOG_WINDOW_S, "unexpected errors")
+        self._slow_log = _LineBudget(BROKEN_LOG_BURST, BROKEN_LOG_WINDOW_S, "slow requests")
+        # Connections reading a request, with the monotonic time it must be in by.
+        self._reading: dict[socket.socket, tuple[float, str]] = {}
+        self._reading_lock = threading.Lock()
         super().__init__(address, _Handler)
 
     def allowed_methods(self, path: str) -> tuple[str, ...]:
@@ -259,14 +269,44 @@ class AgentHTTPServer(ThreadingHTTPServer):
         while len(self._lingering) > _MAX_LINGERING:
             _close(self._lingering.popleft()[1])
 
+    # -- the request deadline ------------------------------------------------
+
+    def reading(self, sock: socket.socket, client_address: Any) -> None:
+        """``sock`` starts reading a request: it has REQUEST_DEADLINE_S to arrive."""
+        with self._reading_lock:
+            self._reading[sock] = (time.monotonic() + REQUEST_DEADLINE_S, _peer(client_address))
+
+    def read(self, sock: socket.socket) -> None:
+        """The request on ``sock`` is in (or was answered): no deadline while it runs."""
+        with self._reading_lock:
+            self._reading.pop(sock, None)
+
+    def _cut_slow_requests(self, now: float) -> None:
+        with self._reading_lock:
+            late = [(s, peer) for s, (due, peer) in self._reading.items() if due <= now]
+            for sock, _ in late:
+                del self._reading[sock]
+        for sock, peer in late:
+            # The handler's blocked read returns end-of-file, and its thread ends.
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            self._slow_log.log(
+                log.info,
+                "closed the connection from %s: its request was not in within %g s",
+                peer,
+                REQUEST_DEADLINE_S,
+            )
+
     def service_actions(self) -> None:
         # Called by serve_forever at least every poll interval (0.5 s).
         now = time.monotonic()
+        self._cut_slow_requests(now)
         while self._lingering and self._lingering[0][0] <= now:
             _close(self._lingering.popleft()[1])
         self._broken_log.flush(log.info)
         self._refused_log.flush(log.warning)
         self._error_log.flush(log.error)
+        self._slow_log.flush(log.info)
 
     def server_close(self) -> None:
         super().server_close()
@@ -315,10 +355,20 @@ class _Handler(BaseHTTPRequestHandler):
 
     # -- dispatch ----------------------------------------------------------------
 
+    def handle_one_request(self) -> None:
+        # Each request of a kept-alive connection gets its own deadline.
+        self.server.reading(self.connection, self.client_address)
+        try:
+            super().handle_one_request()
+        finally:
+            self.server.read(self.connection)
+
     def do_GET(self) -> None:
+        self.server.read(self.connection)
         self._get()
 
     def do_HEAD(self) -> None:
+        self.server.read(self.connection)
         self._get()  # _send leaves the body out
 
     def do_POST(self) -> None:
@@ -335,6 +385,7 @@ class _Handler(BaseHTTPRequestHandler):
                 self._error(401, problem, **{"WWW-Authenticate": 'Bearer realm="spark-watchdog"'})
                 return
         body = self._read_json()
+        self.server.read(self.connection)  # a serving stop may take longer than the deadline
         if body is None:
             return
         try:

@@ -215,6 +215,61 @@ def test_connections_past_the_cap_get_a_json_503_without_a_thread_each(
     )
 
 
+def test_a_dripping_client_is_cut_at_the_request_deadline(
+    endpoint: HttpEndpoint, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Each header line comes well within the socket timeout, but the request
+    never completes: the server closes it at REQUEST_DEADLINE_S, and the slot
+    is free again."""
+    caplog.set_level(logging.INFO, logger=HTTP_LOGGER)
+    monkeypatch.setattr(http_api, "REQUEST_DEADLINE_S", 2.0)
+    with socket.create_connection(("127.0.0.1", endpoint.port), timeout=10) as sock:
+        peer = f"127.0.0.1:{sock.getsockname()[1]}"
+        sock.sendall(b"GET /v1/state HTTP/1.1\r\n")
+        started = time.monotonic()
+        closed_after = None
+        sock.settimeout(0.5)
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            for i in range(40):  # 20 s of one header line every 0.5 s
+                try:
+                    if sock.recv(65536) == b"":
+                        closed_after = time.monotonic() - started
+                        break
+                except TimeoutError:
+                    pass
+                sock.sendall(b"X-Drip-%d: 1\r\n" % i)
+    assert closed_after is not None, "the server never closed the dripping connection"
+    assert 2.0 <= closed_after < 10.0
+    assert _wait_for(
+        lambda: any(
+            "its request was not in within 2 s" in r.getMessage() and peer in r.getMessage()
+            for r in caplog.records
+        )
+    )
+    # A complete request on a fresh connection is served at once.
+    assert requests.get(f"{_base(endpoint)}/v1/state", timeout=5).json() == {"seq": 1}
+
+
+def test_a_slow_route_is_not_cut_by_the_request_deadline(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The deadline covers the request's arrival, not the route: a serving stop
+    that waits for a process group answers however long it takes."""
+    monkeypatch.setattr(http_api, "REQUEST_DEADLINE_S", 0.5)
+
+    def slow_stop(body: dict[str, Any]) -> Response:
+        time.sleep(2.0)
+        return json_response({"stopped": True})
+
+    server = HttpEndpoint("127.0.0.1", 0, {}, {"/v1/serving/stop": slow_stop})
+    server.start()
+    try:
+        answer = requests.post(f"{_base(server)}/v1/serving/stop", json={}, timeout=10)
+    finally:
+        server.stop()
+    assert answer.status_code == 200 and answer.json() == {"stopped": True}
+
+
 # --- 3. body depth ----------------------------------------------------------------
 
 
