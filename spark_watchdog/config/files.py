@@ -284,7 +284,12 @@ class ConfigLoader(yaml.SafeLoader):
 
 def parse_yaml(text: str, source: str) -> Any:
     """Parse one YAML document with :class:`ConfigLoader`; problems are a ConfigError."""
-    loader = ConfigLoader(text)
+    try:
+        # The reader checks the characters when the loader is built: a NUL or
+        # another control character is a ReaderError here, not a traceback.
+        loader = ConfigLoader(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(source, [f"not valid YAML ({' '.join(str(exc).split())})"]) from None
     try:
         return loader.get_single_data()
     except YamlLimitError as exc:

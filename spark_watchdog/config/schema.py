@@ -219,7 +219,7 @@ def _convert_union(
             problems.append(f"{where}: expected a mapping with a type key, got {_show(value)}")
             return None
         tag = value.get("type")
-        if tag not in kinds:
+        if not isinstance(tag, str) or tag not in kinds:
             problems.append(
                 f"{_join(path, 'type')}: expected one of {', '.join(kinds)}, got {_show(tag)}"
             )

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import signal
 from typing import Any
@@ -410,11 +409,7 @@ class Controller:
     async def _serving_incident(self, watch: NodeWatch) -> bool:
         finding = watch.finding
         # The fault began when vLLM last progressed, not when the agent last answered.
-        onset = watch.agent_progress_wall
-        vllm = ((watch.snapshot or {}).get("probes") or {}).get("vllm") or {}
-        quiet = vllm.get("seconds_without_progress")
-        if isinstance(quiet, (int, float)) and not isinstance(quiet, bool):
-            onset = self.clock.time() - float(quiet)
+        onset = watch.serving_fault_onset(self.clock.time())
         kind = finding.verdict.value
         try:
             incident = await self.ledger.write(
@@ -459,15 +454,7 @@ class Controller:
 
     def _note_agent_answer(self, watch: NodeWatch, status: int, body: bytes) -> None:
         """An HTTP answer: life in any case; a snapshot when it is a 200 with a JSON object."""
-        now = self.clock.monotonic()
-        snapshot: Any = None
-        if status == 200:
-            with contextlib.suppress(ValueError, UnicodeDecodeError):
-                snapshot = json.loads(body)
-        if isinstance(snapshot, dict):
-            watch.note_answer(snapshot, now, self.clock.time())
-        else:
-            watch.note_answer_error(ANSWERED, f"/v1/state answered {status}", now)
+        watch.note_http_answer(status, body, self.clock.monotonic(), self.clock.time())
 
     async def _poll_agent(self, watch: NodeWatch) -> None:
         try:

@@ -20,6 +20,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 MAX_BODY = 4 * 1024 * 1024
+# An agent sends about ten; a peer that never stops sending headers is cut off.
+MAX_HEADERS = 100
 
 
 # How a request failed, as the detector reads it (docs/design.md, "Signals"):
@@ -70,6 +72,10 @@ class HttpAnswer:
             return json.loads(self.body)
         except (UnicodeDecodeError, ValueError) as exc:
             raise HttpError(f"answer is not JSON ({exc})") from None
+        except RecursionError:
+            # json.loads recurses once per nesting level: "[[[[..." of a few
+            # thousand levels, well within MAX_BODY, exhausts the stack.
+            raise HttpError("answer is not JSON (nested too deeply)") from None
 
 
 async def request(
@@ -119,38 +125,61 @@ async def _request(url: str, method: str, body: Any, headers: dict[str, str]) ->
     try:
         writer.write(("\r\n".join(lines) + "\r\n\r\n").encode() + payload)
         await writer.drain()
-        status_line = await reader.readline()
-        fields = status_line.decode("latin-1").split(" ", 2)
-        if not status_line:
-            raise HttpError(f"{method} {_safe(url)}: closed without an answer", REFUSED)
-        if len(fields) < 2 or not fields[0].startswith("HTTP/") or not fields[1].isdigit():
-            raise HttpError(f"{method} {_safe(url)}: not an HTTP answer ({status_line[:60]!r})")
-        status = int(fields[1])
-        length: int | None = None
-        answer_headers: dict[str, str] = {}
-        while True:
-            line = await reader.readline()
-            if line in (b"\r\n", b"\n", b""):
-                break
-            name, _, value = line.decode("latin-1").partition(":")
-            answer_headers[name.strip().lower()] = value.strip()
-            if name.strip().lower() == "content-length":
-                try:
-                    length = int(value.strip())
-                except ValueError:
-                    raise HttpError(f"{method} {_safe(url)}: bad Content-Length") from None
-        if length is not None:
-            if length > MAX_BODY:
-                raise HttpError(f"{method} {_safe(url)}: answer of {length} bytes is too large")
-            data = await reader.readexactly(length)
-        else:
-            data = await reader.read(MAX_BODY + 1)
-            if len(data) > MAX_BODY:
-                raise HttpError(f"{method} {_safe(url)}: answer is too large")
-        return HttpAnswer(status, data, answer_headers)
-    except asyncio.IncompleteReadError:
-        raise HttpError(f"{method} {_safe(url)}: connection closed mid-answer") from None
+        return await read_answer(reader, f"{method} {_safe(url)}")
     finally:
         writer.close()
         with contextlib.suppress(OSError):
             await writer.wait_closed()
+
+
+async def read_answer(reader: asyncio.StreamReader, what: str) -> HttpAnswer:
+    """Read one HTTP/1.1 answer (status line, headers, body) from ``reader``.
+
+    Whatever the peer sends, the result is an ``HttpAnswer`` or an
+    ``HttpError`` naming ``what`` (the request, e.g. ``GET http://…/v1/state``).
+    """
+    try:
+        status_line = await reader.readline()
+        if not status_line:
+            raise HttpError(f"{what}: closed without an answer", REFUSED)
+        fields = status_line.decode("latin-1").rstrip("\r\n").split(" ", 2)
+        # ASCII digits only: str.isdigit() also takes "²" or "³", which int() refuses.
+        if len(fields) < 2 or not fields[0].startswith("HTTP/") or not _digits(fields[1]):
+            raise HttpError(f"{what}: not an HTTP answer ({status_line[:60]!r})")
+        status = int(fields[1])
+        length: int | None = None
+        answer_headers: dict[str, str] = {}
+        for count in range(MAX_HEADERS + 1):
+            line = await reader.readline()
+            if line in (b"\r\n", b"\n", b""):
+                break
+            if count == MAX_HEADERS:
+                raise HttpError(f"{what}: more than {MAX_HEADERS} header lines")
+            name, _, value = line.decode("latin-1").partition(":")
+            answer_headers[name.strip().lower()] = value.strip()
+            if name.strip().lower() == "content-length":
+                if not _digits(value.strip()):
+                    raise HttpError(
+                        f"{what}: bad Content-Length {value.strip()[:40]!r}; "
+                        "expected a number of bytes"
+                    )
+                length = int(value.strip())
+        if length is not None:
+            if length > MAX_BODY:
+                raise HttpError(f"{what}: answer of {length} bytes is too large")
+            data = await reader.readexactly(length)
+        else:
+            data = await reader.read(MAX_BODY + 1)
+            if len(data) > MAX_BODY:
+                raise HttpError(f"{what}: answer is too large")
+        return HttpAnswer(status, data, answer_headers)
+    except asyncio.IncompleteReadError:
+        raise HttpError(f"{what}: connection closed mid-answer") from None
+    except (asyncio.LimitOverrunError, ValueError) as exc:
+        # StreamReader.readline raises ValueError for a line over its limit (64 KiB).
+        raise HttpError(f"{what}: a status or header line is too long ({exc})") from None
+
+
+def _digits(text: str) -> bool:
+    """1 to 18 ASCII digits: an HTTP status or a Content-Length."""
+    return 0 < len(text) <= 18 and text.isascii() and text.isdigit()

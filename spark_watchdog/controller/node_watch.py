@@ -8,12 +8,14 @@ refusal or close) is kept apart from evidence of progress (an advancing
 
 from __future__ import annotations
 
+import json
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
 from spark_watchdog.config.controller import NodeConfig
-from spark_watchdog.controller.detector import Finding, NodeObservation, Verdict
-from spark_watchdog.controller.http_client import NO_NETWORK, UNRESOLVABLE
+from spark_watchdog.controller.detector import Finding, NodeObservation, Verdict, vllm_status
+from spark_watchdog.controller.http_client import ANSWERED, NO_NETWORK, UNRESOLVABLE
 from spark_watchdog.controller.node_states import NodeEvent, NodeState, transition
 
 # Silence: what a frozen host (the kernel completes the handshake, userland is
@@ -75,6 +77,49 @@ class NodeWatch:
         """The last evidence of a live host: any agent answer or any SSH answer."""
         times = [t for t in (self.agent_answer_at, self.ssh_alive_at) if t is not None]
         return max(times) if times else None
+
+    def note_http_answer(self, status: int, body: bytes, now: float, wall: float) -> bool:
+        """Take the agent's HTTP answer to ``/v1/state``; True when it shows progress.
+
+        Any answer is life. Only a 200 whose body is a JSON object is a
+        snapshot; anything else the agent (or whatever listens on its port)
+        sends is noted as an error, never raised.
+        """
+        snapshot: Any = None
+        problem = f"/v1/state answered {status}"
+        if status == 200:
+            try:
+                snapshot = json.loads(body)
+            except (ValueError, UnicodeDecodeError) as exc:
+                problem = f"/v1/state answered 200 with a body that is not JSON ({exc})"
+            except RecursionError:
+                problem = "/v1/state answered 200 with JSON nested too deeply"
+            else:
+                if not isinstance(snapshot, dict):
+                    problem = (
+                        f"/v1/state answered 200 with JSON {type(snapshot).__name__}; "
+                        "expected an object"
+                    )
+        if isinstance(snapshot, dict):
+            return self.note_answer(snapshot, now, wall)
+        self.note_answer_error(ANSWERED, problem, now)
+        return False
+
+    def serving_fault_onset(self, wall: float) -> float | None:
+        """When serving last progressed (wall clock), from the last snapshot.
+
+        The agent's ``probes.vllm.seconds_without_progress`` when it is a
+        finite number of seconds ≥ 0, else the agent's last progress.
+        """
+        quiet = vllm_status(self.snapshot or {}).get("seconds_without_progress")
+        if isinstance(quiet, (int, float)) and not isinstance(quiet, bool):
+            try:
+                seconds = float(quiet)
+            except OverflowError:  # an integer beyond any float
+                return self.agent_progress_wall
+            if math.isfinite(seconds) and seconds >= 0:
+                return wall - seconds
+        return self.agent_progress_wall
 
     def note_answer(self, snapshot: dict[str, Any], now: float, wall: float) -> bool:
         """Take a well-formed agent answer; True when it shows progress.

@@ -91,13 +91,22 @@ _UNCLEAN_FILE = re.compile(r"corrupted or uncleanly shut down")
 _JOURNALD = "systemd-journald"
 
 MAX_MESSAGE_CHARS = 2048
-_ID128 = re.compile(r"^[0-9a-f]{32}$")
+# \Z, not $: "$" also matches before a final newline, which a _BOOT_ID field may hold.
+_ID128 = re.compile(r"^[0-9a-f]{32}\Z")
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 SYSTEM_JOURNAL_ROOTS = (Path("/run/log/journal"), Path("/var/log/journal"))
 
 
 def _iso(usec: int) -> str:
-    return (_EPOCH + timedelta(microseconds=usec)).isoformat(timespec="microseconds")
+    """A journal timestamp (µs since the epoch) for a message.
+
+    Header fields are read raw from the file: a damaged header can hold any
+    64-bit value, far past what ``datetime`` holds (year 9999).
+    """
+    try:
+        return (_EPOCH + timedelta(microseconds=usec)).isoformat(timespec="microseconds")
+    except OverflowError:
+        return f"{usec} µs after 1970, past year 9999"
 
 
 def _text(raw: bytes | None) -> str:

@@ -92,6 +92,12 @@ def parse_metrics(text: str) -> dict[str, EngineSample]:
             per_engine[key] = max(per_engine.get(key, 0.0), value)
         else:
             per_engine[key] = per_engine.get(key, 0.0) + value
+            if not math.isfinite(per_engine[key]):
+                # Each value is finite, their sum over model_name is not.
+                raise MetricsFormatError(
+                    f"{name} of engine {engine!r} adds up to {per_engine[key]} over its "
+                    "series; expected counts that sum to a finite number"
+                )
     engines: dict[str, EngineSample] = {}
     for engine, names in models.items():
         values = totals[engine]
@@ -154,7 +160,7 @@ def _needed_lines(text: str) -> str:
     TYPE) are dropped: the kept samples are matched by their full names.
     """
     kept: list[str] = []
-    for number, line in enumerate(text.splitlines(), start=1):
+    for number, line in enumerate(_lines(text), start=1):
         stripped = line.strip()
         if not stripped or stripped.startswith("#"):
             continue
@@ -168,8 +174,19 @@ def _needed_lines(text: str) -> str:
     return "\n".join(kept) + "\n"
 
 
+def _lines(text: str) -> list[str]:
+    """The text format's lines: split at ``\\n`` only, as the parser does.
+
+    ``str.splitlines`` also splits at ``\\x0b``, ``\\x1c``, ``\\x85``, U+2028 and
+    others, which may stand inside a label value or a HELP text; splitting
+    there would refuse a valid body and count lines differently from the
+    parser.
+    """
+    return text.split("\n")
+
+
 def _locate(text: str, exc: Exception) -> str:
-    for number, line in enumerate(text.splitlines(), start=1):
+    for number, line in enumerate(_lines(text), start=1):
         stripped = line.strip()
         if not stripped or stripped.startswith("#"):
             continue

@@ -179,3 +179,36 @@ def test_aliases_within_the_budget_still_load(tmp_path: Path) -> None:
         "method": "ngram",
         "num_speculative_tokens": 3,
     }
+
+
+def test_a_control_character_in_the_file_is_a_config_error(tmp_path: Path) -> None:
+    """Found by fuzzing: PyYAML's reader refuses it while the loader is built."""
+    path = tmp_path / "agent.yaml"
+    path.write_bytes(b"node: spark-1\x00\n")
+    (problem,) = _problems(path)
+    assert problem.startswith("not valid YAML (")
+    assert "special characters are not allowed" in problem
+    done = _agent_check(path)
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_a_mapping_where_a_device_type_belongs_is_a_config_error() -> None:
+    """Found by fuzzing: the tag of a tagged union was looked up unhashed."""
+    from spark_watchdog.config.controller import parse_controller_config
+
+    data = {
+        "nodes": [
+            {
+                "name": "spark-1",
+                "agent": "http://10.0.0.11:9720",
+                "power": [{"type": {"a": 1}, "host": "10.0.0.2", "outlet": 1}],
+            }
+        ]
+    }
+    with pytest.raises(ConfigError) as caught:
+        parse_controller_config(data)
+    assert any(
+        p.startswith("nodes[0].power[0].type: expected one of ") and p.endswith("got a mapping")
+        for p in caught.value.problems
+    ), caught.value.problems
