@@ -155,13 +155,13 @@ def _start_agent(root: Path, vllm_url: str, serving: bool) -> _AgentThread:
     return running
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def vllm() -> Iterator[VllmStandin]:
     with VllmStandin() as standin:
         yield standin
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def agent_server(
     tmp_path_factory: pytest.TempPathFactory, vllm: VllmStandin
 ) -> Iterator[RunningServer]:
@@ -185,7 +185,7 @@ def agent_server(
         running.close()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def plain_agent_server(
     tmp_path_factory: pytest.TempPathFactory, vllm: VllmStandin
 ) -> Iterator[RunningServer]:
@@ -198,7 +198,7 @@ def plain_agent_server(
         running.close()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def controller_server(
     tmp_path_factory: pytest.TempPathFactory, agent_server: RunningServer
 ) -> Iterator[RunningServer]:

@@ -80,7 +80,7 @@ class _BearerToken:
         case.headers = {**(case.headers or {}), "Authorization": f"Bearer {data}"}
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def agent_url(agent_server: Any) -> str:
     # Resolved before schemathesis draws the first case, so the token is there.
     _TOKEN["agent"] = agent_server.token
