@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from spark_watchdog.config.agent import CanaryConfig
 from spark_watchdog.config.controller import (
     DetectionConfig,
     GuardsConfig,
@@ -23,6 +24,8 @@ PRODUCTION_TIMINGS = LabTimings(
     boot_seconds=1.0,
     gpu_interval=2.0,
     gpu_deadline=3.0,
+    canary_timeout=CanaryConfig().timeout,
+    canary_idle_after=CanaryConfig().idle_after,
 )
 
 _KEYS: dict[str, tuple[Any, tuple[str, ...]]] = {

@@ -137,7 +137,7 @@ class Agent:
         self._last_canary = float("-inf")
         if probes.vllm.enabled:
             vcfg = probes.vllm
-            self._tracker = ProgressTracker(vcfg.stall_after)
+            self._tracker = ProgressTracker(vcfg.stall_after, dead_after=vcfg.dead_after)
             if vcfg.url is not None:
                 self._scraper = VllmScraper(vcfg.url, vcfg.timeout, vcfg.max_body_bytes)
                 if vcfg.canary.enabled:
@@ -203,14 +203,27 @@ class Agent:
             self._maybe_run_canary()
 
     def _maybe_run_canary(self) -> None:
-        """Send a 1-token canary when a stall is suspected (DESIGN §3)."""
-        if self._canary is None or self._tracker is None or not self._tracker.stall_suspected:
+        """Send a 1-token canary when a stall is suspected (DESIGN §3), or when
+        the head has been quiet for ``canary.idle_after`` (an idle hang answers
+        no new request, and nothing else would show it)."""
+        if self._canary is None or self._tracker is None:
             return
         if self._canary_task is not None and not self._canary_task.done():
             return
         now = time.monotonic()
-        if now - self._last_canary < self.config.probes.vllm.canary.min_interval:
-            return
+        ccfg = self.config.probes.vllm.canary
+        if self._tracker.stall_suspected:
+            if now - self._last_canary < ccfg.min_interval:
+                return
+        else:
+            quiet = self._tracker.quiet_for(now)
+            if (
+                ccfg.idle_after <= 0
+                or quiet is None
+                or quiet < ccfg.idle_after
+                or now - self._last_canary < ccfg.idle_after
+            ):
+                return
         self._last_canary = now
         self._canary_task = asyncio.get_running_loop().create_task(self._run_canary())
 
@@ -379,6 +392,8 @@ class Agent:
             if problem is not None:
                 return json_response({"error": problem}, 400)
             log.info("serving: start requested (profile %s)", profile or "default")
+            if self._tracker is not None:
+                self._tracker.note_planned_start()
             try:
                 return json_response(launcher.start(profile))
             except UnknownProfile as exc:
@@ -394,6 +409,9 @@ class Agent:
             if problem is not None:
                 return json_response({"error": problem}, 400)
             log.info("serving: stop requested")
+            if self._tracker is not None:
+                # The port refusing from now on is our doing, not a death.
+                self._tracker.note_planned_stop()
             try:
                 return json_response(launcher.stop())
             except ServingConflict as exc:

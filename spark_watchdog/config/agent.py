@@ -38,10 +38,12 @@ class ListenConfig:
 
 @dataclass(frozen=True)
 class CanaryConfig:
-    enabled: bool = setting(False)
+    enabled: bool = setting(True)
     model: str | None = setting(None)
     timeout: float = setting(10.0, above=0)
     min_interval: float = setting(30.0, minimum=0)
+    # Seconds of a quiet head (no request, no engine step) before a canary; 0 = never.
+    idle_after: float = setting(20.0, minimum=0)
 
 
 @dataclass(frozen=True)
@@ -51,6 +53,7 @@ class VllmProbeConfig:
     interval: float = setting(2.0, above=0)
     timeout: float = setting(2.0, above=0)
     stall_after: float = setting(15.0, above=0)
+    dead_after: float = setting(5.0, minimum=0)
     max_body_bytes: int = setting(8 * 1024 * 1024, minimum=1024)
     process_match: str | None = setting(None)
     canary: CanaryConfig = setting(default_factory=CanaryConfig)

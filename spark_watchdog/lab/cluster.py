@@ -101,6 +101,7 @@ FAULTS: dict[str, str] = {
     "wedge": "the head's engine stops stepping while requests run; /health stays 200",
     "crash": "the head's /health answers 503 (EngineDeadError)",
     "crash-exit": "the head's vLLM rank exits with code 0 (vllm #53726)",
+    "idle-wedge": "the head's engine hangs while idle: nothing runs, no step, new requests wait",
     "gpu-hang": "the node's NVML calls block (a wedged driver)",
     "mem-collapse": "the node's MemAvailable falls 1 GiB/s toward 1 GiB",
     "pdu-down": "the PDU stops answering SNMP (its management card is down)",
@@ -108,7 +109,7 @@ FAULTS: dict[str, str] = {
     "heal": "undo wedge/crash, gpu-hang, mem-collapse, pdu-down and freeze",
 }
 # Faults about the serving head or the whole lab: the node argument is optional.
-CLUSTER_FAULTS = frozenset({"wedge", "crash", "crash-exit", "pdu-down", "heal"})
+CLUSTER_FAULTS = frozenset({"wedge", "crash", "crash-exit", "idle-wedge", "pdu-down", "heal"})
 
 
 def free_port() -> int:
@@ -127,6 +128,10 @@ class LabTimings:
     boot_seconds: float = 1.0
     gpu_interval: float = 1.0  # production 2 s, deadline 3 s
     gpu_deadline: float = 1.5
+    # An idle head gets a canary soon: an idle hang shows in seconds
+    # (production: a 10 s timeout after 20 s idle).
+    canary_timeout: float = 2.0
+    canary_idle_after: float = 2.0
 
 
 @dataclass
@@ -558,6 +563,7 @@ class LabCluster:
                     "stall_after": t.stall_after,
                     # Without it a rank that exited 0 only looks "unreachable".
                     "process_match": node.process_match,
+                    "canary": {"timeout": t.canary_timeout, "idle_after": t.canary_idle_after},
                 },
                 "gpu": {"interval": t.gpu_interval, "deadline": t.gpu_deadline},
                 "journal": {"directory": str(node.directory / "journal"), "interval": 5.0},
@@ -925,6 +931,12 @@ class LabCluster:
         if fault == "thaw":
             self.thaw(target)
             return f"{target.name} thawed (SIGCONT)"
+        if fault == "idle-wedge":
+            self.vllm_mode("hung")
+            return (
+                f"{self.head.name}'s engine hung while idle: nothing running, no step, "
+                "new requests wait, /health 200"
+            )
         if fault in ("wedge", "crash"):
             self.vllm_mode("wedged" if fault == "wedge" else "dead")
             return (

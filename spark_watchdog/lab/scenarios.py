@@ -726,6 +726,15 @@ SCENARIOS: dict[str, Scenario] = {
             "serving_dead, serving restarted with profile safe, recovered; no power.",
         ),
         Scenario(
+            "idle-wedge",
+            "the head's engine hangs while idle: nothing runs, no step, new requests wait",
+            ("recovered",),
+            _serving_fault("idle-wedge", "serving_stalled"),
+            doc="Expected: the idle canary queues as waiting with nothing running, "
+            "serving_stalled after stall_after, serving restarted with profile safe, "
+            "recovered; no power command at all.",
+        ),
+        Scenario(
             "pdu-down",
             "the PDU stops answering SNMP, then a host freezes",
             ("gave_up", "held"),

@@ -6,10 +6,15 @@ metric names and types (FACTS.md, vLLM), ``/health``, ``/v1/models`` and
 Faults are switched at runtime with :meth:`VllmStandin.set_mode` or, from
 another process, ``POST /_standin/mode`` with ``{"mode": ..., "engine": N}``:
 
-- ``progressing`` / ``idle`` / ``wedged``: what the engines do (one or all).
-  Wedged is the failure the watchdog exists for: requests stay running, every
-  counter freezes, ``/health`` keeps answering 200 and completions hang.
+- ``progressing`` / ``idle`` / ``wedged`` / ``hung``: what the engines do (one
+  or all). Wedged is the failure the watchdog exists for: requests stay
+  running, every counter freezes, ``/health`` keeps answering 200 and
+  completions hang. Hung is the idle hang: nothing runs, no engine step, and a
+  new completion queues as waiting (``num_requests_running`` stays 0) and hangs.
 - ``dead``: ``/health`` answers 503 (EngineDeadError) and counters freeze.
+- ``exit``: what real vLLM does when its EngineCore dies: ``dead`` for
+  :data:`EXIT_DELAY` seconds, then the API server goes away (its port refuses
+  connections); run as a process, it exits with code 0.
 - ``slow``: every answer is dripped one byte at a time.
 - ``drop``: the request is read, then the connection closed without an answer.
 - ``restart``: counters start again from zero (a restarted vLLM), then progressing.
@@ -47,9 +52,11 @@ from prometheus_client import (
     generate_latest,
 )
 
-ENGINE_MODES = ("progressing", "idle", "wedged")
+ENGINE_MODES = ("progressing", "idle", "wedged", "hung")
 FAULT_MODES = ("dead", "slow", "drop")
-MODES = (*ENGINE_MODES, *FAULT_MODES, "restart")
+MODES = (*ENGINE_MODES, *FAULT_MODES, "restart", "exit")
+# Real vLLM's API server exits about a second after EngineDeadError.
+EXIT_DELAY = 1.0
 CONTROL_PATH = "/_standin/mode"
 REDIRECT_PREFIX = "/_standin/redirect/"
 
@@ -154,6 +161,8 @@ class VllmStandin:
         self._server = _StandinServer((host, port), _StandinHandler, self)
         self._serving: threading.Thread | None = None
         self._load: threading.Thread | None = None
+        # Set once the API server went away on its own (mode ``exit``).
+        self.exited = threading.Event()
 
     # --- lifecycle ---------------------------------------------------------
 
@@ -186,6 +195,13 @@ class VllmStandin:
         if self._load is not None:
             self._load.join()
 
+    def _exit(self) -> None:
+        """The API server goes away: the port refuses from now on."""
+        if self._serving is not None:
+            self._server.shutdown()
+        self._server.server_close()
+        self.exited.set()
+
     def __enter__(self) -> VllmStandin:
         return self.start()
 
@@ -210,6 +226,12 @@ class VllmStandin:
         with self._lock:
             if mode in FAULT_MODES:
                 self._fault = mode
+            elif mode == "exit":
+                self._fault = "dead"
+                _log("EngineDeadError: EngineCore encountered an issue; shutting down")
+                timer = threading.Timer(EXIT_DELAY, self._exit)
+                timer.daemon = True
+                timer.start()
             elif mode == "restart":
                 self._metrics = self._new_metrics()
                 self._fault = None
@@ -290,7 +312,7 @@ class VllmStandin:
         return metrics
 
     def _enter_engine_mode(self, engine: _Engine) -> None:
-        if engine.mode == "idle":
+        if engine.mode in ("idle", "hung"):
             engine.running = engine.waiting = 0
         elif engine.mode == "wedged" and engine.running == 0:
             # A wedge is only visible with requests stuck in the engine.
@@ -343,15 +365,26 @@ class VllmStandin:
         with self._lock:
             engine = self._engines[self._next_engine % len(self._engines)]
             self._next_engine += 1
-            while self._fault == "dead" or engine.mode == "wedged":
-                if self._fault == "dead":
-                    return HTTPStatus.INTERNAL_SERVER_ERROR, _error(
-                        "EngineDeadError: EngineCore encountered an issue", "InternalServerError"
-                    )
-                left = give_up - time.monotonic()
-                if left <= 0 or self._stopping.is_set():
-                    return HTTPStatus.GATEWAY_TIMEOUT, _error("engine never stepped", "Timeout")
-                self._lock.wait(min(left, 1.0))
+            queued = False  # counted as waiting on a hung engine
+            try:
+                while self._fault == "dead" or engine.mode in ("wedged", "hung"):
+                    if self._fault == "dead":
+                        return HTTPStatus.INTERNAL_SERVER_ERROR, _error(
+                            "EngineDeadError: EngineCore encountered an issue",
+                            "InternalServerError",
+                        )
+                    if engine.mode == "hung" and not queued:
+                        engine.waiting += 1
+                        queued = True
+                        self._publish(engine)
+                    left = give_up - time.monotonic()
+                    if left <= 0 or self._stopping.is_set():
+                        return HTTPStatus.GATEWAY_TIMEOUT, _error("engine never stepped", "Timeout")
+                    self._lock.wait(min(left, 1.0))
+            finally:
+                if queued:
+                    engine.waiting = max(0, engine.waiting - 1)
+                    self._publish(engine)
             self._step(engine, canary=True)
             self._completions += 1
             number = self._completions
@@ -634,7 +667,7 @@ def main(argv: list[str] | None = None) -> int:
     with standin:
         print(f"INFO:     Uvicorn running on {standin.url} (Press CTRL+C to quit)", flush=True)
         print("INFO:     Application startup complete.", flush=True)
-        while not stop.wait(0.5):
+        while not stop.wait(0.1) and not standin.exited.is_set():
             pass
     return 0
 

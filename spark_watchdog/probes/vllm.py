@@ -64,6 +64,8 @@ class VllmSample:
 
     ``reachable`` is True when ``/metrics`` gave a usable vLLM body; otherwise
     ``error`` says why. ``health_status`` is set whenever ``/health`` answered.
+    ``refused`` is True when the port refused the connection (nothing listens:
+    the API server is gone), as opposed to a timeout or a garbled answer.
     """
 
     url: str
@@ -75,6 +77,7 @@ class VllmSample:
     error: str | None
     models: tuple[str, ...] = ()
     elapsed: float = 0.0
+    refused: bool = False
 
 
 @dataclass(frozen=True)
@@ -132,6 +135,7 @@ class VllmScraper:
             health: int | None,
             engines: Mapping[str, EngineSample] | None = None,
             error: str | None = None,
+            refused: bool = False,
         ) -> VllmSample:
             engines = engines or {}
             return VllmSample(
@@ -144,12 +148,13 @@ class VllmScraper:
                 error=error,
                 models=models_seen(engines.values()),
                 elapsed=time.monotonic() - started,
+                refused=refused,
             )
 
         try:
             health = _request("GET", self._health_url, deadline, self.max_body_bytes).status
         except HttpExchangeError as exc:
-            return sample(None, error=f"GET /health: {exc}")
+            return sample(None, error=f"GET /health: {exc}", refused=exc.refused)
         # /metrics is read even after a 503: the report shows the last numbers.
         try:
             reply = _request(
@@ -268,11 +273,13 @@ def rank_process_alive(
 
 class HttpExchangeError(ProbeError):
     """An HTTP exchange gave no usable answer. ``timed_out`` tells a deadline or
-    socket timeout from a refusal or a dropped connection."""
+    socket timeout from a refusal or a dropped connection; ``refused`` marks a
+    refused connection (ECONNREFUSED: nothing listens on the port)."""
 
-    def __init__(self, message: str, *, timed_out: bool = False) -> None:
+    def __init__(self, message: str, *, timed_out: bool = False, refused: bool = False) -> None:
         super().__init__(message)
         self.timed_out = timed_out
+        self.refused = refused
 
 
 @dataclass(frozen=True)
@@ -382,7 +389,9 @@ def _exchange(
                 timed_out=True,
             ) from exc
         raise HttpExchangeError(
-            _describe(exc, method, url), timed_out=isinstance(exc, TimeoutError)
+            _describe(exc, method, url),
+            timed_out=isinstance(exc, TimeoutError),
+            refused=isinstance(exc, ConnectionRefusedError),
         ) from exc
     finally:
         cut.cancel()

@@ -10,9 +10,11 @@ time, so every rule below is testable with a fake clock.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
+from urllib.parse import urlsplit
 
 if TYPE_CHECKING:  # the scraper module imports this one; types only here
     from spark_watchdog.probes.vllm import CanaryResult, VllmSample
@@ -108,17 +110,34 @@ class _EngineTrack:
     steps: int | None
     tokens: int | None
     last_advance_at: float
-    running_since: float | None
+    # Since when requests are running or waiting (None while there are none).
+    busy_since: float | None
 
 
 class ProgressTracker:
     """Turns a stream of scrapes into a :class:`VllmStatus`.
 
-    Stall rule, per engine: requests running and neither the engine-step count
-    nor the generated-token count advanced for ``stall_after`` seconds, counted
-    from the last advance or from when requests were first seen running,
-    whichever is later. A counter that goes *down* means vLLM restarted: that is
-    a new baseline and counts as progress. The cluster is stalled if any engine is.
+    Stall rule, per engine: requests running or waiting and neither the
+    engine-step count nor the generated-token count advanced for
+    ``stall_after`` seconds, counted from the last advance or from when requests
+    were first seen, whichever is later. Waiting requests count even when
+    ``num_requests_running`` reads 0: a wedged engine can leave them queued
+    with nothing running. A counter that goes *down* means vLLM restarted: that
+    is a new baseline and counts as progress. The cluster is stalled if any
+    engine is.
+
+    Idle hang rule: when the head has been quiet (no request running or
+    waiting, no counter moving) and a canary sent since then got no answer
+    within its timeout, with no counter moving since it was sent, the state is
+    ``stalled``: the engine does not take new work.
+
+    Death by refusal (``dead_after``): once vLLM answered (``/health`` or
+    ``/metrics``), its port refusing connections for ``dead_after`` seconds is
+    ``dead``. Real vLLM's API server exits (code 0) within a second of its
+    engine dying, so the 503 on ``/health`` is usually never seen. A timeout is
+    not death (a wedged server can time out), and a head that never answered
+    since the tracker started stays ``unreachable``. :meth:`note_planned_stop`
+    disarms the rule until vLLM answers again after a refusal.
 
     After a blind spell (no usable answer, or no call for longer than
     ``stall_after``) the stall clock restarts at the first good scrape: during
@@ -129,14 +148,26 @@ class ProgressTracker:
     the time, never ``stalled``.
     """
 
-    def __init__(self, stall_after: float) -> None:
+    def __init__(self, stall_after: float, dead_after: float | None = None) -> None:
         if stall_after <= 0:
             raise ValueError(f"stall_after: expected seconds > 0, got {stall_after!r}")
+        if dead_after is not None and dead_after < 0:
+            raise ValueError(f"dead_after: expected seconds ≥ 0, got {dead_after!r}")
         self.stall_after = stall_after
+        self.dead_after = dead_after
         self._engines: dict[str, _EngineTrack] = {}
         self._last_usable_at: float | None = None
         self._canary: CanaryResult | None = None
         self._stall_suspected = False
+        # Since when no request ran or waited and no counter moved (None: not quiet).
+        self._quiet_since: float | None = None
+        # Wall-clock time of vLLM's last answer (/health or /metrics), if any.
+        self._answered_wall: float | None = None
+        self._refusing_since: float | None = None
+        # A planned stop (the agent's own launcher) disarms death by refusal
+        # until vLLM answers again after the port went away.
+        self._planned_stop = False
+        self._planned_stop_refused = False
 
     @property
     def stall_suspected(self) -> bool:
@@ -152,9 +183,31 @@ class ProgressTracker:
         and that engine's own counters show the step anyway, so no clock moves.
         """
         self._canary = result
+        if result.ok and self._quiet_since is not None:
+            self._quiet_since = max(self._quiet_since, now)
         if result.ok and len(self._engines) == 1:
             for track in self._engines.values():
                 track.last_advance_at = max(track.last_advance_at, now)
+
+    def quiet_for(self, now: float) -> float | None:
+        """Seconds the head has been quiet at ``now``: no request running or
+        waiting and no counter moving (None when not quiet, or not known)."""
+        return None if self._quiet_since is None else now - self._quiet_since
+
+    def note_planned_stop(self) -> None:
+        """The rank is being stopped on purpose (``POST /v1/serving/stop``): its
+        port refusing connections from now on is not a death, and the next rank
+        must answer before its own refusal can be one (a model loads for minutes
+        with its port closed)."""
+        self._answered_wall = None
+        self._planned_stop = True
+        self._planned_stop_refused = False
+        self._refusing_since = None
+
+    def note_planned_start(self) -> None:
+        """The rank is being started on purpose: its next answer arms death by
+        refusal again."""
+        self._planned_stop = False
 
     def update(
         self, sample: VllmSample | None, now: float, process_alive: bool | None = None
@@ -164,9 +217,47 @@ class ProgressTracker:
         ``sample`` is ``None`` on a rank with no HTTP API (``--headless`` worker).
         ``process_alive`` is the local rank process check, ``None`` when not made.
         """
+        self._note_answer(sample, now)
         status = self._judge(sample, now, process_alive)
         self._stall_suspected = status.stall_suspected
         return status
+
+    def _note_answer(self, sample: VllmSample | None, now: float) -> None:
+        """Remember whether vLLM answered, and since when its port refuses."""
+        if sample is None:
+            return
+        if sample.reachable or sample.health_status is not None:
+            self._refusing_since = None
+            if self._planned_stop:
+                if not self._planned_stop_refused:
+                    return  # still the rank being stopped
+                self._planned_stop = False
+            self._answered_wall = sample.wall_time
+        elif sample.refused:
+            if self._planned_stop:
+                self._planned_stop_refused = True
+            elif self._refusing_since is None:
+                self._refusing_since = now
+        else:
+            self._refusing_since = None
+
+    def _refused_for_good(self, sample: VllmSample, now: float) -> str | None:
+        """The death-by-refusal reason, or None when the rule does not hold."""
+        if (
+            self.dead_after is None
+            or self._answered_wall is None
+            or self._refusing_since is None
+            or now - self._refusing_since < self.dead_after
+        ):
+            return None
+        parts = urlsplit(sample.url)
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        answered = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self._answered_wall))
+        return (
+            f"vLLM answered until {answered} and now refuses connections on port {port} "
+            f"(for {now - self._refusing_since:.1f} s, dead_after {self.dead_after:g} s): "
+            "its API server is gone"
+        )
 
     def _judge(self, sample: VllmSample | None, now: float, alive: bool | None) -> VllmStatus:
         url = None if sample is None else sample.url
@@ -189,6 +280,9 @@ class ProgressTracker:
                 sample, "dead", "/health answered 503: the engine is dead (EngineDeadError)", alive
             )
         if not sample.reachable:
+            gone = self._refused_for_good(sample, now)
+            if gone is not None:
+                return self._blind(sample, "dead", gone, alive)
             return self._blind(sample, "unreachable", sample.error or "no usable answer", alive)
         if sample.health_status != 200:
             return self._blind(
@@ -208,25 +302,34 @@ class ProgressTracker:
         }
         for gone in set(self._engines) - set(engines):
             del self._engines[gone]
+        quiet = all(e.running == 0 and not e.waiting for e in engines.values())
+        if quiet:
+            last_move = max(track.last_advance_at for track in self._engines.values())
+            since = now if self._quiet_since is None else self._quiet_since
+            self._quiet_since = max(since, last_move)
+        else:
+            self._quiet_since = None
         return self._combine(sample, engines, alive)
 
     def _judge_engine(
         self, name: str, reading: EngineSample, now: float, blind: bool
     ) -> EngineStatus:
         steps, tokens, running = reading.engine_steps, reading.generation_tokens, reading.running
+        waiting = reading.waiting
         previous = self._engines.get(name)
         moved = previous is not None and (
             _moved(previous.steps, steps) or _moved(previous.tokens, tokens)
         )
         # The first sight of an engine is its baseline: the clock starts there.
         last_advance_at = now if previous is None or moved else previous.last_advance_at
-        if running is None or running <= 0:
-            running_since = None
-        elif previous is None or previous.running_since is None or blind:
-            running_since = now
+        busy = (running or 0) > 0 or (waiting or 0) > 0
+        if running is None or not busy:
+            busy_since = None
+        elif previous is None or previous.busy_since is None or blind:
+            busy_since = now
         else:
-            running_since = previous.running_since
-        self._engines[name] = _EngineTrack(steps, tokens, last_advance_at, running_since)
+            busy_since = previous.busy_since
+        self._engines[name] = _EngineTrack(steps, tokens, last_advance_at, busy_since)
 
         def verdict(
             state: EngineState, reason: str, idle_for: float | None, judged: bool = True
@@ -250,30 +353,34 @@ class ProgressTracker:
             if moved:
                 return verdict("progressing", f"counters advancing; {why}", None, judged=False)
             return verdict("idle", f"counters not advancing; {why}", None, judged=False)
-        if running_since is None:
+        if busy_since is None:
             return verdict("idle", "no requests running", None)
+        if running > 0:
+            load = f"{running} request(s) running"
+        else:
+            load = f"{waiting} request(s) waiting and none running"
         if steps is None and tokens is None:
             return verdict(
                 "progressing",
-                f"{running} request(s) running, but neither vllm:iteration_tokens_total_count "
+                f"{load}, but neither vllm:iteration_tokens_total_count "
                 "nor vllm:generation_tokens_total is present: progress cannot be judged",
                 None,
                 judged=False,
             )
-        idle_for = now - max(last_advance_at, running_since)
+        idle_for = now - max(last_advance_at, busy_since)
         if idle_for >= self.stall_after:
             return verdict(
                 "stalled",
-                f"{running} request(s) running and no engine step or generated token for "
+                f"{load} and no engine step or generated token for "
                 f"{idle_for:.1f} s (stall_after {self.stall_after:g} s)",
                 idle_for,
             )
         if moved:
-            reason = f"{running} request(s) running; counters advancing"
+            reason = f"{load}; counters advancing"
         elif blind and previous is not None:
-            reason = f"{running} request(s) running; stall clock restarted after a blind spell"
+            reason = f"{load}; stall clock restarted after a blind spell"
         else:
-            reason = f"{running} request(s) running; no advance for {idle_for:.1f} s"
+            reason = f"{load}; no advance for {idle_for:.1f} s"
         return verdict("progressing", reason, idle_for)
 
     def _combine(
@@ -289,6 +396,9 @@ class ProgressTracker:
         elif any(e.state == "progressing" for e in engines.values()):
             state = "progressing"
             reason = _engines_reason(engines.values(), "progressing")
+        elif (hung := self._idle_canary_unanswered()) is not None:
+            state = "stalled"
+            reason = hung
         else:
             state = "idle"
             reason = _engines_reason(engines.values(), "idle")
@@ -313,11 +423,26 @@ class ProgressTracker:
             process_alive=alive,
         )
 
+    def _idle_canary_unanswered(self) -> str | None:
+        """Idle engines and a canary that timed out with no counter moving since
+        it was sent: an idle hang. The reason, or None."""
+        canary = self._canary
+        if canary is None or canary.outcome != "timeout" or not self._engines:
+            return None
+        sent_at = canary.finished_at - canary.latency
+        if any(track.last_advance_at > sent_at for track in self._engines.values()):
+            return None
+        return (
+            "no requests and no engine step, and the canary (a 1-token completion) "
+            f"got {canary.describe()}: the engine takes no new work"
+        )
+
     def _blind(
         self, sample: VllmSample | None, state: VllmState, reason: str, alive: bool | None
     ) -> VllmStatus:
         # No usable answer: the next good scrape restarts the stall clock.
         self._last_usable_at = None
+        self._quiet_since = None
         if state == "dead":
             # A dead engine is restarted, and a restarted one starts from zero.
             self._engines.clear()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import socket
 import sys
 import threading
@@ -73,11 +74,17 @@ def vllm() -> Iterator[VllmStandin]:
 
 
 def _config(
-    vllm_url: str, journal: Path, proc: Path, journal_interval: float, canary: bool
+    vllm_url: str,
+    journal: Path,
+    proc: Path,
+    journal_interval: float,
+    canary: bool,
+    vllm_extra: dict[str, Any] | None = None,
 ) -> AgentConfig:
-    vllm = {"url": vllm_url, "interval": 0.3, "timeout": 1.0, "stall_after": 2.0}
+    vllm: dict[str, Any] = {"url": vllm_url, "interval": 0.3, "timeout": 1.0, "stall_after": 2.0}
     if canary:
         vllm["canary"] = {"enabled": True, "timeout": 1.0, "min_interval": 0.0}
+    vllm.update(vllm_extra or {})
     return parse_agent_config(
         {
             "node": "spark-2",
@@ -150,6 +157,7 @@ def running(
         hang_gpu: bool = False,
         journal_interval: float = 5.0,
         canary: bool = False,
+        vllm_extra: dict[str, Any] | None = None,
     ) -> RunningAgent:
         journal, proc, _ = node_tree
         argv = None
@@ -158,7 +166,7 @@ def running(
             script.write_text(HANGING_WORKER)
             argv = [sys.executable, str(script)]
         agent = Agent(
-            _config(vllm.url, journal, proc, journal_interval, canary),
+            _config(vllm.url, journal, proc, journal_interval, canary, vllm_extra),
             notifier=notifier or SystemdNotifier({}),
             gpu_worker_argv=argv,
         )
@@ -299,6 +307,63 @@ def test_canary_is_sent_when_a_stall_is_suspected(
     assert agent.wait(lambda: agent.state()["probes"]["vllm"]["state"] == "stalled", 10)
 
 
+def test_a_head_that_served_and_now_refuses_is_dead(
+    running: Callable[..., RunningAgent], vllm: VllmStandin
+) -> None:
+    # No launcher and no process_match: vLLM runs under docker or its own unit.
+    agent = running(vllm_extra={"dead_after": 1.0})
+    assert agent.wait(lambda: agent.state()["probes"]["vllm"]["state"] == "progressing")
+    port = vllm.url.rsplit(":", 1)[1]
+    vllm.set_mode("exit")  # EngineDeadError, then the API server exits
+
+    def refused_reason() -> bool:
+        body = agent.state()["probes"]["vllm"]
+        return body["state"] == "dead" and "refuses" in body["reason"]
+
+    assert agent.wait(refused_reason, 15)
+    vllm_state = agent.state()["probes"]["vllm"]
+    assert re.fullmatch(
+        r"vLLM answered until \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ and now refuses connections "
+        rf"on port {port} \(for \d+\.\d s, dead_after 1 s\): its API server is gone",
+        vllm_state["reason"],
+    ), vllm_state["reason"]
+    assert vllm_state["process_alive"] is None
+
+
+def test_an_idle_head_gets_a_canary_and_an_idle_hang_is_a_stall(
+    running: Callable[..., RunningAgent], vllm: VllmStandin
+) -> None:
+    vllm.set_mode("idle")
+    agent = running(vllm_extra={"stall_after": 3.0, "canary": {"timeout": 1.0, "idle_after": 1.0}})
+
+    def vllm_state() -> dict[str, Any]:
+        body: dict[str, Any] = agent.state()["probes"]["vllm"]
+        return body
+
+    # Idle: canaries are sent by default, and answered.
+    assert agent.wait(lambda: vllm.snapshot()["completions"] >= 1, 15)
+    assert agent.wait(lambda: (vllm_state()["canary"] or {}).get("outcome") == "ok")
+    assert vllm_state()["state"] == "idle"
+
+    vllm.set_mode("hung")  # nothing runs, nothing steps, new requests queue as waiting
+    assert agent.wait(lambda: vllm_state()["state"] == "stalled", 20)
+    reason = vllm_state()["reason"]
+    assert (
+        "1 request(s) waiting and none running and no engine step" in reason
+        or "the canary (a 1-token completion) got no answer within 1.0 s" in reason
+    ), reason
+
+
+def test_no_canary_while_traffic_flows(
+    running: Callable[..., RunningAgent], vllm: VllmStandin
+) -> None:
+    agent = running(vllm_extra={"canary": {"timeout": 1.0, "idle_after": 0.5}})
+    assert agent.wait(lambda: agent.state()["probes"]["vllm"]["state"] == "progressing")
+    time.sleep(3.0)
+    assert vllm.snapshot()["completions"] == 0
+    assert agent.state()["probes"]["vllm"]["canary"] is None
+
+
 # --- serving control over HTTP ------------------------------------------------------
 
 TOKEN = "t0ken-" + uuid.uuid4().hex
@@ -320,6 +385,7 @@ def _serving_config(tmp_path: Path, vllm_port: int) -> AgentConfig:
                     "interval": 0.3,
                     "timeout": 1.0,
                     "stall_after": 2.0,
+                    "dead_after": 0.5,
                 },
                 "gpu": {"enabled": False},
                 "journal": {"enabled": False},
@@ -419,6 +485,9 @@ def test_serving_start_stop_over_http_with_the_vllm_probe_watching(
         psutil.Process(serving["pid"]).status() == psutil.STATUS_ZOMBIE
     )
     assert agent.wait(lambda: agent.state()["probes"]["vllm"]["state"] != "progressing", 10)
+    # A stop we were asked for is no death, however long the port refuses.
+    time.sleep(2.0)
+    assert agent.state()["probes"]["vllm"]["state"] == "unreachable"
     canary = _post(agent, "/v1/serving/canary")
     assert canary.status_code == 200 and canary.json()["outcome"] == "error"
 

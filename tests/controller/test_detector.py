@@ -88,3 +88,53 @@ def test_a_node_the_controller_cannot_look_at_is_unobservable() -> None:
     finding = classify(blind, POLICY)
     assert finding.verdict is Verdict.UNOBSERVABLE
     assert "no fencing" in finding.summary
+
+
+def test_the_agents_refusal_death_and_idle_hang_become_serving_verdicts() -> None:
+    """The tracker's own JSON, as the agent publishes it, through classify."""
+    from spark_watchdog.probes.vllm import CanaryResult, VllmSample
+    from spark_watchdog.probes.vllm_metrics import EngineSample
+    from spark_watchdog.probes.vllm_progress import ProgressTracker
+
+    def sample(at: float, *, running: int = 0, waiting: int = 0) -> VllmSample:
+        reading = EngineSample("0", running, waiting, 100, 400, None, 0.1, ("m",))
+        return VllmSample(
+            "http://head:8000", at, 1_700_000_000.0 + at, 200, {"0": reading}, True, None, ("m",)
+        )
+
+    gone = VllmSample(
+        "http://head:8000",
+        0.0,
+        0.0,
+        None,
+        {},
+        False,
+        "GET /health: connection refused by head:8000",
+        refused=True,
+    )
+    tracker = ProgressTracker(15.0, dead_after=5.0)
+    tracker.update(sample(0.0), 0.0)
+    tracker.update(gone, 1.0)
+    dead = tracker.update(gone, 6.0).to_json()
+    finding = classify(obs(snapshot={"probes": {"vllm": dead}}), POLICY)
+    assert finding.verdict is Verdict.SERVING_DEAD
+    assert finding.reasons == (
+        "vLLM answered until 2023-11-14T22:13:20Z and now refuses connections on port 8000 "
+        "(for 5.0 s, dead_after 5 s): its API server is gone",
+    )
+
+    hung = ProgressTracker(15.0)
+    hung.update(sample(0.0, waiting=3), 0.0)
+    stalled = hung.update(sample(15.0, waiting=3), 15.0).to_json()
+    finding = classify(obs(snapshot={"probes": {"vllm": stalled}}), POLICY)
+    assert finding.verdict is Verdict.SERVING_STALLED
+    assert "3 request(s) waiting and none running" in finding.reasons[0]
+
+    idle = ProgressTracker(15.0)
+    idle.update(sample(0.0), 0.0)
+    idle.note_canary(CanaryResult("timeout", 10.0, 30.0, "m", "no answer"), 30.0)
+    finding = classify(
+        obs(snapshot={"probes": {"vllm": idle.update(sample(31.0), 31.0).to_json()}}), POLICY
+    )
+    assert finding.verdict is Verdict.SERVING_STALLED
+    assert "the canary (a 1-token completion) got no answer within 10.0 s" in finding.reasons[0]

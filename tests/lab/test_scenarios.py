@@ -159,7 +159,12 @@ def test_freeze_is_recovered_with_one_verified_cycle(scenario: Any) -> None:
 
 @pytest.mark.parametrize(
     ("name", "kind"),
-    [("wedge", "serving_stalled"), ("crash", "serving_dead"), ("crash-exit", "serving_dead")],
+    [
+        ("wedge", "serving_stalled"),
+        ("crash", "serving_dead"),
+        ("crash-exit", "serving_dead"),
+        ("idle-wedge", "serving_stalled"),
+    ],
 )
 def test_serving_faults_restart_serving_without_power(scenario: Any, name: str, kind: str) -> None:
     report, store = scenario(name)

@@ -8,9 +8,11 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
+import requests
 
 from spark_watchdog.lab.vllm_standin import VllmStandin, build_parser, effective_cudagraph_mode
 from spark_watchdog.probes.vllm import VllmScraper
@@ -183,3 +185,45 @@ def test_bad_json_config_is_a_usage_error() -> None:
     assert done.returncode == 2
     assert "--compilation-config" in done.stderr
     assert "expected a JSON object" in done.stderr
+
+
+def test_engine_death_exits_the_process_with_code_0_like_real_vllm(
+    launched: list[StandinProcess],
+) -> None:
+    standin = StandinProcess("--port", "0")
+    launched.append(standin)
+    url = standin.wait_for("Uvicorn running on").split()[4]
+    answer = requests.post(f"{url}/_standin/mode", json={"mode": "exit"}, timeout=10)
+    assert answer.status_code == 200 and answer.json()["mode"] == "dead"
+    assert standin.process.wait(timeout=30) == 0
+    after = VllmScraper(url, 2.0, 1024 * 1024).scrape()
+    assert after.refused and after.error is not None
+    assert after.error.startswith("GET /health: connection refused by")
+
+
+def test_a_hung_engine_queues_new_requests_as_waiting_with_none_running() -> None:
+    with VllmStandin(mode="idle", step_rate=50.0) as standin:
+        standin.set_mode("hung")
+        before = standin.engine_steps()
+        asking = threading.Thread(
+            target=lambda: requests.post(
+                f"{standin.url}/v1/completions",
+                json={"model": standin.model, "prompt": "ping", "max_tokens": 1},
+                timeout=30,
+            ),
+            daemon=True,
+        )
+        asking.start()
+        sample = VllmScraper(standin.url, 2.0, 1024 * 1024).scrape()
+        for _ in range(50):
+            sample = VllmScraper(standin.url, 2.0, 1024 * 1024).scrape()
+            if sample.engines["0"].waiting == 1:
+                break
+            time.sleep(0.1)
+        assert sample.health_status == 200
+        assert (sample.engines["0"].running, sample.engines["0"].waiting) == (0, 1)
+        assert standin.engine_steps() == before
+        standin.set_mode("progressing")  # the queued request is served, and leaves the queue
+        asking.join(30)
+        assert not asking.is_alive()
+        assert standin.snapshot()["completions"] == 1

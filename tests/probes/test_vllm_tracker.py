@@ -29,12 +29,13 @@ def engine(
     tokens: int | None = None,
     running: int | None = 3,
     name: str = "0",
-    waiting: int | None = 1,
+    waiting: int | None = None,
 ) -> EngineSample:
+    """One engine's reading; ``waiting`` defaults to 1 while requests run, else 0."""
     return EngineSample(
         engine=name,
         running=running,
-        waiting=waiting,
+        waiting=(1 if running else 0) if waiting is None else waiting,
         engine_steps=steps,
         generation_tokens=steps * 4 if tokens is None and steps is not None else tokens,
         prompt_tokens=None,
@@ -349,3 +350,170 @@ def test_json_of_a_blind_status_keeps_the_keys(tracker: ProgressTracker) -> None
 def test_stall_after_must_be_positive() -> None:
     with pytest.raises(ValueError, match="stall_after"):
         ProgressTracker(0)
+
+
+# --- death by refusal: real vLLM's API server exits 0 when its engine dies ---------
+
+
+def refused(at: float = 0.0) -> VllmSample:
+    return VllmSample(
+        url=URL,
+        observed_at=at,
+        wall_time=1_700_000_000.0 + at,
+        health_status=None,
+        engines={},
+        reachable=False,
+        error="GET /health: connection refused by head:8000 (nothing listening there)",
+        refused=True,
+    )
+
+
+def timed_out() -> VllmSample:
+    return unreachable("GET /health: no complete answer from http://head:8000/health within 2.0 s")
+
+
+DEAD_REASON = (
+    "vLLM answered until 2023-11-14T22:13:20Z and now refuses connections on port 8000 "
+    "(for {:.1f} s, dead_after 4 s): its API server is gone"
+)
+
+
+@pytest.fixture
+def guarded() -> ProgressTracker:
+    return ProgressTracker(STALL_AFTER, dead_after=4.0)
+
+
+def test_refusal_after_answers_is_dead_after_the_grace(guarded: ProgressTracker) -> None:
+    assert guarded.update(scrape(engine(100, running=0)), now=0.0).state == "idle"
+    first = guarded.update(refused(2.0), now=2.0)
+    almost = guarded.update(refused(5.9), now=5.9)
+
+    status = guarded.update(refused(6.0), now=6.0)
+
+    assert first.state == "unreachable" and "connection refused" in first.reason
+    assert almost.state == "unreachable"
+    assert status.state == "dead"
+    assert status.reason == DEAD_REASON.format(4.0)
+    assert guarded.update(refused(9.0), now=9.0).reason == DEAD_REASON.format(7.0)
+
+
+def test_a_head_that_never_answered_stays_unreachable(guarded: ProgressTracker) -> None:
+    for now in (0.0, 10.0, 100.0):
+        assert guarded.update(refused(now), now=now).state == "unreachable"
+
+
+def test_a_timeout_is_not_death(guarded: ProgressTracker) -> None:
+    guarded.update(scrape(engine(100)), now=0.0)
+    for now in (2.0, 10.0, 100.0):
+        assert guarded.update(timed_out(), now=now).state == "unreachable"
+
+
+def test_an_answer_or_a_timeout_restarts_the_grace(guarded: ProgressTracker) -> None:
+    guarded.update(scrape(engine(100, running=0)), now=0.0)
+    guarded.update(refused(1.0), now=1.0)
+    guarded.update(scrape(engine(100, running=0), health=503), now=3.0)  # answered 503
+    guarded.update(refused(4.0), now=4.0)
+    guarded.update(timed_out(), now=6.0)
+    guarded.update(refused(7.0), now=7.0)
+
+    assert guarded.update(refused(10.9), now=10.9).state == "unreachable"
+    assert guarded.update(refused(11.0), now=11.0).state == "dead"
+
+
+def test_a_planned_stop_is_not_a_death(guarded: ProgressTracker) -> None:
+    guarded.update(scrape(engine(100, running=0)), now=0.0)
+    guarded.note_planned_stop()
+    # The rank still answers while it shuts down, then its port goes away.
+    guarded.update(scrape(engine(100, running=0)), now=1.0)
+    for now in (2.0, 10.0, 60.0):
+        assert guarded.update(refused(now), now=now).state == "unreachable"
+    # Started again (by the controller, or by hand): it answers, then dies.
+    guarded.update(scrape(engine(0, running=0), at=70.0), now=70.0)
+    guarded.update(refused(72.0), now=72.0)
+    status = guarded.update(refused(76.0), now=76.0)
+    assert status.state == "dead"
+    assert status.reason.startswith("vLLM answered until 2023-11-14T22:14:30Z and now refuses")
+
+
+def test_a_planned_start_rearms_at_the_first_answer(guarded: ProgressTracker) -> None:
+    guarded.update(scrape(engine(100, running=0)), now=0.0)
+    guarded.note_planned_stop()
+    guarded.note_planned_start()  # a restart fast enough that no refusal was seen
+    # The new rank loads its model with its port closed: not a death.
+    for now in (1.0, 10.0, 100.0):
+        assert guarded.update(refused(now), now=now).state == "unreachable"
+    guarded.update(scrape(engine(0, running=0)), now=101.0)
+    guarded.update(refused(102.0), now=102.0)
+    assert guarded.update(refused(106.0), now=106.0).state == "dead"
+
+
+def test_without_dead_after_a_refusal_stays_unreachable(tracker: ProgressTracker) -> None:
+    tracker.update(scrape(engine(100)), now=0.0)
+    assert tracker.update(refused(100.0), now=100.0).state == "unreachable"
+
+
+def test_dead_after_must_not_be_negative() -> None:
+    with pytest.raises(ValueError, match=r"dead_after: expected seconds ≥ 0, got -1"):
+        ProgressTracker(1.0, dead_after=-1)
+
+
+# --- idle hangs ----------------------------------------------------------------------
+
+
+def test_waiting_requests_with_none_running_stall_too(tracker: ProgressTracker) -> None:
+    queued = engine(100, running=0, waiting=2)
+    assert tracker.update(scrape(queued), now=0.0).state == "progressing"
+    assert tracker.update(scrape(queued), now=9.9).state == "progressing"
+
+    status = tracker.update(scrape(queued), now=10.0)
+
+    assert status.state == "stalled"
+    assert status.reason == (
+        "engine 0: 2 request(s) waiting and none running and no engine step or generated "
+        "token for 10.0 s (stall_after 10 s)"
+    )
+
+
+def test_waiting_requests_with_steps_are_progress(tracker: ProgressTracker) -> None:
+    tracker.update(scrape(engine(100, running=0, waiting=2)), now=0.0)
+    status = tracker.update(scrape(engine(130, running=0, waiting=2)), now=20.0)
+    assert status.state == "progressing"
+    assert status.reason == "2 request(s) waiting and none running; counters advancing"
+
+
+def test_quiet_time_counts_from_the_last_request_or_step(tracker: ProgressTracker) -> None:
+    tracker.update(scrape(engine(100)), now=0.0)
+    assert tracker.quiet_for(0.0) is None  # requests running
+    tracker.update(scrape(engine(120, running=0)), now=5.0)
+    tracker.update(scrape(engine(120, running=0)), now=15.0)
+    assert tracker.quiet_for(25.0) == 20.0
+    tracker.update(scrape(engine(125, running=0)), now=30.0)  # a request came and went
+    assert tracker.quiet_for(30.0) == 0.0
+    tracker.note_canary(canary("ok", at=40.0), now=40.0)
+    assert tracker.quiet_for(45.0) == 5.0
+    tracker.update(unreachable(), now=50.0)
+    assert tracker.quiet_for(50.0) is None
+
+
+def test_an_unanswered_canary_on_an_idle_head_is_a_stall(tracker: ProgressTracker) -> None:
+    tracker.update(scrape(engine(100, running=0)), now=0.0)
+    tracker.update(scrape(engine(100, running=0)), now=20.0)
+    tracker.note_canary(canary("timeout", at=30.0), now=30.0)  # sent at 20.0
+
+    status = tracker.update(scrape(engine(100, running=0)), now=31.0)
+
+    assert status.state == "stalled"
+    assert status.reason == (
+        "no requests and no engine step, and the canary (a 1-token completion) got no "
+        "answer within 10.0 s: the engine takes no new work"
+    )
+    # A step afterwards (the engine answered someone) ends it.
+    assert tracker.update(scrape(engine(101, running=0)), now=33.0).state == "idle"
+
+
+def test_a_canary_error_on_an_idle_head_is_no_stall(tracker: ProgressTracker) -> None:
+    tracker.update(scrape(engine(100, running=0)), now=0.0)
+    tracker.note_canary(
+        CanaryResult("error", 0.1, 20.0, "m", "HTTP 404: model not found"), now=20.0
+    )
+    assert tracker.update(scrape(engine(100, running=0)), now=21.0).state == "idle"
