@@ -56,14 +56,16 @@ def _assignment(text: str) -> str | None:
 
 def redact_argv(argv: Sequence[str], extra_flags: Iterable[str] = ()) -> list[str]:
     """``argv`` with every secret value replaced by ``***``; the input is not changed."""
-    flags = _flag_set(extra_flags)
+    extra = tuple(extra_flags)
+    flags = _flag_set(extra)
     out: list[str] = []
     hide_next = False
     for arg in argv:
         if hide_next:
-            out.append(REDACTED)
             hide_next = False
-            continue
+            if not arg.startswith("--"):  # `--hf-token --api-key X`: a bare flag
+                out.append(REDACTED)
+                continue
         if arg.startswith("-"):
             name, eq, value = arg.partition("=")
             if _normal(name) in flags:
@@ -77,7 +79,8 @@ def redact_argv(argv: Sequence[str], extra_flags: Iterable[str] = ()) -> list[st
             out.append(arg if hidden is None else f"{name}={hidden}")
             continue
         hidden = _assignment(arg)
-        out.append(arg if hidden is None else hidden)
+        # Anything else may quote a command line (`bash -c "vllm serve --api-key X"`).
+        out.append(redact_text(arg, extra) if hidden is None else hidden)
     return out
 
 

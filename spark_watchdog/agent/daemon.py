@@ -221,7 +221,11 @@ class Agent:
                 ccfg.idle_after <= 0
                 or quiet is None
                 or quiet < ccfg.idle_after
-                or now - self._last_canary < ccfg.idle_after
+                # One timeout is confirmed by a second canary at once.
+                or (
+                    now - self._last_canary < ccfg.idle_after
+                    and not self._tracker.canary_unconfirmed
+                )
             ):
                 return
         self._last_canary = now
@@ -236,6 +240,11 @@ class Agent:
         result = await asyncio.to_thread(self._canary.run, models)
         self._tracker.note_canary(result, time.monotonic())
         log.info("canary: %s", result.outcome, extra={"probe": "vllm", "canary": result.outcome})
+
+    def _tracker_stop_not_taken(self) -> None:
+        """A stop that failed leaves the rank serving: a later refusal is a death."""
+        if self._tracker is not None:
+            self._tracker.note_planned_start()
 
     def _known_models(self) -> tuple[str, ...]:
         runner = self._runners.get("vllm")
@@ -415,8 +424,10 @@ class Agent:
             try:
                 return json_response(launcher.stop())
             except ServingConflict as exc:
+                self._tracker_stop_not_taken()
                 return json_response({"error": str(exc), "serving": launcher.status()}, 409)
             except StopFailed as exc:
+                self._tracker_stop_not_taken()
                 log.error("serving: %s", exc)
                 return json_response({"error": str(exc), "serving": launcher.status()}, 500)
 
@@ -435,8 +446,7 @@ class Agent:
             result = self._asked_canary.run(self._known_models())
             loop, tracker = self._loop, self._tracker
             if loop is not None and tracker is not None:
-                # The tracker belongs to the event loop; an answered canary is
-                # proof of life for the stall clock there too.
+                # An answered canary is proof of life for the stall clock too.
                 loop.call_soon_threadsafe(tracker.note_canary, result, time.monotonic())
             log.info("serving: canary asked: %s", result.describe())
             return json_response(result.to_json())

@@ -276,20 +276,23 @@ class AgentHTTPServer(ThreadingHTTPServer):
         with self._reading_lock:
             self._reading[sock] = (time.monotonic() + REQUEST_DEADLINE_S, _peer(client_address))
 
-    def read(self, sock: socket.socket) -> None:
-        """The request on ``sock`` is in (or was answered): no deadline while it runs."""
+    def read(self, sock: socket.socket) -> bool:
+        """The request on ``sock`` is in (or was answered): no deadline while it runs.
+        False when the deadline had already cut it: the route must not run."""
         with self._reading_lock:
-            self._reading.pop(sock, None)
+            return self._reading.pop(sock, None) is not None
 
     def _cut_slow_requests(self, now: float) -> None:
         with self._reading_lock:
             late = [(s, peer) for s, (due, peer) in self._reading.items() if due <= now]
             for sock, _ in late:
                 del self._reading[sock]
-        for sock, peer in late:
-            # The handler's blocked read returns end-of-file, and its thread ends.
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
+                # Under the lock: a handler that finishes reading now finds its
+                # entry gone and runs no route on a socket that is being cut.
+                # The handler's blocked read returns end-of-file, and its thread ends.
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+        for _, peer in late:
             self._slow_log.log(
                 log.info,
                 "closed the connection from %s: its request was not in within %g s",
@@ -364,12 +367,12 @@ class _Handler(BaseHTTPRequestHandler):
             self.server.read(self.connection)
 
     def do_GET(self) -> None:
-        self.server.read(self.connection)
-        self._get()
+        if self.server.read(self.connection):
+            self._get()
 
     def do_HEAD(self) -> None:
-        self.server.read(self.connection)
-        self._get()  # _send leaves the body out
+        if self.server.read(self.connection):
+            self._get()  # _send leaves the body out
 
     def do_POST(self) -> None:
         path = self._path()
@@ -385,8 +388,8 @@ class _Handler(BaseHTTPRequestHandler):
                 self._error(401, problem, **{"WWW-Authenticate": 'Bearer realm="spark-watchdog"'})
                 return
         body = self._read_json()
-        self.server.read(self.connection)  # a serving stop may take longer than the deadline
-        if body is None:
+        # A serving stop may take longer than the deadline, which ends here.
+        if not self.server.read(self.connection) or body is None:
             return
         try:
             response = route(body)

@@ -10,6 +10,7 @@ time, so every rule below is testable with a fake clock.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -114,6 +115,11 @@ class _EngineTrack:
     busy_since: float | None
 
 
+# A planned stop whose rank keeps answering this long did not take (the launcher
+# refused it, or had nothing to stop): death by refusal is armed again.
+PLANNED_STOP_GRACE_S = 120.0
+
+
 class ProgressTracker:
     """Turns a stream of scrapes into a :class:`VllmStatus`.
 
@@ -168,6 +174,12 @@ class ProgressTracker:
         # until vLLM answers again after the port went away.
         self._planned_stop = False
         self._planned_stop_refused = False
+        self._planned_stop_at = 0.0
+        # Idle canaries that timed out in a row: one alone is not a hang (a busy
+        # API front end can miss one), two are.
+        self._canary_timeouts = 0
+        # update() runs in a worker thread, the planned-stop notes in HTTP threads.
+        self._lock = threading.RLock()
 
     @property
     def stall_suspected(self) -> bool:
@@ -182,7 +194,18 @@ class ProgressTracker:
         several (data parallel) the tracker cannot know which engine answered,
         and that engine's own counters show the step anyway, so no clock moves.
         """
+        with self._lock:
+            self._note_canary(result, now)
+
+    @property
+    def canary_unconfirmed(self) -> bool:
+        """The last canary timed out and no second one has confirmed it: the
+        agent sends the confirming canary without waiting for ``idle_after``."""
+        return self._canary_timeouts == 1
+
+    def _note_canary(self, result: CanaryResult, now: float) -> None:
         self._canary = result
+        self._canary_timeouts = self._canary_timeouts + 1 if result.outcome == "timeout" else 0
         if result.ok and self._quiet_since is not None:
             self._quiet_since = max(self._quiet_since, now)
         if result.ok and len(self._engines) == 1:
@@ -192,22 +215,27 @@ class ProgressTracker:
     def quiet_for(self, now: float) -> float | None:
         """Seconds the head has been quiet at ``now``: no request running or
         waiting and no counter moving (None when not quiet, or not known)."""
-        return None if self._quiet_since is None else now - self._quiet_since
+        with self._lock:
+            return None if self._quiet_since is None else now - self._quiet_since
 
-    def note_planned_stop(self) -> None:
+    def note_planned_stop(self, now: float | None = None) -> None:
         """The rank is being stopped on purpose (``POST /v1/serving/stop``): its
         port refusing connections from now on is not a death, and the next rank
         must answer before its own refusal can be one (a model loads for minutes
-        with its port closed)."""
-        self._answered_wall = None
-        self._planned_stop = True
-        self._planned_stop_refused = False
-        self._refusing_since = None
+        with its port closed). A stop that did not take (vLLM keeps answering
+        for ``PLANNED_STOP_GRACE_S``) lapses, and the rule is armed again."""
+        with self._lock:
+            self._answered_wall = None
+            self._planned_stop = True
+            self._planned_stop_refused = False
+            self._planned_stop_at = time.monotonic() if now is None else now
+            self._refusing_since = None
 
     def note_planned_start(self) -> None:
         """The rank is being started on purpose: its next answer arms death by
         refusal again."""
-        self._planned_stop = False
+        with self._lock:
+            self._planned_stop = False
 
     def update(
         self, sample: VllmSample | None, now: float, process_alive: bool | None = None
@@ -217,10 +245,11 @@ class ProgressTracker:
         ``sample`` is ``None`` on a rank with no HTTP API (``--headless`` worker).
         ``process_alive`` is the local rank process check, ``None`` when not made.
         """
-        self._note_answer(sample, now)
-        status = self._judge(sample, now, process_alive)
-        self._stall_suspected = status.stall_suspected
-        return status
+        with self._lock:
+            self._note_answer(sample, now)
+            status = self._judge(sample, now, process_alive)
+            self._stall_suspected = status.stall_suspected
+            return status
 
     def _note_answer(self, sample: VllmSample | None, now: float) -> None:
         """Remember whether vLLM answered, and since when its port refuses."""
@@ -229,7 +258,10 @@ class ProgressTracker:
         if sample.reachable or sample.health_status is not None:
             self._refusing_since = None
             if self._planned_stop:
-                if not self._planned_stop_refused:
+                if (
+                    not self._planned_stop_refused
+                    and now - self._planned_stop_at < PLANNED_STOP_GRACE_S
+                ):
                     return  # still the rank being stopped
                 self._planned_stop = False
             self._answered_wall = sample.wall_time
@@ -427,14 +459,14 @@ class ProgressTracker:
         """Idle engines and a canary that timed out with no counter moving since
         it was sent: an idle hang. The reason, or None."""
         canary = self._canary
-        if canary is None or canary.outcome != "timeout" or not self._engines:
+        if canary is None or self._canary_timeouts < 2 or not self._engines:
             return None
         sent_at = canary.finished_at - canary.latency
         if any(track.last_advance_at > sent_at for track in self._engines.values()):
             return None
         return (
-            "no requests and no engine step, and the canary (a 1-token completion) "
-            f"got {canary.describe()}: the engine takes no new work"
+            f"no requests and no engine step, and {self._canary_timeouts} canaries in a row "
+            f"(1-token completions) got {canary.describe()}: the engine takes no new work"
         )
 
     def _blind(

@@ -38,3 +38,13 @@ def test_records_hide_secrets_at_any_depth() -> None:
         "serving": {"argv": ["vllm", "--api-key", "***"]},
         "errors": ["start failed: `vllm --api-key *** --port 8000`", "HF_TOKEN=*** missing"],
     }
+
+
+def test_a_command_line_inside_one_argument_is_redacted_too() -> None:
+    argv = ["bash", "-c", "vllm serve m --api-key sk-123 --port 8000"]
+    assert redact_argv(argv) == ["bash", "-c", "vllm serve m --api-key *** --port 8000"]
+
+
+def test_a_bare_secret_flag_does_not_swallow_the_next_flag() -> None:
+    argv = ["vllm", "serve", "m", "--hf-token", "--api-key", "sk-1"]
+    assert redact_argv(argv) == ["vllm", "serve", "m", "--hf-token", "--api-key", "***"]

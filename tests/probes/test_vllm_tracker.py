@@ -495,20 +495,50 @@ def test_quiet_time_counts_from_the_last_request_or_step(tracker: ProgressTracke
     assert tracker.quiet_for(50.0) is None
 
 
-def test_an_unanswered_canary_on_an_idle_head_is_a_stall(tracker: ProgressTracker) -> None:
+def test_two_unanswered_canaries_on_an_idle_head_are_a_stall(tracker: ProgressTracker) -> None:
     tracker.update(scrape(engine(100, running=0)), now=0.0)
     tracker.update(scrape(engine(100, running=0)), now=20.0)
     tracker.note_canary(canary("timeout", at=30.0), now=30.0)  # sent at 20.0
 
-    status = tracker.update(scrape(engine(100, running=0)), now=31.0)
+    # One timeout alone is not a hang (a busy front end can miss one): the
+    # agent sends a confirming canary at once.
+    assert tracker.update(scrape(engine(100, running=0)), now=31.0).state == "idle"
+    assert tracker.canary_unconfirmed
+    tracker.note_canary(canary("timeout", at=42.0), now=42.0)  # sent at 32.0
+    assert not tracker.canary_unconfirmed
+
+    status = tracker.update(scrape(engine(100, running=0)), now=43.0)
 
     assert status.state == "stalled"
     assert status.reason == (
-        "no requests and no engine step, and the canary (a 1-token completion) got no "
-        "answer within 10.0 s: the engine takes no new work"
+        "no requests and no engine step, and 2 canaries in a row (1-token completions) got "
+        "no answer within 10.0 s: the engine takes no new work"
     )
     # A step afterwards (the engine answered someone) ends it.
-    assert tracker.update(scrape(engine(101, running=0)), now=33.0).state == "idle"
+    assert tracker.update(scrape(engine(101, running=0)), now=45.0).state == "idle"
+
+
+def test_an_answered_canary_between_timeouts_starts_the_count_again(
+    tracker: ProgressTracker,
+) -> None:
+    tracker.update(scrape(engine(100, running=0)), now=0.0)
+    tracker.note_canary(canary("timeout", at=30.0), now=30.0)
+    tracker.note_canary(canary("ok", at=33.0), now=33.0)
+    tracker.note_canary(canary("timeout", at=63.0), now=63.0)
+    assert tracker.update(scrape(engine(100, running=0)), now=64.0).state == "idle"
+
+
+def test_a_stop_that_did_not_take_lapses_and_death_is_seen_again() -> None:
+    from spark_watchdog.probes.vllm_progress import PLANNED_STOP_GRACE_S
+
+    guarded = ProgressTracker(STALL_AFTER, dead_after=5.0)
+    guarded.update(scrape(engine(100)), now=0.0)
+    guarded.note_planned_stop(now=1.0)  # the launcher then refused it: vLLM keeps serving
+    for t in range(2, int(PLANNED_STOP_GRACE_S) + 10, 2):
+        guarded.update(scrape(engine(100 + t)), now=float(t))
+    later = PLANNED_STOP_GRACE_S + 20.0
+    guarded.update(refused(), now=later)
+    assert guarded.update(refused(), now=later + 6.0).state == "dead"
 
 
 def test_a_canary_error_on_an_idle_head_is_no_stall(tracker: ProgressTracker) -> None:
