@@ -133,8 +133,14 @@ def test_the_agents_refusal_death_and_idle_hang_become_serving_verdicts() -> Non
     idle = ProgressTracker(15.0)
     idle.update(sample(0.0), 0.0)
     idle.note_canary(CanaryResult("timeout", 10.0, 30.0, "m", "no answer"), 30.0)
+    # One unanswered canary is not yet a hang; the confirming second one is.
     finding = classify(
         obs(snapshot={"probes": {"vllm": idle.update(sample(31.0), 31.0).to_json()}}), POLICY
     )
+    assert finding.verdict is Verdict.HEALTHY
+    idle.note_canary(CanaryResult("timeout", 10.0, 42.0, "m", "no answer"), 42.0)
+    finding = classify(
+        obs(snapshot={"probes": {"vllm": idle.update(sample(43.0), 43.0).to_json()}}), POLICY
+    )
     assert finding.verdict is Verdict.SERVING_STALLED
-    assert "the canary (a 1-token completion) got no answer within 10.0 s" in finding.reasons[0]
+    assert "2 canaries in a row (1-token completions) got no answer" in finding.reasons[0]
