@@ -106,7 +106,7 @@ def _instrumented_imports(name: str) -> None:
     import atheris
 
     with atheris.instrument_imports(
-        include=["spark_watchdog", "bench", "prometheus_client", "pyasn1", "pysnmp", "yaml"]
+        include=["spark_watchdog", "bench", "prometheus_client", "pyasn1", "pysnmp"]
     ):
         import bench.fuzz_targets as targets
 

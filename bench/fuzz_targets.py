@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import json
 import math
 import re
@@ -560,18 +561,22 @@ _CONFIG_DIR: Path | None = None
 
 
 def fuzz_config(data: bytes) -> None:
-    """YAML text as a config file, loaded as an agent and as a controller config."""
-    from spark_watchdog.config.agent import load_agent_config
-    from spark_watchdog.config.controller import load_controller_config
+    """YAML text as a config file, read once and validated as an agent and as a
+    controller config (what ``load_agent_config`` and ``load_controller_config``
+    do, without reading the same text twice: the YAML reader is most of the cost)."""
+    from spark_watchdog.config.agent import parse_agent_config
+    from spark_watchdog.config.controller import parse_controller_config
+    from spark_watchdog.config.files import read_yaml
 
     global _CONFIG_DIR
     if _CONFIG_DIR is None:
         _CONFIG_DIR = Path(tempfile.mkdtemp(prefix="spark-watchdog-fuzz-config-"))
     path = _CONFIG_DIR / "config.yaml"
     path.write_bytes(data)
-    for load in (load_agent_config, load_controller_config):
+    parsed = read_yaml(path)
+    for parse in (parse_agent_config, parse_controller_config):
         with contextlib.suppress(_config_error()):
-            load(str(path))
+            parse(copy.deepcopy(parsed), str(path))
 
 
 def _config_error() -> type[Exception]:

@@ -237,8 +237,20 @@ def _convert_union(
     return None
 
 
+_HINTS: dict[Any, typing.Mapping[str, Any]] = {}
+
+
+def _hints(cls: Any) -> typing.Mapping[str, Any]:
+    """The resolved field types of a config class, read once per class (resolving
+    them is most of the cost of checking a config)."""
+    hints = _HINTS.get(cls)
+    if hints is None:
+        hints = _HINTS[cls] = types.MappingProxyType(typing.get_type_hints(cls))
+    return hints
+
+
 def _type_tag(cls: Any) -> str:
-    hint = typing.get_type_hints(cls)["type"]
+    hint = _hints(cls)["type"]
     (tag,) = typing.get_args(hint)
     return str(tag)
 
@@ -262,7 +274,7 @@ def _load(cls: type[T], data: Any, path: str, problems: list[str]) -> T | None:
     if not isinstance(data, dict):
         problems.append(f"{where}: expected a mapping, got {_show(data)}")
         return None
-    hints = typing.get_type_hints(cls)
+    hints = _hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
     for key in data:
         if key in fields:
@@ -307,7 +319,7 @@ def load(cls: type[T], data: Any, problems: list[str]) -> T | None:
 
 def key_paths(cls: type, prefix: str = "") -> Iterator[str]:
     """Every key path the schema accepts (``probes.vllm.url``), for docs and tests."""
-    hints = typing.get_type_hints(cls)
+    hints = _hints(cls)
     for f in dataclasses.fields(cls):
         path = _join(prefix, f.name)
         yield path
