@@ -213,6 +213,33 @@ def effective_matches(requested: EffectiveConfig, effective: EffectiveConfig) ->
     return True if confirmed else None
 
 
+# cudagraph modes that capture no CUDA graph at all (eager): nothing a graph
+# mode could get wrong, so at least as safe as any mode a profile asks for.
+_NO_CUDA_GRAPHS = frozenset({"NONE"})
+
+
+def effective_safe(requested: EffectiveConfig, effective: EffectiveConfig) -> bool | None:
+    """Whether the running config is as safe as the profile asked, though perhaps
+    not the same (:func:`effective_matches` says that). False if the log shows an
+    asked-for value replaced by one not known to be as safe (FULL_AND_PIECEWISE
+    for FULL_DECODE_ONLY, adaptive verification on when asked off); True if it
+    shows at least one asked-for value and each is as asked, or a cudagraph_mode
+    that captures no graphs (vLLM's CPU build shows NONE whatever is asked);
+    None if it shows none of them."""
+    confirmed = False
+    asked_mode, seen_mode = requested.cudagraph_mode, effective.cudagraph_mode
+    if asked_mode is not None and seen_mode is not None:
+        if seen_mode != asked_mode and seen_mode not in _NO_CUDA_GRAPHS:
+            return False
+        confirmed = True
+    asked, seen = requested.enable_adaptive_verification, effective.enable_adaptive_verification
+    if asked is not None and seen is not None:
+        if seen != asked:
+            return False
+        confirmed = True
+    return True if confirmed else None
+
+
 class LogScanner:
     """Reads a log from ``offset`` on, a bounded chunk per :meth:`poll`, and keeps
     the last effective config line seen. A log that shrank was rotated or
@@ -539,6 +566,7 @@ class ServingLauncher:
                     "requested": EffectiveConfig().to_json(),
                     "effective": EffectiveConfig().to_json(),
                     "effective_matches_profile": None,
+                    "effective_safe": None,
                 }
             code = run.process.poll()
             group_alive = bool(self._members(run)) if not run.stopping else True
@@ -567,6 +595,7 @@ class ServingLauncher:
                 "effective_matches_profile": effective_matches(
                     run.requested, run.scanner.effective
                 ),
+                "effective_safe": effective_safe(run.requested, run.scanner.effective),
             }
 
 

@@ -391,13 +391,16 @@ class Controller:
                 self.ledger.store.add_step,
                 incident_id,
                 StepName.SERVING_RESTART_DONE,
-                detail={"result": report.result, "error": report.error},
+                detail={"result": report.result, "error": report.error}
+                | ({"note": report.note} if report.note else {}),
             )
         total = sum(report.step_durations.values())
         if report.result == "succeeded":
             self.notifier.send(
                 Event(
-                    "serving_restarted", f"serving restarted with profile {profile} in {total:.1f}s"
+                    "serving_restarted",
+                    f"serving restarted with profile {profile} in {total:.1f}s"
+                    + (f"; {report.note}" if report.note else ""),
                 )
             )
             return True

@@ -33,6 +33,22 @@ class ServingRestartReport:
     error: str | None = None
     step_durations: dict[str, float] = field(default_factory=dict)
     effective: dict[str, Any] = field(default_factory=dict)
+    # Said when it succeeded with a config that differs from the profile's but is as safe.
+    note: str | None = None
+
+
+def _unsafe(serving: dict[str, Any]) -> bool:
+    """The head runs a config that is not the profile's and not known to be as safe.
+    An agent from before ``effective_safe`` answers only whether it matches."""
+    if "effective_safe" in serving:
+        return serving["effective_safe"] is False
+    return serving.get("effective_matches_profile") is False
+
+
+def _effective_text(serving: dict[str, Any]) -> str:
+    effective = serving.get("effective") or {}
+    shown = [f"{key} {value}" for key, value in effective.items() if value is not None]
+    return ", ".join(shown) or "nothing shown"
 
 
 @dataclass(frozen=True)
@@ -183,16 +199,23 @@ class ServingRestart:
             report.result = "timed_out"
             report.error = f"the head did not serve within {self.timeout:g}s"
             return report
-        mismatch = [
-            n for n, e in report.effective.items() if e.get("effective_matches_profile") is False
-        ]
-        if mismatch:
+        unsafe = [n for n, e in report.effective.items() if _unsafe(e)]
+        if unsafe:
             report.result = "profile_mismatch"
             report.error = (
-                f"effective config on {', '.join(mismatch)} is not profile {profile} "
+                f"effective config on {', '.join(unsafe)} is not profile {profile} "
                 "(e.g. adaptive verification forcing FULL_AND_PIECEWISE, vllm #56626)"
             )
             return report
+        differs = [
+            n for n, e in report.effective.items() if e.get("effective_matches_profile") is False
+        ]
+        if differs:
+            # As safe, not the same: a build that captures no CUDA graphs at all.
+            report.note = (
+                f"effective config on {', '.join(differs)} differs from profile {profile} "
+                f"but is as safe ({_effective_text(report.effective[differs[0]])})"
+            )
         report.result = "succeeded"
         return report
 

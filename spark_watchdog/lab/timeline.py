@@ -301,7 +301,8 @@ class TimelineWatcher:
             return f"serving restart with profile {restart.profile} {restart.result}{took}: " + (
                 restart.error or ""
             )
-        return f"serving restarted with profile {restart.profile}{self._effective()}{took}"
+        note = f"; {detail['note']}" if detail.get("note") else ""
+        return f"serving restarted with profile {restart.profile}{self._effective()}{took}{note}"
 
     def _effective(self) -> str:
         """What the head's rank runs now, as its agent reports it."""

@@ -34,6 +34,7 @@ from spark_watchdog.agent.serving import (
     ServingLauncher,
     UnknownProfile,
     effective_matches,
+    effective_safe,
     normalise_cudagraph_mode,
     parse_effective,
 )
@@ -156,6 +157,29 @@ def test_matching_is_false_on_any_difference_and_null_when_nothing_is_known(
     requested: EffectiveConfig, effective: EffectiveConfig, matches: bool | None
 ) -> None:
     assert effective_matches(requested, effective) is matches
+
+
+@pytest.mark.parametrize(
+    ("requested", "effective", "safe"),
+    [
+        # As asked.
+        (EffectiveConfig("FULL_DECODE_ONLY", False), EffectiveConfig("FULL_DECODE_ONLY"), True),
+        # vLLM's CPU build: no CUDA graphs whatever is asked; as safe, not the same.
+        (EffectiveConfig("FULL_DECODE_ONLY", False), EffectiveConfig("NONE"), True),
+        (EffectiveConfig("FULL_AND_PIECEWISE"), EffectiveConfig("NONE"), True),
+        # vllm #56626: adaptive verification forcing FULL_AND_PIECEWISE.
+        (EffectiveConfig("FULL_DECODE_ONLY"), EffectiveConfig("FULL_AND_PIECEWISE"), False),
+        (EffectiveConfig("FULL_DECODE_ONLY"), EffectiveConfig("PIECEWISE"), False),
+        (EffectiveConfig("NONE"), EffectiveConfig("FULL"), False),
+        (EffectiveConfig("NONE", False), EffectiveConfig("NONE", True), False),
+        (EffectiveConfig("FULL_DECODE_ONLY", None), EffectiveConfig(), None),
+        (EffectiveConfig(), EffectiveConfig("FULL", True), None),
+    ],
+)
+def test_safety_allows_only_a_mode_without_cuda_graphs_in_place_of_the_asked_one(
+    requested: EffectiveConfig, effective: EffectiveConfig, safe: bool | None
+) -> None:
+    assert effective_safe(requested, effective) is safe
 
 
 def test_log_scanner_reads_only_new_bytes_in_bounded_chunks(tmp_path: Path) -> None:
