@@ -1,16 +1,35 @@
 #!/usr/bin/env bash
 # Run every check: lint, format, types, and the whole test suite (unit and
-# integration tests against real components on loopback). Extra arguments go
-# to pytest, e.g. scripts/test.sh -k journal
+# integration tests against real components on loopback, and the real-vLLM
+# tier against vLLM's CPU build, whose venv is built once and cached: about
+# 3 minutes and 2.4 GB the first time). Extra arguments go to pytest, e.g.
+# scripts/test.sh -k journal. SPARK_WATCHDOG_REAL_VLLM=0 skips the real-vLLM
+# tier (and its build).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 
 echo "== ruff check" >&2
-.venv/bin/ruff check spark_watchdog tests bench
+.venv/bin/ruff check spark_watchdog tests bench scripts
 echo "== ruff format --check" >&2
-.venv/bin/ruff format --check spark_watchdog tests bench
+.venv/bin/ruff format --check spark_watchdog tests bench scripts
 echo "== mypy" >&2
 .venv/bin/mypy
+if [ "${SPARK_WATCHDOG_REAL_VLLM:-1}" != "0" ]; then
+    echo "== real-vLLM environment" >&2
+    started=$SECONDS
+    status=0
+    SPARK_WATCHDOG_VLLM_PYTHON=$(python3 scripts/real_vllm_env.py build) || status=$?
+    if [ "$status" -eq 0 ]; then
+        echo "real-vllm: ready after $((SECONDS - started)) s" >&2
+        export SPARK_WATCHDOG_VLLM_PYTHON
+        export SPARK_WATCHDOG_REQUIRE_REAL_VLLM=1
+    elif [ "$status" -eq 3 ]; then
+        echo "real-vllm: not possible on this machine; the real-vLLM tier is skipped" >&2
+        unset SPARK_WATCHDOG_VLLM_PYTHON
+    else
+        exit "$status"
+    fi
+fi
 echo "== pytest" >&2
 exec .venv/bin/python -m pytest "$@"

@@ -86,6 +86,13 @@ def add_parser(commands: Any) -> None:
     demo.add_argument(
         "--json", action="store_true", help="print a JSON summary (the story goes to stderr)"
     )
+    demo.add_argument(
+        "--vllm",
+        choices=("standin", "real"),
+        default="standin",
+        help="the head's rank: the lab's stand-in (default) or the real vLLM CPU server "
+        "(built by scripts/real_vllm_env.py)",
+    )
     demo.set_defaults(func=_run_demo)
 
     run = labs.add_parser(
@@ -104,6 +111,13 @@ def add_parser(commands: Any) -> None:
     run.add_argument("--json", action="store_true", help="print the result as JSON")
     run.add_argument("--dir", type=Path, metavar="DIR", help="lab directory (kept)")
     run.add_argument("--keep", action="store_true", help="keep the temporary lab directory")
+    run.add_argument(
+        "--vllm",
+        choices=("standin", "real"),
+        default="standin",
+        help="the head's rank: the lab's stand-in (default) or the real vLLM CPU server "
+        "(built by scripts/real_vllm_env.py)",
+    )
     run.set_defaults(func=_run_scenario)
 
     up = labs.add_parser(
@@ -233,17 +247,33 @@ def _nodes_ok(nodes: int) -> bool:
 def _run_demo(args: argparse.Namespace) -> int:
     if not _nodes_ok(args.nodes):
         return EXIT_USAGE
+    if not _real_vllm_ok(args.vllm):
+        return EXIT_NOT_AVAILABLE
     from spark_watchdog.lab.demo import run_demo
 
     workdir = args.dir or Path(tempfile.mkdtemp(prefix="spark-watchdog-demo-"))
     try:
         with _lab_signals(workdir / "controller.log"):
-            return run_demo(workdir.resolve(), nodes=args.nodes, as_json=args.json)
+            return run_demo(workdir.resolve(), nodes=args.nodes, as_json=args.json, vllm=args.vllm)
     except KeyboardInterrupt:
         print(
             f"\ninterrupted; every lab process stopped (lab directory {workdir})", file=sys.stderr
         )
         return EXIT_INTERRUPTED
+
+
+def _real_vllm_ok(vllm: str) -> bool:
+    """With --vllm real, the vLLM CPU build must be here; say how to get it if not."""
+    if vllm != "real":
+        return True
+    from spark_watchdog.lab.real_vllm import RealVllmMissing, find_python
+
+    try:
+        find_python()
+    except RealVllmMissing as exc:
+        print(f"spark-watchdog lab: --vllm real: {exc}", file=sys.stderr)
+        return False
+    return True
 
 
 def _list_scenarios() -> int:
@@ -281,6 +311,8 @@ def _run_scenario(args: argparse.Namespace) -> int:
     if args.node is not None and args.scenario != "freeze":
         print("spark-watchdog lab run: --node applies to the freeze scenario", file=sys.stderr)
         return EXIT_USAGE
+    if not _real_vllm_ok(args.vllm):
+        return EXIT_NOT_AVAILABLE
     keep = args.keep or args.dir is not None
     workdir = args.dir or Path(tempfile.mkdtemp(prefix=f"spark-watchdog-lab-{args.scenario}-"))
     workdir = workdir.resolve()
@@ -297,6 +329,7 @@ def _run_scenario(args: argparse.Namespace) -> int:
                 nodes=args.nodes,
                 narrator=Narrator(echo=echo),
                 node=args.node,
+                vllm=args.vllm,
             )
     except KeyboardInterrupt:
         print("\ninterrupted; every lab process stopped", file=sys.stderr)

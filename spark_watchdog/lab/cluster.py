@@ -70,6 +70,7 @@ from spark_watchdog.lab.pdu_standin import (
     PduStandinThread,
     StandinConfig,
 )
+from spark_watchdog.lab.real_vllm import RealHead
 from spark_watchdog.lab.sim_host import CLEAN_SHUTDOWN_MARK, SERVICES_ACK, SERVICES_FILE
 from spark_watchdog.power.base import PowerState
 from spark_watchdog.power.snmp_profiles import profile_by_name
@@ -78,6 +79,8 @@ LOOPBACK = "127.0.0.1"
 # Inherited by every process of a lab (nodes, ranks, NVML workers, the
 # controller): how sweep() recognises them.
 LAB_ENV = "SPARK_WATCHDOG_LAB"
+# A real vLLM head takes 35-110 s to start here (model load, KV cache, warm-up).
+REAL_START_TIMEOUT_S = 420.0
 GIB = 1024**3
 # A GB10 as Linux sees it: ~119 GiB of its 128 GB unified memory in MemTotal;
 # a serving node holds most of it (the model, the KV cache), MemFree sits near
@@ -162,6 +165,8 @@ class LabNode:
     frozen_agent: FrozenAgent | None = field(default=None, repr=False)
     # The next boot follows a planned shutdown (for the lab's own narration).
     planned_reboot: bool = False
+    # Its rank is the real vLLM CPU server (the head, with --vllm real).
+    real_vllm: bool = False
 
     @property
     def agent_url(self) -> str:
@@ -179,6 +184,8 @@ class LabNode:
     def process_match(self) -> str:
         """A fragment of this node's rank command line, unique on the lab machine
         (every node's rank runs here, so the bare module name would not do)."""
+        if self.real_vllm:
+            return RealHead.process_match(self.address, self.vllm_port)
         return f"spark_watchdog.lab.vllm_standin --host {self.address} --port {self.vllm_port}"
 
     def boot_id(self) -> str | None:
@@ -366,12 +373,20 @@ class LabCluster:
     netns: bool = False
     # Called (from a lab thread) with each outlet change and boot, for a timeline.
     on_event: Callable[[str], None] | None = None
+    # The head's rank: the lab's stand-in, or the real vLLM CPU server (the
+    # build from scripts/real_vllm_env.py; RealVllmMissing at start if none).
+    vllm: str = "standin"
+    real_head: RealHead | None = None
     _stopped: bool = False
 
     # -- set-up -------------------------------------------------------------
 
     def start(self) -> LabCluster:
         self.root.mkdir(parents=True, exist_ok=True)
+        if self.vllm == "real":
+            self.real_head = RealHead.prepare(self.root / "tiny-model")
+        elif self.vllm != "standin":
+            raise ValueError(f"vllm must be standin or real, not {self.vllm!r}")
         self.token_file = self._secret("serving-token", secrets.token_hex(16))
         self.community_file = self._secret("pdu-community", "lab-write")
         self._install_nvml_standin()
@@ -448,6 +463,7 @@ class LabCluster:
             ssh_port=free_port(),
             vllm_port=free_port(),
             head=index == 0,
+            real_vllm=index == 0 and self.real_head is not None,
         )
         if self.netns:
             self._make_namespace(node, index)
@@ -551,6 +567,12 @@ class LabCluster:
             json.dumps({"cudagraph_mode": "FULL_AND_PIECEWISE"}),
             *rank,
         ]
+        environment: dict[str, str] = {}
+        stop_timeout = 5.0
+        if node.real_vllm and self.real_head is not None:
+            command = self.real_head.command(node.address, node.vllm_port)
+            environment = self.real_head.environment()
+            stop_timeout = 15.0
         return {
             "node": node.name,
             "listen": {"address": node.address, "port": node.agent_port},
@@ -559,7 +581,7 @@ class LabCluster:
                 "vllm": {
                     "url": node.vllm_url if node.head else None,
                     "interval": t.vllm_interval,
-                    "timeout": 1.0,
+                    "timeout": 2.0 if node.real_vllm else 1.0,
                     "stall_after": t.stall_after,
                     # Without it a rank that exited 0 only looks "unreachable".
                     "process_match": node.process_match,
@@ -574,8 +596,9 @@ class LabCluster:
                 "command": command,
                 "token_file": str(self.token_file),
                 "log_file": str(node.directory / "serving.log"),
-                "stop_timeout": 5.0,
+                "stop_timeout": stop_timeout,
                 "default_profile": "plain",
+                "environment": environment,
             },
         }
 
@@ -651,7 +674,7 @@ class LabCluster:
             "serving": {
                 "head": self.nodes[0].name,
                 "token_file": str(self.token_file),
-                "start_timeout": 30.0,
+                "start_timeout": REAL_START_TIMEOUT_S if self.real_head else 30.0,
             },
             "listen": {"address": LOOPBACK, "port": free_port()},
             "history": str(history),
@@ -689,11 +712,16 @@ class LabCluster:
         if pending:
             raise TimeoutError(f"agents not up: {', '.join(n.name for n in pending)}")
 
-    def start_serving(self, profile: str = "plain", timeout: float = 60.0) -> None:
-        """Workers first, then the head (FACTS "vLLM"); wait for progress."""
+    def start_serving(self, profile: str = "plain", timeout: float | None = None) -> None:
+        """Workers first, then the head (FACTS "vLLM"); wait for progress. A real
+        head steps only with requests: the lab's traffic starts with it."""
         for node in self.nodes[1:] + self.nodes[:1]:
             self._post(node, "/v1/serving/start", {"profile": profile})
         head = self.nodes[0]
+        if self.real_head is not None:
+            self.real_head.start_traffic(head.vllm_url)
+        if timeout is None:
+            timeout = REAL_START_TIMEOUT_S if self.real_head is not None else 60.0
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             with contextlib.suppress(requests.RequestException, ValueError, KeyError):
@@ -855,7 +883,10 @@ class LabCluster:
             frozen.stop()
 
     def vllm_mode(self, mode: str) -> None:
+        """The stand-in head's mode (nothing for a real head)."""
         head = self.nodes[0]
+        if head.real_vllm:
+            return
         requests.post(f"{head.vllm_url}/_standin/mode", json={"mode": mode}, timeout=5)
 
     @property
@@ -931,6 +962,8 @@ class LabCluster:
         if fault == "thaw":
             self.thaw(target)
             return f"{target.name} thawed (SIGCONT)"
+        if self.real_head is not None and fault in ("wedge", "crash", "idle-wedge"):
+            return self._real_fault(fault)
         if fault == "idle-wedge":
             self.vllm_mode("hung")
             return (
@@ -964,6 +997,30 @@ class LabCluster:
         self.heal(node)
         return "healed: " + (node.name if node is not None else "every node, serving and the PDU")
 
+    def _real_fault(self, fault: str) -> str:
+        """wedge, crash and idle-wedge played on the real head's engine process."""
+        assert self.real_head is not None
+        head = self.head
+        if fault == "crash":
+            pid = self.real_head.signal_engine(head.address, head.vllm_port, signal.SIGKILL)
+            return f"{head.name}'s real engine (VLLM::EngineCore, pid {pid}) killed"
+        if fault == "idle-wedge":
+            self.real_head.stop_traffic()
+            self._wait_head_idle()
+        pid = self.real_head.signal_engine(head.address, head.vllm_port, signal.SIGSTOP)
+        what = "idle: nothing running" if fault == "idle-wedge" else "requests running"
+        return f"{head.name}'s real engine (VLLM::EngineCore, pid {pid}) stopped, {what}"
+
+    def _wait_head_idle(self, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            state = self.agent_state(self.head) or {}
+            vllm = state.get("probes", {}).get("vllm", {})
+            if vllm.get("state") == "idle":
+                return
+            time.sleep(0.3)
+        raise TimeoutError(f"{self.head.name}'s real vLLM did not go idle")
+
     def heal(self, node: LabNode | None = None) -> None:
         """Undo every fault that a power cycle would not (serving, PDU, freeze)."""
         for each in [node] if node is not None else self.nodes:
@@ -976,12 +1033,19 @@ class LabCluster:
             self.pdu_silent(False)
             with contextlib.suppress(requests.RequestException):
                 self.vllm_mode("progressing")
+            if self.real_head is not None:
+                head = self.head
+                with contextlib.suppress(ValueError, psutil.Error):
+                    self.real_head.signal_engine(head.address, head.vllm_port, signal.SIGCONT)
+                self.real_head.start_traffic(head.vllm_url)
 
     # -- tear-down ------------------------------------------------------------
 
     def stop(self) -> None:
         """Every process the lab started is gone afterwards."""
         self._stopped = True
+        if self.real_head is not None:
+            self.real_head.stop_traffic()
         for node in self.nodes:
             node.mem_generation += 1
             with contextlib.suppress(Exception):

@@ -36,7 +36,13 @@ from typing import Any
 
 from spark_watchdog.history.records import Incident
 from spark_watchdog.history.store import HistoryStore
-from spark_watchdog.lab.cluster import GIB, LabCluster, LabNode, netns_unavailable
+from spark_watchdog.lab.cluster import (
+    GIB,
+    REAL_START_TIMEOUT_S,
+    LabCluster,
+    LabNode,
+    netns_unavailable,
+)
 from spark_watchdog.lab.lab_controller import ControllerProcess
 from spark_watchdog.lab.session import ControllerMode, LabSession, LabTimeout
 from spark_watchdog.lab.timeline import Narrator
@@ -169,7 +175,13 @@ def _wait_resolved(run: Run, count: int, what: str, held_node: LabNode | None = 
             return True
         return held_node is not None and run.session.verdict(held_node) == "held"
 
-    run.session.wait_for(done, RECOVERY_TIMEOUT_S, what)
+    run.session.wait_for(done, _recovery_timeout(run), what)
+
+
+def _recovery_timeout(run: Run) -> float:
+    """A real vLLM head is stopped and started again by a serving restart."""
+    real = run.session.vllm == "real"
+    return RECOVERY_TIMEOUT_S + (REAL_START_TIMEOUT_S if real else 0.0)
 
 
 def _judge_incidents(run: Run, kind: str) -> None:
@@ -847,6 +859,7 @@ def run_scenario(
     nodes: int = 4,
     narrator: Narrator | None = None,
     node: str | None = None,
+    vllm: str = "standin",
 ) -> ScenarioResult:
     """Start a lab, run one scenario in it, stop the lab; the result."""
     scenario = SCENARIOS[name]
@@ -865,6 +878,7 @@ def run_scenario(
         controller_mode=scenario.controller,
         controller_overrides=dict(scenario.controller_overrides),
         netns=scenario.netns,
+        vllm=vllm,
     )
     with session:
         run = Run(session, result)

@@ -45,6 +45,8 @@ class LabSession:
     narrator: Narrator | None = None
     controller_mode: ControllerMode = "thread"
     netns: bool = False  # each node in a network namespace (root; partition)
+    # The head's rank: "standin" or "real" (the vLLM CPU server; see lab.real_vllm).
+    vllm: str = "standin"
     # The agents' intervals and thresholds (short by default; bench uses production).
     timings: LabTimings = field(default_factory=LabTimings)
     # Called with the started cluster and the controller config before the
@@ -93,7 +95,11 @@ class LabSession:
     def _start(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.cluster = LabCluster(
-            self.workdir / "nodes", size=self.nodes, timings=self.timings, netns=self.netns
+            self.workdir / "nodes",
+            size=self.nodes,
+            timings=self.timings,
+            netns=self.netns,
+            vllm=self.vllm,
         )
         self.cluster.on_event = self.lab_event
         self.say(
@@ -108,6 +114,11 @@ class LabSession:
             f"agents up on {', '.join(n.name for n in self.cluster.nodes)}{where}; "
             f"PDU on udp/127.0.0.1:{self.cluster.pdu.port}"
         )
+        if self.vllm == "real":
+            self.say(
+                "the head's rank is the real vLLM server (CPU build, a small random model); "
+                "it takes a minute or two to load, with the lab's own traffic"
+            )
         self.cluster.start_serving("plain")
         self.say(
             "serving: TP=4 ranks started with profile plain (adaptive verification on, "

@@ -1,0 +1,102 @@
+"""The agent's serving launcher running the real server: plain, then safe.
+
+The profile's argv merge must be accepted by vLLM's real argument parser, the
+effective config must be read from the real engine's startup line, and the
+launcher must not call a profile confirmed when the build cannot honour it:
+the CPU build runs no CUDA graphs (``cudagraph_mode`` NONE) whatever is asked.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+
+from spark_watchdog.agent.serving import ServingLauncher
+from spark_watchdog.config.agent import parse_agent_config
+from spark_watchdog.lab.real_vllm import RealHead
+
+START_TIMEOUT = 420.0
+
+
+def _launcher(vllm_python: Path, tiny_model: Path, tmp_path: Path, port: int) -> ServingLauncher:
+    head = RealHead(vllm_python, tiny_model)
+    token = tmp_path / "serving-token"
+    token.write_text("a-token\n")
+    token.chmod(0o600)
+    config = parse_agent_config(
+        {
+            "node": "spark-1",
+            "serving": {
+                "enabled": True,
+                "command": head.command("127.0.0.1", port),
+                "environment": head.environment(),
+                "log_file": str(tmp_path / "serving.log"),
+                "token_file": str(token),
+                "stop_timeout": 15.0,
+            },
+        }
+    )
+    return ServingLauncher(config.serving, process_match=head.process_match("127.0.0.1", port))
+
+
+def _wait_serving(launcher: ServingLauncher, url: str) -> dict[str, Any]:
+    """Until /health says 200 and the launcher has read the engine's config line."""
+    deadline = time.monotonic() + START_TIMEOUT
+    while time.monotonic() < deadline:
+        status = launcher.status()
+        if status["state"] != "running":
+            log = Path(status["log_file"]).read_text(errors="replace")[-3000:]
+            pytest.fail(f"the rank is {status['state']} (exit {status['exit_code']}):\n{log}")
+        with contextlib.suppress(requests.RequestException):
+            healthy = requests.get(f"{url}/health", timeout=2).status_code == 200
+            if healthy and status["effective"]["cudagraph_mode"] is not None:
+                return status
+        time.sleep(1.0)
+    pytest.fail(f"not serving after {START_TIMEOUT:.0f} s: {launcher.status()}")
+
+
+def test_plain_then_safe_on_the_real_server(
+    vllm_python: Path, tiny_model: Path, tmp_path: Path, free_port: Any
+) -> None:
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    launcher = _launcher(vllm_python, tiny_model, tmp_path, port)
+    try:
+        plain = launcher.start("plain")
+        assert plain["profile"] == "plain"
+        plain = _wait_serving(launcher, url)
+        assert plain["requested"]["cudagraph_mode"] == "FULL_AND_PIECEWISE"
+        # Read from the real "Initializing a V1 LLM engine ... with config:" line.
+        assert plain["effective"]["cudagraph_mode"] == "NONE"
+        assert plain["effective_matches_profile"] is False
+
+        stopped = launcher.stop()
+        assert stopped["state"] == "stopped" and not stopped["group_alive"], stopped
+
+        safe = launcher.start("safe")
+        argv = safe["argv"]
+        # The merge: the operator's flag rewritten in place, once.
+        assert argv.count("--compilation-config") == 1
+        merged = json.loads(argv[argv.index("--compilation-config") + 1])
+        assert merged == {"cudagraph_mode": "FULL_DECODE_ONLY"}
+        safe = _wait_serving(launcher, url)  # vLLM's parser took the merged argv
+        assert safe["requested"]["cudagraph_mode"] == "FULL_DECODE_ONLY"
+        assert safe["effective"]["cudagraph_mode"] == "NONE"
+        # Never "confirmed" when the build runs something else than the profile asks.
+        assert safe["effective_matches_profile"] is False
+        answer = requests.post(
+            f"{url}/v1/completions",
+            json={"model": "tiny", "prompt": "The watchdog", "max_tokens": 4},
+            timeout=60,
+        )
+        assert answer.status_code == 200, answer.text
+    finally:
+        launcher.stop()
+    log = (tmp_path / "serving.log").read_text(errors="replace")
+    assert log.count("starting the rank with profile") == 2
