@@ -203,9 +203,10 @@ class Agent:
             self._maybe_run_canary()
 
     def _maybe_run_canary(self) -> None:
-        """Send a 1-token canary when a stall is suspected (DESIGN §3), or when
-        the head has been quiet for ``canary.idle_after`` (an idle hang answers
-        no new request, and nothing else would show it)."""
+        """Send a 1-token canary when a stall is suspected
+        (docs/design.md, "Signals on the node"), or when the head has been quiet
+        for ``canary.idle_after`` (an idle hang answers no new request, and
+        nothing else would show it)."""
         if self._canary is None or self._tracker is None:
             return
         if self._canary_task is not None and not self._canary_task.done():

@@ -1,7 +1,7 @@
 """Serving profiles: named overrides merged into the operator's launch argv. Pure.
 
 A profile changes two of vLLM's JSON-valued flags and may append arguments
-(DESIGN §5):
+(docs/design.md, "Serving restart"):
 
 - ``speculative_config`` is merged into the JSON of ``--speculative-config``;
 - ``compilation_config`` is merged into the JSON of ``--compilation-config``;
@@ -25,7 +25,7 @@ level number or into per-key flags whose precedence differs between vLLM
 versions would be a guess.
 
 The built-in ``safe`` profile is the known mitigation for the DGX Spark
-illegal-memory-access freeze (FACTS.md "Safe configs"): adaptive verification
+illegal-memory-access freeze (docs/facts.md, "Safe configs"): adaptive verification
 off, and ``cudagraph_mode`` FULL_DECODE_ONLY. ``plain`` is the operator's
 command exactly as configured, so a cluster can be switched back to it.
 """
@@ -70,9 +70,10 @@ class Profile:
 
 
 BUILTIN_PROFILES: Mapping[str, Profile] = {
-    # FACTS.md "Safe configs": --speculative-config {...,"enable_adaptive_verification":false}
-    # or --compilation-config {"cudagraph_mode":"FULL_DECODE_ONLY"}; both, since builds
-    # without vllm PR #55095 ignore the second while adaptive verification is on (#56626).
+    # docs/facts.md, "Safe configs": --speculative-config
+    # {...,"enable_adaptive_verification":false} or --compilation-config
+    # {"cudagraph_mode":"FULL_DECODE_ONLY"}; both, since builds without vllm PR #55095
+    # ignore the second while adaptive verification is on (#56626).
     SAFE: Profile(
         SAFE,
         speculative_config={"enable_adaptive_verification": False},

@@ -1,4 +1,5 @@
-"""The serving launcher: starts and stops this node's vLLM rank (DESIGN §5).
+"""The serving launcher: starts and stops this node's vLLM rank
+(docs/design.md, "Serving restart").
 
 The launch command is the operator's (``serving.command``: ``vllm serve ...``,
 a script, ``docker run ...``) with a profile merged in
@@ -13,10 +14,10 @@ rejoin a multi-node cluster alone, so a restart must leave nothing behind.
 ``stop_timeout``, then SIGKILLs the group, and reports failure if anything in
 it survives even that (a process stuck in the GPU driver cannot be killed).
 :meth:`ServingLauncher.start` refuses while anything of the previous group, or
-any process matching ``probes.vllm.process_match``, still lives (FACTS.md:
-"refuse to start while old rank processes live"). Processes that leave the
-group on purpose (``setsid``, containers started by a daemon) are out of reach
-of a group signal: such commands need their own way down.
+any process matching ``probes.vllm.process_match``, still lives
+(docs/facts.md, "Multi-node serving"). Processes that leave the group on
+purpose (``setsid``, containers started by a daemon) are out of reach of a
+group signal: such commands need their own way down.
 
 The exit code is reported but is not a health signal: after an illegal memory
 access vLLM's API server can exit with code 0 (vllm #53726).

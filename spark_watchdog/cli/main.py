@@ -1,7 +1,7 @@
 """``spark-watchdog``: one entry point, with subcommands.
 
-Exit codes (DESIGN §7): 0 ok, 1 the thing checked is unhealthy or the action
-failed, 2 usage or config error.
+Exit codes (docs/design.md, "Interfaces that stay stable"): 0 ok, 1 the thing
+checked is unhealthy or the action failed, 2 usage or config error.
 """
 
 from __future__ import annotations

@@ -131,7 +131,7 @@ class IpmiDevice:
     port: int = setting(623, minimum=1, maximum=65535)
     user: str = setting()
     password_file: str = setting()
-    # Real BMCs often need 17; OpenIPMI's ipmi_sim speaks 3 (FACTS.md).
+    # Real BMCs often need 17; OpenIPMI's ipmi_sim speaks 3 (docs/facts.md, "IPMI").
     cipher_suite: int = setting(17, minimum=0, maximum=17)
     timeout: float = setting(15.0, above=0)
 

@@ -62,7 +62,8 @@ def decide(state: NodeState, finding: Finding, guards: Guards) -> Decision:
     if verdict is Verdict.HOST_FROZEN:
         return _frozen(guards)
     if verdict is Verdict.AGENT_DOWN:
-        # Never power for this alone (DESIGN §4): the host still answers SSH.
+        # Never power for this alone (docs/design.md, "Verdicts"): the host still
+        # answers SSH.
         return Decision(Step.RESTART_AGENT, finding.summary)
     if verdict in (Verdict.SERVING_STALLED, Verdict.SERVING_DEAD):
         if guards.node_held or guards.cluster_held:

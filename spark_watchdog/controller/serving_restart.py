@@ -1,4 +1,5 @@
-"""Restart serving on every node, in vLLM's order (DESIGN §5, FACTS "vLLM").
+"""Restart serving on every node, in vLLM's order
+(docs/design.md, "Serving restart"; docs/facts.md, "Multi-node serving").
 
 A rank cannot rejoin alone: every rank restarts. Down: the head first, then
 the workers. Up: the workers first, then the head, promptly (the head waits

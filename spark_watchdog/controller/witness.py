@@ -2,7 +2,8 @@
 
 If the controller cannot reach its witness targets (the gateway, the PDU),
 a silent node more likely means the controller lost the network, and
-fencing would cut power to healthy hosts (DESIGN §4). No fencing then.
+fencing would cut power to healthy hosts (docs/design.md, "Verdicts"). No
+fencing then.
 """
 
 from __future__ import annotations

@@ -1,9 +1,10 @@
 """Node: does the journal survive a power cut, and can the previous boot be read back?
 
 After a GB10 freeze and a power cycle the previous boot's journal is the only
-record on the node (FACTS.md). It exists only with persistent storage, and
-lines below CRIT reach the disk only every ``SyncIntervalSec`` (default
-5 min; CRIT and above are synced at once: journald.conf(5)).
+record on the node (docs/facts.md, "Whole-host freezes"). It exists only with
+persistent storage, and lines below CRIT reach the disk only every
+``SyncIntervalSec`` (default 5 min; CRIT and above are synced at once:
+journald.conf(5)).
 """
 
 from __future__ import annotations

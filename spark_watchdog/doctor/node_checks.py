@@ -100,7 +100,7 @@ def check_vllm(config: AgentConfig) -> Finding:
         return fail(
             f"{vllm.url}/metrics has no {missing} (engine(s) "
             f"{', '.join(without_running or without_progress)}): a stall cannot be judged",
-            "run a vLLM release with the V1 metrics (FACTS.md lists the names) and without "
+            'run a vLLM release with the V1 metrics (docs/facts.md, "Metrics") and without '
             "--disable-log-stats",
         )
     running = sum(e.running or 0 for e in engines)

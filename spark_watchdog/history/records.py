@@ -19,8 +19,9 @@ CLUSTER = "*"
 INCIDENT_STATUSES = ("open", "resolved")
 RESOLUTIONS = ("recovered", "gave_up", "false_alarm")
 
-# Kinds the design names (DESIGN §4); the store accepts any snake_case kind so
-# the controller can add one (e.g. circuit_breaker) without a migration.
+# Kinds the design names (docs/design.md, "Verdicts"); the store accepts any
+# snake_case kind so the controller can add one (e.g. circuit_breaker) without
+# a migration.
 KNOWN_INCIDENT_KINDS = ("host_frozen", "serving_stalled", "serving_dead", "agent_down")
 
 # The steps the product writes: spark_watchdog.steps.StepName (any snake_case step is accepted).
@@ -32,7 +33,8 @@ ACTION_RESULTS = ("pending", "verified", "failed", "ambiguous", "dry_run")
 POWER_CUT_OPERATIONS = ("off", "cycle")
 
 # "running" until finish_serving_restart; "profile_mismatch": the effective
-# config the agents report is not the profile asked for (an error, DESIGN §5).
+# config the head reports is not the profile asked for and not known to be as
+# safe (an error: docs/design.md, "Serving restart").
 SERVING_RESTART_RESULTS = ("running", "succeeded", "failed", "timed_out", "profile_mismatch")
 
 
@@ -156,7 +158,7 @@ class Action(_Record):
 
 @dataclass(frozen=True)
 class ServingRestart(_Record):
-    """One ordered restart of serving on every node (DESIGN §5)."""
+    """One ordered restart of serving on every node (docs/design.md, "Serving restart")."""
 
     id: int
     incident_id: int | None  # None: operator-initiated

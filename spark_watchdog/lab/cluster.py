@@ -713,8 +713,9 @@ class LabCluster:
             raise TimeoutError(f"agents not up: {', '.join(n.name for n in pending)}")
 
     def start_serving(self, profile: str = "plain", timeout: float | None = None) -> None:
-        """Workers first, then the head (FACTS "vLLM"); wait for progress. A real
-        head steps only with requests: the lab's traffic starts with it."""
+        """Workers first, then the head (docs/facts.md, "Multi-node serving"); wait
+        for progress. A real head steps only with requests: the lab's traffic starts
+        with it."""
         for node in self.nodes[1:] + self.nodes[:1]:
             self._post(node, "/v1/serving/start", {"profile": profile})
         head = self.nodes[0]

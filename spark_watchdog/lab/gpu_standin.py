@@ -7,9 +7,9 @@ imports this module as ``pynvml``. Only the driver library is simulated; the
 worker, its deadline and the probe that kills a worker that misses it run
 unchanged.
 
-What it answers is what a GB10 answers (FACTS "GB10"): one device, power
-45-90 W under load, ``nvmlDeviceGetMemoryInfo`` NOT_SUPPORTED (unified
-memory). It reads ``$SPARK_WATCHDOG_NODE_DIR/gpu.json`` on every call:
+What it answers is what a GB10 answers (docs/facts.md, "NVML on GB10"): one
+device, power 45-90 W under load, ``nvmlDeviceGetMemoryInfo`` NOT_SUPPORTED
+(unified memory). It reads ``$SPARK_WATCHDOG_NODE_DIR/gpu.json`` on every call:
 
 - ``{"mode": "ok"}`` (or no file): answers at once;
 - ``{"mode": "hang"}``: every device call blocks, like NVML in uninterruptible

@@ -35,7 +35,7 @@ JOURNAL_REMOTE_PATHS = (
     Path("/usr/lib/systemd/systemd-journal-remote"),
 )
 
-# Message ids from systemd's sd-messages.h (see FACTS.md "systemd").
+# Message ids from systemd's sd-messages.h (docs/facts.md, "How a boot ended").
 JOURNAL_START = "f77379a8490b408bbe5f6940505a777b"
 JOURNAL_STOP = "d93fb3c9c24d451a97cea615ce59c00b"
 LOGIND_SHUTDOWN = "98268866d1d54a499c4e98921d93bc40"
@@ -51,7 +51,8 @@ class JournalWriteError(WatchdogError):
 
 
 class Fault(Enum):
-    """Kernel lines that precede or accompany a GB10 host freeze (FACTS.md)."""
+    """Kernel lines that precede or accompany a GB10 host freeze
+    (docs/facts.md, "Freeze precursors")."""
 
     XID_31 = "xid"
     NV_ERR_NO_MEMORY = "nv_err_no_memory"

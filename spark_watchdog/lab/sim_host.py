@@ -66,8 +66,9 @@ def boot(node_dir: Path, hostname: str) -> str:
 
     A lab boot after the first follows a power cut (SIGKILL of the whole
     tree), so journald's complaint about the previous boot's file is logged,
-    as a real journald does after an unclean stop (FACTS "systemd"); unless
-    the lab marked the previous boot's end as an orderly shutdown.
+    as a real journald does after an unclean stop
+    (docs/facts.md, "How a boot ended"); unless the lab marked the previous
+    boot's end as an orderly shutdown.
     """
     boot_id = uuid.uuid4().hex
     random_dir = node_dir / "proc" / "sys" / "kernel" / "random"

@@ -1,7 +1,7 @@
 """A stand-in for vLLM's API server, for tests and the lab.
 
 It serves what the watchdog reads from a real head: ``/metrics`` with vLLM's
-metric names and types (FACTS.md, vLLM), ``/health``, ``/v1/models`` and
+metric names and types (docs/facts.md, "Metrics"), ``/health``, ``/v1/models`` and
 ``POST /v1/completions``, with synthetic load running in a background thread.
 Faults are switched at runtime with :meth:`VllmStandin.set_mode` or, from
 another process, ``POST /_standin/mode`` with ``{"mode": ..., "engine": N}``:

@@ -449,7 +449,7 @@ class IpmiBmc:
     def limiter_key(self) -> str:
         # One BMC, one key: VerifiedPower spaces commands per key. BMCs drop
         # or mishandle back-to-back sessions; keep >= a few seconds between
-        # commands to one BMC (FACTS.md "Power devices"; ironic's IPMI driver
+        # commands to one BMC (docs/facts.md, "IPMI"; ironic's IPMI driver
         # keeps a minimum interval per BMC for the same reason).
         return f"ipmi:{self.host}:{self.port}"
 

@@ -4,7 +4,7 @@ Both speak plain HTTP GET on the LAN. A plug is the crudest power path: it
 cuts the wall socket, so it works on any frozen host, and it is only as good
 as what it switches (both supplies of a node, or none). Plugs also differ in
 what they do after their *own* power loss (Shelly ``initial_state``, Tasmota
-``PowerOnState``): check that before relying on one (FACTS.md).
+``PowerOnState``): check that before relying on one (docs/facts.md, "Smart plugs").
 
 Shelly Gen2+ (shelly-api-docs.shelly.cloud, gen2 Switch component and
 Authentication): ``GET /rpc/Switch.GetStatus?id=N`` answers

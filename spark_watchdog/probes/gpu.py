@@ -210,12 +210,12 @@ def low_power_while_running(
 
     Why power and not utilization: on a wedged GB10 kernel NVML still reports
     ~96 % utilization (eugr/spark-vllm-docker #260, flashinfer #5015), while the
-    power draw falls to 16-27 W against ~45 W healthy and 90 W peaks (FACTS.md,
-    "NVML on GB10"). Low power alone means nothing — an idle GPU is cheap — so it
-    only counts while ``vllm:num_requests_running`` is above zero. Unknown
-    request counts (``None``) and readings other than ``ok`` never count: a
-    timeout is its own, stronger signal. Devices whose power is unknown are
-    skipped.
+    power draw falls to 16-27 W against ~45 W healthy and 90 W peaks
+    (docs/facts.md, "NVML on GB10"). Low power alone means nothing — an idle GPU
+    is cheap — so it only counts while ``vllm:num_requests_running`` is above
+    zero. Unknown request counts (``None``) and readings other than ``ok`` never
+    count: a timeout is its own, stronger signal. Devices whose power is unknown
+    are skipped.
     """
     if requests_running is None or not requests_running > 0 or reading.state != "ok":
         return False

@@ -13,8 +13,9 @@ thread can be interrupted out of that. A process can at least be abandoned, so
 the parent gives each request a deadline and kills the worker that misses it.
 
 Why long-lived: a warm NVML read costs ~1-2 µs, ``nvmlInit`` 20-90 ms and a fresh
-Python process ~210 ms (measured on an H200, see FACTS.md), so the worker keeps
-NVML initialised between requests instead of starting once per read.
+Python process ~210 ms (measured on an H200:
+docs/facts.md, "Cost of an NVML read"), so the worker keeps NVML initialised
+between requests instead of starting once per read.
 
 This module is loaded into its own small process, so it imports only the
 standard library and ``pynvml`` (package ``nvidia-ml-py``), never the rest of

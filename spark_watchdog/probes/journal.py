@@ -1,10 +1,11 @@
 """Journal probe: how did each past boot end, and what did the kernel say before it died?
 
 After a GB10 host freeze and a power cycle, the previous boot's journal is the
-only record on the node (FACTS.md: the journal stops mid-stream, pstore stays
-empty). For each boot this probe reports its first and last entry, whether it
-ended with a clean shutdown, and the kernel lines that explain a freeze: NVRM
-Xid, NV_ERR_NO_MEMORY, "fallen off the bus", PCIe AER, soft lockups, hung tasks.
+only record on the node (docs/facts.md, "Whole-host freezes": the journal stops
+mid-stream, pstore stays empty). For each boot this probe reports its first and
+last entry, whether it ended with a clean shutdown, and the kernel lines that
+explain a freeze: NVRM Xid, NV_ERR_NO_MEMORY, "fallen off the bus", PCIe AER,
+soft lockups, hung tasks.
 
 It reads with ``systemd.journal.Reader`` (package systemd-python, Debian
 python3-systemd), imported lazily so the rest of the agent runs without it.

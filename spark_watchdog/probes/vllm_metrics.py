@@ -1,8 +1,9 @@
 """Reading vLLM's ``/metrics`` body (Prometheus text) into per-engine numbers.
 
 Only the handful of series that tell "serving is progressing" from "serving is
-wedged" are kept (FACTS.md, vLLM): the running / waiting gauges, the engine-step
-heartbeat and the token counters, plus KV-cache usage for the report.
+wedged" are kept (docs/facts.md, "Metrics"): the running / waiting gauges, the
+engine-step heartbeat and the token counters, plus KV-cache usage for the
+report.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from spark_watchdog.errors import MetricsFormatError
 
 # Sample names, not family names: the parser strips ``_total`` from a counter's
-# family name but keeps it on the samples (FACTS.md, Prometheus text).
+# family name but keeps it on the samples (docs/facts.md, "Prometheus text format").
 RUNNING = "vllm:num_requests_running"
 WAITING = "vllm:num_requests_waiting"
 # The histogram's _count advances once per engine step, chunked prefill
@@ -126,8 +127,9 @@ def _kept_samples(text: str) -> list[tuple[str, str, dict[str, str], float]]:
     """(field, sample name, labels, value) for the samples this module keeps.
 
     Matching exact sample names leaves out ``_created`` (a creation timestamp,
-    present or not depending on the client library: FACTS.md) and the
-    histogram's ``_bucket`` / ``_sum``.
+    present or not depending on the client library:
+    docs/facts.md, "Prometheus text format") and the histogram's ``_bucket`` /
+    ``_sum``.
     """
     try:
         samples = [

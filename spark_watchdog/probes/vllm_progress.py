@@ -1,11 +1,12 @@
 """Is vLLM serving making progress? A pure judgement over scrapes and time.
 
 ``/health`` answers 200 while the engine is wedged and ``/v1/models`` is static
-config (FACTS.md, vLLM), so the only honest sign of life is a counter that moves
-while requests are running: the engine-step heartbeat
-(``vllm:iteration_tokens_total_count``) or the generated-token counter. This
-module holds no clock and does no I/O: the caller passes each scrape and the
-time, so every rule below is testable with a fake clock.
+config (docs/facts.md, "Endpoints while the engine is wedged"), so the only
+honest sign of life is a counter that moves while requests are running: the
+engine-step heartbeat (``vllm:iteration_tokens_total_count``) or the
+generated-token counter. This module holds no clock and does no I/O: the caller
+passes each scrape and the time, so every rule below is testable with a fake
+clock.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ if TYPE_CHECKING:  # the scraper module imports this one; types only here
 VllmState = Literal["progressing", "idle", "stalled", "dead", "unreachable", "headless"]
 EngineState = Literal["progressing", "idle", "stalled"]
 
-# /health turns 503 only on EngineDeadError (FACTS.md, vLLM).
+# /health turns 503 only on EngineDeadError
+# (docs/facts.md, "Endpoints while the engine is wedged").
 HEALTH_ENGINE_DEAD = 503
 
 

@@ -2,10 +2,11 @@
 
 The emulator (openstack sushy-tools, fake systems driver) is the main path:
 discovery, state, a verified power cycle, credentials, TLS and a real 4xx.
-Its fake driver applies a reset after a random 1-11 s (FACTS.md), so there
-is exactly one real cycle here. What the emulator cannot do on demand
-(409 Conflict, a POST that never answers, a 500, a BMC that does not offer
-ForceOff) is played by a small stub serving recorded JSON.
+Its fake driver applies a reset after a random 1-11 s
+(docs/facts.md, "Redfish"), so there is exactly one real cycle here. What the
+emulator cannot do on demand (409 Conflict, a POST that never answers, a 500,
+a BMC that does not offer ForceOff) is played by a small stub serving recorded
+JSON.
 """
 
 from __future__ import annotations
@@ -210,7 +211,8 @@ def test_the_reset_action_is_the_one_the_system_advertises(emulator: Emulator) -
     action = run(system.reset_action(run(system.system_path())))
     assert action.target == f"/redfish/v1/Systems/{SYSTEM_A}/Actions/ComputerSystem.Reset"
     assert action.allowed is not None and "ForceOff" in action.allowed
-    # sushy-tools' fake driver offers no PowerCycle (FACTS.md): off then on it is.
+    # sushy-tools' fake driver offers no PowerCycle (docs/facts.md, "Redfish"): off
+    # then on it is.
     assert "PowerCycle" not in action.allowed
 
 

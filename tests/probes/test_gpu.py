@@ -43,7 +43,8 @@ def _has_nvidia_driver() -> bool:
 NO_DRIVER = pytest.mark.skipif(_has_nvidia_driver(), reason="this machine has an NVIDIA driver")
 WITH_DRIVER = pytest.mark.skipif(not _has_nvidia_driver(), reason="no NVIDIA driver here")
 
-# What a GB10 answers (FACTS.md): memory is NOT_SUPPORTED, power ~45 W healthy.
+# What a GB10 answers (docs/facts.md, "NVML on GB10"): memory is NOT_SUPPORTED,
+# power ~45 W healthy.
 GB10_ANSWER: dict[str, Any] = {
     "state": "ok",
     "devices": [
