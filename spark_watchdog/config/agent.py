@@ -40,10 +40,13 @@ class ListenConfig:
 class CanaryConfig:
     enabled: bool = setting(True)
     model: str | None = setting(None)
-    timeout: float = setting(10.0, above=0)
+    # An idle head answers a 1-token request in well under a second; two misses
+    # in a row are needed (docs/vllm.md), so an idle hang shows in about
+    # idle_after + 2 x timeout + two scrapes: 12-24 s at these defaults.
+    timeout: float = setting(5.0, above=0)
     min_interval: float = setting(30.0, minimum=0)
     # Seconds of a quiet head (no request, no engine step) before a canary; 0 = never.
-    idle_after: float = setting(20.0, minimum=0)
+    idle_after: float = setting(10.0, minimum=0)
 
 
 @dataclass(frozen=True)

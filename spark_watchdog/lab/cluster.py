@@ -132,7 +132,7 @@ class LabTimings:
     gpu_interval: float = 1.0  # production 2 s, deadline 3 s
     gpu_deadline: float = 1.5
     # An idle head gets a canary soon: an idle hang shows in seconds
-    # (production: a 10 s timeout after 20 s idle).
+    # (production: a 5 s timeout after 10 s idle).
     canary_timeout: float = 2.0
     canary_idle_after: float = 2.0
 
