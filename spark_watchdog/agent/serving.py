@@ -258,7 +258,6 @@ class LogScanner:
         self.read_limit = read_limit
         self.line_limit = line_limit
         self.effective = EffectiveConfig()
-        self.seen_config_line = False
         self._partial = b""
         self._skipping = False  # inside a line longer than line_limit
 
@@ -288,7 +287,6 @@ class LogScanner:
             return
         found = parse_effective(raw.decode("utf-8", "replace"))
         if found is not None:
-            self.seen_config_line = True
             self.effective = found
 
 

@@ -45,7 +45,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -719,16 +719,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"pdu-standin: {exc}", file=sys.stderr)
         return 2
     return 0
-
-
-@contextlib.contextmanager
-def running_standin(standin: PduStandin) -> Iterator[PduStandinThread]:
-    """``with running_standin(PduStandin(...)) as runner:`` for tests."""
-    runner = PduStandinThread(standin).start()
-    try:
-        yield runner
-    finally:
-        runner.stop()
 
 
 if __name__ == "__main__":
