@@ -1045,8 +1045,6 @@ class LabCluster:
     def stop(self) -> None:
         """Every process the lab started is gone afterwards."""
         self._stopped = True
-        if self.real_head is not None:
-            self.real_head.stop_traffic()
         for node in self.nodes:
             node.mem_generation += 1
             with contextlib.suppress(Exception):
@@ -1055,6 +1053,9 @@ class LabCluster:
             if node.host is not None:
                 node.host.power_off()
             node.light_up()
+        if self.real_head is not None:
+            # After the trees: a request stuck on a stopped engine now fails at once.
+            self.real_head.stop_traffic(wait=1.0)
         if self.pdu is not None:
             self.pdu.stop()
         sweep(self.lab_id)

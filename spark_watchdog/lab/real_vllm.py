@@ -26,6 +26,7 @@ import random
 import subprocess
 import sys
 import threading
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Mapping
@@ -202,9 +203,12 @@ class TrafficLoad:
         return self
 
     def stop(self, wait: float = 5.0) -> None:
+        """Stop sending; wait up to ``wait`` s in all for requests in flight (a
+        client stuck on a stopped engine is a daemon thread and goes with it)."""
         self._stop.set()
+        deadline = time.monotonic() + wait
         for thread in self._threads:
-            thread.join(wait)
+            thread.join(max(0.0, deadline - time.monotonic()))
 
     def _client(self) -> None:
         while not self._stop.is_set():
@@ -277,9 +281,9 @@ class RealHead:
         if self.traffic is None:
             self.traffic = TrafficLoad(url).start()
 
-    def stop_traffic(self) -> None:
+    def stop_traffic(self, wait: float = 5.0) -> None:
         if self.traffic is not None:
-            self.traffic.stop()
+            self.traffic.stop(wait)
             self.traffic = None
 
     def engine(self, address: str, port: int) -> psutil.Process:
