@@ -37,15 +37,6 @@ from typing import Any
 from spark_watchdog import __version__
 from spark_watchdog.agent.auth import BearerAuth
 from spark_watchdog.agent.exposition import render
-from spark_watchdog.agent.http_api import (
-    JSON,
-    PROMETHEUS_TEXT,
-    HttpEndpoint,
-    PostRoute,
-    Response,
-    Route,
-    json_response,
-)
 from spark_watchdog.agent.probe_runner import Observation, ProbeRunner, iso_time
 from spark_watchdog.agent.serving import (
     LaunchFailed,
@@ -58,6 +49,15 @@ from spark_watchdog.agent.serving import (
 from spark_watchdog.agent.shutdown import SystemStopping, system_shutting_down
 from spark_watchdog.config.agent import AgentConfig
 from spark_watchdog.errors import ProbeError
+from spark_watchdog.http_server import (
+    JSON,
+    PROMETHEUS_TEXT,
+    HttpEndpoint,
+    PostRoute,
+    Response,
+    Route,
+    json_response,
+)
 from spark_watchdog.probes.base import ProbeReport
 from spark_watchdog.probes.gpu import GpuProbe, GpuReading, low_power_while_running
 from spark_watchdog.probes.host import HostProbe, read_boot_id

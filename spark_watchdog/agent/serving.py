@@ -3,7 +3,7 @@
 
 The launch command is the operator's (``serving.command``: ``vllm serve ...``,
 a script, ``docker run ...``) with a profile merged in
-(:mod:`spark_watchdog.agent.profiles`). It runs without a shell, in a session
+(:mod:`spark_watchdog.profiles`). It runs without a shell, in a session
 and process group of its own, with stdout and stderr appended to
 ``serving.log_file``.
 
@@ -49,16 +49,16 @@ from typing import Any, Literal
 import psutil
 
 from spark_watchdog.agent.probe_runner import iso_time
-from spark_watchdog.agent.profiles import (
+from spark_watchdog.config.agent import ServingConfig
+from spark_watchdog.errors import WatchdogError
+from spark_watchdog.probes.vllm import rank_process_alive
+from spark_watchdog.profiles import (
     COMPILATION_FLAG,
     SPECULATIVE_FLAG,
     ProfileError,
     apply_profile,
     flag_json,
 )
-from spark_watchdog.config.agent import ServingConfig
-from spark_watchdog.errors import WatchdogError
-from spark_watchdog.probes.vllm import rank_process_alive
 from spark_watchdog.redact import redact_argv
 
 log = logging.getLogger("spark_watchdog.agent.serving")

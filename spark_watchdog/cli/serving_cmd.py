@@ -62,12 +62,12 @@ def _check_profile(config: ControllerConfig, profile: str) -> tuple[int, str] | 
     agent does not offer is refused, so the next restart cannot stop every
     rank and then fail. With no agent to ask, only built-in profiles pass.
     """
-    from spark_watchdog.agent.profiles import BUILTIN_PROFILES
     from spark_watchdog.controller.serving_restart import (
         ServingNode,
         serving_offers,
         unknown_profile_problem,
     )
+    from spark_watchdog.profiles import BUILTIN_PROFILES
 
     nodes = [ServingNode(n.name, n.agent) for n in config.nodes]
     offers = asyncio.run(serving_offers(nodes, OFFER_TIMEOUT_S))

@@ -9,18 +9,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from spark_watchdog.agent.profiles import (
+from spark_watchdog.config.addresses import check_bind_address, check_http_url
+from spark_watchdog.config.files import read_yaml
+from spark_watchdog.config.schema import InvalidSetting, load, setting
+from spark_watchdog.config.secrets import check_secret
+from spark_watchdog.errors import ConfigError
+from spark_watchdog.profiles import (
     BUILTIN_PROFILES,
     SAFE,
     Profile,
     ProfileError,
     apply_profile,
 )
-from spark_watchdog.config.addresses import check_bind_address, check_http_url
-from spark_watchdog.config.files import read_yaml
-from spark_watchdog.config.schema import InvalidSetting, load, setting
-from spark_watchdog.config.secrets import check_secret
-from spark_watchdog.errors import ConfigError
 
 _NODE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 _PROFILE_NAME = _NODE_NAME

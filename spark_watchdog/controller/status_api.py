@@ -15,9 +15,9 @@ from typing import Any, Protocol
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from spark_watchdog.agent.http_api import JSON, PROMETHEUS_TEXT, HttpEndpoint, Response
 from spark_watchdog.controller.node_states import NodeState
 from spark_watchdog.controller.tallies import Tallies
+from spark_watchdog.http_server import JSON, PROMETHEUS_TEXT, HttpEndpoint, Response
 
 VERDICTS = (
     "healthy",

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from spark_watchdog.agent.profiles import (
+from spark_watchdog.profiles import (
     BUILTIN_PROFILES,
     COMPILATION_FLAG,
     SPECULATIVE_FLAG,

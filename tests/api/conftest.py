@@ -25,8 +25,8 @@ import pytest
 import requests
 
 from spark_watchdog.agent.daemon import Agent
-from spark_watchdog.agent.http_api import HttpEndpoint
 from spark_watchdog.config.agent import parse_agent_config
+from spark_watchdog.http_server import HttpEndpoint
 from spark_watchdog.lab import gpu_standin
 from spark_watchdog.lab.journal_writer import Ending, Fault, boot_entries, write_boot
 from spark_watchdog.lab.lab_controller import ControllerThread

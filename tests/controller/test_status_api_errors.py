@@ -14,9 +14,9 @@ from typing import Any, ClassVar
 import pytest
 import requests
 
-from spark_watchdog.agent.http_api import MAX_CONNECTIONS
 from spark_watchdog.controller.status_api import StatusEndpoint
 from spark_watchdog.controller.tallies import Tallies
+from spark_watchdog.http_server import MAX_CONNECTIONS
 
 pytestmark = pytest.mark.integration
 
@@ -81,7 +81,7 @@ def test_a_malformed_request_line_is_a_json_400(base: str) -> None:
 def test_a_client_that_resets_costs_one_line(
     base: str, caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture[str]
 ) -> None:
-    caplog.set_level(logging.INFO, logger="spark_watchdog.agent.http")
+    caplog.set_level(logging.INFO, logger="spark_watchdog.http")
     port = int(base.rsplit(":", 1)[1])
     sock = socket.create_connection(("127.0.0.1", port), timeout=5)
     # Half a request head: the server is reading it when the reset comes.
@@ -97,7 +97,7 @@ def test_a_client_that_resets_costs_one_line(
         return [
             r.getMessage()
             for r in caplog.records
-            if r.name == "spark_watchdog.agent.http" and peer in r.getMessage()
+            if r.name == "spark_watchdog.http" and peer in r.getMessage()
         ]
 
     deadline = time.monotonic() + 15

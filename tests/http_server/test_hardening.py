@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 import requests
 
-from spark_watchdog.agent import http_api
-from spark_watchdog.agent.http_api import (
+from spark_watchdog import http_server
+from spark_watchdog.http_server import (
     MAX_BODY_DEPTH,
     MAX_CONNECTIONS,
     HttpEndpoint,
@@ -28,7 +28,7 @@ from spark_watchdog.agent.http_api import (
 pytestmark = pytest.mark.integration
 
 TOKEN = "s3cret-token"
-HTTP_LOGGER = "spark_watchdog.agent.http"
+HTTP_LOGGER = "spark_watchdog.http"
 
 
 def _authorize(header: str | None) -> str | None:
@@ -136,7 +136,7 @@ def test_a_flood_of_resets_is_logged_at_a_bounded_rate(
     endpoint: HttpEndpoint, caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture[str]
 ) -> None:
     caplog.set_level(logging.INFO, logger=HTTP_LOGGER)
-    burst = http_api.BROKEN_LOG_BURST
+    burst = http_server.BROKEN_LOG_BURST
     for _ in range(burst + 15):
         _reset_after_request(endpoint.port)
     # Every connection is handled; only the burst and one notice are logged.
@@ -145,7 +145,7 @@ def test_a_flood_of_resets_is_logged_at_a_bounded_rate(
     messages = [r.getMessage() for r in _http_records(caplog)]
     assert len(messages) == burst + 1, messages
     assert messages[-1] == (
-        f"{burst} broken connections logged in {http_api.BROKEN_LOG_WINDOW_S:.0f} s; "
+        f"{burst} broken connections logged in {http_server.BROKEN_LOG_WINDOW_S:.0f} s; "
         "further ones in that time are counted, not logged"
     )
     assert "Traceback" not in capfd.readouterr().err
@@ -154,7 +154,7 @@ def test_a_flood_of_resets_is_logged_at_a_bounded_rate(
 def test_the_suppressed_count_is_reported_when_the_window_ends() -> None:
     lines: list[str] = []
     now = [0.0]
-    budget = http_api._LineBudget(2, 60.0, clock=lambda: now[0])
+    budget = http_server._LineBudget(2, 60.0, clock=lambda: now[0])
 
     def note(text: str) -> None:
         budget.log(lambda message, *args: lines.append(message % args), text)
@@ -222,7 +222,7 @@ def test_a_dripping_client_is_cut_at_the_request_deadline(
     never completes: the server closes it at REQUEST_DEADLINE_S, and the slot
     is free again."""
     caplog.set_level(logging.INFO, logger=HTTP_LOGGER)
-    monkeypatch.setattr(http_api, "REQUEST_DEADLINE_S", 2.0)
+    monkeypatch.setattr(http_server, "REQUEST_DEADLINE_S", 2.0)
     with socket.create_connection(("127.0.0.1", endpoint.port), timeout=10) as sock:
         peer = f"127.0.0.1:{sock.getsockname()[1]}"
         sock.sendall(b"GET /v1/state HTTP/1.1\r\n")
@@ -255,7 +255,7 @@ def test_a_slow_route_is_not_cut_by_the_request_deadline(
 ) -> None:
     """The deadline covers the request's arrival, not the route: a serving stop
     that waits for a process group answers however long it takes."""
-    monkeypatch.setattr(http_api, "REQUEST_DEADLINE_S", 0.5)
+    monkeypatch.setattr(http_server, "REQUEST_DEADLINE_S", 0.5)
 
     def slow_stop(body: dict[str, Any]) -> Response:
         time.sleep(2.0)

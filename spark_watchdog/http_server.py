@@ -1,11 +1,12 @@
-"""The agent's HTTP endpoints: ``/v1/state``, ``/v1/boots``, ``/metrics``, and
-the serving controls under ``/v1/serving``; the controller's ``/v1/status``
-runs on the same server (:mod:`spark_watchdog.controller.status_api`).
+"""The HTTP server the agent and the controller share: routes given by the
+caller (the agent's ``/v1/state``, ``/v1/boots``, ``/metrics`` and serving
+controls, :mod:`spark_watchdog.agent.daemon`; the controller's ``/v1/status``,
+:mod:`spark_watchdog.controller.status_api`; the lab's control endpoint).
 
-The server runs on its own threads and only reads snapshots the main loop has
-already built, so a scrape never waits on a probe. Whether the loop is alive
-shows in ``seq``: it advances once per loop, and a frozen ``seq`` behind a
-live HTTP port is itself a finding for the controller.
+The server runs on its own threads and only reads snapshots the caller's main
+loop has already built, so a scrape never waits on a probe. Whether the loop is
+alive shows in ``seq``: it advances once per loop, and a frozen ``seq`` behind
+a live HTTP port is itself a finding for the controller.
 
 POST routes take a JSON object body (empty means ``{}``) of at most
 ``MAX_BODY_BYTES``, nested at most ``MAX_BODY_DEPTH`` deep, and run in the
@@ -43,7 +44,7 @@ from typing import Any
 
 from spark_watchdog.errors import WatchdogError
 
-log = logging.getLogger("spark_watchdog.agent.http")
+log = logging.getLogger("spark_watchdog.http")
 
 # A route answers (status, content type, body).
 Response = tuple[int, str, bytes]
@@ -177,7 +178,7 @@ class _LineBudget:
         self._report(emit, suppressed, elapsed)
 
 
-class AgentHTTPServer(ThreadingHTTPServer):
+class HardenedHTTPServer(ThreadingHTTPServer):
     daemon_threads = True
     # A restarted agent must be able to bind again while old sockets linger.
     allow_reuse_address = True
@@ -351,7 +352,7 @@ def _close(sock: socket.socket) -> None:
 
 
 class _Handler(BaseHTTPRequestHandler):
-    server: AgentHTTPServer
+    server: HardenedHTTPServer
     protocol_version = "HTTP/1.1"
     # Slow or half-open clients must not pin a thread forever.
     timeout = 10
@@ -574,7 +575,7 @@ class HttpEndpoint:
         self._post_routes = post_routes or {}
         self._authorize = authorize
         self._max_connections = max_connections
-        self._server: AgentHTTPServer | None = None
+        self._server: HardenedHTTPServer | None = None
         self._thread: threading.Thread | None = None
 
     @property
@@ -593,7 +594,7 @@ class HttpEndpoint:
 
     def start(self) -> None:
         try:
-            self._server = AgentHTTPServer(
+            self._server = HardenedHTTPServer(
                 (self._address, self._port),
                 self._routes,
                 self._post_routes,
@@ -605,9 +606,7 @@ class HttpEndpoint:
                 f"listen: cannot bind {self._address}:{self._port} ({exc.strerror or exc}); "
                 "choose a free listen.port or a local listen.address"
             ) from None
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, name="agent-http", daemon=True
-        )
+        self._thread = threading.Thread(target=self._server.serve_forever, name="http", daemon=True)
         self._thread.start()
 
     def stop(self) -> None:
