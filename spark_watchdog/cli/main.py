@@ -26,6 +26,7 @@ from spark_watchdog.cli import (
     reference_cmd,
     serving_cmd,
 )
+from spark_watchdog.cli.parser_tree import Command, tree
 from spark_watchdog.errors import ConfigError, WatchdogError
 
 EXIT_OK = 0
@@ -72,7 +73,15 @@ def build_parser() -> argparse.ArgumentParser:
     doctor_cmd.add_parser(commands)
     reference_cmd.add_parsers(commands)
     examples.attach(parser)
+    # The man page and the completions are drawn from this very parser: handed
+    # to them here, so that no command module imports the one that builds it.
+    parser.set_defaults(root_parser=parser)
     return parser
+
+
+def program() -> Command:
+    """The whole command tree, as the man page and the completions see it."""
+    return tree(build_parser())
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -76,9 +76,3 @@ def tree(parser: argparse.ArgumentParser, path: tuple[str, ...] = (), help: str 
             words += [str(c) for c in action.choices]
     command.words = tuple(words)
     return command
-
-
-def program() -> Command:
-    from spark_watchdog.cli.main import build_parser
-
-    return tree(build_parser())

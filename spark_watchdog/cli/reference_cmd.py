@@ -33,16 +33,16 @@ def add_parsers(commands: Any) -> None:
 
 def run_completion(args: argparse.Namespace) -> int:
     from spark_watchdog.cli.completion import bash_script, zsh_script
-    from spark_watchdog.cli.parser_tree import program
+    from spark_watchdog.cli.parser_tree import tree
 
-    root = program()
+    root = tree(args.root_parser)
     sys.stdout.write(bash_script(root) if args.shell == "bash" else zsh_script(root))
     return 0
 
 
 def run_man(args: argparse.Namespace) -> int:
     from spark_watchdog.cli.manpage import man_page
-    from spark_watchdog.cli.parser_tree import program
+    from spark_watchdog.cli.parser_tree import tree
 
-    sys.stdout.write(man_page(program()))
+    sys.stdout.write(man_page(tree(args.root_parser)))
     return 0

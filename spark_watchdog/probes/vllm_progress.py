@@ -15,12 +15,11 @@ import threading
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 from urllib.parse import urlsplit
 
-if TYPE_CHECKING:  # the scraper module imports this one; types only here
-    from spark_watchdog.probes.vllm import CanaryResult, VllmSample
-    from spark_watchdog.probes.vllm_metrics import EngineSample
+from spark_watchdog.probes.vllm_metrics import EngineSample
+from spark_watchdog.probes.vllm_sample import CanaryResult, VllmSample
 
 VllmState = Literal["progressing", "idle", "stalled", "dead", "unreachable", "headless"]
 EngineState = Literal["progressing", "idle", "stalled"]

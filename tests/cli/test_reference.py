@@ -13,9 +13,9 @@ import pytest
 
 from spark_watchdog.cli.completion import bash_script, zsh_script
 from spark_watchdog.cli.examples import EXAMPLES
-from spark_watchdog.cli.main import build_parser, main
+from spark_watchdog.cli.main import build_parser, main, program
 from spark_watchdog.cli.manpage import man_page
-from spark_watchdog.cli.parser_tree import Command, Option, program
+from spark_watchdog.cli.parser_tree import Command, Option
 
 
 def _complete(script: Path, words: list[str], cwd: Path) -> list[str]:
