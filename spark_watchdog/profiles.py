@@ -193,3 +193,76 @@ def flag_json(argv: Sequence[str], flag: str) -> dict[str, Any] | None:
     except ValueError:
         return None
     return value if isinstance(value, dict) else None
+
+
+# --- what a running config says about a profile -----------------------------------
+
+
+@dataclass(frozen=True)
+class EffectiveConfig:
+    """The two values a profile sets, as asked (the argv) or as run (the
+    engine's startup line); None where unknown."""
+
+    cudagraph_mode: str | None = None
+    enable_adaptive_verification: bool | None = None
+
+    @classmethod
+    def from_json(cls, data: object) -> EffectiveConfig:
+        """Read back :meth:`to_json` (an agent's answer): a value of another type
+        than a mode name or a boolean is unknown (None), never a guess."""
+        if not isinstance(data, Mapping):
+            return cls()
+        mode = data.get("cudagraph_mode")
+        adaptive = data.get("enable_adaptive_verification")
+        return cls(
+            mode if isinstance(mode, str) and mode else None,
+            adaptive if isinstance(adaptive, bool) else None,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "cudagraph_mode": self.cudagraph_mode,
+            "enable_adaptive_verification": self.enable_adaptive_verification,
+        }
+
+
+def effective_matches(requested: EffectiveConfig, effective: EffectiveConfig) -> bool | None:
+    """False if the log shows any asked-for value differently; True if it shows at
+    least one and none differ; None if it shows none of what was asked (vLLM's
+    ``SpeculativeConfig`` repr, for one, does not print adaptive verification)."""
+    confirmed = False
+    for key in ("cudagraph_mode", "enable_adaptive_verification"):
+        asked, seen = getattr(requested, key), getattr(effective, key)
+        if asked is None or seen is None:
+            continue
+        if asked != seen:
+            return False
+        confirmed = True
+    return True if confirmed else None
+
+
+# cudagraph modes that capture no CUDA graph at all: the engine runs eagerly, so
+# nothing a graph mode could get wrong (docs/design.md, "Serving restart").
+_NO_CUDA_GRAPHS = frozenset({"NONE"})
+
+
+def effective_safe(requested: EffectiveConfig, effective: EffectiveConfig) -> bool | None:
+    """Whether the running config is as safe as the profile asked, though perhaps
+    not the same (:func:`effective_matches` says that). False if the log shows an
+    asked-for value replaced by one not known to be as safe (FULL_AND_PIECEWISE
+    for FULL_DECODE_ONLY, adaptive verification on when asked off); True if it
+    shows at least one asked-for value and each is as asked, or a cudagraph_mode
+    that captures no graphs (vLLM's CPU build shows NONE whatever is asked);
+    None if it shows none of them."""
+    confirmed = False
+    asked_mode, seen_mode = requested.cudagraph_mode, effective.cudagraph_mode
+    if asked_mode is not None and seen_mode is not None:
+        if seen_mode != asked_mode and seen_mode not in _NO_CUDA_GRAPHS:
+            return False
+        confirmed = True
+    asked, seen = requested.enable_adaptive_verification, effective.enable_adaptive_verification
+    if asked is not None and seen is not None:
+        if seen != asked:
+            return False
+        confirmed = True
+    return True if confirmed else None

@@ -55,8 +55,11 @@ from spark_watchdog.probes.vllm import rank_process_alive
 from spark_watchdog.profiles import (
     COMPILATION_FLAG,
     SPECULATIVE_FLAG,
+    EffectiveConfig,
     ProfileError,
     apply_profile,
+    effective_matches,
+    effective_safe,
     flag_json,
 )
 from spark_watchdog.redact import redact_argv
@@ -126,7 +129,11 @@ _MODE_BY_VALUE = {
 # The line that carries the engine's resolved config. V1 prints "Initializing a
 # V1 LLM engine (v0.10.0) with config: ...", V0 "Initializing an LLM engine ...".
 _CONFIG_LINE = "with config:"
-_KEY = r"""['"]?{}['"]?\s*[:=]\s*"""
+# The key on its own: not the tail of another (draft_cudagraph_mode, a.cudagraph_mode).
+_KEY = r"""(?<![\w.])['"]?{}['"]?\s*[:=]\s*"""
+# The mode is read from the compilation config when the line names one: another
+# part of the line (a draft model's own config) may carry a mode of its own.
+_COMPILATION_SECTION = re.compile(r"""['"]?compilation_config['"]?\s*[:=]""")
 # Three shapes seen in vLLM's config line across versions:
 #   'cudagraph_mode': <CUDAGraphMode.FULL_AND_PIECEWISE: (2, 1)>   (repr, v0.11+)
 #   "cudagraph_mode":[2,1]                                          (JSON, v0.10)
@@ -138,18 +145,6 @@ _MODE_VALUE = re.compile(
     _KEY.format("cudagraph_mode") + r"(\[\s*\d\s*,\s*\d\s*\]|\(\s*\d\s*,\s*\d\s*\)|\d)(?!\d)"
 )
 _ADAPTIVE = re.compile(_KEY.format("enable_adaptive_verification") + r"(True|False|true|false)\b")
-
-
-@dataclass(frozen=True)
-class EffectiveConfig:
-    cudagraph_mode: str | None = None
-    enable_adaptive_verification: bool | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "cudagraph_mode": self.cudagraph_mode,
-            "enable_adaptive_verification": self.enable_adaptive_verification,
-        }
 
 
 def normalise_cudagraph_mode(value: object) -> str | None:
@@ -175,11 +170,13 @@ def parse_effective(line: str) -> EffectiveConfig | None:
     if _CONFIG_LINE not in line:
         return None
     mode: str | None = None
-    named = _MODE_NAME.search(line)
+    section = _COMPILATION_SECTION.search(line)
+    where = line[section.end() :] if section is not None else line
+    named = _MODE_NAME.search(where)
     if named is not None:
         mode = named.group(1)
     else:
-        valued = _MODE_VALUE.search(line)
+        valued = _MODE_VALUE.search(where)
         if valued is not None:
             mode = _MODE_BY_VALUE.get(re.sub(r"[\s\[\]()]", "", valued.group(1)))
     adaptive_match = _ADAPTIVE.search(line)
@@ -197,48 +194,6 @@ def requested_config(argv: list[str]) -> EffectiveConfig:
         normalise_cudagraph_mode(mode) if mode is not None else None,
         adaptive if isinstance(adaptive, bool) else None,
     )
-
-
-def effective_matches(requested: EffectiveConfig, effective: EffectiveConfig) -> bool | None:
-    """False if the log shows any asked-for value differently; True if it shows at
-    least one and none differ; None if it shows none of what was asked (vLLM's
-    ``SpeculativeConfig`` repr, for one, does not print adaptive verification)."""
-    confirmed = False
-    for key in ("cudagraph_mode", "enable_adaptive_verification"):
-        asked, seen = getattr(requested, key), getattr(effective, key)
-        if asked is None or seen is None:
-            continue
-        if asked != seen:
-            return False
-        confirmed = True
-    return True if confirmed else None
-
-
-# cudagraph modes that capture no CUDA graph at all (eager): nothing a graph
-# mode could get wrong, so at least as safe as any mode a profile asks for.
-_NO_CUDA_GRAPHS = frozenset({"NONE"})
-
-
-def effective_safe(requested: EffectiveConfig, effective: EffectiveConfig) -> bool | None:
-    """Whether the running config is as safe as the profile asked, though perhaps
-    not the same (:func:`effective_matches` says that). False if the log shows an
-    asked-for value replaced by one not known to be as safe (FULL_AND_PIECEWISE
-    for FULL_DECODE_ONLY, adaptive verification on when asked off); True if it
-    shows at least one asked-for value and each is as asked, or a cudagraph_mode
-    that captures no graphs (vLLM's CPU build shows NONE whatever is asked);
-    None if it shows none of them."""
-    confirmed = False
-    asked_mode, seen_mode = requested.cudagraph_mode, effective.cudagraph_mode
-    if asked_mode is not None and seen_mode is not None:
-        if seen_mode != asked_mode and seen_mode not in _NO_CUDA_GRAPHS:
-            return False
-        confirmed = True
-    asked, seen = requested.enable_adaptive_verification, effective.enable_adaptive_verification
-    if asked is not None and seen is not None:
-        if seen != asked:
-            return False
-        confirmed = True
-    return True if confirmed else None
 
 
 class LogScanner:

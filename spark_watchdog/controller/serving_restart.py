@@ -22,6 +22,7 @@ from typing import Any
 
 from spark_watchdog.controller.detector import vllm_status
 from spark_watchdog.controller.http_client import HttpError, request
+from spark_watchdog.profiles import EffectiveConfig, effective_matches, effective_safe
 from spark_watchdog.redact import redact_text
 
 START_SETTLE_S = 1.0
@@ -39,11 +40,20 @@ class ServingRestartReport:
 
 
 def _unsafe(serving: dict[str, Any]) -> bool:
-    """The head runs a config that is not the profile's and not known to be as safe.
-    An agent from before ``effective_safe`` answers only whether it matches."""
-    if "effective_safe" in serving:
-        return serving["effective_safe"] is False
-    return serving.get("effective_matches_profile") is False
+    """The head runs a config that is not the profile's and not known to be as
+    safe. Judged again here from what the agent read (``requested`` and
+    ``effective``), not taken from its verdict alone: any sign of a difference
+    counts unless the values themselves show a config as safe."""
+    requested = EffectiveConfig.from_json(serving.get("requested"))
+    effective = EffectiveConfig.from_json(serving.get("effective"))
+    safe = effective_safe(requested, effective)
+    if safe is False or (effective_matches(requested, effective) is False and safe is not True):
+        return True
+    reported_safe = serving.get("effective_safe")
+    if reported_safe is not None and reported_safe is not True:
+        return True  # the agent says unsafe (or says something that is not a yes)
+    differs = serving.get("effective_matches_profile") is False
+    return differs and safe is not True
 
 
 def _effective_text(serving: dict[str, Any]) -> str:

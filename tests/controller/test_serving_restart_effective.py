@@ -93,11 +93,40 @@ def test_a_build_without_cuda_graphs_succeeds_with_a_note(head: ServingHead) -> 
     assert "cudagraph_mode NONE" in report.note
 
 
-def test_an_agent_that_predates_the_safety_field_is_judged_by_its_match(
+def test_an_agent_that_predates_the_safety_field_is_judged_by_the_values_it_read(
     head: ServingHead,
 ) -> None:
-    assert _restart(head, _serving("NONE", False, "absent")).result == "profile_mismatch"
+    assert _restart(head, _serving("FULL_AND_PIECEWISE", False, "absent")).result == (
+        "profile_mismatch"
+    )
+    assert _restart(head, _serving("NONE", False, "absent")).result == "succeeded"
     assert _restart(head, _serving("FULL_DECODE_ONLY", True, "absent")).result == "succeeded"
+
+
+@pytest.mark.parametrize(
+    ("mode", "matches", "safe"),
+    [
+        # The agent's verdict is not taken on trust: the values decide.
+        ("FULL_AND_PIECEWISE", False, True),
+        ("FULL_AND_PIECEWISE", False, None),
+        ("FULL_AND_PIECEWISE", True, True),
+        # Anything but a plain yes from the agent is a no.
+        ("FULL_DECODE_ONLY", True, "false"),
+        ("FULL_DECODE_ONLY", True, False),
+    ],
+)
+def test_a_verdict_that_the_values_do_not_bear_out_fails_the_restart(
+    head: ServingHead, mode: str, matches: bool, safe: bool | str | None
+) -> None:
+    assert _restart(head, _serving(mode, matches, safe)).result == "profile_mismatch"
+
+
+def test_a_difference_the_agent_reports_without_the_values_fails_the_restart(
+    head: ServingHead,
+) -> None:
+    serving = _serving("NONE", False, None)
+    serving["effective"] = {"cudagraph_mode": None, "enable_adaptive_verification": None}
+    assert _restart(head, serving).result == "profile_mismatch"
 
 
 def test_a_confirmed_profile_succeeds_without_a_note(head: ServingHead) -> None:
