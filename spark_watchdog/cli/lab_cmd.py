@@ -229,7 +229,7 @@ def _lab_errors(fn: Callable[[argparse.Namespace], int]) -> Callable[[argparse.N
             return fn(args)
         except BrokenPipeError:
             raise  # `... | head`: main() knows this one
-        except (OSError, TimeoutError, RuntimeError, LabTimeout, WatchdogError) as exc:
+        except (OSError, TimeoutError, RuntimeError, ValueError, LabTimeout, WatchdogError) as exc:
             print(f"spark-watchdog lab: {type(exc).__name__}: {exc}", file=sys.stderr)
             return EXIT_FAILED
 

@@ -163,6 +163,7 @@ def run_restart(args: argparse.Namespace) -> int:
         "profile": profile,
         "result": report.result,
         "error": report.error,
+        "note": report.note,
         "steps": report.step_durations,
     }
     if args.json:
@@ -170,6 +171,7 @@ def run_restart(args: argparse.Namespace) -> int:
     else:
         total = sum(report.step_durations.values())
         print(f"serving restart with profile {profile}: {report.result} in {total:.1f}s")
-        if report.error:
-            print(f"  {report.error}")
+        for line in (report.error, report.note):
+            if line:
+                print(f"  {line}")
     return EXIT_OK if report.result == "succeeded" else EXIT_FAILED

@@ -79,7 +79,8 @@ LOOPBACK = "127.0.0.1"
 # Inherited by every process of a lab (nodes, ranks, NVML workers, the
 # controller): how sweep() recognises them.
 LAB_ENV = "SPARK_WATCHDOG_LAB"
-# A real vLLM head takes 35-110 s to start here (model load, KV cache, warm-up).
+# A real vLLM head takes 30-60 s to start here (model load, KV cache, warm-up);
+# the limit leaves room for a loaded machine.
 REAL_START_TIMEOUT_S = 420.0
 GIB = 1024**3
 # A GB10 as Linux sees it: ~119 GiB of its 128 GB unified memory in MemTotal;

@@ -87,14 +87,17 @@ def build_tiny_model(python: Path, directory: Path) -> Path:
     if (directory / "config.json").is_file() and (directory / "tokenizer.json").is_file():
         return directory
     script = Path(__file__).with_name("tiny_model.py")
-    done = subprocess.run(
-        [str(python), str(script), str(directory)],
-        env=server_environment(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    try:
+        done = subprocess.run(
+            [str(python), str(script), str(directory)],
+            env=server_environment(),
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        raise RuntimeError("building the tiny model took over 300 s") from None
     if done.returncode != 0:
         raise RuntimeError(f"building the tiny model failed: {done.stderr.strip()[-2000:]}")
     return directory
@@ -294,8 +297,12 @@ class RealHead:
         return engine
 
     def signal_engine(self, address: str, port: int, signum: int) -> int:
+        """Signal the real engine process; ValueError if there is none (any more)."""
         engine = self.engine(address, port)
-        engine.send_signal(signum)
+        try:
+            engine.send_signal(signum)
+        except psutil.Error as exc:
+            raise ValueError(f"the real vLLM engine for {address}:{port} is gone: {exc}") from None
         return int(engine.pid)
 
 

@@ -123,7 +123,7 @@ class LabSession:
         self.say(
             "serving: TP=4 ranks started with profile plain (adaptive verification on, "
             "cudagraph_mode FULL_AND_PIECEWISE); the head's engine is stepping"
-            if self.nodes == 4
+            if self.nodes == 4 and self.vllm != "real"
             else f"serving: {self.nodes} ranks started with profile plain; the head is stepping"
         )
         self.receiver = AlertReceiver()

@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from spark_watchdog.lab.real_vllm import PYTHON_VARIABLE
 
@@ -20,29 +23,38 @@ from spark_watchdog.lab.real_vllm import PYTHON_VARIABLE
 def test_a_wedged_real_engine_is_recovered_by_a_serving_restart_without_power(
     vllm_python: Path, tmp_path: Path
 ) -> None:
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "spark_watchdog",
-            "lab",
-            "run",
-            "--scenario",
-            "wedge",
-            "--vllm",
-            "real",
-            "--nodes",
-            "2",
-            "--dir",
-            str(tmp_path / "lab"),
-            "--json",
-        ],
+    command = [
+        sys.executable,
+        "-m",
+        "spark_watchdog",
+        "lab",
+        "run",
+        "--scenario",
+        "wedge",
+        "--vllm",
+        "real",
+        "--nodes",
+        "2",
+        "--dir",
+        str(tmp_path / "lab"),
+        "--json",
+    ]
+    lab = subprocess.Popen(
+        command,
         env={**os.environ, PYTHON_VARIABLE: str(vllm_python)},
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=1500,
-        check=False,
+        start_new_session=True,
     )
+    try:
+        stdout, stderr = lab.communicate(timeout=1500)
+    except subprocess.TimeoutExpired:
+        # SIGTERM: the lab stops every process it started (its ranks included).
+        os.killpg(lab.pid, signal.SIGTERM)
+        stdout, stderr = lab.communicate(timeout=120)
+        pytest.fail(f"the lab run did not end within 1500 s:\n{stderr[-4000:]}")
+    done = subprocess.CompletedProcess(command, lab.returncode, stdout, stderr)
     story = done.stderr[-4000:]
     assert done.returncode == 0, story
     result = json.loads(done.stdout)

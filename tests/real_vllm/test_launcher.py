@@ -75,6 +75,7 @@ def test_plain_then_safe_on_the_real_server(
         # Read from the real "Initializing a V1 LLM engine ... with config:" line.
         assert plain["effective"]["cudagraph_mode"] == "NONE"
         assert plain["effective_matches_profile"] is False
+        assert plain["effective_safe"] is True  # no CUDA graphs at all
 
         stopped = launcher.stop()
         assert stopped["state"] == "stopped" and not stopped["group_alive"], stopped
@@ -90,6 +91,7 @@ def test_plain_then_safe_on_the_real_server(
         assert safe["effective"]["cudagraph_mode"] == "NONE"
         # Never "confirmed" when the build runs something else than the profile asks.
         assert safe["effective_matches_profile"] is False
+        assert safe["effective_safe"] is True
         answer = requests.post(
             f"{url}/v1/completions",
             json={"model": "tiny", "prompt": "The watchdog", "max_tokens": 4},
