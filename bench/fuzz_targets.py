@@ -563,7 +563,8 @@ _CONFIG_DIR: Path | None = None
 def fuzz_config(data: bytes) -> None:
     """YAML text as a config file, read once and validated as an agent and as a
     controller config (what ``load_agent_config`` and ``load_controller_config``
-    do, without reading the same text twice: the YAML reader is most of the cost)."""
+    do, without reading the same text twice: the YAML reader is most of the cost,
+    and without the agent's token-file check, which reads no input of the file's)."""
     from spark_watchdog.config.agent import parse_agent_config
     from spark_watchdog.config.controller import parse_controller_config
     from spark_watchdog.config.files import read_yaml
