@@ -40,8 +40,9 @@ class ListenConfig:
 class CanaryConfig:
     enabled: bool = setting(True)
     model: str | None = setting(None)
-    # An idle head answers a 1-token request in well under a second; two misses
-    # in a row are needed (docs/vllm.md), so an idle hang shows in about
+    # An idle head answers a 1-token request in milliseconds on the CPU build (not
+    # yet measured on a Spark); two misses in a row are needed (docs/vllm.md), so
+    # an idle hang shows in about
     # idle_after + 2 x timeout + two scrapes: about 12-25 s at these defaults.
     timeout: float = setting(5.0, above=0)
     min_interval: float = setting(30.0, minimum=0)
