@@ -39,16 +39,9 @@ import yaml
 
 from spark_watchdog.config.agent import CanaryConfig, VllmProbeConfig
 from spark_watchdog.lab import real_vllm
+from spark_watchdog.lab.cluster import free_port
 
 START_TIMEOUT = 420.0
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Bench:
@@ -56,8 +49,8 @@ class Bench:
         self.workdir = workdir
         self.python = real_vllm.find_python()
         self.model = real_vllm.build_tiny_model(self.python, workdir / "model")
-        self.vllm_port = _free_port()
-        self.agent_port = _free_port()
+        self.vllm_port = free_port()
+        self.agent_port = free_port()
         self.vllm_url = f"http://127.0.0.1:{self.vllm_port}"
         self.server: subprocess.Popen[bytes] | None = None
         self.agent: subprocess.Popen[bytes] | None = None

@@ -13,7 +13,6 @@ import contextlib
 import importlib.util
 import os
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -26,6 +25,7 @@ import pytest
 import requests
 
 from spark_watchdog.lab import real_vllm
+from spark_watchdog.lab.cluster import free_port
 from spark_watchdog.probes.vllm import ProgressTracker, VllmScraper, VllmStatus
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -74,17 +74,6 @@ def tiny_model(vllm_python: Path, tmp_path_factory: pytest.TempPathFactory) -> P
     return real_vllm.build_tiny_model(vllm_python, tmp_path_factory.mktemp("tiny-model"))
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@pytest.fixture
-def free_port() -> Callable[[], int]:
-    return _free_port
-
-
 class VllmServer:
     """One real OpenAI server in a session of its own, its output in a log file."""
 
@@ -97,7 +86,7 @@ class VllmServer:
         execute_timeout: float | None = None,
         extra: tuple[str, ...] = (),
     ) -> None:
-        self.port = _free_port()
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = log
         self.argv = real_vllm.server_argv(python, model, "127.0.0.1", self.port, extra)

@@ -19,6 +19,7 @@ import requests
 
 from spark_watchdog.agent.serving import ServingLauncher
 from spark_watchdog.config.agent import parse_agent_config
+from spark_watchdog.lab.cluster import free_port
 from spark_watchdog.lab.real_vllm import RealHead
 
 START_TIMEOUT = 420.0
@@ -62,7 +63,7 @@ def _wait_serving(launcher: ServingLauncher, url: str) -> dict[str, Any]:
 
 
 def test_plain_then_safe_on_the_real_server(
-    vllm_python: Path, tiny_model: Path, tmp_path: Path, free_port: Any
+    vllm_python: Path, tiny_model: Path, tmp_path: Path
 ) -> None:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
