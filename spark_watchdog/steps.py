@@ -59,6 +59,12 @@ class StepName(str, enum.Enum):
     SERVING_RESTART_DEFERRED = "serving_restart_deferred"
     SERVING_RESTART_STARTED = "serving_restart_started"
     SERVING_RESTART_DONE = "serving_restart_done"
+    # The wedged-but-alive ladder (controller/wedged.py)
+    STILL_WEDGED = "still_wedged"  # the serving restart did not bring the GPU back
+    REBOOT_REQUESTED = "reboot_requested"  # the forced reboot, recorded before it is sent
+    REBOOT_SENT = "reboot_sent"
+    REBOOT_NOT_SENT = "reboot_not_sent"  # certainly not sent (no connection, key refused)
+    HANDED_TO_POWER_PATH = "handed_to_power_path"  # silent after the reboot: the freeze path
     RESOLVED = "resolved"
 
 

@@ -8,6 +8,9 @@ Layout of one running agent:
   ``seq``, rebuilds the snapshot, and pets the systemd watchdog only while
   every probe task is alive and reporting;
 - the HTTP endpoint on its own threads, serving the latest snapshot;
+- the memory guard (``memory_guard.enabled``), judged on every heartbeat
+  from the host reading; it kills the rank itself when the host is about to
+  run out (:mod:`spark_watchdog.agent.memory_watch`);
 - the serving launcher (``serving.enabled``), driven by the controller's
   authenticated ``POST /v1/serving/{start,stop,canary}``; those run in the
   HTTP request threads, so a stop waiting out ``stop_timeout`` never blocks
@@ -37,6 +40,7 @@ from typing import Any
 from spark_watchdog import __version__
 from spark_watchdog.agent.auth import BearerAuth
 from spark_watchdog.agent.exposition import render
+from spark_watchdog.agent.memory_watch import MemoryWatch, disabled_json
 from spark_watchdog.agent.probe_runner import Observation, ProbeRunner, iso_time
 from spark_watchdog.agent.serving import (
     LaunchFailed,
@@ -128,6 +132,14 @@ class Agent:
                 config.serving, process_match=config.probes.vllm.process_match
             )
 
+        self.memory: MemoryWatch | None = None
+        if config.memory_guard.enabled:
+            self.memory = MemoryWatch(
+                config.memory_guard,
+                launcher=self.serving,
+                process_match=config.probes.vllm.process_match,
+            )
+
         probes = config.probes
         self._tracker: ProgressTracker | None = None
         self._scraper: VllmScraper | None = None
@@ -199,6 +211,8 @@ class Agent:
             full = observation.report.to_json()
             with self._lock:
                 self._boots_json = full
+            if self.memory is not None:
+                self.memory.note_journal(observation.report, time.monotonic())
         if name == "vllm":
             self._maybe_run_canary()
 
@@ -319,6 +333,7 @@ class Agent:
                 "host": host_json,
             },
             "serving": self.serving_status(),
+            "memory_guard": disabled_json() if self.memory is None else self.memory.to_json(),
             "stopping": None if self._stopping is None else dict(self._stopping),
         }
 
@@ -476,8 +491,11 @@ class Agent:
         while not done.is_set():
             now = time.monotonic()
             self.loop_lag_s = max(0.0, now - expected)
-            self._host_reading = self.host.read(self.loop_lag_s, now)
+            reading = self.host.read(self.loop_lag_s, now)
+            self._host_reading = reading
             self._host_observed_at = time.time()
+            if self.memory is not None:
+                self.memory.observe(reading, now)
             self.seq += 1
             self._publish()
             self._talk_to_systemd()

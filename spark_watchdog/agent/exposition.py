@@ -85,6 +85,29 @@ class AgentCollector:
         yield from _gpu_metrics(node, probes.get("gpu", {}))
         yield from _host_metrics(node, probes.get("host", {}))
         yield from _journal_metrics(node, probes.get("journal", {}))
+        guard = snap.get("memory_guard")
+        if isinstance(guard, Mapping) and guard.get("enabled"):
+            yield from _memory_guard_metrics(node, guard)
+
+
+def _memory_guard_metrics(node: str, guard: Mapping[str, Any]) -> Iterator[Metric]:
+    kills = guard.get("kills")
+    if isinstance(kills, int) and not isinstance(kills, bool):
+        family = CounterMetricFamily(
+            "spark_watchdog_memory_guard_kills",
+            "Times the memory guard killed the rank since the agent started.",
+            labels=["node"],
+        )
+        family.add_metric([node], float(kills))
+        yield family
+    assessment = guard.get("assessment")
+    if isinstance(assessment, Mapping):
+        yield from _gauge(
+            "spark_watchdog_memory_guard_time_to_floor_seconds",
+            "Seconds until MemAvailable reaches memory_guard.floor_gib at its current fall.",
+            node,
+            assessment.get("seconds_to_floor"),
+        )
 
 
 def _gauge(name: str, doc: str, node: str, value: Any) -> Iterator[Metric]:
@@ -165,12 +188,27 @@ def _host_metrics(node: str, body: Mapping[str, Any]) -> Iterator[Metric]:
         node,
         body.get("mem_available_trend_bytes_per_s"),
     )
+    for kind in ("some", "full"):
+        yield from _gauge(
+            f"spark_watchdog_host_memory_pressure_{kind}_ratio",
+            f"PSI memory '{kind}' avg10: share of the last 10 s that "
+            + ("some tasks" if kind == "some" else "all non-idle tasks")
+            + " waited for memory.",
+            node,
+            _ratio(body.get(f"mem_pressure_{kind}_avg10")),
+        )
     yield from _gauge(
         "spark_watchdog_host_uptime_seconds", "Host uptime.", node, body.get("uptime_s")
     )
     yield from _gauge(
         "spark_watchdog_host_load1", "1-minute load average.", node, body.get("load1")
     )
+
+
+def _ratio(percent: Any) -> float | None:
+    if isinstance(percent, (int, float)) and not isinstance(percent, bool):
+        return float(percent) / 100.0
+    return None
 
 
 def _journal_metrics(node: str, body: Mapping[str, Any]) -> Iterator[Metric]:

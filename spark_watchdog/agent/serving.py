@@ -260,6 +260,8 @@ class _Run:
     stopped_by_us: bool = False
     stopped_at: float | None = None
     killed: bool = False
+    # Who sent SIGKILL without a SIGTERM first ("memory_guard"), if anyone.
+    killed_by: str | None = None
     # Once the group is seen empty its id may be reused: never signal it again.
     group_gone: bool = False
 
@@ -456,6 +458,26 @@ class ServingLauncher:
             )
         log.info("serving: stopped group %d with %s in %.1f s", run.pgid, how, took)
 
+    def kill_now(self, by: str) -> dict[str, Any] | None:
+        """SIGKILL the rank's whole group at once, without SIGTERM and without
+        waiting for a start or stop in progress: the memory guard's way, when
+        the host has seconds left. The group and the pids it had, or None when
+        nothing of the rank lives. Never waits: the rank is reaped later."""
+        with self._state:
+            run = self._run
+            if run is None:
+                return None
+            members = self._members(run)
+            if not members:
+                return None
+            run.stopped_by_us = run.process.poll() is None
+            run.killed = True
+            run.killed_by = by
+            run.stopped_at = time.time()
+            self._signal(run, signal.SIGKILL)
+        self._note(f"{by}: SIGKILL to process group {run.pgid} (pids {members[:10]})")
+        return {"pgid": run.pgid, "pids": members}
+
     def _signal(self, run: _Run, signum: signal.Signals) -> None:
         if run.group_gone:
             return
@@ -517,6 +539,7 @@ class ServingLauncher:
                     "exit_signal": None,
                     "group_alive": False,
                     "killed": False,
+                    "killed_by": None,
                     "requested": EffectiveConfig().to_json(),
                     "effective": EffectiveConfig().to_json(),
                     "effective_matches_profile": None,
@@ -544,6 +567,7 @@ class ServingLauncher:
                 "exit_signal": _signal_name(code),
                 "group_alive": group_alive,
                 "killed": run.killed,
+                "killed_by": run.killed_by,
                 "requested": run.requested.to_json(),
                 "effective": run.scanner.effective.to_json(),
                 "effective_matches_profile": effective_matches(

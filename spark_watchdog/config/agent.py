@@ -104,6 +104,30 @@ class ProbesConfig:
 
 
 @dataclass(frozen=True)
+class MemoryGuardConfig:
+    """The memory guard (:mod:`spark_watchdog.agent.memory_guard`); sizes in GiB."""
+
+    enabled: bool = setting(True)
+    floor_gib: float = setting(1.0, minimum=0)
+    watch_below_gib: float = setting(6.0, above=0)
+    lead_time: float = setting(8.0, above=0, maximum=600)
+    min_fall_gib_per_s: float = setting(0.25, above=0)
+    slope_window: float = setting(3.0, above=0, maximum=60)
+    psi_full: float = setting(20.0, minimum=0, maximum=100)
+    no_memory_per_min: float = setting(60.0, minimum=0)
+    confirm: int = setting(2, minimum=1, maximum=60)
+    rearm_after: float = setting(30.0, minimum=0)
+
+    def __post_init__(self) -> None:
+        if self.floor_gib >= self.watch_below_gib:
+            raise InvalidSetting(
+                "floor_gib",
+                f"expected less than watch_below_gib ({self.watch_below_gib:g}), "
+                f"got {self.floor_gib:g}",
+            )
+
+
+@dataclass(frozen=True)
 class ServingProfileConfig:
     """One named profile; ``{}`` / ``[]`` change nothing."""
 
@@ -196,6 +220,7 @@ class AgentConfig:
     shutdown_linger: float = setting(3.0, minimum=0, maximum=10)
     probes: ProbesConfig = setting(default_factory=ProbesConfig)
     serving: ServingConfig = setting(default_factory=ServingConfig)
+    memory_guard: MemoryGuardConfig = setting(default_factory=MemoryGuardConfig)
 
     def __post_init__(self) -> None:
         if not _NODE_NAME.match(self.node):
@@ -203,6 +228,13 @@ class AgentConfig:
                 "node",
                 "expected a host-like name (letters, digits, '.', '_', '-'; "
                 f'at most 63 characters), got "{self.node}"',
+            )
+        window = self.memory_guard.slope_window
+        if self.memory_guard.enabled and window < 2 * self.loop_interval:
+            raise InvalidSetting(
+                "memory_guard.slope_window",
+                f"expected at least twice loop_interval ({2 * self.loop_interval:g} s: "
+                f"a slope needs three readings), got {window:g}",
             )
 
 

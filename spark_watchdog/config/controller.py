@@ -184,6 +184,14 @@ class TasmotaDevice:
         _check_url("url", self.url)
 
 
+# Sync, remount read-only, restart: sysrq's emergency path, which neither waits for
+# services nor calls the drivers' shutdown hooks (where a wedged driver hangs a reboot).
+FORCED_REBOOT = (
+    "sudo sh -c 'echo 1 > /proc/sys/kernel/sysrq; echo s > /proc/sysrq-trigger; sleep 2; "
+    "echo u > /proc/sysrq-trigger; sleep 1; echo b > /proc/sysrq-trigger'"
+)
+
+
 @dataclass(frozen=True, kw_only=True)
 class SshDevice:
     """The soft path: reboot over SSH. Useless on a frozen host, fine for a stuck one."""
@@ -195,6 +203,9 @@ class SshDevice:
     key_file: str = setting()
     known_hosts_file: str = setting()
     command: str = setting("sudo systemctl reboot")
+    # The reboot for a wedged GPU driver, one that cannot hang on it: sysrq "b" restarts
+    # at once, skipping the drivers' shutdown (docs/design.md, "Wedged but alive").
+    forced_command: str = setting(FORCED_REBOOT)
     connect_timeout: float = setting(5.0, above=0)
 
     def __post_init__(self) -> None:
@@ -248,6 +259,8 @@ class DetectionConfig:
     banner_timeout: float = setting(2.0, above=0)
     # Banner checks of a node whose agent answers (late agents are checked every poll).
     banner_interval: float = setting(15.0, above=0)
+    # Seconds of GPU reads timing out, on a node whose agent answers, before it is gpu_wedged.
+    gpu_wedged_after: float = setting(30.0, above=0)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -284,6 +297,10 @@ class ServingConfig:
     auto_restart: bool = setting(True)
     # Seconds after a serving restart before another automatic one (no restart loop).
     restart_cooldown: float = setting(60.0, minimum=0)
+    # Automatic serving restarts allowed in restart_budget_window; then a person decides
+    # (restart loops leak unified memory until the host dies: docs/design.md, "Memory guard").
+    restart_budget: int = setting(6, minimum=1)
+    restart_budget_window: float = setting(3600.0, above=0)
 
 
 @dataclass(frozen=True, kw_only=True)

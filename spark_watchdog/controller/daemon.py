@@ -21,6 +21,7 @@ from typing import Any
 
 from spark_watchdog.config.controller import ControllerConfig, SshDevice
 from spark_watchdog.config.secrets import read_secret
+from spark_watchdog.controller import wedged
 from spark_watchdog.controller.detector import DetectionPolicy, Verdict, classify
 from spark_watchdog.controller.http_client import ANSWERED, HttpError
 from spark_watchdog.controller.io import ControllerIO
@@ -28,6 +29,7 @@ from spark_watchdog.controller.ledger import HistoryUnwritable, Ledger
 from spark_watchdog.controller.node_states import InvalidTransition, NodeEvent, NodeState
 from spark_watchdog.controller.node_watch import (
     BLIND_BANNER_OUTCOMES,
+    GUARD_KILL_FRESH_S,
     LIVE_BANNER_OUTCOMES,
     NodeWatch,
 )
@@ -58,6 +60,13 @@ LATE_BANNER_INTERVAL_S = 2.0
 # Budgets count cycles by the wall clock (they are recorded); the window is
 # widened by this much so a clock stepped forward cannot forget a cycle.
 CLOCK_STEP_MARGIN_S = 900.0
+# Incident kinds whose serving restart counts against serving.restart_budget.
+SERVING_FAULT_KINDS = (
+    Verdict.SERVING_STALLED.value,
+    Verdict.SERVING_DEAD.value,
+    Verdict.MEMORY_EXHAUSTED.value,
+    Verdict.GPU_WEDGED.value,
+)
 BY = "controller"
 # The only steps whose failed record must stop what follows: they precede a cut.
 _BEFORE_A_CUT = frozenset({StepName.OFF_SPACING, StepName.OFF_REQUESTED})
@@ -91,6 +100,7 @@ class Controller:
             freeze_after=config.detection.freeze_after,
             banner_misses=config.detection.banner_misses,
             boot_timeout=config.guards.boot_timeout,
+            gpu_wedged_after=config.detection.gpu_wedged_after,
         )
         self._slot = asyncio.Semaphore(config.guards.max_concurrent_power_actions)
         # Held from a rung's guard check to its record (see recovery._preflight).
@@ -100,8 +110,15 @@ class Controller:
         self._cycles: list[tuple[str, float, int]] = []
         self._fencing: dict[str, asyncio.Task[RungOutcome]] = {}
         self._serving_task: asyncio.Task[bool] | None = None
+        # The wedged-but-alive ladder per node, and its incident.
+        self._wedged: dict[str, tuple[asyncio.Task[str], int]] = {}
         self._agent_restarts: dict[str, asyncio.Task[None]] = {}
         self._last_serving_restart = float("-inf")
+        # After a serving restart refused by the budget: no new try (nor alert) before this.
+        self._serving_blocked_until = float("-inf")
+        # (monotonic time, record id) of the serving restarts this process made
+        # for a serving fault: the restart budget counts them exactly.
+        self.serving_fault_restarts: list[tuple[float, int]] = []
         self._banner_checks: dict[str, asyncio.Task[None]] = {}
         self.witness_ok = True
         self.witness_detail = "not checked yet"
@@ -310,7 +327,9 @@ class Controller:
 
     # -- serving ----------------------------------------------------------
 
-    async def restart_serving_after(self, incident_id: int | None, reason: str) -> bool:
+    async def restart_serving_after(
+        self, incident_id: int | None, reason: str, *, kind: str = "host_frozen"
+    ) -> bool:
         """Switch to the safe profile and restart serving everywhere.
 
         Every rank restarts together, so while another node is still being
@@ -342,7 +361,7 @@ class Controller:
                 detail={"waiting_for": busy},
             )
             return True
-        return await self._restart_serving(profile, incident_id, reason)
+        return await self._restart_serving(profile, incident_id, reason, kind)
 
     def _serving_nodes(self) -> tuple[ServingNode, list[ServingNode]] | None:
         head = self.config.serving.head
@@ -352,7 +371,9 @@ class Controller:
         head_node = next(n for n in nodes if n.name == head)
         return head_node, [n for n in nodes if n.name != head]
 
-    async def _restart_serving(self, profile: str, incident_id: int | None, reason: str) -> bool:
+    async def _restart_serving(
+        self, profile: str, incident_id: int | None, reason: str, kind: str
+    ) -> bool:
         layout = self._serving_nodes()
         if layout is None:
             log.info("serving restart skipped: serving.head and serving.token_file not set")
@@ -368,6 +389,8 @@ class Controller:
         record = await self.ledger.write(
             self.ledger.store.start_serving_restart, profile, incident_id=incident_id
         )
+        if kind in SERVING_FAULT_KINDS:
+            self.serving_fault_restarts.append((self.clock.monotonic(), record.id))
         if incident_id is not None:
             await self.ledger.write(
                 self.ledger.store.add_step,
@@ -409,24 +432,71 @@ class Controller:
         )
         return False
 
+    async def _serving_restarts_in_window(self) -> int:
+        """Automatic serving restarts for serving faults within restart_budget_window:
+        this process's by the monotonic clock, earlier ones from the history over a
+        window widened by CLOCK_STEP_MARGIN_S (as the power budgets count)."""
+        window = self.config.serving.restart_budget_window
+        now = self.clock.monotonic()
+        mine = [at for at, _ in self.serving_fault_restarts if now - at < window]
+        ours = {restart_id for _, restart_id in self.serving_fault_restarts}
+        since = self.clock.time() - window - CLOCK_STEP_MARGIN_S
+        recorded = await self.ledger.read(
+            self.ledger.store.serving_restarts_for, SERVING_FAULT_KINDS, since
+        )
+        return len(mine) + sum(1 for restart_id in recorded if restart_id not in ours)
+
+    async def serving_budget_spent(self, watch: NodeWatch) -> bool:
+        """Too many automatic serving restarts in the window: alert once, a person decides."""
+        cfg = self.config.serving
+        try:
+            done = await self._serving_restarts_in_window()
+        except HistoryUnwritable:
+            return True  # nothing can be recorded now: no restart; the next tick asks again
+        if done < cfg.restart_budget:
+            return False
+        self._serving_blocked_until = self.clock.monotonic() + cfg.restart_budget_window / 4
+        watch.answer_guard_kill()  # seen, alerted: no restart for it
+        self.notifier.send(
+            Event(
+                "serving_budget_spent",
+                f"{watch.name} {watch.finding.summary}: {done} automatic serving restarts in "
+                f"{cfg.restart_budget_window:g} s (budget {cfg.restart_budget}); "
+                "not restarting: a person decides",
+                watch.name,
+            )
+        )
+        return True
+
     async def _serving_incident(self, watch: NodeWatch) -> bool:
         finding = watch.finding
+        if await self.serving_budget_spent(watch):
+            return False
         # The fault began when vLLM last progressed, not when the agent last answered.
         onset = watch.serving_fault_onset(self.clock.time())
         kind = finding.verdict.value
+        evidence: dict[str, Any] = {"reasons": list(finding.reasons), "agent_state": watch.snapshot}
+        kill = watch.guard_kill
+        if finding.verdict is Verdict.MEMORY_EXHAUSTED and kill is not None:
+            evidence["memory_guard"] = kill
+            # The rank died when the guard killed it.
+            at = kill.get("at_unix")
+            onset = float(at) if isinstance(at, (int, float)) else onset
         try:
             incident = await self.ledger.write(
                 self.ledger.store.open_incident,
                 kind,
                 [watch.name],
                 detected_at=self.clock.time(),
-                evidence={"reasons": list(finding.reasons), "agent_state": watch.snapshot},
+                evidence=evidence,
                 fault_onset=onset,
                 dry_run=self.config.guards.dry_run,
             )
         except IncidentAlreadyOpen as exc:
             log.info("%s: serving incident not opened: %s", watch.name, exc)
             return False
+        if finding.verdict is Verdict.MEMORY_EXHAUSTED:
+            watch.answer_guard_kill()
         self.notifier.send(
             Event("incident_opened", f"{watch.name} {finding.summary}", watch.name, incident.id)
         )
@@ -444,7 +514,7 @@ class Controller:
                 detail={"dry_run": True},
             )
             return False
-        ok = await self.restart_serving_after(incident.id, finding.summary)
+        ok = await self.restart_serving_after(incident.id, finding.summary, kind=kind)
         await self.ledger.write(
             self.ledger.store.resolve_incident,
             incident.id,
@@ -668,6 +738,8 @@ class Controller:
     async def _act(self, watch: NodeWatch) -> None:
         if watch.name in self._fencing and not self._fencing[watch.name].done():
             return
+        if await self._unwedging(watch):
+            return
         if watch.state is not NodeState.WATCHING:
             return
         if watch.incident_id is not None:
@@ -688,9 +760,13 @@ class Controller:
             Verdict.AGENT_DOWN,
             Verdict.SERVING_STALLED,
             Verdict.SERVING_DEAD,
+            Verdict.MEMORY_EXHAUSTED,
+            Verdict.GPU_WEDGED,
         ):
             watch.dry_run_incident = None  # the next freeze is a new dry-run incident
             return  # nothing to decide: skip the history reads
+        if verdict is Verdict.MEMORY_EXHAUSTED and await self._guard_kill_recorded(watch):
+            return
         try:
             guards = await self._guards(watch)
         except HistoryUnwritable:
@@ -715,6 +791,8 @@ class Controller:
             self._restart_agent(watch)
         elif decision.step is Step.RESTART_SERVING:
             self._maybe_restart_serving(watch)
+        elif decision.step is Step.UNWEDGE:
+            await self._start_unwedge(watch)
         elif verdict is not Verdict.HOST_FROZEN:
             watch.dry_run_incident = None
 
@@ -855,13 +933,141 @@ class Controller:
         except (HistoryUnwritable, WatchdogError, OSError) as exc:
             log.warning("%s: agent restart over ssh failed: %s", watch.name, exc)
 
+    # -- wedged but alive ----------------------------------------------------
+
+    async def _unwedging(self, watch: NodeWatch) -> bool:
+        """A wedged-but-alive ladder runs for the node: leave it be, unless the
+        host went silent, which the freeze path takes over."""
+        running = self._wedged.get(watch.name)
+        if running is None or running[0].done():
+            return False
+        task, incident_id = running
+        if watch.finding.verdict is not Verdict.HOST_FROZEN:
+            return True
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, HistoryUnwritable):
+            await task
+        with contextlib.suppress(HistoryUnwritable):
+            await wedged.hand_over(self, watch, incident_id, None)
+        return False
+
+    async def _start_unwedge(self, watch: NodeWatch) -> None:
+        if watch.dry_run_incident is not None:
+            return
+        try:
+            incident = await self.ledger.write(
+                self.ledger.store.open_incident,
+                wedged.KIND,
+                [watch.name],
+                detected_at=self.clock.time(),
+                evidence={"reasons": list(watch.finding.reasons), "agent_state": watch.snapshot},
+                fault_onset=None,
+                dry_run=self.config.guards.dry_run,
+            )
+        except IncidentAlreadyOpen as exc:
+            log.info("%s: gpu_wedged incident not opened: %s", watch.name, exc)
+            return
+        self.notifier.send(
+            Event(
+                "incident_opened", f"{watch.name} {watch.finding.summary}", watch.name, incident.id
+            )
+        )
+        if self.config.guards.dry_run:
+            watch.dry_run_incident = incident.id
+            await self.ledger.write(
+                self.ledger.store.add_step,
+                incident.id,
+                StepName.DRY_RUN,
+                detail={"would": "restart serving, then a forced reboot over ssh"},
+            )
+            await self.ledger.write(
+                self.ledger.store.resolve_incident,
+                incident.id,
+                "false_alarm",
+                detail={"dry_run": True},
+            )
+            return
+        task = asyncio.get_running_loop().create_task(
+            self._run_unwedge(watch, incident.id), name=f"unwedge-{watch.name}"
+        )
+        self._wedged[watch.name] = (task, incident.id)
+
+    async def _run_unwedge(self, watch: NodeWatch, incident_id: int) -> str:
+        try:
+            return await wedged.unwedge(self, watch, incident_id)
+        except HistoryUnwritable as exc:
+            log.warning("%s: gpu_wedged ladder stopped: %s", watch.name, exc)
+            return "unrecorded"
+
+    async def reboots_in_window(self, node: str) -> int:
+        """Forced reboots of the node within budget_window, from the history
+        (widened by CLOCK_STEP_MARGIN_S, as the power budgets)."""
+        since = self.clock.time() - self.config.guards.budget_window - CLOCK_STEP_MARGIN_S
+        actions = await self.ledger.read(self.ledger.store.actions, node=node, limit=None)
+        return sum(
+            1
+            for a in actions
+            if a.operation == "ssh_reboot" and not a.dry_run and a.requested_at >= since
+        )
+
+    async def forced_reboot(self, device: SshDevice) -> wedged.RebootAttempt:
+        return await self.io.forced_reboot(device)
+
+    def gpu_answers(self, watch: NodeWatch) -> bool:
+        """The node's latest snapshot has a GPU reading that did not time out."""
+        probes = (watch.snapshot or {}).get("probes")
+        gpu = probes.get("gpu") if isinstance(probes, dict) else None
+        state = gpu.get("state") if isinstance(gpu, dict) else None
+        return isinstance(state, str) and state not in ("timeout", "pending")
+
+    def expect_reboot(self, watch: NodeWatch, why: str) -> None:
+        watch.going_down_at = self.clock.monotonic()
+        watch.going_down_why = why
+
+    def shows_life(self, watch: NodeWatch) -> bool:
+        last = watch.last_life_at
+        return last is not None and self.clock.monotonic() - last < self.policy.freeze_after
+
+    def node_held(self, watch: NodeWatch) -> bool:
+        return watch.state is NodeState.HELD or self.cluster_hold is not None
+
+    async def _guard_kill_recorded(self, watch: NodeWatch) -> bool:
+        """A memory guard kill an earlier controller already opened an incident for:
+        the same kill (agent start, id, time) in a memory_exhausted incident's
+        evidence. Looked up over a wide window: the node's clock and ours may differ."""
+        kill = watch.guard_kill
+        at = None if kill is None else kill.get("at_unix")
+        if kill is None or not isinstance(at, (int, float)):
+            return False
+        try:
+            found = await self.ledger.read(
+                self.ledger.store.list_incidents,
+                node=watch.name,
+                kind=Verdict.MEMORY_EXHAUSTED.value,
+                since=float(at) - 4 * GUARD_KILL_FRESH_S,
+                limit=20,
+            )
+        except HistoryUnwritable:
+            return True  # not now: the next tick asks again
+        same = ("agent_started_at", "id", "at_unix")
+        for incident in found:
+            recorded = incident.evidence.get("memory_guard")
+            if isinstance(recorded, dict) and all(recorded.get(k) == kill.get(k) for k in same):
+                watch.answer_guard_kill()
+                return True
+        return False
+
     def _maybe_restart_serving(self, watch: NodeWatch) -> None:
         if not self.config.serving.auto_restart:
+            return
+        if self.clock.monotonic() < self._serving_blocked_until:
             return
         if self._serving_task is not None and not self._serving_task.done():
             return
         if any(not t.done() for t in self._fencing.values()):
             return  # a host recovery ends with a serving restart anyway
+        if any(not task.done() for task, _ in self._wedged.values()):
+            return  # so does the wedged-but-alive ladder, whose restart this may be
         cooldown = self.config.serving.restart_cooldown
         if self.clock.monotonic() - self._last_serving_restart < cooldown:
             return

@@ -17,6 +17,14 @@ of progress, and evidence of life beats evidence of silence. A host is only
   which case it is ``rebooting`` for up to ``boot_timeout``;
 - the controller can look: the names resolve and its own network is up
   (else ``unobservable``), and its witness targets answer (else ``isolated``).
+
+A node whose agent answers and reports a kill by its memory guard that the
+controller has not answered yet is ``memory_exhausted``, on any node, head
+or not: the rank is gone and the cluster needs a serving restart with the
+safe profile (docs/design.md, "Memory guard"). A node whose agent answers
+while its GPU reads have timed out for ``gpu_wedged_after`` is
+``gpu_wedged``: a wedged driver on a live host, for the wedged-but-alive
+ladder, never the power path directly (docs/design.md, "Wedged but alive").
 """
 
 from __future__ import annotations
@@ -33,6 +41,10 @@ class Verdict(enum.Enum):
     PENDING = "pending"
     SERVING_STALLED = "serving_stalled"
     SERVING_DEAD = "serving_dead"
+    # The agent's memory guard killed the rank: serving restarts with the safe profile.
+    MEMORY_EXHAUSTED = "memory_exhausted"
+    # The agent answers, its GPU reads time out: a wedged driver on a live host.
+    GPU_WEDGED = "gpu_wedged"
     AGENT_DOWN = "agent_down"
     HOST_FROZEN = "host_frozen"
     # The node looks frozen but the controller cannot reach its own witness.
@@ -57,6 +69,7 @@ class DetectionPolicy:
     # How long a node going down may take to come back with a new boot id
     # before silence counts toward a freeze again.
     boot_timeout: float = 300.0
+    gpu_wedged_after: float = 30.0
 
 
 @dataclass(frozen=True)
@@ -84,6 +97,10 @@ class NodeObservation:
     going_down_why: str | None = None
     # Why the controller cannot look at the node now, if it cannot.
     unobservable: str | None = None
+    # A memory guard kill the agent reported and the controller has not answered yet.
+    guard_kill: Mapping[str, Any] | None = None
+    # For how long the agent's GPU reads have been timing out, if they are.
+    gpu_timeout_for: float | None = None
 
     @property
     def agent_silent_s(self) -> float:
@@ -124,6 +141,19 @@ def classify(obs: NodeObservation, policy: DetectionPolicy) -> Finding:
         return _silent(obs, policy, f"agent silent {silent:.1f}s")
     if obs.snapshot is None:
         return Finding(Verdict.PENDING, ("no answer from the agent yet",))
+    if obs.guard_kill is not None:
+        reasons = obs.guard_kill.get("reasons")
+        why = "; ".join(str(r) for r in reasons) if isinstance(reasons, list) else ""
+        result = obs.guard_kill.get("result")
+        return Finding(
+            Verdict.MEMORY_EXHAUSTED,
+            (f"memory guard: {result}", why or "the host was running out of memory"),
+        )
+    if obs.gpu_timeout_for is not None and obs.gpu_timeout_for >= policy.gpu_wedged_after:
+        return Finding(
+            Verdict.GPU_WEDGED,
+            (f"GPU reads timing out for {obs.gpu_timeout_for:.0f}s", "the agent answers"),
+        )
     if not obs.judges_serving:
         return Finding(Verdict.HEALTHY, ())
     vllm = vllm_status(obs.snapshot)

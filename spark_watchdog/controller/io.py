@@ -2,7 +2,8 @@
 
 The controller receives one ``ControllerIO``: its clock, how it asks an
 agent, checks an SSH banner and its witness, builds a power path, restarts
-serving, restarts an agent over SSH, and runs a blocking history call.
+serving, restarts an agent over SSH, force-reboots a wedged host over SSH,
+and runs a blocking history call.
 ``production`` wires the real ones; the simulation (tests/simulation)
 wires its own, on virtual time, so the real controller code runs under
 thousands of random faults.
@@ -23,6 +24,7 @@ from spark_watchdog.controller.serving_restart import (
     ServingRestart,
     ServingRestartReport,
 )
+from spark_watchdog.controller.wedged import ForcedReboot, RebootAttempt
 from spark_watchdog.controller.witness import WitnessReport, check_witness
 from spark_watchdog.power.base import SendGate, StepHook, VerifiedPower
 from spark_watchdog.power.paths import PowerPath, build_backend, read_device_secrets, timing_for
@@ -62,6 +64,7 @@ class ControllerIO:
     serving: ServingRunner
     agent_restart: AgentRestart
     blocking: Blocking
+    forced_reboot: ForcedReboot
 
     @classmethod
     def production(cls, config: ControllerConfig) -> ControllerIO:
@@ -75,6 +78,7 @@ class ControllerIO:
             serving=run_serving_restart,
             agent_restart=restart_agent_over_ssh,
             blocking=in_thread,
+            forced_reboot=forced_reboot_over_ssh,
         )
 
 
@@ -115,3 +119,19 @@ async def restart_agent_over_ssh(device: SshDevice) -> str:
     command = ssh_command_for(device)
     result = await command.run("sudo systemctl restart spark-watchdog-agent", timeout=30.0)
     return f"{command.target}: {result.outcome}"
+
+
+async def forced_reboot_over_ssh(device: SshDevice) -> RebootAttempt:
+    """Run the device's ``forced_command``; how far it got, honestly."""
+    from spark_watchdog.power.ssh_reboot import run_ssh_command
+
+    result = await run_ssh_command(device, device.forced_command)
+    if result.outcome == "dropped" or (result.outcome == "exited" and result.exit_status == 0):
+        return RebootAttempt(True, result.detail)
+    if result.outcome == "exited":
+        return RebootAttempt(False, f"the command failed: {result.detail}")
+    if result.outcome == "timeout" and result.command_sent is not False:
+        return RebootAttempt(None, result.detail)
+    if result.outcome == "failed" and result.command_sent is not False:
+        return RebootAttempt(None, result.detail)
+    return RebootAttempt(False, result.detail)

@@ -26,6 +26,10 @@ LIVE_BANNER_OUTCOMES = frozenset({"banner", "refused", "closed", "garbage"})
 # The controller could not look at all.
 BLIND_BANNER_OUTCOMES = frozenset({"unresolvable", "no_network"})
 _BLIND_AGENT_FAILURES = (UNRESOLVABLE, NO_NETWORK)
+# A memory guard kill older than this (by the controller's wall clock) when
+# first seen is history, not news: a controller started long after it does
+# not restart serving for it (a dead rank shows as serving_dead anyway).
+GUARD_KILL_FRESH_S = 300.0
 
 
 @dataclass
@@ -67,6 +71,12 @@ class NodeWatch:
     # A hold the controller placed itself (recovery failure, ambiguity): the
     # history's hold stays until a person releases it, whatever the sync sees.
     held_by_controller: bool = False
+    # Memory guard kills, keyed (agent started_at, kill id): the last one
+    # answered, and the one reported and not answered yet.
+    guard_kill_answered: tuple[str | None, int] | None = None
+    guard_kill: dict[str, Any] | None = None
+    # Since when (monotonic) the agent's GPU probe reports timeouts, if it does.
+    gpu_timeout_since: float | None = None
 
     @property
     def name(self) -> str:
@@ -136,6 +146,7 @@ class NodeWatch:
         self.agent_error = None
         well_formed = isinstance(seq, int) and not isinstance(seq, bool)
         new_boot = isinstance(boot_id, str) and boot_id != self.boot_id
+        new_agent = new_boot or started != self.agent_started_at
         progressed = well_formed and (
             self.seq is None
             or new_boot
@@ -148,6 +159,8 @@ class NodeWatch:
             self.agent_started_at = started if isinstance(started, str) else None
         if isinstance(boot_id, str):
             self.boot_id = boot_id
+        self._note_guard_kill(snapshot, wall)
+        self._note_gpu(snapshot, now, new_agent)
         if progressed:
             self.agent_progress_at = now
             self.agent_progress_wall = wall
@@ -160,6 +173,46 @@ class NodeWatch:
             self.going_down_at = None
             self.going_down_why = None
         return progressed
+
+    def _note_guard_kill(self, snapshot: dict[str, Any], wall: float) -> None:
+        guard = snapshot.get("memory_guard")
+        kill = guard.get("last_kill") if isinstance(guard, dict) else None
+        if not isinstance(kill, dict):
+            return
+        kill_id, at = kill.get("id"), kill.get("at_unix")
+        if not isinstance(kill_id, int) or isinstance(kill_id, bool):
+            return
+        if not isinstance(at, (int, float)) or isinstance(at, bool) or not math.isfinite(at):
+            return
+        key = (self.agent_started_at, kill_id)
+        if key == self.guard_kill_answered or key == self.guard_kill_key:
+            return
+        if wall - at > GUARD_KILL_FRESH_S:
+            return
+        self.guard_kill = dict(kill)
+        self.guard_kill["agent_started_at"] = self.agent_started_at
+
+    def _note_gpu(self, snapshot: dict[str, Any], now: float, new_agent: bool) -> None:
+        probes = snapshot.get("probes")
+        gpu = probes.get("gpu") if isinstance(probes, dict) else None
+        timing_out = isinstance(gpu, dict) and gpu.get("state") == "timeout"
+        if not timing_out or new_agent:
+            self.gpu_timeout_since = None
+        if timing_out and self.gpu_timeout_since is None:
+            self.gpu_timeout_since = now
+
+    @property
+    def guard_kill_key(self) -> tuple[str | None, int] | None:
+        kill = self.guard_kill
+        if kill is None:
+            return None
+        return (kill.get("agent_started_at"), int(kill["id"]))
+
+    def answer_guard_kill(self) -> None:
+        """The pending memory guard kill is taken care of (an incident, or a person)."""
+        if self.guard_kill is not None:
+            self.guard_kill_answered = self.guard_kill_key
+            self.guard_kill = None
 
     def note_answer_error(self, kind: str, detail: str, now: float) -> None:
         """An agent poll that failed; an HTTP answer that was not usable is life all the same."""
@@ -209,6 +262,7 @@ class NodeWatch:
         return self.agent_silent_s(now) >= self.late_after
 
     def observation(self, now: float, witness_ok: bool, judges_serving: bool) -> NodeObservation:
+        since = self.gpu_timeout_since
         return NodeObservation(
             now=now,
             watch_started_at=self.watch_started_at,
@@ -223,6 +277,8 @@ class NodeWatch:
             going_down_at=self.going_down_at,
             going_down_why=self.going_down_why,
             unobservable=self.agent_blind or self.banner_blind,
+            guard_kill=self.guard_kill,
+            gpu_timeout_for=None if since is None else now - since,
         )
 
     def apply(self, event: NodeEvent) -> NodeState:

@@ -23,7 +23,10 @@ class Step(enum.Enum):
     WAIT_TURN = "wait_turn"  # max_concurrent_power_actions reached: queue
     HOLD = "hold"  # a guard forbids power: hold the node and alert
     RESTART_AGENT = "restart_agent"  # agent_down: SSH restart of the agent, alert
-    RESTART_SERVING = "restart_serving"  # serving_stalled / serving_dead: whole cluster
+    # serving_stalled / serving_dead / memory_exhausted: the whole cluster
+    RESTART_SERVING = "restart_serving"
+    # gpu_wedged: serving restart, then a forced reboot over SSH (controller/wedged.py)
+    UNWEDGE = "unwedge"
 
 
 @dataclass(frozen=True)
@@ -65,7 +68,11 @@ def decide(state: NodeState, finding: Finding, guards: Guards) -> Decision:
         # Never power for this alone (docs/design.md, "Verdicts"): the host still
         # answers SSH.
         return Decision(Step.RESTART_AGENT, finding.summary)
-    if verdict in (Verdict.SERVING_STALLED, Verdict.SERVING_DEAD):
+    if verdict is Verdict.GPU_WEDGED:
+        if guards.node_held or guards.cluster_held:
+            return Decision(Step.NOTHING, "gpu_wedged but held: nothing automatic")
+        return Decision(Step.UNWEDGE, finding.summary)
+    if verdict in (Verdict.SERVING_STALLED, Verdict.SERVING_DEAD, Verdict.MEMORY_EXHAUSTED):
         if guards.node_held or guards.cluster_held:
             return Decision(Step.NOTHING, "held: serving is not restarted automatically")
         return Decision(Step.RESTART_SERVING, finding.summary)

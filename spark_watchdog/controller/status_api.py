@@ -24,6 +24,7 @@ VERDICTS = (
     "pending",
     "serving_stalled",
     "serving_dead",
+    "memory_exhausted",
     "agent_down",
     "host_frozen",
     "isolated",

@@ -1233,6 +1233,18 @@ class HistoryStore:
             )
         return self._serving_restart(row)
 
+    def serving_restarts_for(self, kinds: Sequence[str], since: float) -> list[int]:
+        """Ids of serving restarts started at or after ``since`` (UNIX seconds) for an
+        incident of one of ``kinds``, oldest first."""
+        marks = ", ".join("?" for _ in kinds)
+        with self._reading("listing serving restarts by incident kind") as conn:
+            rows = conn.execute(
+                "SELECT r.id FROM serving_restarts r JOIN incidents i ON i.id = r.incident_id "
+                f"WHERE r.started_at >= ? AND i.kind IN ({marks}) ORDER BY r.id",
+                (_time(since, "since", self._path), *kinds),
+            ).fetchall()
+            return [int(row[0]) for row in rows]
+
     def serving_restarts(self, *, limit: int | None = 20) -> list[ServingRestart]:
         """Serving restarts newest first, operator-initiated ones included."""
         with self._reading("listing serving restarts") as conn:

@@ -55,7 +55,7 @@ import psutil
 import requests
 import yaml
 
-from spark_watchdog.lab import gpu_standin
+from spark_watchdog.lab import gpu_standin, lab_sshd
 from spark_watchdog.lab.journal_writer import (
     FAULT_MESSAGES,
     JOURNAL_STOP,
@@ -64,6 +64,7 @@ from spark_watchdog.lab.journal_writer import (
     Fault,
     write_boot,
 )
+from spark_watchdog.lab.lab_sshd import LabSshKeys
 from spark_watchdog.lab.pdu_standin import (
     HostProcess,
     PduStandin,
@@ -90,7 +91,11 @@ MEM_TOTAL_BYTES = 119 * GIB
 MEM_AVAILABLE_BYTES = 36 * GIB
 MEM_COLLAPSE_RATE = 1 * GIB  # bytes/s, as seen before GB10 freezes (vllm #56824)
 MEM_COLLAPSE_FLOOR = 1 * GIB
+# MemAvailable once a collapsing rank is gone: the model and the KV cache are free.
+MEM_RELEASED_BYTES = 100 * GIB
 PDU_SWITCH_DELAY_S = 0.3
+# How long a forced reboot keeps the host dark before its boot starts.
+FORCED_REBOOT_DARK_S = 2.0
 # How long the lab keeps trying to hold a dark node's port (the killed
 # processes' sockets take a moment to go).
 DARK_BIND_S = 5.0
@@ -148,6 +153,9 @@ class LabNode:
     vllm_port: int
     head: bool
     address: str = LOOPBACK
+    # The real sshd of the host (lab_sshd), for the controller's forced reboot; None
+    # where this machine has no sshd.
+    sshd_port: int | None = None
     # With network namespaces: the node's namespace and the host end of its link.
     netns: str | None = None
     veth: str | None = None
@@ -156,6 +164,9 @@ class LabNode:
     boots: int = 0
     # Bumped by each mem-collapse and each boot: an older collapse thread stops.
     mem_generation: int = 0
+    mem_lowest: int = 0  # the lowest MemAvailable of the last mem-collapse
+    forced_reboots: int = 0  # forced reboots acted out (lab_sshd)
+    rebooting_forced: bool = False
     # The generation of the last services.json the lab wrote (see sim_host).
     services_generation: int = 0
     # While its outlet is off: the sockets that keep its SSH and agent ports dark.
@@ -378,6 +389,7 @@ class LabCluster:
     # build from scripts/real_vllm_env.py; RealVllmMissing at start if none).
     vllm: str = "standin"
     real_head: RealHead | None = None
+    ssh_keys: LabSshKeys | None = None
     _stopped: bool = False
 
     # -- set-up -------------------------------------------------------------
@@ -391,6 +403,8 @@ class LabCluster:
         self.token_file = self._secret("serving-token", secrets.token_hex(16))
         self.community_file = self._secret("pdu-community", "lab-write")
         self._install_nvml_standin()
+        if lab_sshd.unavailable() is None:
+            self.ssh_keys = LabSshKeys.create(self.root / "ssh")
         for i in range(self.size):
             self.nodes.append(self._make_node(i))
         standin = PduStandin(
@@ -408,7 +422,40 @@ class LabCluster:
         for node in self.nodes:
             assert node.host is not None
             node.host.power_on()
+        if self.ssh_keys is not None:
+            threading.Thread(target=self._watch_reboots, name="lab-reboots", daemon=True).start()
         return self
+
+    def _watch_reboots(self) -> None:
+        """Act out each forced reboot a node's sshd was asked for (lab_sshd)."""
+        while not self._stopped:
+            for node in self.nodes:
+                command = lab_sshd.take_request(node.directory)
+                if command is not None and not self._stopped:
+                    self.forced_reboot(node)
+            time.sleep(0.2)
+
+    def forced_reboot(self, node: LabNode) -> None:
+        """sysrq's restart: the host drops at once (its ports go dark, nothing
+        says goodbye) and boots again with a new boot id, the outlet untouched."""
+        assert node.host is not None
+        self._event(f"{node.name}: forced reboot requested over ssh: the host drops now")
+        self._stop_frozen_agent(node)
+        self._signal_tree(node, signal.SIGKILL)
+        node.host.power(PowerState.OFF)
+        node.go_dark()
+        node.forced_reboots += 1
+        node.rebooting_forced = True
+
+        def come_back() -> None:
+            if not self._stopped:
+                node.light_up()  # before the boot, which binds the ports again
+                assert node.host is not None
+                node.host.power(PowerState.ON)
+
+        timer = threading.Timer(FORCED_REBOOT_DARK_S, come_back)
+        timer.daemon = True
+        timer.start()
 
     def environment(self) -> dict[str, str]:
         """The environment of every process the lab starts: the lab tag, and the
@@ -452,9 +499,11 @@ class LabCluster:
         name = f"spark-{index + 1}"
         directory = self.root / name
         (directory / "proc").mkdir(parents=True, exist_ok=True)
-        for entry in ("uptime", "loadavg"):
+        # The lab machine's own uptime, load and memory pressure (PSI, where its
+        # kernel has it); meminfo is the node's own (written below).
+        for entry in ("uptime", "loadavg", "pressure"):
             link = directory / "proc" / entry
-            if not link.exists():
+            if not link.exists() and not link.is_symlink() and (Path("/proc") / entry).exists():
                 link.symlink_to(Path("/proc") / entry)
         node = LabNode(
             name=name,
@@ -471,6 +520,11 @@ class LabCluster:
         (directory / "host.json").write_text(
             json.dumps({"name": name, "address": node.address, "ssh_port": node.ssh_port})
         )
+        (directory / lab_sshd.CONFIG).unlink(missing_ok=True)
+        (directory / lab_sshd.REQUEST).unlink(missing_ok=True)
+        if self.ssh_keys is not None:
+            node.sshd_port = free_port()
+            self.ssh_keys.add_node(directory, node.address, node.sshd_port)
         (directory / "agent.yaml").write_text(yaml.safe_dump(self._agent_config(node)))
         # A file, not a link to /proc/meminfo: mem-collapse rewrites it.
         (directory / "proc" / "meminfo").unlink(missing_ok=True)
@@ -541,7 +595,9 @@ class LabCluster:
         if node.boots > 1:
             self._reset_hardware(node)
             how = "restarting after its shutdown" if node.planned_reboot else "powered on"
-            node.planned_reboot = False
+            if node.rebooting_forced:
+                how = "restarting after its forced reboot"
+            node.planned_reboot = node.rebooting_forced = False
             self._event(f"{node.name} {how}: booting (boot {node.boots})")
 
     def _event(self, text: str) -> None:
@@ -652,7 +708,8 @@ class LabCluster:
                             "vendor": "auto",
                             "community_file": str(self.community_file),
                             "timeout": 1.0,
-                        }
+                        },
+                        *self._ssh_devices(n),
                     ],
                 }
                 for n in self.nodes
@@ -670,6 +727,7 @@ class LabCluster:
                 "banner_misses": 2,
                 "banner_timeout": 0.5,
                 "banner_interval": 5.0,
+                "gpu_wedged_after": 6.0,
             },
             "guards": {"boot_timeout": 30.0},
             "serving": {
@@ -686,6 +744,22 @@ class LabCluster:
             else:
                 config[key] = value
         return config
+
+    def _ssh_devices(self, node: LabNode) -> list[dict[str, Any]]:
+        keys = self.ssh_keys
+        if keys is None or node.sshd_port is None:
+            return []
+        return [
+            {
+                "type": "ssh",
+                "host": node.address,
+                "port": node.sshd_port,
+                "user": keys.user,
+                "key_file": str(keys.client),
+                "known_hosts_file": str(keys.known_hosts),
+                "connect_timeout": 2.0,
+            }
+        ]
 
     # -- serving and faults ---------------------------------------------------
 
@@ -928,19 +1002,38 @@ class LabCluster:
         rate: float = MEM_COLLAPSE_RATE,
         floor: float = MEM_COLLAPSE_FLOOR,
     ) -> None:
-        """MemAvailable falls ``rate`` bytes/s to ``floor`` (a thread rewrites meminfo)."""
+        """MemAvailable falls ``rate`` bytes/s toward ``floor`` while the node's
+        rank lives (a thread rewrites meminfo); once the rank is gone its memory
+        comes back (MEM_RELEASED_BYTES), as it does when a rank's process ends.
+        ``node.mem_lowest`` keeps the lowest MemAvailable written."""
         node.mem_generation += 1
         generation = node.mem_generation
+        node.mem_lowest = MEM_AVAILABLE_BYTES
         self.kernel_lines(node, [Fault.NV_ERR_NO_MEMORY] * 3)
 
         def fall() -> None:
             started = time.monotonic()
             while node.mem_generation == generation and not self._stopped:
-                left = MEM_AVAILABLE_BYTES - rate * (time.monotonic() - started)
-                node.write_meminfo(int(max(floor, left)))
+                if not self.rank_alive(node):
+                    node.write_meminfo(MEM_RELEASED_BYTES)
+                    self._event(f"{node.name}'s rank is gone: its memory is free again")
+                    return
+                left = int(max(floor, MEM_AVAILABLE_BYTES - rate * (time.monotonic() - started)))
+                node.mem_lowest = min(node.mem_lowest, left)
+                node.write_meminfo(left)
                 time.sleep(0.2)
 
         threading.Thread(target=fall, name=f"mem-collapse-{node.name}", daemon=True).start()
+
+    def rank_alive(self, node: LabNode) -> bool:
+        """Whether a live process of the node's tree is its vLLM rank."""
+        for process in self.tree(node):
+            with contextlib.suppress(psutil.Error):
+                if process.status() == psutil.STATUS_ZOMBIE:
+                    continue
+                if node.process_match in " ".join(process.cmdline()):
+                    return True
+        return False
 
     def mem_restore(self, node: LabNode) -> None:
         node.mem_generation += 1

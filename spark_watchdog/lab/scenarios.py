@@ -8,8 +8,6 @@ and then judges it. Outcomes:
 - ``recovered``, ``gave_up``, ``false_alarm``: the resolution the controller
   recorded for the scenario's incident(s);
 - ``held``: the node was held (an incident left for a person, or no incident);
-- ``detected``: the agent reports the fault in its state, and the controller,
-  which has no rule for it, took no action (gpu-hang, mem-collapse);
 - ``rebooted``: the node went down and came back with a new boot id by
   itself, and the controller took no action (reboot);
 - ``agent_down``: the controller called the node ``agent_down`` (its agent
@@ -36,8 +34,11 @@ from typing import Any
 
 from spark_watchdog.history.records import Incident
 from spark_watchdog.history.store import HistoryStore
+from spark_watchdog.lab import lab_sshd
 from spark_watchdog.lab.cluster import (
     GIB,
+    MEM_COLLAPSE_FLOOR,
+    MEM_COLLAPSE_RATE,
     REAL_START_TIMEOUT_S,
     LabCluster,
     LabNode,
@@ -48,8 +49,6 @@ from spark_watchdog.lab.session import ControllerMode, LabSession, LabTimeout
 from spark_watchdog.lab.timeline import Narrator
 from spark_watchdog.power.base import PowerState
 
-# The agent reports MemAvailable's trend; below this the lab calls it a collapse.
-MEM_COLLAPSE_TREND = -0.5 * GIB
 # After detection, how long a no-rule scenario watches for a wrong action:
 # twice the lab's freeze_after, so a mistaken freeze verdict would have fired.
 QUIET_WATCH_S = 6.0
@@ -251,10 +250,10 @@ def _expect_safe_restart(run: Run) -> None:
         run.result.problems.append("no succeeded serving restart with profile safe")
 
 
-def _expect_no_power(run: Run) -> None:
+def _expect_no_power(run: Run, allowed: tuple[str, ...] = ()) -> None:
     if run.result.power_actions:
         run.result.problems.append(f"{run.result.power_actions} power command(s) sent")
-    if run.session.store().actions():
+    if [a for a in run.session.store().actions() if a.operation not in allowed]:
         run.result.problems.append("the history shows power actions")
 
 
@@ -435,54 +434,68 @@ def _double_freeze(run: Run) -> None:
         run.result.problems.append("the two power cycles overlapped (one at a time expected)")
 
 
-def _agent_only(
-    fault: str, probe: str, seen: Callable[[dict[str, Any]], bool], what: str
-) -> Callable[[Run], None]:
-    """A fault the agent reports and the controller has no rule for."""
-
-    def scenario(run: Run) -> None:
-        node = _target(run, None, 1)
-        run.inject(fault, node)
-        snapshot: dict[str, Any] = {}
-
-        def reported() -> bool:
-            state = run.lab.agent_state(node)
-            body = (state or {}).get("probes", {}).get(probe)
-            if isinstance(body, dict) and seen(body):
-                snapshot.update(body)
-                return True
-            return False
-
-        try:
-            run.session.wait_for(reported, 30, f"{node.name}'s agent to report {what}")
-        except LabTimeout:
-            run.result.outcome = "not_detected"
-            _account(run)
-            return
-        run.result.detected_after_s = time.time() - run.injected_at
-        run.session.say(f"{node.name}'s agent reports {what}: {_probe_note(probe, snapshot)}")
-        # The controller has no rule for this: it must not act. Watch a while.
-        time.sleep(QUIET_WATCH_S)
-        verdict = run.session.verdict(node)
-        run.result.notes.append(f"controller verdict for {node.name}: {verdict}")
-        run.session.say(f"after {QUIET_WATCH_S:g}s: the controller calls {node.name} {verdict}")
-        incidents = _incidents(run)
-        run.result.incident_ids = [i.id for i in incidents]
-        run.result.outcome = "detected"
-        _account(run)
-        _expect_no_power(run)
-        if incidents:
-            run.result.problems.append(f"incident(s) opened: {[i.kind for i in incidents]}")
-
-    return scenario
+def _mem_collapse(run: Run) -> None:
+    node = _target(run, None, 1)
+    run.inject("mem-collapse", node)
+    _wait_resolved(run, 1, f"the memory_exhausted incident of {node.name} to be resolved")
+    _judge_incidents(run, "memory_exhausted")
+    _account(run)
+    _expect_no_power(run)
+    result = run.result
+    incidents = [i for i in _incidents(run) if i.id in result.incident_ids]
+    kill = incidents[0].evidence.get("memory_guard") if incidents else None
+    if not isinstance(kill, dict) or kill.get("result") != "killed":
+        result.problems.append(f"no kill by {node.name}'s memory guard in the incident's evidence")
+    else:
+        by = sorted({str(k.get("by")) for k in kill.get("killed", [])})
+        result.notes.append(f"memory guard: {'; '.join(kill.get('reasons', []))} (by {by})")
+    lowest = node.mem_lowest
+    margin = lowest - MEM_COLLAPSE_FLOOR
+    result.notes.append(
+        f"lowest MemAvailable {lowest / GIB:.2f} GiB: the rank was killed {margin / GIB:.2f} GiB, "
+        f"{margin / MEM_COLLAPSE_RATE:.1f} s before the lab's exhaustion "
+        f"({MEM_COLLAPSE_FLOOR / GIB:g} GiB)"
+    )
+    if margin <= 0:
+        result.problems.append("MemAvailable reached exhaustion before the rank was killed")
+    if result.outcome == "recovered":
+        _expect_safe_restart(run)
 
 
-def _probe_note(probe: str, body: dict[str, Any]) -> str:
-    if probe == "gpu":
-        return f"gpu {body.get('state')}: {body.get('error')}"
-    trend = body.get("mem_available_trend_bytes_per_s") or 0.0
-    available = body.get("mem_available_bytes") or 0
-    return f"MemAvailable {available / GIB:.1f} GiB, falling {-trend / GIB:.2f} GiB/s"
+def _gpu_hang(run: Run) -> None:
+    node = _target(run, None, 1)
+    if node.sshd_port is None:
+        run.result.outcome = "not_available"
+        run.result.notes.append(f"no sshd for the forced reboot: {lab_sshd.unavailable()}")
+        return
+    boot_before = node.boot_id()
+    run.inject("gpu-hang", node)
+
+    def settled() -> bool:
+        wedged = [i for i in _incidents(run) if i.kind == "gpu_wedged"]
+        return bool(wedged) and all(i.status == "resolved" for i in wedged)
+
+    run.session.wait_for(
+        settled, _recovery_timeout(run), f"the gpu_wedged incident of {node.name} to be resolved"
+    )
+    _judge_incidents(run, "gpu_wedged")
+    _account(run)
+    _expect_no_power(run, allowed=("ssh_reboot",))
+    result, store = run.result, run.session.store()
+    for incident_id in result.incident_ids:
+        steps = [s.step for s in store.steps(incident_id)]
+        for step in ("serving_restart_done", "still_wedged", "reboot_requested", "new_boot_seen"):
+            if step not in steps:
+                result.problems.append(f"incident #{incident_id}: no {step} step recorded")
+        actions = [(a.operation, a.result) for a in store.actions(incident_id=incident_id)]
+        if actions != [("ssh_reboot", "verified")]:
+            result.problems.append(f"incident #{incident_id}: actions {actions}")
+    if node.forced_reboots != 1:
+        result.problems.append(f"{node.name} was force-rebooted {node.forced_reboots} times")
+    if node.boot_id() == boot_before:
+        result.problems.append(f"{node.name} did not boot again (same boot id)")
+    if result.outcome == "recovered":
+        _expect_safe_restart(run)
 
 
 def _partition(run: Run) -> None:
@@ -618,7 +631,8 @@ def _stuck_agent(run: Run) -> None:
     run.result.outcome = "agent_down" if "agent_down" in verdicts.seen else "not_detected"
     run.session.say(f"{node.name}'s real agent is back (same boot, a fresh seq)")
     _account(run)
-    _expect_no_power(run)
+    # The agent restart over SSH reaches the lab host's sshd, which only reboots.
+    _expect_no_power(run, allowed=("agent_restart",))
     _expect_no_incident(run)
     verdicts.expect_no_fencing()
     verdicts.wait(lambda v: v == "healthy", 60, f"{node.name} healthy again")
@@ -777,28 +791,24 @@ SCENARIOS: dict[str, Scenario] = {
         ),
         Scenario(
             "gpu-hang",
-            "a node's NVML calls hang (the lab's NVML stand-in blocks, like a wedged driver)",
-            ("detected",),
-            _agent_only(
-                "gpu-hang", "gpu", lambda b: b.get("state") == "timeout", "the GPU read timing out"
-            ),
-            doc="The controller has no rule for a GPU timeout on a host that still answers. "
-            "Expected: detected in the agent's state (probes.gpu.state timeout, the NVML worker "
-            "killed after its deadline), no incident, no power action.",
+            "a node's NVML calls hang (a wedged driver) while the host answers",
+            ("recovered",),
+            _gpu_hang,
+            doc="The lab's NVML stand-in blocks until the next boot; each lab host runs a real "
+            "sshd. Expected: gpu_wedged after gpu_wedged_after (6 s in the lab), a serving "
+            "restart with profile safe, still wedged, one forced reboot over the real sshd "
+            "(recorded first), a new boot id, the GPU answering, serving restarted safe, "
+            "recovered; no PDU command. Without sshd on this machine: not_available.",
         ),
         Scenario(
             "mem-collapse",
-            "a node's MemAvailable falls 1 GiB/s (the lab rewrites its meminfo)",
-            ("detected",),
-            _agent_only(
-                "mem-collapse",
-                "host",
-                lambda b: (b.get("mem_available_trend_bytes_per_s") or 0.0) <= MEM_COLLAPSE_TREND,
-                "MemAvailable collapsing",
-            ),
-            doc="The controller has no rule for memory pressure. Expected: detected in the "
-            "agent's state (probes.host.mem_available_trend_bytes_per_s below -0.5 GiB/s), "
-            "no incident, no power action.",
+            "a node's MemAvailable falls 1 GiB/s while its rank lives (the lab rewrites meminfo)",
+            ("recovered",),
+            _mem_collapse,
+            doc="Expected: the node's memory guard kills its rank's process group before "
+            "MemAvailable reaches 1 GiB (the rank's memory then comes back), the controller "
+            "opens a memory_exhausted incident with the guard's evidence and restarts serving "
+            "with profile safe, recovered; no power command at all.",
         ),
         Scenario(
             "partition",

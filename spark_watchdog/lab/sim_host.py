@@ -7,6 +7,8 @@ process group (the lab starts it with a new session):
   ``SSH-2.0-...`` like sshd; frozen with the rest of the group (SIGSTOP), it
   still completes TCP handshakes in the kernel and sends nothing, the
   signature of a frozen GB10 (NVIDIA/dgx-spark-playbooks #97);
+- a real sshd (:mod:`spark_watchdog.lab.lab_sshd`) on a port of its own,
+  where this machine has one: the controller's forced reboot logs in there;
 - the real agent (``spark-watchdog agent``) with the node's config;
 - the real agent then launches the vLLM rank itself (its serving launcher).
 
@@ -40,6 +42,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import IO, Any
 
+from spark_watchdog.lab import lab_sshd
 from spark_watchdog.lab.journal_writer import Ending, boot_entries, write_boot
 
 SERVICES_FILE = "services.json"
@@ -104,9 +107,15 @@ class _Services:
         self.agent: subprocess.Popen[bytes] | None = None
         self.agent_wanted = True
         self._log: IO[bytes] = (node_dir / "agent.log").open("ab")
+        self.sshd: subprocess.Popen[bytes] | None = None
 
     async def start(self) -> None:
         self.server = await _banner_server(self.address, self.ssh_port)
+        argv = lab_sshd.sshd_argv(self.node_dir)
+        if argv is not None:
+            # In the host's own process group: frozen and killed with the rest.
+            with (self.node_dir / "sshd.log").open("ab") as log:
+                self.sshd = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
         self._start_agent()
 
     def _start_agent(self) -> None:
@@ -166,6 +175,9 @@ class _Services:
     async def shut_down(self) -> None:
         self.agent_wanted = False
         await self.stop_agent()
+        if self.sshd is not None:
+            self.sshd.terminate()
+            await asyncio.to_thread(self.sshd.wait, AGENT_STOP_TIMEOUT)
         if self.server is not None:
             self.server.close()
             self.server = None

@@ -39,6 +39,15 @@ _QUIET_STEPS = frozenset(
     {"off_requested", "on_requested", "power_restored", "hold_done", "incident_opened"}
 )
 
+# The wedged-but-alive ladder's steps (controller/wedged.py), as people read them.
+_WEDGED_STEPS = {
+    "still_wedged": "the GPU still does not answer",
+    "reboot_requested": "forced reboot over ssh (recorded before it is sent)",
+    "reboot_sent": "the forced reboot left",
+    "reboot_not_sent": "the forced reboot could not be sent",
+    "handed_to_power_path": "silent after the reboot: the freeze path takes over",
+}
+
 
 @dataclass
 class Clock:
@@ -260,7 +269,8 @@ class TimelineWatcher:
         if name in ("off_ambiguous", "on_ambiguous"):
             return f"{device}: {name.replace('_', ' ')}: {inner}"
         if name == "boot_wait_started":
-            return f"power restored; waiting for {step.node} to boot with a new boot id"
+            after = "forced reboot sent" if incident.kind == "gpu_wedged" else "power restored"
+            return f"{after}; waiting for {step.node} to boot with a new boot id"
         if name == "new_boot_seen":
             new, old = str(detail.get("boot_id")), str(detail.get("boot_id_before"))
             return f"{step.node} booted: new boot id {new[:8]} (was {old[:8]})"
@@ -289,6 +299,8 @@ class TimelineWatcher:
             )
         if name == "dry_run":
             return f"dry run: {detail.get('decision') or detail.get('would') or 'recorded only'}"
+        if name in _WEDGED_STEPS:
+            return f"{step.node}: {_WEDGED_STEPS[name]}"
         return f"{step.node + ' ' if step.node else ''}{name}"
 
     def _serving_done(self, store: HistoryStore, incident_id: int, detail: dict[str, Any]) -> str:

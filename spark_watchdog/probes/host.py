@@ -1,8 +1,11 @@
-"""Host probe: boot id, uptime, memory headroom, load and the agent's loop lag.
+"""Host probe: boot id, uptime, memory headroom and pressure, load, loop lag.
 
 MemAvailable, not MemFree: on GB10's unified memory MemFree sits near 1 GiB
 in healthy operation while MemAvailable falls ~1 GiB/s before a freeze
-(tsw2k ops/memguard.sh; vllm #56824), so the trend of MemAvailable is kept.
+(docs/facts.md, "Freeze precursors"), so the trend of MemAvailable is kept. Memory
+pressure is the kernel's PSI (``/proc/pressure/memory``): the share of time
+in the last 10 s that some (or all) tasks waited for memory. A kernel built
+without PSI has no such file; the fields are then null, which is not an error.
 """
 
 from __future__ import annotations
@@ -29,6 +32,9 @@ class HostReading:
     load1: float | None
     loop_lag_s: float
     error: str | None = None
+    # PSI memory avg10, percent (0-100); None without PSI.
+    mem_pressure_some_avg10: float | None = None
+    mem_pressure_full_avg10: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -38,6 +44,8 @@ class HostReading:
             "mem_available_bytes": self.mem_available_bytes,
             "mem_total_bytes": self.mem_total_bytes,
             "mem_available_trend_bytes_per_s": self.mem_available_trend_bytes_per_s,
+            "mem_pressure_some_avg10": self.mem_pressure_some_avg10,
+            "mem_pressure_full_avg10": self.mem_pressure_full_avg10,
             "load1": self.load1,
             "loop_lag_s": round(self.loop_lag_s, 4),
             "error": self.error,
@@ -74,6 +82,28 @@ def parse_meminfo(text: str) -> dict[str, int]:
     return values
 
 
+def parse_pressure(text: str) -> dict[str, float]:
+    """``/proc/pressure/memory`` as ``{"some": avg10, "full": avg10}`` (percent).
+
+    Raises ValueError naming the line when a ``some``/``full`` line has no
+    usable ``avg10=`` (a number from 0 to 100).
+    """
+    values: dict[str, float] = {}
+    for line in text.splitlines():
+        kind, _, rest = line.partition(" ")
+        if kind not in ("some", "full"):
+            continue
+        fields = dict(part.partition("=")[::2] for part in rest.split())
+        try:
+            avg10 = float(fields["avg10"])
+        except (KeyError, ValueError):
+            raise ValueError(f"expected avg10=<percent> in {line!r}") from None
+        if not 0.0 <= avg10 <= 100.0:
+            raise ValueError(f"expected avg10 from 0 to 100 in {line!r}")
+        values[kind] = avg10
+    return values
+
+
 class HostProbe:
     """Reads ``/proc`` (the root is injectable so tests use a committed fake tree)."""
 
@@ -101,6 +131,7 @@ class HostProbe:
         except (OSError, UnicodeDecodeError) as exc:
             problems.append(f"{self.proc_root / 'meminfo'}: {exc}")
         trend = self._trend(now, mem_available)
+        pressure = self._pressure(problems)
         return HostReading(
             state="error" if problems else "ok",
             boot_id=boot_id,
@@ -111,7 +142,19 @@ class HostProbe:
             load1=load1,
             loop_lag_s=loop_lag_s,
             error="; ".join(problems) or None,
+            mem_pressure_some_avg10=pressure.get("some"),
+            mem_pressure_full_avg10=pressure.get("full"),
         )
+
+    def _pressure(self, problems: list[str]) -> dict[str, float]:
+        path = self.proc_root / "pressure" / "memory"
+        try:
+            return parse_pressure(path.read_text(encoding="ascii"))
+        except FileNotFoundError:
+            return {}  # a kernel without PSI
+        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            problems.append(f"{path}: {exc}")
+            return {}
 
     def _first_float(self, name: str, problems: list[str]) -> float | None:
         path = self.proc_root / name

@@ -41,6 +41,7 @@ from spark_watchdog.simulation.world import (
     World,
     sim_agent_restart,
     sim_banner,
+    sim_forced_reboot,
     sim_serving,
     sim_witness,
 )
@@ -85,6 +86,8 @@ FAULTS = (
     "crash",
     "clock_step",
     "hold",
+    "memory_kill",
+    "gpu_wedge",
 )
 
 
@@ -232,6 +235,8 @@ class _Run:
         # Temporary faults still to end (heal_all ends them at the quiet tail).
         self.pending_heals: list[Callable[[], Any]] = []
         self.spacing = CommandSpacing()
+        # Serving restarts for serving faults of controller processes gone (I8).
+        self.retired_serving_restarts: list[tuple[float, int]] = []
 
     # -- configuration ------------------------------------------------------
 
@@ -279,7 +284,13 @@ class _Run:
                 "breaker_latch_after": rng.choice([0.0, 30.0]),
                 "dry_run": self.dry_run,
             },
-            "serving": {"head": self.names[0], "token_file": _token_file()},
+            "serving": {
+                "head": self.names[0],
+                "token_file": _token_file(),
+                "restart_cooldown": rng.choice([0.0, 10.0, 60.0]),
+                "restart_budget": rng.choice([1, 2, 6]),
+                "restart_budget_window": rng.choice([300.0, 3600.0]),
+            },
             "witness": ["tcp://gateway:53"],
             "history": ":memory:",
         }
@@ -318,6 +329,7 @@ class _Run:
             power_factory=power,
             serving=sim_serving(world, incarnation),
             agent_restart=sim_agent_restart(world, incarnation),
+            forced_reboot=sim_forced_reboot(world, incarnation),
             blocking=cast(Any, inline),
         )
 
@@ -326,6 +338,8 @@ class _Run:
             return  # one controller per history: the instance lock sees to that
         number = self.incarnation.number + 1
         self.incarnation = Incarnation(number)
+        if self.controller is not None:
+            self.retired_serving_restarts.extend(self.controller.serving_fault_restarts)
         store = cast(HistoryStore, _Store(self.store, self))
         controller = Controller(
             self.config,
@@ -511,6 +525,12 @@ class _Run:
             # 15 minutes, the largest swing this allows (docs/design.md, "Guards").
             step = rng.choice([-600.0, 600.0])
             self.clock.offset = max(-450.0, min(450.0, self.clock.offset + step))
+        elif fault == "memory_kill":
+            node.memory_kill(self.clock.base)
+        elif fault == "gpu_wedge":
+            if node.phase == "up":
+                node.gpu_wedged = True
+                node.gpu_sticky = rng.random() < 0.3
         elif fault == "hold":
             target = node.name if rng.random() < 0.7 else CLUSTER
             self.store.hold(target, "simulated operator", by="operator")
@@ -644,8 +664,54 @@ class _Run:
                 break
         if self.dry_run and truth.serving_restarts:
             self.violate("I6: serving restarted in dry run")
+        self._check_serving_restarts()
+        self._check_reboots()
         for error in self.errors:
             self.violate(f"unexpected error: {error}")
+
+    def _check_serving_restarts(self) -> None:
+        """I8: no restart loop. Automatic serving restarts stay within their budget
+        in every window, and no memory guard kill is answered twice."""
+        serving = self.config.serving
+        starts = sorted(at for at, _ in self.serving_fault_restarts())
+        for i, first in enumerate(starts):
+            inside = [t for t in starts[i:] if t - first < serving.restart_budget_window]
+            if len(inside) > serving.restart_budget:
+                self.violate(
+                    f"I8: {len(inside)} serving restarts within "
+                    f"{serving.restart_budget_window:g}s (budget {serving.restart_budget})"
+                )
+                break
+        incidents = self.store.list_incidents(kind="memory_exhausted", limit=10_000)
+        for name, node in self.world.nodes.items():
+            answered = [i for i in incidents if name in i.nodes]
+            if len(answered) > len(node.guard_kills):
+                self.violate(
+                    f"I8: {len(answered)} memory_exhausted incidents for {name}, "
+                    f"{len(node.guard_kills)} kills by its memory guard"
+                )
+
+    def _check_reboots(self) -> None:
+        """I9: a forced reboot goes only to a node whose GPU is wedged, never in dry
+        run, and never beyond the node budget in any window."""
+        guards = self.config.guards
+        reboots = self.world.truth.reboots
+        for at, node, wedged in reboots:
+            if not wedged:
+                self.violate(f"I9 at {at:.1f}s: forced reboot of {node}, whose GPU answers")
+            if self.dry_run:
+                self.violate(f"I9 at {at:.1f}s: forced reboot of {node} in dry run")
+            same = [t for t, n, _ in reboots if n == node and at <= t < at + guards.budget_window]
+            if len(same) > guards.node_budget:
+                self.violate(f"I9: {len(same)} forced reboots of {node} within the budget window")
+                break
+
+    def serving_fault_restarts(self) -> list[tuple[float, int]]:
+        """Every controller process's restarts for serving faults (virtual time)."""
+        seen = [*self.retired_serving_restarts]
+        if self.controller is not None:
+            seen.extend(self.controller.serving_fault_restarts)
+        return list(dict.fromkeys(seen))
 
     def report(self, elapsed: float) -> Report:
         incidents = [i for i in self.store.list_incidents(limit=10_000) if not i.dry_run]

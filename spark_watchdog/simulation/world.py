@@ -27,6 +27,7 @@ from spark_watchdog.controller.http_client import (
     HttpError,
 )
 from spark_watchdog.controller.serving_restart import ServingNode, ServingRestartReport
+from spark_watchdog.controller.wedged import RebootAttempt
 from spark_watchdog.controller.witness import WitnessReport
 from spark_watchdog.errors import Ambiguous, Refused, Unreachable
 from spark_watchdog.power.base import PowerState
@@ -72,6 +73,8 @@ class Truth:
     commands: list[Command] = field(default_factory=list)
     person_switches: list[tuple[float, str, PowerState]] = field(default_factory=list)
     serving_restarts: list[float] = field(default_factory=list)
+    # (time, node, whether its GPU was wedged then) of each forced reboot received.
+    reboots: list[tuple[float, str, bool]] = field(default_factory=list)
     violations: list[str] = field(default_factory=list)
 
     def alive_at(self, node: str, now: float) -> float | None:
@@ -103,6 +106,10 @@ class SimNode:
         self.loss = 0.0
         self.partitioned_until = -1.0
         self.hang_after_shutdown = False
+        self.gpu_wedged = False  # NVML reads time out until the next boot
+        self.gpu_sticky = False  # ... or until power is cut (a reboot does not clear it)
+        # (agent incarnation, wall time) of each kill by the node's memory guard.
+        self.guard_kills: list[tuple[tuple[int, int], float]] = []
 
     @property
     def boot_id(self) -> str:
@@ -124,10 +131,28 @@ class SimNode:
             self.hang_after_shutdown = hang
             self._shutdown_s = shutdown_s
 
+    def memory_kill(self, wall_base: float) -> None:
+        """The node's memory guard kills its rank (the host stays up)."""
+        if self.phase == "up":
+            self.guard_kills.append(((self.boot, self.agent_started), wall_base + self.now()))
+
+    def _memory_guard(self) -> dict[str, Any]:
+        mine = [at for who, at in self.guard_kills if who == (self.boot, self.agent_started)]
+        last = None
+        if mine:
+            last = {
+                "id": len(mine),
+                "at_unix": mine[-1],
+                "result": "killed",
+                "reasons": ["simulated collapse"],
+            }
+        return {"enabled": True, "kills": len(mine), "last_kill": last}
+
     def power_changed(self) -> None:
         now = self.now()
         if not self.powered:
             self.phase, self.phase_until = "off", float("inf")
+            self.gpu_wedged = self.gpu_sticky = False
             self.thaw_at = float("inf")
         elif self.phase == "off":
             self.phase, self.phase_until = "post", now + self.rng.uniform(2.0, 8.0)
@@ -155,6 +180,7 @@ class SimNode:
                 self.phase, self.phase_until = "kernel", now + self.rng.uniform(1.0, 10.0)
             elif self.phase == "kernel":
                 self.boot += 1
+                self.gpu_wedged = self.gpu_wedged and self.gpu_sticky
                 self.seq = 0
                 self.agent, self.agent_started = "ok", 0
                 self.phase, self.phase_until = "up", float("inf")
@@ -205,7 +231,11 @@ class SimNode:
                 "boot_id": self.boot_id,
                 "started_at": f"agent-{self.boot}-{self.agent_started}",
                 "stopping": {"since": self.now(), "system": True} if phase == "stopping" else None,
-                "probes": {"vllm": {"state": "progressing"}},
+                "probes": {
+                    "vllm": {"state": "progressing"},
+                    "gpu": {"state": "timeout" if self.gpu_wedged else "ok"},
+                },
+                "memory_guard": self._memory_guard(),
             }
         return HttpAnswer(200, json.dumps(body).encode())
 
@@ -399,6 +429,29 @@ def sim_serving(world: World, incarnation: Incarnation) -> Any:
         return ServingRestartReport(profile, result="succeeded", step_durations={"all": 3.0})
 
     return run
+
+
+def sim_forced_reboot(world: World, incarnation: Incarnation) -> Any:
+    """The host's sysrq reboot over SSH: usually a new boot a few seconds later;
+    sometimes SSH cannot get in (nothing sent), the session hangs (it may have
+    run), or the reboot itself hangs in the driver (the host goes silent)."""
+
+    async def reboot(device: SshDevice) -> RebootAttempt:
+        incarnation.check()
+        node = world.nodes[device.host]
+        fate = world.rng.random()
+        await world.sleep(world.rng.uniform(0.5, 3.0))
+        incarnation.check()
+        if node.phase != "up" or fate < 0.1:
+            return RebootAttempt(False, "no connection")
+        world.truth.reboots.append((world.now(), node.name, node.gpu_wedged))
+        if fate < 0.2:
+            node.freeze(None)  # hung in the driver on the way down: silent
+            return RebootAttempt(None, "the session hung")
+        node.phase, node.phase_until = "post", world.now() + world.rng.uniform(2.0, 8.0)
+        return RebootAttempt(True, "dropped as the host went down")
+
+    return reboot
 
 
 def sim_agent_restart(world: World, incarnation: Incarnation) -> Any:

@@ -3,13 +3,16 @@ rule, and the recovery split read from recorded steps."""
 
 from __future__ import annotations
 
+import json
 import socket
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
+from bench import memory_guard
 from bench.delay_relay import DelayRelay
 from bench.detection_latency import percentiles, production_overrides, recovery_split
 from bench.production import production_settings
@@ -136,3 +139,21 @@ def test_production_settings_are_the_config_defaults_and_parse() -> None:
     assert overrides["detection"] == settings["detection"]
     assert overrides["policy"]["power_off_seconds"] == 2.0
     assert overrides["serving"]["restart_cooldown"] < settings["serving"]["restart_cooldown"]
+
+
+def test_the_memory_guard_bench_measures_margins_and_false_kills(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "memory_guard.json"
+    assert (
+        memory_guard.main(
+            ["--runs", "50", "--healthy-runs", "3", "--live-seconds", "0", "--json-out", str(out)]
+        )
+        == 0
+    )
+    result = json.loads(out.read_text())
+    rows = {r["rate_gib_per_s"]: r for r in result["collapses"]}
+    assert rows[1.0]["killed_before_floor"] == 50 and rows[1.0]["margin_gib_min"] >= 2.0
+    assert rows[3.0]["killed_before_floor"] < 50  # past the documented bound some are late
+    assert result["healthy"]["kills"] == 0 and result["healthy"]["serving_hours"] == 3.0
+    assert "collapse 1.0 GiB/s" in capsys.readouterr().out

@@ -144,3 +144,27 @@ def test_the_agents_refusal_death_and_idle_hang_become_serving_verdicts() -> Non
     )
     assert finding.verdict is Verdict.SERVING_STALLED
     assert "2 canaries in a row (1-token completions) got no answer" in finding.reasons[0]
+
+
+def test_a_memory_guard_kill_is_memory_exhausted_on_any_node_unless_the_host_froze() -> None:
+    kill = {"id": 1, "at_unix": 1.0, "result": "killed", "reasons": ["MemAvailable 3 GiB"]}
+    worker = obs(guard_kill=kill, judges_serving=False)
+    finding = classify(worker, POLICY)
+    assert finding.verdict is Verdict.MEMORY_EXHAUSTED
+    assert finding.reasons == ("memory guard: killed", "MemAvailable 3 GiB")
+    # The head's dead rank is the same event: the kill decides.
+    head = obs(guard_kill=kill, snapshot={"probes": {"vllm": {"state": "dead"}}})
+    assert classify(head, POLICY).verdict is Verdict.MEMORY_EXHAUSTED
+    # A host that froze after all is a frozen host.
+    frozen = obs(guard_kill=kill, agent_progress_at=80.0, banner_misses=2)
+    assert classify(frozen, POLICY).verdict is Verdict.HOST_FROZEN
+
+
+def test_gpu_reads_timing_out_on_a_live_host_is_gpu_wedged_after_its_time() -> None:
+    policy = DetectionPolicy(freeze_after=8.0, banner_misses=2, gpu_wedged_after=30.0)
+    assert classify(obs(gpu_timeout_for=29.0), policy).verdict is Verdict.HEALTHY
+    wedged = classify(obs(gpu_timeout_for=30.0, judges_serving=False), policy)
+    assert wedged.verdict is Verdict.GPU_WEDGED and "the agent answers" in wedged.reasons
+    # Silence still wins: a host that stops answering is judged as a frozen one.
+    silent = obs(gpu_timeout_for=90.0, agent_progress_at=80.0, banner_misses=2)
+    assert classify(silent, policy).verdict is Verdict.HOST_FROZEN

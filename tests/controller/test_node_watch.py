@@ -66,3 +66,55 @@ def test_a_name_that_does_not_resolve_is_neither_a_miss_nor_life() -> None:
     assert w.banner_blind == "cannot resolve"
     w.note_banner("connect_timeout", "timeout", 5.0)
     assert w.banner_misses == 1 and w.banner_blind is None and not w.banner_reachable
+
+
+def _guarded(seq: int, kill: object, started: str = "t0") -> dict[str, object]:
+    return {**snapshot(seq), "started_at": started, "memory_guard": {"last_kill": kill}}
+
+
+def test_a_memory_guard_kill_is_pending_until_answered_once() -> None:
+    w = watch()
+    w.note_answer(_guarded(1, None), 1.0, 1000.0)
+    assert w.guard_kill is None
+    kill = {"id": 1, "at_unix": 1001.0, "result": "killed"}
+    w.note_answer(_guarded(2, kill), 2.0, 1002.0)
+    assert w.guard_kill is not None and w.guard_kill["agent_started_at"] == "t0"
+    assert w.observation(2.0, True, True).guard_kill == w.guard_kill
+    w.answer_guard_kill()
+    w.note_answer(_guarded(3, kill), 3.0, 1003.0)
+    assert w.guard_kill is None  # the same kill, answered
+    w.note_answer(_guarded(4, {**kill, "id": 2, "at_unix": 1003.5}), 4.0, 1004.0)
+    assert w.guard_kill is not None and w.guard_kill["id"] == 2  # the next kill is news
+    w.answer_guard_kill()
+    # A restarted agent counts from 1 again: a new kill, not the old one.
+    w.note_answer(_guarded(1, {**kill, "at_unix": 1005.0}, started="t1"), 5.0, 1005.0)
+    assert w.guard_kill is not None and w.guard_kill["agent_started_at"] == "t1"
+
+
+def test_an_old_or_malformed_memory_guard_kill_is_not_news() -> None:
+    w = watch()
+    w.note_answer(_guarded(1, {"id": 1, "at_unix": 100.0}), 1.0, 1000.0)
+    assert w.guard_kill is None  # 900 s old when first seen
+    for bad in ({"id": True, "at_unix": 999.0}, {"id": 1, "at_unix": "now"}, {"id": "1"}, []):
+        w.note_answer(_guarded(2, bad), 2.0, 1000.0)
+        assert w.guard_kill is None, bad
+    w.note_answer({**snapshot(3), "memory_guard": "broken"}, 3.0, 1000.0)
+    assert w.guard_kill is None
+
+
+def _gpu(seq: int, state: str, started: str = "t0", boot: str = "b1") -> dict[str, object]:
+    return {**snapshot(seq, boot=boot), "started_at": started, "probes": {"gpu": {"state": state}}}
+
+
+def test_gpu_timeouts_are_timed_from_the_first_and_reset_by_an_answer_or_a_new_agent() -> None:
+    w = watch()
+    w.note_answer(_gpu(1, "ok"), 1.0, 1001.0)
+    assert w.observation(1.0, True, True).gpu_timeout_for is None
+    w.note_answer(_gpu(2, "timeout"), 2.0, 1002.0)
+    w.note_answer(_gpu(3, "timeout"), 9.0, 1009.0)
+    assert w.observation(12.0, True, True).gpu_timeout_for == 10.0
+    w.note_answer(_gpu(4, "ok"), 13.0, 1013.0)
+    assert w.gpu_timeout_since is None
+    w.note_answer(_gpu(5, "timeout"), 14.0, 1014.0)
+    w.note_answer(_gpu(0, "timeout", boot="b2"), 20.0, 1020.0)  # a new boot starts over
+    assert w.gpu_timeout_since == 20.0

@@ -41,7 +41,9 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from spark_watchdog.agent.exposition import render as render_agent
+from spark_watchdog.agent.memory_watch import MemoryWatch
 from spark_watchdog.agent.probe_runner import Observation, iso_time
+from spark_watchdog.config.agent import MemoryGuardConfig
 from spark_watchdog.config.controller import parse_controller_config
 from spark_watchdog.controller.daemon import Controller
 from spark_watchdog.controller.status_api import render as render_controller
@@ -145,9 +147,11 @@ def agent_snapshot(proc_root: Path) -> dict[str, Any]:
     journal_json = journal.summary_json()
     journal_json.update(observed_at=iso_time(time.time()), duration_s=0.42)
 
-    # MemAvailable falls 1 GiB/s over two readings: the trend is real arithmetic.
+    # MemAvailable falls 1 GiB/s over two readings: the trend is real arithmetic,
+    # and the real memory guard judges both readings (plenty left: no kill).
     probe = HostProbe(proc_root)
-    probe.read(now=100.0)
+    memory = MemoryWatch(MemoryGuardConfig(), launcher=None, process_match=None)
+    memory.observe(probe.read(now=100.0), 100.0)
     meminfo = proc_root / "meminfo"
     meminfo.write_text(
         re.sub(
@@ -158,6 +162,7 @@ def agent_snapshot(proc_root: Path) -> dict[str, Any]:
     )
     host = probe.read(loop_lag_s=0.003, now=102.0)
     assert host.state == "ok" and host.mem_available_trend_bytes_per_s, host
+    assert memory.observe(host, 102.0).state == "clear"
     host_json = host.to_json()
     host_json["observed_at"] = iso_time(time.time())
 
@@ -176,6 +181,7 @@ def agent_snapshot(proc_root: Path) -> dict[str, Any]:
             "journal": journal_json,
             "host": host_json,
         },
+        "memory_guard": memory.to_json(),
     }
 
 

@@ -38,6 +38,7 @@ UNITLESS = {
     "spark_watchdog_host_load1": "load average",
     "spark_watchdog_journal_previous_boot_clean": "boolean",
     "spark_watchdog_journal_current_boot_evidence_lines": "journal lines",
+    "spark_watchdog_memory_guard_kills": "kills",
     "spark_watchdog_node_verdict": "state set",
     "spark_watchdog_node_ssh_banner_misses": "banner checks",
     "spark_watchdog_node_held": "boolean",

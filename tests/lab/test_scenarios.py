@@ -232,16 +232,45 @@ def test_double_freeze_is_recovered_one_after_another(scenario: Any) -> None:
     _no_action_against(store, ["spark-1", "spark-3"])
 
 
-@pytest.mark.parametrize("name", ["gpu-hang", "mem-collapse"])
-def test_faults_without_a_controller_rule_are_seen_by_the_agent_only(
-    scenario: Any, name: str
-) -> None:
-    report, store = scenario(name)
-    assert report["outcome"] == "detected"
-    assert report["detected_after_s"] is not None and report["detected_after_s"] < 30
-    assert report["power_actions"] == 0 and report["serving_restarts"] == 0
-    assert report["incident_ids"] == [] and store.list_incidents() == []
-    assert store.actions() == []
+def test_mem_collapse_is_stopped_by_the_memory_guard_without_power(scenario: Any) -> None:
+    report, store = scenario("mem-collapse")
+    assert report["outcome"] == "recovered", report
+    assert report["power_actions"] == 0 and store.actions() == []
+    (incident,) = [store.get_incident(i) for i in report["incident_ids"]]
+    assert incident.kind == "memory_exhausted" and incident.nodes == ("spark-2",)
+    kill = incident.evidence["memory_guard"]
+    assert kill["result"] == "killed"
+    assert [k["by"] for k in kill["killed"]] == ["launcher"]
+    assert kill["readings"] and kill["readings"][-1]["mem_available_bytes"] <= 6 * 1024**3
+    steps = [s.step for s in store.steps(incident.id)]
+    assert "serving_restart_done" in steps and incident.resolution == "recovered"
+    _safe_restart(store)
+    _no_action_against(store, ["spark-1", "spark-3", "spark-4"])
+
+
+def test_gpu_hang_is_recovered_by_a_forced_reboot_over_ssh_without_power(scenario: Any) -> None:
+    report, store = scenario("gpu-hang")
+    if report["outcome"] == "not_available":
+        pytest.skip("; ".join(report["notes"]))
+    assert report["outcome"] == "recovered", report
+    assert report["power_actions"] == 0 and report["pdu_commands"] == []
+    (incident,) = [store.get_incident(i) for i in report["incident_ids"]]
+    assert incident.kind == "gpu_wedged" and incident.nodes == ("spark-2",)
+    steps = [s.step for s in store.steps(incident.id)]
+    ladder = [
+        "serving_restart_done",  # rung 1: the restart did not bring the GPU back
+        "still_wedged",
+        "reboot_requested",  # recorded before it is sent
+        "reboot_sent",
+        "new_boot_seen",
+        "serving_restart_done",  # serving again with the safe profile
+        "resolved",
+    ]
+    assert [s for s in steps if s in ladder] == ladder
+    assert [(a.operation, a.result) for a in store.actions()] == [("ssh_reboot", "verified")]
+    assert "forced_reboot" in report["alerts"]
+    _safe_restart(store)
+    _no_action_against(store, ["spark-1", "spark-3", "spark-4"])
 
 
 def test_partition_is_cycled_once_then_held(scenario: Any, tmp_path: Path) -> None:
@@ -285,7 +314,9 @@ def test_a_stuck_agent_is_agent_down_never_a_power_action(scenario: Any) -> None
     assert "agent_down" in report["alerts"]
     assert report["detected_after_s"] is not None and report["detected_after_s"] < 30
     assert report["incident_ids"] == [] and store.list_incidents() == []
-    assert store.actions() == [] and store.active_holds() == []
+    # The agent restart over SSH is no power action (the lab host's sshd only reboots).
+    assert {a.operation for a in store.actions()} <= {"agent_restart"}
+    assert store.active_holds() == []
     verdicts = next(n for n in report["notes"] if n.startswith("spark-2's verdicts"))
     assert verdicts.endswith("agent_down -> healthy"), verdicts
 

@@ -835,3 +835,23 @@ def test_credential_names_resolve_in_the_credentials_directory(sshd: Sshd) -> No
     assert isinstance(reboot, SshReboot)
     assert reboot.ssh.key_file == str(credentials / "node-ssh-key")
     assert asyncio.run(reboot.reboot()).outcome == "sent"
+
+
+def test_the_forced_reboot_says_honestly_whether_it_left(sshd: Sshd) -> None:
+    """The controller's forced reboot (controller/io.py) against the real sshd:
+    sent when the command ran or the session died with the host, not sent when
+    it failed or could not connect, unknown when it hung after leaving."""
+    from spark_watchdog.controller.io import forced_reboot_over_ssh
+
+    def attempt(**overrides: Any) -> Any:
+        return asyncio.run(forced_reboot_over_ssh(sshd.device(**overrides)))
+
+    assert attempt(forced_command="reboot").sent is True
+    assert attempt(forced_command="reboot-drop").sent is True
+    failed = attempt(forced_command="fail")
+    assert failed.sent is False and "failed" in failed.detail
+    assert attempt(forced_command="reboot", port=free_port()).sent is False
+    assert attempt(forced_command="reboot", key_file=str(sshd.keys.stranger)).sent is False
+    assert sshd.commands_run() == ["reboot", "reboot-drop", "fail"]
+    # The default command is sysrq's emergency restart, not a reboot that waits on drivers.
+    assert "sysrq-trigger" in sshd.device().forced_command

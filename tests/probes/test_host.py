@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from spark_watchdog.errors import ProbeError
-from spark_watchdog.probes.host import HostProbe, parse_meminfo, read_boot_id
+from spark_watchdog.probes.host import HostProbe, parse_meminfo, parse_pressure, read_boot_id
 
 FAKE_PROC = Path(__file__).resolve().parents[1] / "fixtures" / "proc"
 
@@ -69,3 +69,32 @@ def test_real_proc() -> None:
     assert reading.state == "ok", reading.error
     assert reading.boot_id is not None and len(reading.boot_id) == 32
     assert reading.mem_available_bytes and reading.mem_available_bytes > 0
+
+
+def test_memory_pressure_is_read_from_psi() -> None:
+    reading = HostProbe(FAKE_PROC).read(now=1.0)
+    assert (reading.mem_pressure_some_avg10, reading.mem_pressure_full_avg10) == (12.5, 4.25)
+    assert parse_pressure("some avg10=0.00 avg60=0.00 avg300=0.00 total=0\n") == {"some": 0.0}
+
+
+def test_a_kernel_without_psi_is_no_error_and_a_bad_file_is(tmp_path: Path) -> None:
+    proc = tmp_path / "proc"
+    shutil.copytree(FAKE_PROC, proc)
+    (proc / "pressure" / "memory").unlink()
+    reading = HostProbe(proc).read(now=1.0)
+    assert reading.state == "ok" and reading.mem_pressure_full_avg10 is None
+    for bad in ("full avg10=high\n", "some total=3\n", "full avg10=140.0\n"):
+        (proc / "pressure" / "memory").write_text(bad)
+        reading = HostProbe(proc).read(now=1.0)
+        assert reading.state == "error" and "pressure/memory" in (reading.error or ""), bad
+        assert reading.mem_available_bytes is not None  # the rest still read
+    with pytest.raises(ValueError, match="avg10"):
+        parse_pressure("full avg10=nan?\n")
+
+
+def test_the_real_proc_has_psi_or_says_nothing() -> None:
+    reading = HostProbe("/proc").read(now=1.0)
+    if Path("/proc/pressure/memory").exists():
+        assert reading.mem_pressure_full_avg10 is not None
+    else:
+        assert reading.mem_pressure_full_avg10 is None

@@ -1,6 +1,6 @@
 """The real controller under random faults on virtual time (docs/simulation.md).
 
-The seeded runs check invariants I1-I7 at every power command and at the
+The seeded runs check invariants I1-I8 at every power command and at the
 end of every run; the scripted runs below are the situations a review found
 the controller getting wrong, each with the behaviour that closes it.
 """
@@ -239,3 +239,72 @@ def test_resume_takes_the_newest_open_incident_and_closes_the_older() -> None:
 )
 def test_seeds_that_found_a_violation(seed: int) -> None:
     assert simulate(seed, MINUTES).violations == []
+
+
+def test_memory_guard_kills_restart_serving_within_the_budget_and_never_power() -> None:
+    """Five kills by spark-2's memory guard in four minutes, a restart budget of
+    two: two memory_exhausted incidents, each with one safe serving restart,
+    then the budget alert; no power command at all."""
+    kills: list[tuple[float, str, str | None]] = [
+        (30.0 + 45.0 * i, "memory_kill", "spark-2") for i in range(5)
+    ]
+    overrides = {
+        "serving": {"restart_budget": 2, "restart_budget_window": 3600.0, "restart_cooldown": 0.0}
+    }
+    for seed in range(4):
+        report = simulate(seed, 5.0, script=kills, overrides=overrides)
+        assert report.violations == [], report.violations
+        assert report.sent == []
+        assert report.resolutions == ["recovered", "recovered"]
+        assert report.alerts.count("serving_restarted") == 2
+        assert "serving_budget_spent" in report.alerts
+        # A controller killed in the middle of the restart: the next one finds
+        # the kill's incident in the history and does not answer it again.
+        crashed = simulate(
+            seed, 3.0, script=[kills[0], (31.5, "crash", None)], overrides={"serving": {}}
+        )
+        assert crashed.violations == [] and crashed.sent == []
+        assert crashed.alerts.count("incident_opened") == 1, crashed.alerts
+
+
+def test_a_wedged_gpu_gets_a_serving_restart_then_one_forced_reboot_never_power_while_alive() -> (
+    None
+):
+    """spark-2's GPU reads time out while its agent answers: the serving restart
+    does not help, a forced reboot over SSH does (a new boot); no power command
+    unless the reboot itself hung and the host went silent."""
+    outcomes: set[str] = set()
+    for seed in range(12):
+        report = simulate(seed, 6.0, script=[(30.0, "gpu_wedge", "spark-2")])
+        assert report.violations == [], report.violations
+        assert "forced_reboot" in report.alerts
+        if report.sent:
+            # Only the freeze path sends power, after the reboot hung and the host
+            # stayed silent for boot_timeout: the wedged incident was handed over.
+            assert sorted(report.resolutions) == ["gave_up", "recovered"]
+            assert "reboot_overdue" in report.alerts
+            outcomes.add("handed to the power path")
+        elif report.resolutions == ["recovered"]:
+            assert report.alerts.count("serving_restarted") == 2  # before and after the reboot
+            outcomes.add("recovered by the reboot")
+        else:
+            # The reboot could not be sent, or the GPU stayed wedged after it.
+            assert report.verdicts["spark-2"] == "held" and "held" in report.alerts
+            outcomes.add("held")
+    assert outcomes == {"recovered by the reboot", "handed to the power path", "held"}
+
+
+def test_forced_reboots_stay_within_the_node_budget() -> None:
+    """A GPU that wedges again and again: at most node_budget forced reboots in
+    the window, then the node is held for a person."""
+    script: list[tuple[float, str, str | None]] = [
+        (30.0 + 100.0 * i, "gpu_wedge", "spark-3") for i in range(4)
+    ]
+    overrides = {"guards": {"node_budget": 2, "budget_window": 3600.0, "dry_run": False}}
+    held = 0
+    for seed in range(8):
+        report = simulate(seed, 8.0, script=script, overrides=overrides)
+        assert report.violations == [], report.violations
+        assert report.alerts.count("forced_reboot") <= 2
+        held += report.verdicts["spark-3"] == "held"
+    assert held

@@ -1,0 +1,266 @@
+"""The wedged-but-alive ladder: a node whose GPU driver is stuck while the host
+still answers (docs/design.md, "Wedged but alive").
+
+Power is for hosts that show no life; this one does. So the rungs are:
+
+1. **serving restart** with the safe profile (a rank that holds the driver
+   may be what keeps it stuck), within the serving restart budget; then up
+   to ``gpu_wedged_after`` for the GPU reads to come back;
+2. **a forced reboot over SSH** (``forced_command``: sysrq's emergency
+   restart, which a wedged driver cannot hang), recorded before it is sent,
+   within the node's budget, never repeated; verified only by a new boot id
+   within ``boot_timeout``;
+3. **the power path**, only the way every power action comes: a host that
+   goes silent (a reboot hung in the driver) is ``host_frozen`` to the
+   detector, and this incident is handed over. A host that keeps answering
+   after a reboot that did not happen is held for a person: power is never
+   cut on a host showing life.
+
+Every rung is a step of the incident; holds, budgets and dry run apply.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from spark_watchdog.config.controller import ControllerConfig, SshDevice
+from spark_watchdog.controller.clock import Clock
+from spark_watchdog.controller.detector import Verdict
+from spark_watchdog.controller.ledger import Ledger
+from spark_watchdog.controller.node_states import NodeEvent
+from spark_watchdog.controller.node_watch import NodeWatch
+from spark_watchdog.controller.notify import Event, Notifier
+from spark_watchdog.steps import StepName
+
+log = logging.getLogger("spark_watchdog.controller.wedged")
+
+KIND = Verdict.GPU_WEDGED.value
+
+
+@dataclass(frozen=True)
+class RebootAttempt:
+    """How a forced reboot command went: ``sent`` True (it ran, or the session
+    dropped as the host went down), False (certainly not: no connection, key
+    refused, the command failed), None (it may have left)."""
+
+    sent: bool | None
+    detail: str
+
+
+ForcedReboot = Callable[[SshDevice], Awaitable[RebootAttempt]]
+
+
+class WedgedHost(Protocol):
+    """What the ladder needs from the running controller."""
+
+    config: ControllerConfig
+    ledger: Ledger
+    notifier: Notifier
+    clock: Clock
+
+    async def restart_serving_after(
+        self, incident_id: int | None, reason: str, *, kind: str = ...
+    ) -> bool: ...
+
+    async def reboots_in_window(self, node: str) -> int: ...
+
+    async def serving_budget_spent(self, watch: NodeWatch) -> bool: ...
+
+    async def forced_reboot(self, device: SshDevice) -> RebootAttempt: ...
+
+    def gpu_answers(self, watch: NodeWatch) -> bool: ...
+
+    def expect_reboot(self, watch: NodeWatch, why: str) -> None: ...
+
+    def shows_life(self, watch: NodeWatch) -> bool: ...
+
+    def node_held(self, watch: NodeWatch) -> bool: ...
+
+    async def hold_node(
+        self,
+        watch: NodeWatch,
+        reason: str,
+        event: NodeEvent,
+        *,
+        by_controller: bool = ...,
+        record: bool = ...,
+    ) -> None: ...
+
+
+def ssh_device(watch: NodeWatch) -> SshDevice | None:
+    return next((d for d in watch.config.power if isinstance(d, SshDevice)), None)
+
+
+async def unwedge(host: WedgedHost, watch: NodeWatch, incident_id: int) -> str:
+    """Run the ladder for one open ``gpu_wedged`` incident; its resolution."""
+    ledger, store = host.ledger, host.ledger.store
+    name = watch.name
+    reason = watch.finding.summary
+    restarted = not await host.serving_budget_spent(watch)
+    if restarted:
+        await host.restart_serving_after(incident_id, reason, kind=KIND)
+        settle = host.config.detection.gpu_wedged_after
+        if await _wait(host, lambda: host.gpu_answers(watch), settle):
+            return await _resolve(host, incident_id, "recovered", "the GPU answers after a restart")
+    await ledger.write(
+        store.add_step,
+        incident_id,
+        StepName.STILL_WEDGED,
+        node=name,
+        detail={"reason": reason, "serving_restarted": restarted},
+    )
+    device = ssh_device(watch)
+    blocked = await _reboot_blocked(host, watch, device)
+    if blocked is not None:
+        await host.hold_node(watch, blocked, NodeEvent.HOLD, by_controller=True)
+        return await _resolve(host, incident_id, "gave_up", blocked)
+    assert device is not None
+    boot_before = watch.boot_id
+    action = await ledger.write(
+        store.record_action,
+        name,
+        "ssh_reboot",
+        device=f"ssh {device.host}:{device.port}",
+        incident_id=incident_id,
+        rung=1,
+        step=StepName.REBOOT_REQUESTED,
+        step_detail={"boot_id_before": boot_before, "forced": True},
+    )
+    host.notifier.send(Event("forced_reboot", f"{name}: {reason}; forced reboot", name))
+    attempt = await host.forced_reboot(device)
+    if attempt.sent is not False:
+        # A sysrq restart drops the host at once, without an orderly goodbye: the
+        # silence that follows is a reboot for up to boot_timeout, not a freeze.
+        host.expect_reboot(watch, "a forced reboot was sent")
+    if attempt.sent is False:
+        await ledger.write(
+            store.finish_action,
+            action.id,
+            "failed",
+            error=attempt.detail,
+            step=StepName.REBOOT_NOT_SENT,
+            step_detail={"detail": attempt.detail},
+        )
+        why = f"gpu_wedged and the forced reboot was not sent ({attempt.detail}): a person decides"
+        await host.hold_node(watch, why, NodeEvent.HOLD, by_controller=True)
+        return await _resolve(host, incident_id, "gave_up", why)
+    await ledger.write(
+        store.add_step,
+        incident_id,
+        StepName.REBOOT_SENT,
+        node=name,
+        detail={"detail": attempt.detail, "certain": attempt.sent is True},
+    )
+    return await _boot_wait(host, watch, incident_id, action.id, boot_before)
+
+
+async def _reboot_blocked(
+    host: WedgedHost, watch: NodeWatch, device: SshDevice | None
+) -> str | None:
+    guards = host.config.guards
+    if device is None:
+        return "gpu_wedged, and no ssh path to reboot it: a person decides"
+    if host.node_held(watch):
+        return "held: no forced reboot"
+    reboots = await host.reboots_in_window(watch.name)
+    if reboots >= guards.node_budget:
+        return (
+            f"gpu_wedged, and the node's budget is spent ({reboots}/{guards.node_budget} "
+            f"forced reboots in {guards.budget_window:g}s): a person decides"
+        )
+    return None
+
+
+async def _boot_wait(
+    host: WedgedHost, watch: NodeWatch, incident_id: int, action_id: int, boot_before: str | None
+) -> str:
+    ledger, store = host.ledger, host.ledger.store
+    name = watch.name
+    timeout = host.config.guards.boot_timeout
+    await ledger.write(
+        store.add_step,
+        incident_id,
+        StepName.BOOT_WAIT_STARTED,
+        node=name,
+        detail={"timeout_s": timeout, "boot_id_before": boot_before},
+    )
+    if await _wait(host, lambda: watch.boot_id != boot_before, timeout):
+        await ledger.write(
+            store.finish_action,
+            action_id,
+            "verified",
+            step=StepName.NEW_BOOT_SEEN,
+            step_detail={"boot_id": watch.boot_id, "boot_id_before": boot_before},
+        )
+        settle = host.config.detection.gpu_wedged_after
+        if not await _wait(host, lambda: host.gpu_answers(watch), settle):
+            why = (
+                "the GPU is still wedged after a forced reboot: minutes without AC power may "
+                "clear it; a person decides (power is never cut on a host showing life)"
+            )
+            await ledger.write(
+                store.add_step, incident_id, StepName.STILL_WEDGED, node=name, detail={"why": why}
+            )
+            await host.hold_node(watch, why, NodeEvent.HOLD, by_controller=True)
+            return await _resolve(host, incident_id, "gave_up", why)
+        # Bounded by the reboot budget, not the serving one (like a restart after a cycle).
+        await host.restart_serving_after(incident_id, f"{name} rebooted", kind="forced_reboot")
+        return await _resolve(host, incident_id, "recovered", "a new boot, the GPU answers")
+    if host.shows_life(watch):
+        await ledger.write(
+            store.finish_action,
+            action_id,
+            "failed",
+            error="no new boot id, and the host still answers",
+            step=StepName.BOOT_TIMEOUT,
+            step_detail={"boot_id": watch.boot_id},
+        )
+        why = (
+            "gpu_wedged; the forced reboot brought no new boot and the host still answers: "
+            "a person decides (power is never cut on a host showing life)"
+        )
+        await host.hold_node(watch, why, NodeEvent.HOLD, by_controller=True)
+        return await _resolve(host, incident_id, "gave_up", why)
+    return await hand_over(host, watch, incident_id, action_id)
+
+
+async def hand_over(
+    host: WedgedHost, watch: NodeWatch, incident_id: int, action_id: int | None
+) -> str:
+    """The host went silent: the freeze path (and its own incident) takes over."""
+    ledger, store = host.ledger, host.ledger.store
+    if action_id is not None:
+        await ledger.write(
+            store.finish_action, action_id, "ambiguous", error="the host went silent"
+        )
+    await ledger.write(
+        store.add_step,
+        incident_id,
+        StepName.HANDED_TO_POWER_PATH,
+        node=watch.name,
+        detail={"verdict": watch.finding.verdict.value},
+    )
+    return await _resolve(host, incident_id, "gave_up", "silent: handed to the power path")
+
+
+async def _wait(host: WedgedHost, done: Callable[[], bool], seconds: float) -> bool:
+    """Poll ``done`` every poll interval for up to ``seconds``, on the controller's clock."""
+    clock = host.clock
+    deadline = clock.monotonic() + seconds
+    while True:
+        if done():
+            return True
+        if clock.monotonic() >= deadline:
+            return False
+        await clock.sleep(host.config.detection.poll_interval)
+
+
+async def _resolve(host: WedgedHost, incident_id: int, resolution: str, why: str) -> str:
+    await host.ledger.write(
+        host.ledger.store.resolve_incident, incident_id, resolution, detail={"why": why}
+    )
+    log.info("incident #%d (gpu_wedged): %s: %s", incident_id, resolution, why)
+    return resolution
