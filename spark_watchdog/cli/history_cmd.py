@@ -28,6 +28,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from spark_watchdog.cli import flight_view
 from spark_watchdog.config.controller import ControllerConfig, load_controller_config
 from spark_watchdog.errors import ConfigError, WatchdogError
 from spark_watchdog.history.records import CLUSTER, iso_utc
@@ -311,6 +312,10 @@ def run_show(args: argparse.Namespace) -> int:
     reasons = i.evidence.get("reasons") if isinstance(i.evidence, dict) else None
     if reasons:
         print(f"  evidence  {'; '.join(map(str, reasons))}")
+    recorder = i.evidence.get("flight_recorder") if isinstance(i.evidence, dict) else None
+    if isinstance(recorder, dict):
+        for line in flight_view.render(recorder, i.detected_at):
+            print(line)
     print("timeline:")
     for step in timeline.steps:
         offset = step.at - i.detected_at

@@ -261,6 +261,8 @@ class DetectionConfig:
     banner_interval: float = setting(15.0, above=0)
     # Seconds of GPU reads timing out, on a node whose agent answers, before it is gpu_wedged.
     gpu_wedged_after: float = setting(30.0, above=0)
+    # Seconds of each node's snapshots kept and written into its incidents; 0 = none.
+    flight_recorder_seconds: float = setting(120.0, minimum=0, maximum=3600)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -23,6 +23,7 @@ from spark_watchdog.config.controller import ControllerConfig, SshDevice
 from spark_watchdog.config.secrets import read_secret
 from spark_watchdog.controller import wedged
 from spark_watchdog.controller.detector import DetectionPolicy, Verdict, classify
+from spark_watchdog.controller.flight_recorder import FlightRecorder
 from spark_watchdog.controller.http_client import ANSWERED, HttpError
 from spark_watchdog.controller.io import ControllerIO
 from spark_watchdog.controller.ledger import HistoryUnwritable, Ledger
@@ -110,6 +111,7 @@ class Controller:
         self._cycles: list[tuple[str, float, int]] = []
         self._fencing: dict[str, asyncio.Task[RungOutcome]] = {}
         self._serving_task: asyncio.Task[bool] | None = None
+        self.recorder = FlightRecorder(config.detection.flight_recorder_seconds)
         # The wedged-but-alive ladder per node, and its incident.
         self._wedged: dict[str, tuple[asyncio.Task[str], int]] = {}
         self._agent_restarts: dict[str, asyncio.Task[None]] = {}
@@ -475,7 +477,11 @@ class Controller:
         # The fault began when vLLM last progressed, not when the agent last answered.
         onset = watch.serving_fault_onset(self.clock.time())
         kind = finding.verdict.value
-        evidence: dict[str, Any] = {"reasons": list(finding.reasons), "agent_state": watch.snapshot}
+        evidence: dict[str, Any] = {
+            "reasons": list(finding.reasons),
+            "agent_state": watch.snapshot,
+            "flight_recorder": self.recorder.evidence(watch.name),
+        }
         kill = watch.guard_kill
         if finding.verdict is Verdict.MEMORY_EXHAUSTED and kill is not None:
             evidence["memory_guard"] = kill
@@ -527,7 +533,11 @@ class Controller:
 
     def _note_agent_answer(self, watch: NodeWatch, status: int, body: bytes) -> None:
         """An HTTP answer: life in any case; a snapshot when it is a 200 with a JSON object."""
-        watch.note_http_answer(status, body, self.clock.monotonic(), self.clock.time())
+        before = watch.snapshot
+        wall = self.clock.time()
+        watch.note_http_answer(status, body, self.clock.monotonic(), wall)
+        if watch.snapshot is not None and watch.snapshot is not before:
+            self.recorder.note(watch.name, watch.snapshot, wall)
 
     async def _poll_agent(self, watch: NodeWatch) -> None:
         try:
@@ -826,6 +836,7 @@ class Controller:
                     "last_agent_state": watch.snapshot,
                     "boot_id": watch.boot_id,
                     "banner": watch.banner_detail,
+                    "flight_recorder": self.recorder.evidence(watch.name),
                 },
                 fault_onset=watch.agent_progress_wall,
             )
@@ -872,7 +883,11 @@ class Controller:
             "host_frozen",
             [watch.name],
             detected_at=self.clock.time(),
-            evidence={"reasons": list(watch.finding.reasons), "last_agent_state": watch.snapshot},
+            evidence={
+                "reasons": list(watch.finding.reasons),
+                "last_agent_state": watch.snapshot,
+                "flight_recorder": self.recorder.evidence(watch.name),
+            },
             fault_onset=watch.agent_progress_wall,
             dry_run=True,
         )
@@ -960,8 +975,12 @@ class Controller:
                 wedged.KIND,
                 [watch.name],
                 detected_at=self.clock.time(),
-                evidence={"reasons": list(watch.finding.reasons), "agent_state": watch.snapshot},
-                fault_onset=None,
+                evidence={
+                    "reasons": list(watch.finding.reasons),
+                    "agent_state": watch.snapshot,
+                    "flight_recorder": self.recorder.evidence(watch.name),
+                },
+                fault_onset=watch.gpu_timeout_wall,
                 dry_run=self.config.guards.dry_run,
             )
         except IncidentAlreadyOpen as exc:

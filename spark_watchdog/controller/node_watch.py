@@ -75,8 +75,9 @@ class NodeWatch:
     # answered, and the one reported and not answered yet.
     guard_kill_answered: tuple[str | None, int] | None = None
     guard_kill: dict[str, Any] | None = None
-    # Since when (monotonic) the agent's GPU probe reports timeouts, if it does.
+    # Since when (monotonic, and wall clock) the agent's GPU probe reports timeouts.
     gpu_timeout_since: float | None = None
+    gpu_timeout_wall: float | None = None
 
     @property
     def name(self) -> str:
@@ -160,7 +161,7 @@ class NodeWatch:
         if isinstance(boot_id, str):
             self.boot_id = boot_id
         self._note_guard_kill(snapshot, wall)
-        self._note_gpu(snapshot, now, new_agent)
+        self._note_gpu(snapshot, now, wall, new_agent)
         if progressed:
             self.agent_progress_at = now
             self.agent_progress_wall = wall
@@ -192,14 +193,14 @@ class NodeWatch:
         self.guard_kill = dict(kill)
         self.guard_kill["agent_started_at"] = self.agent_started_at
 
-    def _note_gpu(self, snapshot: dict[str, Any], now: float, new_agent: bool) -> None:
+    def _note_gpu(self, snapshot: dict[str, Any], now: float, wall: float, new_agent: bool) -> None:
         probes = snapshot.get("probes")
         gpu = probes.get("gpu") if isinstance(probes, dict) else None
         timing_out = isinstance(gpu, dict) and gpu.get("state") == "timeout"
         if not timing_out or new_agent:
-            self.gpu_timeout_since = None
+            self.gpu_timeout_since = self.gpu_timeout_wall = None
         if timing_out and self.gpu_timeout_since is None:
-            self.gpu_timeout_since = now
+            self.gpu_timeout_since, self.gpu_timeout_wall = now, wall
 
     @property
     def guard_kill_key(self) -> tuple[str | None, int] | None:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import memory_guard
+from bench import flight_recorder, memory_guard
 from bench.delay_relay import DelayRelay
 from bench.detection_latency import percentiles, production_overrides, recovery_split
 from bench.production import production_settings
@@ -157,3 +157,11 @@ def test_the_memory_guard_bench_measures_margins_and_false_kills(
     assert rows[3.0]["killed_before_floor"] < 50  # past the documented bound some are late
     assert result["healthy"]["kills"] == 0 and result["healthy"]["serving_hours"] == 3.0
     assert "collapse 1.0 GiB/s" in capsys.readouterr().out
+
+
+def test_the_flight_recorder_bench_measures_what_it_holds(tmp_path: Path) -> None:
+    out = tmp_path / "flight_recorder.json"
+    assert flight_recorder.main(["--nodes", "20", "--seconds", "30", "--json-out", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert result["samples_per_node"] == 31
+    assert result["bytes_per_node"] > 31 * 8 and result["evidence_bytes_per_incident"] > 31 * 10

@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from spark_watchdog.cli.main import main
+from spark_watchdog.controller.flight_recorder import FlightRecorder
 from spark_watchdog.history.store import HistoryStore
 
 
@@ -251,3 +252,38 @@ def test_a_url_that_is_not_one_is_a_usage_error(
     code, out, err = run(["status", "--db", str(db), "--url", url], capsys)
     assert (code, out) == (2, "")
     assert err == f"spark-watchdog: --url {url}: expected the controller's URL, http://HOST:PORT\n"
+
+
+def test_show_draws_the_flight_recorder_and_json_has_every_sample(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    recorder = FlightRecorder(120.0)
+    for t in range(40):
+        snapshot = {
+            "probes": {
+                "host": {"mem_available_bytes": (30 - t // 2) * 1024**3},
+                "gpu": {"state": "ok", "devices": [{"power_w": 45.0 - t / 4}]},
+                "vllm": {"state": "progressing" if t < 30 else "stalled", "engine_steps": t * 5},
+            }
+        }
+        recorder.note("spark-2", snapshot, 5000.0 + t)
+    path = tmp_path / "history.db"
+    with HistoryStore(path) as store:
+        store.open_incident(
+            "host_frozen",
+            ["spark-2"],
+            detected_at=5040.0,
+            evidence={
+                "reasons": ["agent silent 8.0s"],
+                "flight_recorder": recorder.evidence("spark-2"),
+            },
+        )
+    code, out, _ = run(["show", "1", "--db", str(path)], capsys)
+    assert code == 0
+    drawing = out.split("flight recorder (spark-2: 40 samples from -40s to -1s", 1)[1]
+    assert "MemAvailable GiB" in drawing and "30 → 11" in drawing
+    assert "progressing (-40s) → stalled (-10s)" in drawing
+    assert drawing.index("MemAvailable") < drawing.index("timeline:")
+    code, out, _ = run(["show", "1", "--db", str(path), "--json"], capsys)
+    kept = json.loads(out)["incident"]["evidence"]["flight_recorder"]
+    assert len(kept["samples"]) == 40 and kept["fields"][0] == "t"

@@ -240,6 +240,11 @@ def test_mem_collapse_is_stopped_by_the_memory_guard_without_power(scenario: Any
     assert incident.kind == "memory_exhausted" and incident.nodes == ("spark-2",)
     kill = incident.evidence["memory_guard"]
     assert kill["result"] == "killed"
+    # The flight recorder kept the fall, off the node.
+    recorder = incident.evidence["flight_recorder"]
+    column = recorder["fields"].index("mem_available_bytes")
+    fall = [s[column] for s in recorder["samples"]]
+    assert len(fall) >= 10 and fall[0] > fall[-1] and fall[-1] <= 6 * 1024**3
     assert [k["by"] for k in kill["killed"]] == ["launcher"]
     assert kill["readings"] and kill["readings"][-1]["mem_available_bytes"] <= 6 * 1024**3
     steps = [s.step for s in store.steps(incident.id)]
