@@ -59,6 +59,7 @@ class StepName(str, enum.Enum):
     SERVING_RESTART_DEFERRED = "serving_restart_deferred"
     SERVING_RESTART_STARTED = "serving_restart_started"
     SERVING_RESTART_DONE = "serving_restart_done"
+    STACKS_RECORDED = "stacks_recorded"  # the ranks' Python stacks, taken before the stop
     # The wedged-but-alive ladder (controller/wedged.py)
     STILL_WEDGED = "still_wedged"  # the serving restart did not bring the GPU back
     REBOOT_REQUESTED = "reboot_requested"  # the forced reboot, recorded before it is sent

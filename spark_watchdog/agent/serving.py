@@ -49,6 +49,7 @@ from typing import Any, Literal
 import psutil
 
 from spark_watchdog.agent.probe_runner import iso_time
+from spark_watchdog.agent.stacks import as_log_lines, dump_stacks
 from spark_watchdog.config.agent import ServingConfig
 from spark_watchdog.errors import WatchdogError
 from spark_watchdog.probes.vllm import rank_process_alive
@@ -262,6 +263,8 @@ class _Run:
     killed: bool = False
     # Who sent SIGKILL without a SIGTERM first ("memory_guard"), if anyone.
     killed_by: str | None = None
+    # The processes' stacks, taken before the last stop (agent/stacks.py).
+    stacks: dict[str, Any] | None = None
     # Once the group is seen empty its id may be reused: never signal it again.
     group_gone: bool = False
 
@@ -424,6 +427,7 @@ class ServingLauncher:
         return self.status()
 
     def _stop(self, run: _Run) -> None:
+        self._dump_stacks(run)
         began = time.monotonic()
         with self._state:
             run.stopping = True
@@ -457,6 +461,18 @@ class ServingLauncher:
                 "a power cycle may be the only way out"
             )
         log.info("serving: stopped group %d with %s in %.1f s", run.pgid, how, took)
+
+    def _dump_stacks(self, run: _Run) -> None:
+        """Where the rank's processes are, before they are signalled (bounded)."""
+        if not self.config.stack_dump or run.group_gone:
+            return
+        pids = _group_members(run.pgid) or [run.pgid]
+        record = dump_stacks(
+            pids, self.config.stack_dump_timeout, secret_flags=self.config.secret_flags
+        )
+        with self._state:
+            run.stacks = record
+        self._note(as_log_lines(record))
 
     def kill_now(self, by: str) -> dict[str, Any] | None:
         """SIGKILL the rank's whole group at once, without SIGTERM and without
@@ -540,6 +556,7 @@ class ServingLauncher:
                     "group_alive": False,
                     "killed": False,
                     "killed_by": None,
+                    "stacks": None,
                     "requested": EffectiveConfig().to_json(),
                     "effective": EffectiveConfig().to_json(),
                     "effective_matches_profile": None,
@@ -568,6 +585,7 @@ class ServingLauncher:
                 "group_alive": group_alive,
                 "killed": run.killed,
                 "killed_by": run.killed_by,
+                "stacks": run.stacks,
                 "requested": run.requested.to_json(),
                 "effective": run.scanner.effective.to_json(),
                 "effective_matches_profile": effective_matches(

@@ -23,7 +23,7 @@ import re
 import sys
 import time
 import urllib.parse
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -33,6 +33,7 @@ from spark_watchdog.config.controller import ControllerConfig, load_controller_c
 from spark_watchdog.errors import ConfigError, WatchdogError
 from spark_watchdog.history.records import CLUSTER, iso_utc
 from spark_watchdog.history.store import SQLITE_MAX_INT, HistoryStore
+from spark_watchdog.steps import StepName
 
 DEFAULT_CONFIG = "/etc/spark-watchdog/controller.yaml"
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -319,6 +320,11 @@ def run_show(args: argparse.Namespace) -> int:
     print("timeline:")
     for step in timeline.steps:
         offset = step.at - i.detected_at
+        if step.step == StepName.STACKS_RECORDED:
+            print(f"  t={offset:+8.1f}s  {step.step}")
+            for line in _stack_lines(step.detail):
+                print(line)
+            continue
         detail = ", ".join(f"{k}={v}" for k, v in step.detail.items() if v not in (None, "", {}))
         who = f"{step.node} " if step.node else ""
         print(f"  t={offset:+8.1f}s  {who}{step.step}" + (f"  ({detail})" if detail else ""))
@@ -335,6 +341,25 @@ def run_show(args: argparse.Namespace) -> int:
         span = f"{_short(b.first_entry)} → {_short(b.last_entry)}"
         print(f"boot {b.boot_id[:12]} of {b.node}: {span} {end}")
     return EXIT_OK
+
+
+def _stack_lines(detail: Mapping[str, Any], frames: int = 6) -> list[str]:
+    """Each node's processes and their innermost frames (--json has all of them)."""
+    lines: list[str] = []
+    nodes = detail.get("nodes")
+    for node, record in nodes.items() if isinstance(nodes, Mapping) else ():
+        if not isinstance(record, Mapping):
+            continue
+        note = f" ({record['note']})" if record.get("note") else ""
+        lines.append(f"      {node}{note}")
+        for entry in record.get("processes") or []:
+            if not isinstance(entry, Mapping):
+                continue
+            lines.append(f"        pid {entry.get('pid')}: {entry.get('command')}")
+            stack = entry.get("stack")
+            body = str(stack).splitlines()[:frames] if stack else [f"({entry.get('error')})"]
+            lines.extend(f"          {line.strip()}" for line in body if line.strip())
+    return lines
 
 
 @_guarded

@@ -149,6 +149,9 @@ class ServingConfig:
     environment: dict[str, str] = setting(default_factory=dict)
     # Flags whose values are hidden (***) wherever the argv is shown or stored.
     secret_flags: tuple[str, ...] = setting(())
+    # Before a stop: the Python stacks of the rank's processes (py-spy), within this budget.
+    stack_dump: bool = setting(True)
+    stack_dump_timeout: float = setting(5.0, above=0, maximum=60)
 
     def __post_init__(self) -> None:
         for i, flag in enumerate(self.secret_flags):

@@ -404,6 +404,13 @@ class Controller:
             head, workers, token, self.config.serving.start_timeout, profile
         )
         self._last_serving_restart = self.clock.monotonic()
+        if incident_id is not None and report.stacks:
+            await self.ledger.write(
+                self.ledger.store.add_step,
+                incident_id,
+                StepName.STACKS_RECORDED,
+                detail={"nodes": report.stacks},
+            )
         await self.ledger.write(
             self.ledger.store.finish_serving_restart,
             record.id,

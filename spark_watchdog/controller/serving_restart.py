@@ -37,6 +37,8 @@ class ServingRestartReport:
     effective: dict[str, Any] = field(default_factory=dict)
     # Said when it succeeded with a config that differs from the profile's but is as safe.
     note: str | None = None
+    # Per node, the stacks its agent took before the stop (agent/stacks.py), if any.
+    stacks: dict[str, Any] = field(default_factory=dict)
 
 
 def _unsafe(serving: dict[str, Any]) -> bool:
@@ -188,9 +190,11 @@ class ServingRestart:
             report.result, report.error = "failed", str(exc)
             return report
         try:
-            await self._timed(report, f"stop {self.head.name}", self._post(self.head, "stop"))
-            for worker in self.workers:
-                await self._timed(report, f"stop {worker.name}", self._post(worker, "stop"))
+            for node in (self.head, *self.workers):
+                stopped = await self._timed(report, f"stop {node.name}", self._post(node, "stop"))
+                stacks = stopped.get("stacks")
+                if isinstance(stacks, dict):
+                    report.stacks[node.name] = stacks
             for worker in self.workers:
                 await self._timed(
                     report,

@@ -287,3 +287,24 @@ def test_show_draws_the_flight_recorder_and_json_has_every_sample(
     code, out, _ = run(["show", "1", "--db", str(path), "--json"], capsys)
     kept = json.loads(out)["incident"]["evidence"]["flight_recorder"]
     assert len(kept["samples"]) == 40 and kept["fields"][0] == "t"
+
+
+def test_show_prints_the_innermost_frames_of_the_stacks(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "history.db"
+    stack = "Thread 7 (idle)\n    wait_for_gpu (rank.py:4)\n    <module> (rank.py:5)\n"
+    nodes = {
+        "spark-1": {"processes": [{"pid": 7, "command": "python rank.py", "stack": stack}]},
+        "spark-2": {"processes": [{"pid": 9, "command": "vllm", "error": "Permission denied"}]},
+        "spark-3": {"processes": [], "note": "py-spy is not installed"},
+    }
+    with HistoryStore(path) as store:
+        incident = store.open_incident(
+            "serving_stalled", ["spark-1"], detected_at=time.time(), evidence={}
+        )
+        store.add_step(incident.id, "stacks_recorded", detail={"nodes": nodes})
+    code, out, _ = run(["show", "1", "--db", str(path)], capsys)
+    assert code == 0
+    assert "pid 7: python rank.py" in out and "wait_for_gpu (rank.py:4)" in out
+    assert "(Permission denied)" in out and "spark-3 (py-spy is not installed)" in out

@@ -24,6 +24,7 @@ class ServingHead:
 
     def __init__(self) -> None:
         self.serving: dict[str, Any] = {}
+        self.stop_answer: dict[str, Any] = {}
         head = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -43,7 +44,7 @@ class ServingHead:
 
             def do_POST(self) -> None:
                 self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                self._send({})
+                self._send(head.stop_answer if self.path.endswith("/stop") else {})
 
             def log_message(self, *args: Any) -> None:
                 return
@@ -132,3 +133,14 @@ def test_a_difference_the_agent_reports_without_the_values_fails_the_restart(
 def test_a_confirmed_profile_succeeds_without_a_note(head: ServingHead) -> None:
     report = _restart(head, _serving("FULL_DECODE_ONLY", True, True))
     assert (report.result, report.note) == ("succeeded", None)
+
+
+def test_the_stacks_each_agent_took_before_its_stop_come_back_in_the_report(
+    head: ServingHead,
+) -> None:
+    taken = {"at": "2026-12-01T00:00:00Z", "tool": "py-spy", "processes": [], "duration_s": 0.1}
+    head.stop_answer = {"state": "stopped", "stacks": taken}
+    report = _restart(head, _serving("FULL_DECODE_ONLY", True, True))
+    assert report.result == "succeeded" and report.stacks == {"spark-1": taken}
+    head.stop_answer = {"state": "stopped", "stacks": None}  # an agent that took none
+    assert _restart(head, _serving("FULL_DECODE_ONLY", True, True)).stacks == {}

@@ -177,6 +177,12 @@ def test_serving_faults_restart_serving_without_power(scenario: Any, name: str, 
     _safe_restart(store)
     order = list(store.serving_restarts()[0].step_durations)
     assert order[0] == "stop spark-1" and order[-2] == "start spark-1"
+    # Every running rank's agent took its processes' stacks (or said why not) before
+    # the stop; a rank that had exited (crash-exit) has nothing to take.
+    (stacks,) = [s for s in store.steps(1) if s.step == "stacks_recorded"]
+    ranks = {"spark-2", "spark-3", "spark-4"} | (set() if name == "crash-exit" else {"spark-1"})
+    assert set(stacks.detail["nodes"]) == ranks
+    assert all(r["processes"] or r.get("note") for r in stacks.detail["nodes"].values())
 
 
 def test_pdu_down_gives_up_with_an_alert_and_no_command(scenario: Any) -> None:
