@@ -475,6 +475,8 @@ def run_status(args: argparse.Namespace) -> int:
     print(f"source: {status['source']}")
     for node in status.get("nodes", []):
         reasons = "; ".join(node.get("reasons") or [])
+        if node.get("hardware_suspect"):
+            reasons += f" [hardware suspect: {node.get('freezes_in_window')} freezes]"
         print(f"  {node['name']:<12} {node['verdict']:<16} {reasons}")
     for hold in status.get("holds", []):
         print(f"  hold {hold['node']}: {hold['reason']}")

@@ -281,6 +281,10 @@ class GuardsConfig:
     breaker_latch_after: float = setting(30.0, minimum=0)
     # Seconds to wait for the agent to answer with a new boot id after power is restored.
     boot_timeout: float = setting(300.0, above=0)
+    # A node with this many host_frozen incidents within suspect_window is flagged
+    # hardware_suspect (status, metrics, an alert): power cycles only treat the symptom.
+    suspect_freezes: int = setting(3, minimum=1)
+    suspect_window: float = setting(86400.0, above=0)
     # Decide, record and notify, but send nothing to any device.
     dry_run: bool = setting(False)
 

@@ -61,6 +61,8 @@ LATE_BANNER_INTERVAL_S = 2.0
 # Budgets count cycles by the wall clock (they are recorded); the window is
 # widened by this much so a clock stepped forward cannot forget a cycle.
 CLOCK_STEP_MARGIN_S = 900.0
+# How often the repeat-offender counts are read again from the history (seconds).
+OFFENDERS_REFRESH_S = 300.0
 # Incident kinds whose serving restart counts against serving.restart_budget.
 SERVING_FAULT_KINDS = (
     Verdict.SERVING_STALLED.value,
@@ -112,6 +114,8 @@ class Controller:
         self._fencing: dict[str, asyncio.Task[RungOutcome]] = {}
         self._serving_task: asyncio.Task[bool] | None = None
         self.recorder = FlightRecorder(config.detection.flight_recorder_seconds)
+        # When the repeat-offender counts were last read from the history (monotonic).
+        self._offenders_read_at = float("-inf")
         # The wedged-but-alive ladder per node, and its incident.
         self._wedged: dict[str, tuple[asyncio.Task[str], int]] = {}
         self._agent_restarts: dict[str, asyncio.Task[None]] = {}
@@ -608,6 +612,7 @@ class Controller:
         await self._check_breaker()
         for watch in self.watches.values():
             await self._act(watch)
+        await self._refresh_offenders()
         for watch in self.watches.values():
             if self._counted_verdicts.get(watch.name) != watch.verdict:
                 self._counted_verdicts[watch.name] = watch.verdict
@@ -615,6 +620,37 @@ class Controller:
         self.ticks += 1
         self.last_sweep_s = self.clock.monotonic() - self._tick_started
         self.published = self.status_json()
+
+    async def _refresh_offenders(self) -> None:
+        """Freezes per node within suspect_window and cycles ever, from the history:
+        every OFFENDERS_REFRESH_S, and after each freeze incident opens. A node that
+        becomes hardware_suspect gets one alert."""
+        now = self.clock.monotonic()
+        if now - self._offenders_read_at < OFFENDERS_REFRESH_S:
+            return
+        guards = self.config.guards
+        try:
+            freezes, cycles = await self.ledger.read(
+                self.ledger.store.repeat_offenders, self.clock.time() - guards.suspect_window
+            )
+        except HistoryUnwritable:
+            return
+        self._offenders_read_at = now
+        for name, watch in self.watches.items():
+            watch.freezes_in_window = freezes.get(name, 0)
+            watch.power_cycles_total = cycles.get(name, 0)
+            suspect = watch.freezes_in_window >= guards.suspect_freezes
+            if suspect and not watch.hardware_suspect:
+                self.notifier.send(
+                    Event(
+                        "hardware_suspect",
+                        f"{name} froze {watch.freezes_in_window} times within "
+                        f"{guards.suspect_window:g}s: the hardware may be at fault (GPU, PSU, "
+                        "cable, the outlet); power cycles only treat the symptom",
+                        name,
+                    )
+                )
+            watch.hardware_suspect = suspect
 
     def _verdict_changed(self, watch: NodeWatch, before: Verdict) -> None:
         finding = watch.finding
@@ -824,6 +860,7 @@ class Controller:
         watch.incident_id = incident.id
         watch.rungs_done.clear()
         watch.apply(NodeEvent.FROZEN_CONFIRMED)
+        self._offenders_read_at = float("-inf")  # this freeze counts at the next tick
         self.notifier.send(
             Event(
                 "incident_opened", f"{watch.name} {watch.finding.summary}", watch.name, incident.id

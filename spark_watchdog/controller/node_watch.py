@@ -78,6 +78,10 @@ class NodeWatch:
     # Since when (monotonic, and wall clock) the agent's GPU probe reports timeouts.
     gpu_timeout_since: float | None = None
     gpu_timeout_wall: float | None = None
+    # Repeat offenders (from the history, refreshed by the controller).
+    freezes_in_window: int = 0
+    hardware_suspect: bool = False
+    power_cycles_total: int = 0
 
     @property
     def name(self) -> str:
@@ -316,4 +320,7 @@ class NodeWatch:
             "banner": self.banner_detail,
             "incident_id": self.incident_id,
             "held_reason": self.held_reason,
+            "freezes_in_window": self.freezes_in_window,
+            "hardware_suspect": self.hardware_suspect,
+            "power_cycles_total": self.power_cycles_total,
         }

@@ -25,6 +25,7 @@ VERDICTS = (
     "serving_stalled",
     "serving_dead",
     "memory_exhausted",
+    "gpu_wedged",
     "agent_down",
     "host_frozen",
     "isolated",
@@ -64,6 +65,16 @@ class _Collector:
         held = GaugeMetricFamily(
             "spark_watchdog_node_held", "1 when the node is held.", labels=["node"]
         )
+        suspect = GaugeMetricFamily(
+            "spark_watchdog_node_hardware_suspect",
+            "1 when the node froze guards.suspect_freezes times within guards.suspect_window.",
+            labels=["node"],
+        )
+        cycles = GaugeMetricFamily(
+            "spark_watchdog_node_power_cycles",
+            "The node's power cycles in the history, ever (relay wear).",
+            labels=["node"],
+        )
         for node in status.get("nodes", []):
             name = str(node.get("name"))
             for v in VERDICTS:
@@ -71,10 +82,14 @@ class _Collector:
             silent.add_metric([name], float(node.get("agent_silent_s") or 0.0))
             misses.add_metric([name], float(node.get("banner_misses") or 0))
             held.add_metric([name], 1.0 if node.get("state") == NodeState.HELD.value else 0.0)
+            suspect.add_metric([name], 1.0 if node.get("hardware_suspect") else 0.0)
+            cycles.add_metric([name], float(node.get("power_cycles_total") or 0))
         yield verdict
         yield silent
         yield misses
         yield held
+        yield suspect
+        yield cycles
         ticks = CounterMetricFamily(
             "spark_watchdog_controller_polls", "Poll sweeps since the controller started."
         )

@@ -22,7 +22,14 @@ RESOLUTIONS = ("recovered", "gave_up", "false_alarm")
 # Kinds the design names (docs/design.md, "Verdicts"); the store accepts any
 # snake_case kind so the controller can add one (e.g. circuit_breaker) without
 # a migration.
-KNOWN_INCIDENT_KINDS = ("host_frozen", "serving_stalled", "serving_dead", "agent_down")
+KNOWN_INCIDENT_KINDS = (
+    "host_frozen",
+    "serving_stalled",
+    "serving_dead",
+    "memory_exhausted",
+    "gpu_wedged",
+    "agent_down",
+)
 
 # The steps the product writes: spark_watchdog.steps.StepName (any snake_case step is accepted).
 

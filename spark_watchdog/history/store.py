@@ -1233,6 +1233,24 @@ class HistoryStore:
             )
         return self._serving_restart(row)
 
+    def repeat_offenders(self, since: float) -> tuple[dict[str, int], dict[str, int]]:
+        """Per node: host_frozen incidents detected at or after ``since`` (not dry
+        runs, not false alarms), and power cycles ever (not dry runs)."""
+        start = _time(since, "since", self._path)
+        with self._reading("counting freezes and cycles per node") as conn:
+            freezes = conn.execute(
+                "SELECT n.node, COUNT(*) FROM incidents i JOIN incident_nodes n "
+                "ON n.incident_id = i.id WHERE i.kind = 'host_frozen' AND i.dry_run = 0 "
+                "AND i.detected_at >= ? AND (i.resolution IS NULL OR i.resolution != "
+                "'false_alarm') GROUP BY n.node",
+                (start,),
+            ).fetchall()
+            cycles = conn.execute(
+                "SELECT node, COUNT(*) FROM actions WHERE operation = 'cycle' AND dry_run = 0 "
+                "GROUP BY node"
+            ).fetchall()
+        return {r[0]: int(r[1]) for r in freezes}, {r[0]: int(r[1]) for r in cycles}
+
     def serving_restarts_for(self, kinds: Sequence[str], since: float) -> list[int]:
         """Ids of serving restarts started at or after ``since`` (UNIX seconds) for an
         incident of one of ``kinds``, oldest first."""

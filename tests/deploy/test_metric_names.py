@@ -40,6 +40,8 @@ UNITLESS = {
     "spark_watchdog_journal_current_boot_evidence_lines": "journal lines",
     "spark_watchdog_memory_guard_kills": "kills",
     "spark_watchdog_node_verdict": "state set",
+    "spark_watchdog_node_hardware_suspect": "boolean",
+    "spark_watchdog_node_power_cycles": "power cycles",
     "spark_watchdog_node_ssh_banner_misses": "banner checks",
     "spark_watchdog_node_held": "boolean",
     "spark_watchdog_node_verdict_changes": "verdict changes",

@@ -308,3 +308,28 @@ def test_forced_reboots_stay_within_the_node_budget() -> None:
         assert report.alerts.count("forced_reboot") <= 2
         held += report.verdicts["spark-3"] == "held"
     assert held
+
+
+def test_a_node_that_keeps_freezing_is_flagged_hardware_suspect_once() -> None:
+    script: list[tuple[float, str, str | None]] = [
+        (30.0 + 150.0 * i, "freeze", "spark-4") for i in range(3)
+    ]
+    overrides = {
+        "guards": {
+            "node_budget": 5,
+            "cluster_budget": 8,
+            "budget_window": 3600.0,
+            "suspect_freezes": 3,
+            "dry_run": False,
+        },
+        "policy": {"power_off_seconds": 5.0},
+    }
+    flagged = 0
+    for seed in range(4):
+        report = simulate(seed, 9.0, script=script, overrides=overrides)
+        assert report.violations == [], report.violations
+        # Flagged at the third freeze that was one (a false alarm is none), alerted once.
+        freezes = sum(r != "false_alarm" for r in report.resolutions)
+        assert report.alerts.count("hardware_suspect") == (1 if freezes >= 3 else 0)
+        flagged += freezes >= 3
+    assert flagged
