@@ -1122,6 +1122,17 @@ class Controller:
 
     def _maybe_restart_serving(self, watch: NodeWatch) -> None:
         if not self.config.serving.auto_restart:
+            if watch.guard_kill is not None:
+                # Told once, then not news any more: a person restarts serving.
+                watch.answer_guard_kill()
+                self.notifier.send(
+                    Event(
+                        "memory_exhausted",
+                        f"{watch.name} {watch.finding.summary}; serving.auto_restart is off: "
+                        "restart serving by hand (spark-watchdog serving restart)",
+                        watch.name,
+                    )
+                )
             return
         if self.clock.monotonic() < self._serving_blocked_until:
             return

@@ -7,6 +7,7 @@ worker child with its deadline, and the vLLM scraper with its timeout.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
 from spark_watchdog.config.agent import AgentConfig
 from spark_watchdog.doctor.result import Finding, fail, ok, skip, warn
@@ -123,3 +124,31 @@ def check_vllm(config: AgentConfig) -> Finding:
             "check the vLLM server log for why /health is not 200",
         )
     return ok(f"{detail} ({ENGINE_STEPS} = {steps})")
+
+
+def check_restart_policy(command: Sequence[str]) -> Finding:
+    """A rank launched by a container runtime that restarts it on its own: the
+    agent's stop is undone behind its back, a restarted rank 0 meets a stale rank 1
+    and hangs, and each restart can leak unified memory
+    (docs/facts.md, "Whole-host freezes"). The serving launcher must be the only
+    one that starts the rank."""
+    argv = list(command)
+    if not argv:
+        return skip("serving.command is empty: the agent does not launch the rank here")
+    runtime = next((a for a in argv[:3] if Path(a).name in ("docker", "podman", "nerdctl")), None)
+    if runtime is None:
+        return ok("serving.command is not a container runtime: nothing restarts the rank")
+    policy = None
+    for i, arg in enumerate(argv):
+        if arg.startswith("--restart="):
+            policy = arg.split("=", 1)[1]
+        elif arg == "--restart" and i + 1 < len(argv):
+            policy = argv[i + 1]
+    if policy is None or policy == "no":
+        return ok(f"{Path(runtime).name} runs the rank without a restart policy")
+    return warn(
+        f"serving.command starts the rank with {Path(runtime).name} --restart {policy}: the "
+        "runtime restarts it behind the agent's back (a stop is undone, a lone rank rejoins "
+        "stale peers, restarts leak unified memory)",
+        "drop --restart (or use --restart no) and let the agent and the controller restart it",
+    )

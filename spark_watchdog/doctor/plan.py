@@ -25,7 +25,7 @@ from spark_watchdog.doctor.journal_checks import (
     check_previous_boot,
     check_sync_interval,
 )
-from spark_watchdog.doctor.node_checks import check_gpu, check_vllm
+from spark_watchdog.doctor.node_checks import check_gpu, check_restart_policy, check_vllm
 from spark_watchdog.doctor.power_check import (
     check_power_coverage,
     check_power_path,
@@ -114,6 +114,7 @@ def node_plan(config: AgentConfig, host: NodeHost | None = None) -> list[Planned
             vllm.timeout + 5.0,
             _blocking(partial(check_vllm, config)),
         ),
+        _constant("node.serving.restart_policy", check_restart_policy(config.serving.command)),
     ]
     secrets = agent_secrets(config)
     if not secrets:

@@ -95,7 +95,39 @@ async def _read(config: ControllerConfig, path: PowerPath, backend: PowerBackend
         )
     except WatchdogError as exc:  # an outlet name the PDU does not have
         return fail(f"{backend.name}: {exc}", "correct the outlet in the config")
-    return judge_power(path.node, backend.name, state, outlets)
+    found = judge_power(path.node, backend.name, state, outlets)
+    read_power_on = getattr(backend, "read_power_on", None)
+    if found.status != "ok" or read_power_on is None:
+        return found
+    try:
+        policy = await read_power_on()
+    except PowerError as exc:
+        return warn(
+            f"{found.detail}; its setting for after its own power loss cannot be read: "
+            f"{exc.message}",
+            "check on the plug that it switches on again after a power outage",
+        )
+    return judge_power_on(path.node, backend.name, policy) or found
+
+
+def judge_power_on(node: str, device: str, policy: str) -> Finding | None:
+    """A plug that would leave the node off (or out of reach) after its own power
+    loss: Shelly ``initial_state``, Tasmota ``PowerOnState``. None when it is fine."""
+    if policy in ("on", "restore_last"):
+        return None
+    why = {
+        "off": f"it stays off after its own power loss, and so does {node}",
+        "toggle": f"it flips after its own power loss: {node} may stay off",
+        "match_input": "after its own power loss it follows its button's input",
+        "pulse_time": f"after its own power loss it switches off again after PulseTime: {node} "
+        "goes dark",
+        "on_locked": "it ignores relay commands (PowerOnState 4): the controller cannot cut power",
+    }.get(policy, f"unknown setting {policy!r}")
+    return warn(
+        f"{device}: power-on setting {policy}: {why}",
+        "set it to restore the last state or to on (Shelly: Switch.SetConfig initial_state "
+        "restore_last; Tasmota: PowerOnState 3 or 1)",
+    )
 
 
 def judge_power(node: str, device: str, state: PowerState, outlets: list[Any]) -> Finding:

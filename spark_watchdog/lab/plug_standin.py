@@ -4,13 +4,15 @@ It keeps relay state and answers the way the real firmware documents
 (shelly-api-docs.shelly.cloud gen2 Switch; tasmota.github.io/docs/Commands):
 
 - ``shelly``: ``GET /rpc/Switch.GetStatus?id=N`` → ``{"id": N, "output": bool, ...}``,
+  ``GET /rpc/Switch.GetConfig?id=N`` → ``{..., "initial_state": power_on}``,
   ``GET /rpc/Switch.Set?id=N&on=true|false`` → ``{"was_on": bool}``, ``GET /shelly``
   (device info, never behind auth). With a password, every ``/rpc`` call needs
   RFC 7616 digest auth, SHA-256, user ``admin``, as Shelly Gen2+ does.
   RPC errors answer ``{"code": ..., "message": ...}`` with a 4xx/5xx status.
 - ``tasmota``: ``GET /cm?cmnd=Power1`` → ``{"POWER": "ON"}`` with one relay (or
   ``{"POWER1": ...}`` with several, or with ``indexed_keys``), ``cmnd=Power1 Off``
-  switches and answers the new state, unknown commands answer
+  switches and answers the new state, ``cmnd=PowerOnState`` answers
+  ``{"PowerOnState": power_on}``, unknown commands answer
   ``{"Command": "Unknown"}``. With a password, ``user=admin&password=...``
   must be in the query; otherwise 401 (200 with ``legacy_auth_answer``, as
   firmware before arendst/Tasmota#8170 did) and
@@ -101,6 +103,8 @@ class PlugStandin:
         on_change: OnChange | None = None,
         legacy_auth_answer: bool = False,
         indexed_keys: bool = False,
+        # After the plug's own power loss: Shelly initial_state, Tasmota PowerOnState.
+        power_on: str | int | None = None,
         hang_s: float = 300.0,
     ) -> None:
         if kind not in PLUG_KINDS:
@@ -115,6 +119,9 @@ class PlugStandin:
         self.on_change = on_change
         self.legacy_auth_answer = legacy_auth_answer
         self.indexed_keys = indexed_keys
+        self.power_on: str | int = (
+            power_on if power_on is not None else ("restore_last" if kind == "shelly" else 3)
+        )
         self.hang_s = hang_s
         # Shelly numbers switches from 0, Tasmota relays from 1.
         self.first_relay = 0 if kind == "shelly" else 1
@@ -422,6 +429,12 @@ class _PlugHandler(BaseHTTPRequestHandler):
                 {"WWW-Authenticate": plug.digest_challenge()},
             )
         method = path[len("/rpc/") :]
+        if method == "Switch.GetConfig":
+            relay = self._shelly_id(query)
+            raise _Answer(
+                HTTPStatus.OK,
+                {"id": relay, "name": None, "in_mode": "flip", "initial_state": plug.power_on},
+            )
         if method not in ("Switch.GetStatus", "Switch.Set"):
             raise _Answer(
                 HTTPStatus.NOT_FOUND, {"code": 404, "message": f"No handler for {method}"}
@@ -498,6 +511,8 @@ class _PlugHandler(BaseHTTPRequestHandler):
         cmnd = query.get("cmnd", [""])[0].strip()
         if not cmnd:
             raise _Answer(HTTPStatus.OK, {"WARNING": "Enter command cmnd="})
+        if cmnd.lower() == "poweronstate":
+            raise _Answer(HTTPStatus.OK, {"PowerOnState": plug.power_on})
         match = _TASMOTA_POWER.match(cmnd)
         if match is None:
             raise _Answer(HTTPStatus.OK, {"Command": "Unknown"})

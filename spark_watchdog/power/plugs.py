@@ -52,6 +52,15 @@ log = logging.getLogger("spark_watchdog.power.plugs")
 SHELLY_USER = "admin"
 # Tasmota's web user is "admin" unless the firmware was built otherwise.
 TASMOTA_USER = "admin"
+# Tasmota's PowerOnState values (tasmota.github.io/docs/Commands), as words.
+TASMOTA_POWER_ON = {
+    0: "off",
+    1: "on",
+    2: "toggle",
+    3: "restore_last",
+    4: "on_locked",  # on, and the relay no longer obeys commands
+    5: "pulse_time",  # on after PulseTime, then off
+}
 
 
 def _base_url(url: str) -> tuple[str, str]:
@@ -178,6 +187,18 @@ class ShellyPlug(_HttpPlug):
                 '{"was_on": true|false}; it may have been applied',
             )
 
+    async def read_power_on(self) -> str:
+        """What the switch does after the plug's own power loss (``initial_state``:
+        off, on, restore_last, match_input)."""
+        method = "Switch.GetConfig"
+        response = await self._fetch(
+            f"{self._base}/rpc/{method}?id={self.switch_id}", command=False
+        )
+        value = self._check(response, method, command=False).get("initial_state")
+        if not isinstance(value, str):
+            raise Refused(self.name, f"{method} answered without an initial_state string")
+        return value
+
     def _check(self, response: requests.Response, method: str, *, command: bool) -> dict[str, Any]:
         """The JSON object of a successful answer, or the right error."""
         status = response.status_code
@@ -274,6 +295,14 @@ class TasmotaPlug(_HttpPlug):
             )
         if state is not target:
             log.warning("%s: %s answered %s; the read-back decides", self.name, cmnd, state.value)
+
+    async def read_power_on(self) -> str:
+        """``PowerOnState`` as a word: what the relay does after the plug's own power loss."""
+        response = await self._fetch(self._url("PowerOnState"), command=False)
+        value = self._check(response, "PowerOnState", command=False).get("PowerOnState")
+        if isinstance(value, bool) or not isinstance(value, int) or value not in TASMOTA_POWER_ON:
+            raise Refused(self.name, f"PowerOnState answered {value!r}: expected 0 to 5")
+        return TASMOTA_POWER_ON[value]
 
     def _state_in(self, body: dict[str, Any], cmnd: str) -> PowerState | None:
         # One relay: Tasmota says "POWER" for Power1 unless SetOption26 is on.

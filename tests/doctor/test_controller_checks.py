@@ -245,3 +245,54 @@ def test_a_node_without_a_power_path_warns() -> None:
     (found,) = asyncio.run(run_plan(coverage))
     assert found.status == "warn"
     assert "a person must cut its power" in found.detail
+
+
+@pytest.mark.parametrize(
+    ("kind", "power_on", "status", "says"),
+    [
+        ("shelly", "restore_last", "ok", None),
+        ("shelly", "on", "ok", None),
+        ("shelly", "off", "warn", "stays off after its own power loss"),
+        ("shelly", "match_input", "warn", "follows its button"),
+        ("tasmota", 3, "ok", None),
+        ("tasmota", 0, "warn", "stays off after its own power loss"),
+        ("tasmota", 4, "warn", "the controller cannot cut power"),
+        ("tasmota", 5, "warn", "PulseTime"),
+    ],
+)
+def test_a_plug_that_would_leave_the_node_off_after_an_outage_warns(
+    kind: str, power_on: str | int, status: str, says: str | None
+) -> None:
+    from spark_watchdog.lab.plug_standin import PlugStandin
+
+    with PlugStandin(kind, power_on=power_on) as plug:
+        device = {"type": kind, "url": plug.url, "timeout": 2.0}
+        config = _config([_node("spark-2", "http://127.0.0.1:9", power=[device])])
+        found = asyncio.run(check_power_path(config, power_paths(config, config.nodes[0])[0]))
+        assert found.status == status, found
+        if says is not None:
+            assert says in found.detail and found.fix is not None
+            assert "restore_last" in found.fix
+        assert plug.commands == [], "doctor switched the plug"
+
+
+@pytest.mark.parametrize(
+    ("command", "status"),
+    [
+        (["docker", "run", "--restart=always", "vllm/vllm-openai"], "warn"),
+        (["/usr/bin/podman", "run", "--restart", "on-failure", "img"], "warn"),
+        (["docker", "run", "--restart", "no", "img"], "ok"),
+        (["docker", "run", "--rm", "img"], "ok"),
+        (["vllm", "serve", "m", "--restart", "always"], "ok"),  # not a container runtime
+        ([], "skip"),
+    ],
+)
+def test_a_container_restart_policy_in_the_launch_command_warns(
+    command: list[str], status: str
+) -> None:
+    from spark_watchdog.doctor.node_checks import check_restart_policy
+
+    found = check_restart_policy(command)
+    assert found.status == status, found
+    if status == "warn":
+        assert "behind the agent's back" in found.detail and "--restart" in (found.fix or "")

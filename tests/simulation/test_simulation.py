@@ -333,3 +333,16 @@ def test_a_node_that_keeps_freezing_is_flagged_hardware_suspect_once() -> None:
         assert report.alerts.count("hardware_suspect") == (1 if freezes >= 3 else 0)
         flagged += freezes >= 3
     assert flagged
+
+
+def test_a_guard_kill_without_auto_restart_is_told_once_and_restarts_nothing() -> None:
+    report = simulate(
+        3,
+        3.0,
+        script=[(30.0, "memory_kill", "spark-3")],
+        overrides={"serving": {"auto_restart": False}},
+    )
+    assert report.violations == [] and report.sent == []
+    assert report.alerts.count("memory_exhausted") == 1
+    assert "serving_restarted" not in report.alerts and report.resolutions == []
+    assert report.verdicts["spark-3"] == "healthy"  # not memory_exhausted for ever
