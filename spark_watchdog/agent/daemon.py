@@ -495,7 +495,11 @@ class Agent:
             self._host_reading = reading
             self._host_observed_at = time.time()
             if self.memory is not None:
-                self.memory.observe(reading, now)
+                try:
+                    self.memory.observe(reading, now)
+                except Exception:
+                    # The heartbeat must go on: a guard that failed once judges the next reading.
+                    log.exception("memory guard failed on this reading")
             self.seq += 1
             self._publish()
             self._talk_to_systemd()

@@ -11,8 +11,9 @@ The guard trips only when MemAvailable is at or below ``watch_below`` **and**
 one of these agrees, on ``confirm`` consecutive readings:
 
 - *collapse*: MemAvailable falls at least ``min_fall`` per second (a least
-  squares slope over the last ``slope_window`` seconds) and at that slope
-  reaches ``floor`` within ``lead_time`` seconds;
+  squares slope over the last ``slope_window`` seconds, and since the
+  previous reading too: a step down to a flat level is no collapse) and at
+  that slope reaches ``floor`` within ``lead_time`` seconds;
 - *pressure*: MemAvailable is not rising and the kernel says tasks are
   stalled on memory (PSI ``full avg10`` at least ``psi_full``) or the GPU
   driver is failing allocations (``NV_ERR_NO_MEMORY`` lines at least
@@ -20,9 +21,10 @@ one of these agrees, on ``confirm`` consecutive readings:
 
 A ramp to a plateau above ``watch_below`` (a model loading, the KV cache
 being reserved) is never judged; a plateau below it without pressure is
-left alone. After a trip the guard stays quiet until MemAvailable is back
-above ``watch_below`` (the rank's memory is returned) and ``rearm_after``
-seconds have passed, so one collapse is one kill.
+left alone. After a trip the guard stays quiet for ``rearm_after`` seconds
+(the rank's memory comes back within them), then judges afresh: a kill that
+freed nothing (a container runtime's client killed, not the container) is
+tried again only if the host still runs out by the same rules.
 
 Time is injected (monotonic seconds); nothing here reads or kills.
 """
@@ -128,19 +130,21 @@ class MemoryGuard:
         while points and sample.at - points[0][0] > policy.slope_window_s:
             points.popleft()
         rate = slope(list(points))
+        # The fall since the previous reading: a step down to a flat level (a KV
+        # cache reserved) has a steep window slope but no fall now.
+        last_rate = None
+        if len(points) >= 2 and points[-1][0] > points[-2][0]:
+            (t0, v0), (t1, v1) = points[-2], points[-1]
+            last_rate = (v1 - v0) / (t1 - t0)
         left = sample.available - policy.floor_bytes
         to_floor = None
         if rate is not None and rate < 0:
             to_floor = max(0.0, left) / -rate
         if self._tripped_at is not None:
-            rearmed = (
-                sample.available > policy.watch_below_bytes
-                and sample.at - self._tripped_at >= policy.rearm_after_s
-            )
-            if not rearmed:
+            if sample.at - self._tripped_at < policy.rearm_after_s:
                 return Assessment(
                     "cooling_down",
-                    ("tripped; waits for MemAvailable back above watch_below",),
+                    (f"tripped; judges again {policy.rearm_after_s:g}s after the kill",),
                     rate,
                     to_floor,
                 )
@@ -148,7 +152,7 @@ class MemoryGuard:
         if sample.available > policy.watch_below_bytes:
             self._agreeing = 0
             return Assessment("clear", (), rate, to_floor)
-        reasons = self._alarm_reasons(sample, rate, to_floor)
+        reasons = self._alarm_reasons(sample, rate, to_floor, last_rate)
         if not reasons:
             self._agreeing = 0
             return Assessment(
@@ -165,7 +169,11 @@ class MemoryGuard:
         return Assessment("tripped", tuple(reasons), rate, to_floor, agreeing)
 
     def _alarm_reasons(
-        self, sample: MemorySample, rate: float | None, to_floor: float | None
+        self,
+        sample: MemorySample,
+        rate: float | None,
+        to_floor: float | None,
+        last_rate: float | None,
     ) -> list[str]:
         policy = self.policy
         assert sample.available is not None
@@ -176,6 +184,8 @@ class MemoryGuard:
             and to_floor is not None
             and -rate >= policy.min_fall_bytes_per_s
             and to_floor <= policy.lead_time_s
+            and last_rate is not None
+            and -last_rate >= policy.min_fall_bytes_per_s
         ):
             reasons.append(
                 f"{level} falling {_gib(-rate)}/s: the floor ({_gib(policy.floor_bytes)}) "

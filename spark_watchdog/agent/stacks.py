@@ -17,6 +17,7 @@ only (no ``--locals``).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -48,9 +49,19 @@ def find_py_spy() -> str | None:
 
 
 def _run(argv: list[str], timeout: float) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        argv, capture_output=True, text=True, timeout=timeout, check=False, errors="replace"
+    """py-spy, killed at the deadline and then given up on: a py-spy stuck reading a
+    rank in the driver (uninterruptible) must not hold the stop forever."""
+    process = subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, errors="replace"
     )
+    try:
+        out, err = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.communicate(timeout=1.0)
+        raise
+    return subprocess.CompletedProcess(argv, process.returncode, out, err)
 
 
 def _command(pid: int, secret_flags: Sequence[str]) -> str:
@@ -96,7 +107,8 @@ def dump_stacks(
             if done.returncode == 0:
                 entry["stack"] = _bounded(done.stdout)
             else:
-                first = (done.stderr or done.stdout).strip().splitlines()
+                # stderr only: stdout starts with the raw command line.
+                first = done.stderr.strip().splitlines()
                 entry["error"] = first[0][:300] if first else f"py-spy exited {done.returncode}"
         record["processes"].append(entry)
     return _done(record, began)
@@ -106,8 +118,13 @@ def _bounded(text: str) -> str:
     # py-spy's header repeats the whole command line (secrets and all): drop it,
     # the entry's command is the redacted one.
     lines = text.splitlines()
-    start = next((i for i, line in enumerate(lines) if line.startswith("Python v")), -1)
-    text = "\n".join(lines[start + 1 :]).strip("\n") + "\n"
+    start = next((i for i, line in enumerate(lines) if line.startswith("Python v")), None)
+    if start is None:
+        # No header end: keep only the frames, never a line that may be the argv.
+        lines = [line for line in lines if line.startswith(("Thread ", "    "))]
+    else:
+        lines = lines[start + 1 :]
+    text = "\n".join(lines).strip("\n") + "\n"
     data = text.encode()
     if len(data) <= MAX_STACK_BYTES:
         return text

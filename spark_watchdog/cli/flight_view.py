@@ -46,7 +46,11 @@ def render(recorder: Mapping[str, Any], detected_at: float) -> list[str]:
     samples = recorder.get("samples")
     if not isinstance(fields, list) or not isinstance(samples, list) or not samples:
         return []
+    if not all(isinstance(f, str) for f in fields):
+        return []
     rows = [dict(zip(fields, s, strict=False)) for s in samples if isinstance(s, list)]
+    if not rows:
+        return []
     times = [t for t in (_scaled(r.get("t"), float) for r in rows) if t is not None]
     if len(times) != len(rows):
         return []

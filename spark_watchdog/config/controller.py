@@ -186,9 +186,11 @@ class TasmotaDevice:
 
 # Sync, remount read-only, restart: sysrq's emergency path, which neither waits for
 # services nor calls the drivers' shutdown hooks (where a wedged driver hangs a reboot).
+# Detached, so the ssh session ends (exit 0) before the host drops.
 FORCED_REBOOT = (
-    "sudo sh -c 'echo 1 > /proc/sys/kernel/sysrq; echo s > /proc/sysrq-trigger; sleep 2; "
-    "echo u > /proc/sysrq-trigger; sleep 1; echo b > /proc/sysrq-trigger'"
+    "sudo sh -c '(sleep 1; echo 1 > /proc/sys/kernel/sysrq; echo s > /proc/sysrq-trigger; "
+    "sleep 2; echo u > /proc/sysrq-trigger; sleep 1; echo b > /proc/sysrq-trigger) "
+    "</dev/null >/dev/null 2>&1 &'"
 )
 
 

@@ -395,6 +395,7 @@ class Controller:
         record = await self.ledger.write(
             self.ledger.store.start_serving_restart, profile, incident_id=incident_id
         )
+        self._answer_guard_kills_before(record.started_at)
         if kind in SERVING_FAULT_KINDS:
             self.serving_fault_restarts.append((self.clock.monotonic(), record.id))
         if incident_id is not None:
@@ -789,6 +790,9 @@ class Controller:
         return earlier.count(node) + mine.count(node), len(earlier) + len(mine)
 
     async def _act(self, watch: NodeWatch) -> None:
+        self._settle_guard_kill(watch)
+        if watch.finding.verdict is Verdict.MEMORY_EXHAUSTED and watch.guard_kill is None:
+            return  # answered just now: the next tick judges the node afresh
         if watch.name in self._fencing and not self._fencing[watch.name].done():
             return
         if await self._unwedging(watch):
@@ -1061,6 +1065,20 @@ class Controller:
         except HistoryUnwritable as exc:
             log.warning("%s: gpu_wedged ladder stopped: %s", watch.name, exc)
             return "unrecorded"
+        except Exception as exc:
+            # Never guess after an unexpected error: hold, record, a person decides.
+            log.exception("%s: gpu_wedged ladder failed", watch.name)
+            with contextlib.suppress(HistoryUnwritable):
+                await self.hold_node(
+                    watch, f"gpu_wedged ladder failed: {exc}", NodeEvent.HOLD, by_controller=True
+                )
+                await self.ledger.write(
+                    self.ledger.store.resolve_incident,
+                    incident_id,
+                    "gave_up",
+                    detail={"why": f"the ladder failed: {exc}"},
+                )
+            return "gave_up"
 
     async def reboots_in_window(self, node: str) -> int:
         """Forced reboots of the node within budget_window, from the history
@@ -1083,9 +1101,11 @@ class Controller:
         state = gpu.get("state") if isinstance(gpu, dict) else None
         return isinstance(state, str) and state not in ("timeout", "pending")
 
-    def expect_reboot(self, watch: NodeWatch, why: str) -> None:
-        watch.going_down_at = self.clock.monotonic()
+    def expect_reboot(self, watch: NodeWatch, why: str | None) -> None:
+        """From now the node's silence is a reboot for boot_timeout (None: no longer)."""
+        watch.going_down_at = None if why is None else self.clock.monotonic()
         watch.going_down_why = why
+        watch.reboot_expected = why is not None
 
     def shows_life(self, watch: NodeWatch) -> bool:
         last = watch.last_life_at
@@ -1093,6 +1113,34 @@ class Controller:
 
     def node_held(self, watch: NodeWatch) -> bool:
         return watch.state is NodeState.HELD or self.cluster_hold is not None
+
+    def _settle_guard_kill(self, watch: NodeWatch) -> None:
+        """A guard trip that killed nothing is an alert, not a cluster restart; a
+        pending kill that grew old (a hold, a failed restart) is no longer news."""
+        kill = watch.guard_kill
+        if kill is None:
+            return
+        at = kill.get("at_unix")
+        stale = isinstance(at, (int, float)) and self.clock.time() - at > GUARD_KILL_FRESH_S
+        if kill.get("result") == "killed" and not stale:
+            return
+        watch.answer_guard_kill()
+        if not stale:
+            self.notifier.send(
+                Event(
+                    "memory_guard_failed",
+                    f"{watch.name}: the memory guard tripped and {kill.get('result')}: "
+                    f"{'; '.join(map(str, kill.get('reasons') or []))}; look at the node now",
+                    watch.name,
+                )
+            )
+
+    def _answer_guard_kills_before(self, started_wall: float) -> None:
+        """A serving restart that began after a kill answers it, whatever began it."""
+        for watch in self.watches.values():
+            at = None if watch.guard_kill is None else watch.guard_kill.get("at_unix")
+            if isinstance(at, (int, float)) and at <= started_wall:
+                watch.answer_guard_kill()
 
     async def _guard_kill_recorded(self, watch: NodeWatch) -> bool:
         """A memory guard kill an earlier controller already opened an incident for:
@@ -1160,6 +1208,8 @@ class Controller:
         self.tallies.seed_open(incidents)
         newest: dict[str, Incident] = {}
         for incident in sorted(incidents, key=lambda i: i.id):
+            if incident.kind == wedged.KIND and not incident.dry_run:
+                await self._resume_wedged(incident)
             if incident.kind != "host_frozen" or incident.dry_run:
                 await self.ledger.write(
                     self.ledger.store.resolve_incident,
@@ -1177,6 +1227,16 @@ class Controller:
             watch = self.watches.get(name)
             if watch is not None:
                 await self._resume_incident(watch, incident.id)
+
+    async def _resume_wedged(self, incident: Incident) -> None:
+        """A ladder cut short after its forced reboot may have left: the node's
+        silence is still a reboot for boot_timeout, never a freeze to fence."""
+        steps = {s.step for s in await self.ledger.read(self.ledger.store.steps, incident.id)}
+        sent = {StepName.REBOOT_REQUESTED, StepName.REBOOT_SENT} & steps
+        for name in incident.nodes:
+            watch = self.watches.get(name)
+            if watch is not None and sent and StepName.NEW_BOOT_SEEN not in steps:
+                self.expect_reboot(watch, "a forced reboot may have been sent before a restart")
 
     async def _resume_incident(self, watch: NodeWatch, incident_id: int) -> None:
         """Continue one open incident from its record: the same code as a fresh one."""

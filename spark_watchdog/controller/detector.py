@@ -141,7 +141,7 @@ def classify(obs: NodeObservation, policy: DetectionPolicy) -> Finding:
         return _silent(obs, policy, f"agent silent {silent:.1f}s")
     if obs.snapshot is None:
         return Finding(Verdict.PENDING, ("no answer from the agent yet",))
-    if obs.guard_kill is not None:
+    if obs.guard_kill is not None and obs.guard_kill.get("result") == "killed":
         reasons = obs.guard_kill.get("reasons")
         why = "; ".join(str(r) for r in reasons) if isinstance(reasons, list) else ""
         result = obs.guard_kill.get("result")

@@ -85,7 +85,8 @@ class FlightRecorder:
     def note(self, node: str, snapshot: Mapping[str, Any], at: float) -> None:
         if self.seconds <= 0:
             return
-        samples = self._samples.setdefault(node, deque())
+        # A hard bound whatever the clock does (a step back would keep old samples).
+        samples = self._samples.setdefault(node, deque(maxlen=int(self.seconds * 4) + 8))
         samples.append(sample_of(snapshot, at))
         while samples and at - samples[0][0] > self.seconds:
             samples.popleft()

@@ -62,6 +62,9 @@ class NodeWatch:
     # An orderly shutdown seen since the agent's last progress.
     going_down_at: float | None = None
     going_down_why: str | None = None
+    # A reboot the controller itself asked for (a forced reboot): the node is going
+    # down until a new boot id, whatever its agent says before it drops.
+    reboot_expected: bool = False
     # Incident
     incident_id: int | None = None
     rungs_done: set[int] = field(default_factory=set)
@@ -174,9 +177,10 @@ class NodeWatch:
             if self.going_down_at is None:
                 self.going_down_at = now
                 self.going_down_why = "the agent said the system is shutting down"
-        elif progressed or new_boot:
+        elif new_boot or (progressed and not self.reboot_expected):
             self.going_down_at = None
             self.going_down_why = None
+            self.reboot_expected = False
         return progressed
 
     def _note_guard_kill(self, snapshot: dict[str, Any], wall: float) -> None:

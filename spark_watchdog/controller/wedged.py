@@ -73,7 +73,7 @@ class WedgedHost(Protocol):
 
     def gpu_answers(self, watch: NodeWatch) -> bool: ...
 
-    def expect_reboot(self, watch: NodeWatch, why: str) -> None: ...
+    def expect_reboot(self, watch: NodeWatch, why: str | None) -> None: ...
 
     def shows_life(self, watch: NodeWatch) -> bool: ...
 
@@ -118,6 +118,8 @@ async def unwedge(host: WedgedHost, watch: NodeWatch, incident_id: int) -> str:
         await host.hold_node(watch, blocked, NodeEvent.HOLD, by_controller=True)
         return await _resolve(host, incident_id, "gave_up", blocked)
     assert device is not None
+    if host.gpu_answers(watch):
+        return await _resolve(host, incident_id, "recovered", "the GPU answers again")
     boot_before = watch.boot_id
     action = await ledger.write(
         store.record_action,
@@ -130,12 +132,13 @@ async def unwedge(host: WedgedHost, watch: NodeWatch, incident_id: int) -> str:
         step_detail={"boot_id_before": boot_before, "forced": True},
     )
     host.notifier.send(Event("forced_reboot", f"{name}: {reason}; forced reboot", name))
+    # Before it leaves: a sysrq restart drops the host at once, without a goodbye
+    # (the ssh session may hang until its own deadline), and the silence that
+    # follows is a reboot for up to boot_timeout, not a freeze.
+    host.expect_reboot(watch, "a forced reboot was sent")
     attempt = await host.forced_reboot(device)
-    if attempt.sent is not False:
-        # A sysrq restart drops the host at once, without an orderly goodbye: the
-        # silence that follows is a reboot for up to boot_timeout, not a freeze.
-        host.expect_reboot(watch, "a forced reboot was sent")
     if attempt.sent is False:
+        host.expect_reboot(watch, None)  # certainly not sent: nothing to wait for
         await ledger.write(
             store.finish_action,
             action.id,

@@ -145,7 +145,13 @@ def check_restart_policy(command: Sequence[str]) -> Finding:
         elif arg == "--restart" and i + 1 < len(argv):
             policy = argv[i + 1]
     if policy is None or policy == "no":
-        return ok(f"{Path(runtime).name} runs the rank without a restart policy")
+        return warn(
+            f"{Path(runtime).name} runs the rank: a stop reaches it through the client, but "
+            "the memory guard's SIGKILL ends only the client, not the container, whose "
+            "unified memory stays taken",
+            "run vLLM directly under the agent (serving.command: [vllm, serve, ...]) where "
+            "the memory guard matters",
+        )
     return warn(
         f"serving.command starts the rank with {Path(runtime).name} --restart {policy}: the "
         "runtime restarts it behind the agent's back (a stop is undone, a lone rank rejoins "

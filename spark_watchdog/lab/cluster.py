@@ -439,6 +439,8 @@ class LabCluster:
         """sysrq's restart: the host drops at once (its ports go dark, nothing
         says goodbye) and boots again with a new boot id, the outlet untouched."""
         assert node.host is not None
+        if self._stopped:
+            return
         self._event(f"{node.name}: forced reboot requested over ssh: the host drops now")
         self._stop_frozen_agent(node)
         self._signal_tree(node, signal.SIGKILL)

@@ -177,7 +177,10 @@ class _Services:
         await self.stop_agent()
         if self.sshd is not None:
             self.sshd.terminate()
-            await asyncio.to_thread(self.sshd.wait, AGENT_STOP_TIMEOUT)
+            try:
+                await asyncio.to_thread(self.sshd.wait, AGENT_STOP_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                self.sshd.kill()
         if self.server is not None:
             self.server.close()
             self.server = None

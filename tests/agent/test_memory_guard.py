@@ -123,22 +123,24 @@ def test_one_reading_in_alarm_is_not_enough() -> None:
     assert (first, gap, again) == ("alarm", "unknown", "alarm")
 
 
-def test_the_guard_rearms_only_after_the_memory_came_back() -> None:
+def test_the_guard_waits_rearm_after_then_judges_afresh() -> None:
     guard = MemoryGuard(POLICY)
     low = MemorySample(0.0, 2 * GIB, 50.0)
     assert guard.observe(low).state == "alarm"
     assert guard.observe(MemorySample(1.0, 2 * GIB, 50.0)).trip
-    # Still low (the rank's memory not yet returned): no second kill.
-    for t in range(2, 60):
+    # Within rearm_after: no second kill, whatever the readings say.
+    for t in range(2, 31):
         assert guard.observe(MemorySample(float(t), 2 * GIB, 50.0)).state == "cooling_down"
-    # Back above watch_below, but sooner than rearm_after: still cooling down.
+    # Then afresh: the kill freed nothing and the host still runs out: once more.
+    assert guard.observe(MemorySample(31.0, 2 * GIB, 50.0)).state == "alarm"
+    assert guard.observe(MemorySample(32.0, 2 * GIB, 50.0)).trip
+    # The usual end: the memory came back; a flat low level later is no reason.
     guard = MemoryGuard(POLICY)
     _feed(guard, [2 * GIB, 2 * GIB], psi_full_avg10=50.0)
     assert guard.observe(MemorySample(10.0, 50 * GIB)).state == "cooling_down"
     assert guard.observe(MemorySample(31.0, 50 * GIB)).state == "clear"
-    # A new collapse is a new kill.
-    assert guard.observe(MemorySample(32.0, 3 * GIB, 50.0)).state == "alarm"
-    assert guard.observe(MemorySample(33.0, 3 * GIB, 50.0)).trip
+    for t in range(32, 90):
+        assert not guard.observe(MemorySample(float(t), 5 * GIB)).trip
 
 
 def test_a_kill_says_why() -> None:
@@ -150,3 +152,28 @@ def test_a_kill_says_why() -> None:
     assert trip.seconds_to_floor is not None and 0 < trip.seconds_to_floor <= POLICY.lead_time_s
     assert any("falling 1.00 GiB/s" in r for r in trip.reasons)
     assert trip.to_json()["agreeing"] == POLICY.confirm
+
+
+def test_a_step_down_to_a_flat_level_below_watch_below_is_left_alone() -> None:
+    """A KV cache reserved in one go: a steep drop, then flat. The window's slope
+    is still steep at the first flat reading; the fall since the previous is not."""
+    assert (
+        _feed(MemoryGuard(POLICY), [40 * GIB, 30 * GIB, 20 * GIB, 10 * GIB] + [4.5 * GIB] * 30)[
+            -30:
+        ].count("tripped")
+        == 0
+    )
+    rng = random.Random(11)
+    for _ in range(500):
+        # A ramp of any speed that stays above watch_below, then one step into the
+        # zone to a flat level: falling again on the next reading would be a collapse.
+        flat = rng.uniform(1.3, 5.9) * GIB
+        level = rng.uniform(40.0, 110.0) * GIB
+        above = POLICY.watch_below_bytes + rng.uniform(0.1, 3.0) * GIB
+        ramp = rng.uniform(0.5, 8.0) * GIB
+        levels = []
+        while level > above:
+            level = max(above, level - ramp)
+            levels.append(level)
+        states = _feed(MemoryGuard(POLICY), [*levels] + [flat] * 60)
+        assert "tripped" not in states, (above / GIB, flat / GIB, ramp / GIB)

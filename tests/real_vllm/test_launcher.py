@@ -1,4 +1,5 @@
-"""The agent's serving launcher running the real server: plain, then safe.
+"""The agent's serving launcher running the real server: plain, then safe, then
+the memory guard's kill.
 
 The profile's argv merge must be accepted by vLLM's real argument parser, the
 effective config must be read from the real engine's startup line, and the
@@ -17,10 +18,14 @@ from typing import Any
 import pytest
 import requests
 
+from spark_watchdog.agent.memory_watch import MemoryWatch
 from spark_watchdog.agent.serving import ServingLauncher
-from spark_watchdog.config.agent import parse_agent_config
+from spark_watchdog.config.agent import MemoryGuardConfig, parse_agent_config
 from spark_watchdog.lab.cluster import free_port
-from spark_watchdog.lab.real_vllm import RealHead
+from spark_watchdog.lab.real_vllm import RealHead, server_processes
+from spark_watchdog.probes.host import HostReading
+
+GIB = 1024**3
 
 START_TIMEOUT = 420.0
 
@@ -80,6 +85,9 @@ def test_plain_then_safe_on_the_real_server(
 
         stopped = launcher.stop()
         assert stopped["state"] == "stopped" and not stopped["group_alive"], stopped
+        # The stacks were taken before the stop: a stack, or why not, per process.
+        taken = stopped["stacks"]["processes"]
+        assert taken and all("stack" in t or "error" in t for t in taken), stopped["stacks"]
 
         safe = launcher.start("safe")
         argv = safe["argv"]
@@ -99,7 +107,40 @@ def test_plain_then_safe_on_the_real_server(
             timeout=60,
         )
         assert answer.status_code == 200, answer.text
+        _memory_guard_ends_the_rank(launcher, safe)
     finally:
         launcher.stop()
     log = (tmp_path / "serving.log").read_text(errors="replace")
     assert log.count("starting the rank with profile") == 2
+
+
+def _memory_guard_ends_the_rank(launcher: ServingLauncher, serving: dict[str, Any]) -> None:
+    """MemAvailable falling 1 GiB/s: the memory guard's kill ends the whole real
+    rank (API server, engine core, workers) at once, without a stop."""
+    tree = server_processes(serving["pid"])
+    ranks = [p for p in (tree.api_server, tree.engine, *tree.workers) if p is not None]
+    assert len(ranks) >= 3, tree
+    watch = MemoryWatch(MemoryGuardConfig(), launcher=launcher, process_match=None)
+    for t in range(30):
+        reading = HostReading(
+            state="ok",
+            boot_id=None,
+            uptime_s=None,
+            mem_available_bytes=(12 - t) * GIB,
+            mem_total_bytes=119 * GIB,
+            mem_available_trend_bytes_per_s=None,
+            load1=None,
+            loop_lag_s=0.0,
+        )
+        if watch.observe(reading, float(t)).trip:
+            break
+    kill = watch.last_kill
+    assert kill is not None and kill["result"] == "killed", kill
+    assert kill["killed"][0]["pgid"] == serving["pgid"]
+    deadline = time.monotonic() + 20.0
+    # Every process of the group goes (the resource tracker too), not only these three.
+    while launcher.status()["group_alive"]:
+        assert time.monotonic() < deadline, [p.pid for p in ranks if p.is_running()]
+        time.sleep(0.1)
+    assert not any(p.is_running() and p.status() != "zombie" for p in ranks)
+    assert launcher.status()["killed_by"] == "memory_guard"
