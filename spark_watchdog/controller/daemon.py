@@ -791,6 +791,7 @@ class Controller:
 
     async def _act(self, watch: NodeWatch) -> None:
         self._settle_guard_kill(watch)
+        self._expire_expected_reboot(watch)
         if watch.finding.verdict is Verdict.MEMORY_EXHAUSTED and watch.guard_kill is None:
             return  # answered just now: the next tick judges the node afresh
         if watch.name in self._fencing and not self._fencing[watch.name].done():
@@ -1113,6 +1114,18 @@ class Controller:
 
     def node_held(self, watch: NodeWatch) -> bool:
         return watch.state is NodeState.HELD or self.cluster_hold is not None
+
+    def _expire_expected_reboot(self, watch: NodeWatch) -> None:
+        """A reboot the controller asked for that did not come within boot_timeout
+        while the agent kept answering is not expected any more: a later planned
+        reboot is then judged on its own signs, from its own start."""
+        since = watch.going_down_at
+        if not watch.reboot_expected or since is None:
+            return
+        now = self.clock.monotonic()
+        answering = watch.agent_progress_at is not None and watch.agent_progress_at > since
+        if answering and now - since >= self.policy.boot_timeout:
+            self.expect_reboot(watch, None)
 
     def _settle_guard_kill(self, watch: NodeWatch) -> None:
         """A guard trip that killed nothing is an alert, not a cluster restart; a

@@ -221,6 +221,7 @@ async def _boot_wait(
             step=StepName.BOOT_TIMEOUT,
             step_detail={"boot_id": watch.boot_id},
         )
+        host.expect_reboot(watch, None)  # it did not happen: nothing to wait for any more
         why = (
             "gpu_wedged; the forced reboot brought no new boot and the host still answers: "
             "a person decides (power is never cut on a host showing life)"

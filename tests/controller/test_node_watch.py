@@ -118,3 +118,13 @@ def test_gpu_timeouts_are_timed_from_the_first_and_reset_by_an_answer_or_a_new_a
     w.note_answer(_gpu(5, "timeout"), 14.0, 1014.0)
     w.note_answer(_gpu(0, "timeout", boot="b2"), 20.0, 1020.0)  # a new boot starts over
     assert w.gpu_timeout_since == 20.0
+
+
+def test_an_expected_reboot_is_not_cleared_by_answers_only_by_a_new_boot() -> None:
+    w = watch()
+    w.note_answer(snapshot(1), 1.0, 1001.0)
+    w.going_down_at, w.going_down_why, w.reboot_expected = 2.0, "a forced reboot was sent", True
+    w.note_answer(snapshot(2), 3.0, 1003.0)  # the agent before the host drops
+    assert w.going_down_at == 2.0 and w.reboot_expected
+    w.note_answer(snapshot(0, boot="b2"), 20.0, 1020.0)
+    assert w.going_down_at is None and not w.reboot_expected
