@@ -118,14 +118,15 @@ class MemoryWatch:
         self.kills += 1
         readings = list(self.guard.recent)[-EVIDENCE_READINGS:]
         wall = self._wall()
+        judged = assessment.to_json()
         self.last_kill = {
             "id": self.kills,
             "at": iso_time(wall),
             "at_unix": round(wall, 3),
             "result": result,
             "reasons": list(assessment.reasons),
-            "slope_bytes_per_s": assessment.to_json()["slope_bytes_per_s"],
-            "seconds_to_floor": assessment.to_json()["seconds_to_floor"],
+            "slope_bytes_per_s": judged["slope_bytes_per_s"],
+            "seconds_to_floor": judged["seconds_to_floor"],
             "readings": [_reading_json(r, now) for r in readings],
             "killed": killed,
         }

@@ -87,7 +87,7 @@ class LabSshKeys:
                     "PubkeyAuthentication yes",
                     "PasswordAuthentication no",
                     "KbdInteractiveAuthentication no",
-                    f"UsePAM {_use_pam()}",
+                    f"UsePAM {use_pam()}",
                     "StrictModes no",
                     "PermitRootLogin prohibit-password",
                     "LogLevel ERROR",
@@ -119,7 +119,7 @@ def take_request(node_dir: Path) -> str | None:
     return command
 
 
-def _use_pam() -> str:
+def use_pam() -> str:
     """``UsePAM no``, unless root's password is locked ("!"), where OpenSSH
     without PAM refuses even key logins (some images lock root)."""
     if os.geteuid() != 0:

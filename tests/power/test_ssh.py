@@ -37,6 +37,7 @@ import pytest
 
 from spark_watchdog.config.controller import SshDevice
 from spark_watchdog.errors import Ambiguous, Refused, Unreachable
+from spark_watchdog.lab.lab_sshd import use_pam
 from spark_watchdog.power.ssh_banner import (
     CLIENT_VERSION_LINE,
     MAX_READ_BYTES,
@@ -131,24 +132,6 @@ def ssh_children() -> list[psutil.Process]:
     return found
 
 
-def sshd_config_use_pam() -> str:
-    """``UsePAM no`` keeps PAM's session modules (pam_loginuid fails in many
-    containers) out of the test; but without PAM, OpenSSH refuses even key
-    logins to an account whose shadow password starts with "!" (locked), which
-    some images do to root. Only then is PAM (whose account check allows it) on."""
-    if os.geteuid() != 0:
-        return "no"
-    try:
-        with open("/etc/shadow", encoding="utf-8") as shadow:
-            for line in shadow:
-                name, _, rest = line.partition(":")
-                if name == pwd.getpwuid(0).pw_name and rest.startswith("!"):
-                    return "yes"
-    except OSError:
-        pass
-    return "no"
-
-
 @dataclass(frozen=True)
 class Keys:
     client: Path
@@ -226,7 +209,7 @@ def start_sshd(directory: Path, keys: Keys) -> Sshd:
                 "PubkeyAuthentication yes",
                 "PasswordAuthentication no",
                 "KbdInteractiveAuthentication no",
-                f"UsePAM {sshd_config_use_pam()}",
+                f"UsePAM {use_pam()}",
                 "StrictModes no",  # tmp dirs are not the user's home with its modes
                 "PermitRootLogin prohibit-password",
                 "LogLevel VERBOSE",
