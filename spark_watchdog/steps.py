@@ -39,6 +39,11 @@ class StepName(str, enum.Enum):
     ALREADY_OFF = "already_off"
     HOLD_STARTED = "hold_started"
     HOLD_DONE = "hold_done"
+    # A self-timed cycle (the off armed the device's own on)
+    TIMED_ON_UNAVAILABLE = "timed_on_unavailable"  # the device cannot this time: a plain cycle
+    HOLD_CUT_SHORT = "hold_cut_short"  # the device switched on before the hold ended
+    ON_AWAITED = "on_awaited"  # the hold is done; the device's own on is awaited
+    ON_NOT_BY_DEVICE = "on_not_by_device"  # it did not come: the on is sent
     ON_SPACING = "on_spacing"
     ON_REQUESTED = "on_requested"
     ON_WITHDRAWN = "on_withdrawn"
@@ -76,13 +81,21 @@ OFF_SIDE = frozenset(
         StepName.ALREADY_OFF,
         StepName.HOLD_STARTED,
         StepName.HOLD_DONE,
+        StepName.ON_AWAITED,
+        StepName.ON_NOT_BY_DEVICE,
         StepName.ON_SPACING,
     }
 )
 # Steps after which an off may have left but was not read back.
 OFF_UNSETTLED = frozenset({StepName.OFF_REQUESTED, StepName.OFF_AMBIGUOUS})
-ON_UNSETTLED = frozenset({StepName.ON_REQUESTED, StepName.ON_AMBIGUOUS})
+ON_UNSETTLED = frozenset({StepName.ON_REQUESTED, StepName.ON_AMBIGUOUS, StepName.HOLD_CUT_SHORT})
 # Steps of a rung before anything was sent: a resume starts the rung over.
 NOTHING_SENT = frozenset(
-    {StepName.RUNG_STARTED, StepName.OFF_SPACING, StepName.OFF_WITHDRAWN, StepName.FOUND_OFF}
+    {
+        StepName.RUNG_STARTED,
+        StepName.TIMED_ON_UNAVAILABLE,
+        StepName.OFF_SPACING,
+        StepName.OFF_WITHDRAWN,
+        StepName.FOUND_OFF,
+    }
 )

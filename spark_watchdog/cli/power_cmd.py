@@ -196,7 +196,9 @@ async def _act(
             result = await power.off()
         else:
             _progress(f"cycle with {off_seconds:g}s off")
-            result = await power.cycle(off_seconds, from_off=True)
+            result = await power.cycle(
+                off_seconds, from_off=True, timed=config.policy.self_timed_on
+            )
     except PowerError as exc:
         error = exc
     except WatchdogError as exc:  # e.g. an outlet name the PDU does not have

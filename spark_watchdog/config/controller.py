@@ -245,6 +245,9 @@ class PolicyConfig:
     power_timeout: float = setting(30.0, above=0)
     power_poll_interval: float = setting(1.0, above=0)
     min_command_interval: float = setting(2.0, minimum=0)
+    # Where the device can time a cycle (Shelly toggle_after, a Tasmota backlog,
+    # an APC outlet reboot), the off arms it to switch on again by itself.
+    self_timed_on: bool = setting(True)
 
 
 @dataclass(frozen=True, kw_only=True)

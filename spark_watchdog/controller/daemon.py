@@ -169,13 +169,12 @@ class Controller:
                         {"rung": rung + 1},
                     )
                 )
+            detail: dict[str, Any] = {"rung": rung, "device": path.key_path, "detail": step.detail}
+            if step.on_after_s is not None:
+                detail["on_after_s"] = step.on_after_s  # a resume reads it: a self-timed off
             try:
                 await ledger.write(
-                    ledger.store.add_step,
-                    incident_id,
-                    step.name,
-                    node=node,
-                    detail={"rung": rung, "device": path.key_path, "detail": step.detail},
+                    ledger.store.add_step, incident_id, step.name, node=node, detail=detail
                 )
             except HistoryUnwritable as exc:
                 if step.name in _BEFORE_A_CUT:

@@ -105,6 +105,9 @@ class RungPlan:
     off_verified_at: float | None = None  # wall clock, from the record
     action_id: int | None = None  # the rung's action row, when it was recorded
     boot_before: str | None = None  # the frozen boot's id: recovery means another one
+    # The rung's off armed the device's own on this long after it (from the record).
+    timed_on_after: float | None = None
+    off_requested_at: float | None = None  # wall clock of that off_requested
 
     @property
     def fresh(self) -> bool:
@@ -231,7 +234,10 @@ async def _run_rung(
                             step_detail={"rung": plan.rung, "boot_id_before": plan.boot_before},
                         )
                         host.note_cycle(node, action.id)
-                held_s = (await power.cycle(host.config.policy.power_off_seconds)).off_held_s
+                policy = host.config.policy
+                held_s = (
+                    await power.cycle(policy.power_off_seconds, timed=policy.self_timed_on)
+                ).off_held_s
             else:
                 held_s = await _resume_cycle(host, watch, incident_id, power, plan)
         except HistoryUnwritable as exc:
@@ -284,6 +290,19 @@ async def _run_rung(
     host.notifier.send(
         Event("power_restored", f"{node}: power restored via {power.name}", node, incident_id)
     )
+    off_seconds = host.config.policy.power_off_seconds
+    if held_s is not None and held_s < off_seconds - 1.0:
+        # A device that timed its own on came back early: the GPU may still be latched.
+        host.notifier.send(
+            Event(
+                "hold_cut_short",
+                f"{node}: power was off {held_s:.1f}s, not {off_seconds:g}s: {power.name} "
+                "switched on early by its own timer",
+                node,
+                incident_id,
+                {"off_held_s": round(held_s, 1), "power_off_seconds": off_seconds},
+            )
+        )
     return await await_new_boot(
         host, watch, incident_id, plan.boot_before, host.config.guards.boot_timeout
     )
@@ -374,11 +393,23 @@ async def _resume_cycle(
     )
     off_verified_at = plan.off_verified_at
     if last in OFF_UNSETTLED:
+        if state is PowerState.ON and (
+            _booted_since(watch, plan) or plan.timed_on_after is not None
+        ):
+            # The off may have landed and power come back by the device's own
+            # timer: nothing is sent, and the boot wait settles it (a new boot
+            # id, or boot_timeout and the next rung, never this off again).
+            settled = "new boot id" if _booted_since(watch, plan) else "the boot wait"
+            await _note(
+                host, incident_id, node, StepName.RESUMED, settled_by=settled, off_side=True
+            )
+            return off_seconds
         if state is not PowerState.OFF:
             # The off may or may not have landed; a second off is never sent.
             raise Ambiguous(
                 power.name,
-                f"resumed after {last}, but the outlet reads {state.value}: a person must decide",
+                f"resumed after {last}, but the outlet reads {state.value}: a person must decide "
+                "(a device that times its own on may have cycled it already)",
             )
         # Off, but since when is unknown: the whole hold again.
         last, off_verified_at = StepName.OFF_VERIFIED, None
@@ -396,6 +427,8 @@ async def _resume_cycle(
             )
             await host.clock.sleep(left)
             await _note(host, incident_id, node, StepName.HOLD_DONE, off_side=True)
+            if await _device_switched_on(host, watch, incident_id, power, plan):
+                return off_seconds
         if state is not PowerState.ON:
             await power.on()
         return off_seconds
@@ -404,6 +437,41 @@ async def _resume_cycle(
         await power.on()
     # on_verified / power_restored: only the boot wait remains.
     return off_seconds
+
+
+async def _device_switched_on(
+    host: RecoveryHost, watch: NodeWatch, incident_id: int, power: VerifiedPower, plan: RungPlan
+) -> bool:
+    """A resumed self-timed off: await the device's own on (read back), as the
+    cycle would have. False when it was not timed or the on did not come."""
+    if plan.timed_on_after is None:
+        return False
+    node, clock = watch.name, host.clock
+    due = remaining(plan.timed_on_after, plan.off_requested_at, clock.time())
+    await _note(host, incident_id, node, StepName.ON_AWAITED, due_s=round(due, 1), off_side=True)
+    deadline = clock.monotonic() + due + host.config.policy.power_timeout
+    while clock.monotonic() < deadline:
+        try:
+            if await power.state() is PowerState.ON:
+                await _note(
+                    host, incident_id, node, StepName.ON_VERIFIED, by="device", off_side=True
+                )
+                return True
+        except PowerError:
+            pass  # a missed read decides nothing; the deadline does
+        await clock.sleep(host.config.policy.power_poll_interval)
+    await _note(host, incident_id, node, StepName.ON_NOT_BY_DEVICE, off_side=True)
+    return False
+
+
+def _booted_since(watch: NodeWatch, plan: RungPlan) -> bool:
+    """The agent answers with a boot id other than the frozen one."""
+    return (
+        plan.boot_before is not None
+        and watch.boot_id is not None
+        and watch.boot_id != plan.boot_before
+        and watch.snapshot is not None
+    )
 
 
 async def await_new_boot(
@@ -595,6 +663,9 @@ def resume_plan(steps: Sequence[IncidentStep], node: str) -> ResumeInfo:
             info.phase = Phase.SERVING
         elif current is not None and name in _RUNG_PROGRESS:
             current.resume_from = name
+            on_after = detail.get("on_after_s")
+            if name == StepName.OFF_REQUESTED and isinstance(on_after, (int, float)):
+                current.timed_on_after, current.off_requested_at = float(on_after), step.at
             if name in (StepName.OFF_VERIFIED, StepName.ALREADY_OFF):
                 current.off_verified_at = step.at
     if info.phase is Phase.LADDER:
@@ -613,6 +684,10 @@ _RUNG_PROGRESS = frozenset(
         StepName.ALREADY_OFF,
         StepName.HOLD_STARTED,
         StepName.HOLD_DONE,
+        StepName.TIMED_ON_UNAVAILABLE,
+        StepName.HOLD_CUT_SHORT,
+        StepName.ON_AWAITED,
+        StepName.ON_NOT_BY_DEVICE,
         StepName.ON_SPACING,
         StepName.ON_REQUESTED,
         StepName.ON_AMBIGUOUS,

@@ -5,17 +5,25 @@ by mistake: :class:`ReadOnlyBackend` refuses ``command`` before anything is
 sent. What is read: the power state (through ``VerifiedPower.state``, with the
 controller's own read timeout) and, where the device keeps them (SNMP PDUs),
 the outlet's number and name, the cheapest way to catch "outlet 3 is not
-spark-3" before the controller cuts the wrong machine.
+spark-3" before the controller cuts the wrong machine; and whether the device
+can switch the node back on by itself after a cycle's off (its flip-back
+timer, or an outlet reboot whose duration covers ``power_off_seconds``).
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from spark_watchdog.config.controller import ControllerConfig, SshDevice
 from spark_watchdog.doctor.result import Finding, fail, ok, warn
 from spark_watchdog.errors import ConfigError, PowerError, Unreachable, WatchdogError
-from spark_watchdog.power.base import PowerBackend, PowerState, VerifiedPower
+from spark_watchdog.power.base import (
+    PowerBackend,
+    PowerState,
+    SelfTimingBackend,
+    VerifiedPower,
+)
 from spark_watchdog.power.paths import (
     PowerPath,
     build_backend,
@@ -96,6 +104,7 @@ async def _read(config: ControllerConfig, path: PowerPath, backend: PowerBackend
     except WatchdogError as exc:  # an outlet name the PDU does not have
         return fail(f"{backend.name}: {exc}", "correct the outlet in the config")
     found = judge_power(path.node, backend.name, state, outlets)
+    found = await _with_timed_on(config, backend, found)
     read_power_on = getattr(backend, "read_power_on", None)
     if found.status != "ok" or read_power_on is None:
         return found
@@ -108,6 +117,25 @@ async def _read(config: ControllerConfig, path: PowerPath, backend: PowerBackend
             "check on the plug that it switches on again after a power outage",
         )
     return judge_power_on(path.node, backend.name, policy) or found
+
+
+async def _with_timed_on(
+    config: ControllerConfig, backend: PowerBackend, found: Finding
+) -> Finding:
+    """Say whether the device can switch the node back on by itself after a cycle's off."""
+    if found.status != "ok" or not isinstance(backend, SelfTimingBackend):
+        return found
+    if not config.policy.self_timed_on:
+        return replace(found, detail=f"{found.detail}; self-timed on: off (policy.self_timed_on)")
+    try:
+        plan = await backend.plan_timed_on(config.policy.power_off_seconds)
+    except PowerError as exc:
+        return replace(found, detail=f"{found.detail}; self-timed on: unknown ({exc.message})")
+    if plan.on_after_s is None:
+        said = f"no, {plan.how}: a controller that dies during the hold leaves it off"
+    else:
+        said = f"yes, {plan.how} (on {plan.on_after_s:g}s after the off)"
+    return replace(found, detail=f"{found.detail}; self-timed on: {said}")
 
 
 def judge_power_on(node: str, device: str, policy: str) -> Finding | None:

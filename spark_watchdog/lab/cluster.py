@@ -94,6 +94,11 @@ MEM_COLLAPSE_FLOOR = 1 * GIB
 # MemAvailable once a collapsing rank is gone: the model and the KV cache are free.
 MEM_RELEASED_BYTES = 100 * GIB
 PDU_SWITCH_DELAY_S = 0.3
+# The lab's off hold. The PDU's own outlet reboot is shorter, so a lab cycle
+# is a plain one (the PDU cannot time it: doctor and the record say so); a
+# test lengthens the reboot to stage a self-timed cycle.
+LAB_POWER_OFF_S = 2.0
+LAB_PDU_REBOOT_S = 1.0
 # How long a forced reboot keeps the host dark before its boot starts.
 FORCED_REBOOT_DARK_S = 2.0
 # How long the lab keeps trying to hold a dark node's port (the killed
@@ -415,6 +420,7 @@ class LabCluster:
                 write_community="lab-write",
                 # A relay behind a management card takes a moment to switch.
                 switch_delay=PDU_SWITCH_DELAY_S,
+                reboot_seconds=LAB_PDU_REBOOT_S,
             ),
             on_change=self._outlet_changed,
         )
@@ -717,7 +723,7 @@ class LabCluster:
                 for n in self.nodes
             ],
             "policy": {
-                "power_off_seconds": 2.0,
+                "power_off_seconds": LAB_POWER_OFF_S,
                 "power_timeout": 10.0,
                 "power_poll_interval": 0.2,
                 "min_command_interval": 0.5,

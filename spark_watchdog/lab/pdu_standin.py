@@ -349,6 +349,8 @@ class PduStandin:
         self._columns[oid_parts(p.status_oid)] = "status"
         if p.names_oid is not None:
             self._columns[oid_parts(p.names_oid)] = "name"
+        if p.reboot_duration_oid is not None:
+            self._columns[oid_parts(p.reboot_duration_oid)] = "reboot_duration"
         commands = [(p.control_on, "on"), (p.control_off, "off")]
         if p.control_reboot is not None:
             commands.append((p.control_reboot, "reboot"))
@@ -397,6 +399,8 @@ class PduStandin:
         outlet = self.outlets[n]
         if role == "name":
             return rfc1902.OctetString(outlet.name)
+        if role == "reboot_duration":
+            return rfc1902.Integer32(round(self.cfg.reboot_seconds))
         if role == "status":
             if self.status_fault == "wrong_type":
                 return rfc1902.OctetString("on")

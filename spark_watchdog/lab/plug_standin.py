@@ -73,6 +73,7 @@ NEED_CREDENTIALS = "Need user=<username>&password=<password>"
 OnChange = Callable[[int, bool], None]
 
 _TASMOTA_POWER = re.compile(r"^power(\d*)(?:\s+(\S+))?\s*$", re.IGNORECASE)
+_TASMOTA_DELAY = re.compile(r"^delay\s+(\d+)$", re.IGNORECASE)
 _ON_WORDS = {"on", "1", "true"}
 _OFF_WORDS = {"off", "0", "false"}
 _TOGGLE_WORDS = {"toggle", "2"}
@@ -85,6 +86,8 @@ class AppliedCommand:
     relay: int
     on: bool
     answered: str  # "yes", or the fault that ate the answer ("drop", "stall")
+    # The plug's own on armed with this off (Shelly toggle_after, a Tasmota backlog).
+    on_after_s: float | None = None
 
 
 class PlugStandin:
@@ -128,6 +131,11 @@ class PlugStandin:
         self._lock = threading.Lock()
         self._outputs = {self.first_relay + i: initially_on for i in range(relays)}
         self._pending: dict[int, threading.Timer] = {}
+        # Self-timed ons (flip-back timers, backlogs), by relay.
+        self._timed: dict[int, threading.Timer] = {}
+        # False: the plug accepts a timed off but its timer never fires (the
+        # controller must then send the on itself).
+        self.timers_fire = True
         self._commands: list[AppliedCommand] = []
         self._refused = 0
         self._fault = "none"
@@ -163,9 +171,10 @@ class PlugStandin:
     def stop(self) -> None:
         self._stopping.set()  # releases stalled and hung requests
         with self._lock:
-            for timer in self._pending.values():
+            for timer in [*self._pending.values(), *self._timed.values()]:
                 timer.cancel()
             self._pending.clear()
+            self._timed.clear()
         if self._serving is not None:
             self._server.shutdown()
             self._serving.join()
@@ -245,14 +254,28 @@ class PlugStandin:
                     self._fault, self._fault_times = "none", None
             return fault
 
-    def _accept(self, relay: int, on: bool, answered: str) -> bool:
-        """Record a command and switch (now or after switch_delay); the output before it."""
+    def _accept(self, relay: int, on: bool, answered: str, on_after_s: float | None = None) -> bool:
+        """Record a command and switch (now or after switch_delay); the output before it.
+
+        ``on_after_s`` (an off): the plug switches on by itself that long after.
+        """
         with self._lock:
             was_on = self._outputs[relay]
-            self._commands.append(AppliedCommand(relay, on, answered))
+            self._commands.append(AppliedCommand(relay, on, answered, on_after_s))
             pending = self._pending.pop(relay, None)
             if pending is not None:
                 pending.cancel()  # the newer command wins, as on a real relay
+            if self.kind == "shelly":
+                # A newer Switch.Set replaces the flip-back timer; a Tasmota
+                # backlog runs on whatever else is sent.
+                flip = self._timed.pop(relay, None)
+                if flip is not None:
+                    flip.cancel()
+            if on_after_s is not None and self.timers_fire:
+                timed = threading.Timer(on_after_s, self._timed_on, (relay,))
+                timed.daemon = True
+                self._timed[relay] = timed
+                timed.start()
             if self.switch_delay > 0:
                 timer = threading.Timer(self.switch_delay, self._apply, (relay, on))
                 timer.daemon = True
@@ -272,6 +295,12 @@ class PlugStandin:
                 self.on_change(relay, on)
             except Exception:  # the hook is the lab's; the plug keeps working
                 log.exception("plug stand-in: on_change hook failed for relay %d", relay)
+
+    def _timed_on(self, relay: int) -> None:
+        with self._lock:
+            self._timed.pop(relay, None)
+            self._commands.append(AppliedCommand(relay, True, "own timer"))
+        self._apply(relay, True)
 
     def _wait_hang(self) -> None:
         self._stopping.wait(self.hang_s)
@@ -462,6 +491,7 @@ class _PlugHandler(BaseHTTPRequestHandler):
                 HTTPStatus.BAD_REQUEST, {"code": -103, "message": "Missing required argument 'on'!"}
             )
         on = on_text == "true"
+        toggle_after = self._toggle_after(query)
         fault = plug._take_fault(("refuse", "drop", "stall"))
         if fault == "refuse":
             with plug._lock:
@@ -470,9 +500,26 @@ class _PlugHandler(BaseHTTPRequestHandler):
                 HTTPStatus.INTERNAL_SERVER_ERROR,
                 {"code": -109, "message": "Switch is in safe mode (stand-in refuse fault)"},
             )
-        was_on = plug._accept(relay, on, "yes" if fault == "none" else fault)
+        # toggle_after flips back to the other state; only a timed off is modelled.
+        on_after = None if on else toggle_after
+        was_on = plug._accept(relay, on, "yes" if fault == "none" else fault, on_after)
         self._after_apply(fault)
         raise _Answer(HTTPStatus.OK, {"was_on": was_on})
+
+    def _toggle_after(self, query: dict[str, list[str]]) -> float | None:
+        text = query.get("toggle_after", [""])[0]
+        if not text:
+            return None
+        try:
+            seconds = float(text)
+        except ValueError:
+            seconds = -1.0
+        if not seconds > 0:
+            raise _Answer(
+                HTTPStatus.BAD_REQUEST,
+                {"code": -103, "message": f"Invalid argument 'toggle_after': {text}"},
+            )
+        return seconds
 
     def _shelly_id(self, query: dict[str, list[str]]) -> int:
         text = query.get("id", [""])[0]
@@ -513,6 +560,8 @@ class _PlugHandler(BaseHTTPRequestHandler):
             raise _Answer(HTTPStatus.OK, {"WARNING": "Enter command cmnd="})
         if cmnd.lower() == "poweronstate":
             raise _Answer(HTTPStatus.OK, {"PowerOnState": plug.power_on})
+        if cmnd.lower().startswith("backlog "):
+            self._tasmota_backlog(cmnd[len("backlog ") :])
         match = _TASMOTA_POWER.match(cmnd)
         if match is None:
             raise _Answer(HTTPStatus.OK, {"Command": "Unknown"})
@@ -543,6 +592,34 @@ class _PlugHandler(BaseHTTPRequestHandler):
         self._after_apply(fault)
         # Tasmota answers with the relay's new state.
         raise _Answer(HTTPStatus.OK, {key: "ON" if on else "OFF"})
+
+    def _tasmota_backlog(self, commands: str) -> None:
+        """Only the timed cycle is modelled: ``PowerN Off;Delay D;PowerN On``."""
+        plug = self.plug
+        parts = [part.strip() for part in commands.split(";")]
+        off = _TASMOTA_POWER.match(parts[0]) if len(parts) == 3 else None
+        delay = _TASMOTA_DELAY.match(parts[1]) if len(parts) == 3 else None
+        on = _TASMOTA_POWER.match(parts[2]) if len(parts) == 3 else None
+        if off is None or delay is None or on is None or off.group(1) != on.group(1):
+            raise _Answer(HTTPStatus.OK, {"Command": "Unknown"})
+        relay = int(off.group(1) or "1")
+        tenths = int(delay.group(1))
+        if (
+            relay not in plug._outputs
+            or (off.group(2) or "").lower() not in _OFF_WORDS
+            or (on.group(2) or "").lower() not in _ON_WORDS
+            or not 2 <= tenths <= 3600
+        ):
+            raise _Answer(HTTPStatus.OK, {"Command": "Unknown"})
+        fault = plug._take_fault(("refuse", "drop", "stall"))
+        if fault == "refuse":
+            with plug._lock:
+                plug._refused += 1
+            raise _Answer(HTTPStatus.OK, {"Command": "Error"})
+        plug._accept(relay, False, "yes" if fault == "none" else fault, tenths / 10)
+        self._after_apply(fault)
+        # CmndBacklog queues the commands and clears the response.
+        raise _Answer(HTTPStatus.OK, {})
 
     def _tasmota_key(self, relay: int) -> str:
         plug = self.plug

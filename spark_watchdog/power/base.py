@@ -13,7 +13,12 @@ ClusterLabs fence-agents and openstack/ironic):
   its history) *before* each command is sent;
 - a minimum interval between commands to one device, and an overall
   deadline on every call, so a hung BMC cannot freeze the caller;
-- dry run: read, decide and log, send no command.
+- dry run: read, decide and log, send no command;
+- power that comes back by itself: where a device can time a cycle (a
+  plug's flip-back timer, a PDU's outlet reboot), ``cycle(timed=True)``
+  arms it with the off, so a caller that dies during the hold does not
+  leave the machine dark; the on is still verified by reading back, and
+  sent by the caller only when the device's own on did not come.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from spark_watchdog.errors import (
     Ambiguous,
@@ -71,6 +76,38 @@ class PowerBackend(Protocol):
 
 
 @dataclass(frozen=True)
+class TimedOn:
+    """Whether (and how) a device would switch itself back on after an off.
+
+    ``on_after_s``: seconds from the off command to the device's own on, or
+    None when it cannot for this cycle; ``how`` says which mechanism, or why
+    not, in words for the history and doctor.
+    """
+
+    on_after_s: float | None
+    how: str
+
+
+@runtime_checkable
+class SelfTimingBackend(Protocol):
+    """A backend whose off can arm the device to switch on again by itself."""
+
+    async def plan_timed_on(self, off_seconds: float) -> TimedOn:
+        """Reads only: can an off now come back on by itself after at least ``off_seconds``?"""
+        ...
+
+    async def command_timed_off(self, on_after_s: float) -> None:
+        """Switch off, arming the device's own on ``on_after_s`` later. Errors as ``command``."""
+        ...
+
+
+# Seconds a plug's flip-back timer is armed beyond the hold: the hold counts
+# from the verified off, the device's timer from the command's arrival.
+TIMED_ON_MARGIN_S = 2.0
+_HOLD_SLACK_S = 0.001
+
+
+@dataclass(frozen=True)
 class PowerTiming:
     """Timing of verified actions (fence-agents' power_wait / power_timeout)."""
 
@@ -88,9 +125,15 @@ class PowerStep:
     name: str
     at_s: float
     detail: str = ""
+    # An off that armed the device's own on: seconds from the command to that on.
+    on_after_s: float | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"step": self.name, "at_s": round(self.at_s, 3), "detail": self.detail}
+        data: dict[str, Any] = {"step": self.name, "at_s": round(self.at_s, 3)}
+        data["detail"] = self.detail
+        if self.on_after_s is not None:
+            data["on_after_s"] = self.on_after_s
+        return data
 
 
 @dataclass(frozen=True)
@@ -156,6 +199,7 @@ class _Run:
     started: float
     deadline: float
     steps: list[PowerStep] = field(default_factory=list)
+    sent_at: float | None = None  # when the last command left
 
 
 class VerifiedPower:
@@ -198,17 +242,22 @@ class VerifiedPower:
     async def off(self) -> PowerResult:
         return await self._switch(PowerState.OFF, "off")
 
-    async def cycle(self, off_seconds: float, *, from_off: bool = False) -> PowerResult:
+    async def cycle(
+        self, off_seconds: float, *, from_off: bool = False, timed: bool = False
+    ) -> PowerResult:
         """Off, verify off, hold ``off_seconds``, on, verify on.
 
         A device read as anything but on before the off raises ``FoundOff``
         and sends nothing, unless ``from_off`` (a person at the CLI asking to
         cycle an outlet they know is off): a cycle is for a powered machine.
+
+        ``timed``: where the backend can (``SelfTimingBackend``), the off arms
+        the device to switch on by itself after the hold; the hold is watched
+        by reading, and the on is sent here only if the device's did not come.
         """
         if off_seconds < 0:
             raise ValueError(f"off_seconds: expected ≥ 0, got {off_seconds}")
-        budget = off_seconds + 2 * self._switch_budget()
-        run = self._start(budget)
+        run = self._start(off_seconds + 2 * self._switch_budget())
         before = await self._read(run)
         if before is not PowerState.ON and not from_off:
             await self._step(run, "found_off", f"read {before.value} before the off; sent nothing")
@@ -217,19 +266,33 @@ class VerifiedPower:
             )
             error.steps = tuple(run.steps)
             raise error
+        plan = (
+            await self._timed_plan(run, off_seconds) if timed and before is PowerState.ON else None
+        )
+        if plan is not None:
+            # The device's own on may come up to on_after_s after the off, and is
+            # then read back within a power_timeout: the deadline grows by that.
+            assert plan.on_after_s is not None
+            run.deadline += max(0.0, plan.on_after_s - off_seconds) + self.timing.power_timeout
         if self.dry_run:
-            await self._step(run, "dry_run", f"would cycle (off {off_seconds:g}s); sent nothing")
+            how = "" if plan is None else f"; the device would switch on by itself ({plan.how})"
+            await self._step(
+                run, "dry_run", f"would cycle (off {off_seconds:g}s{how}); sent nothing"
+            )
             return self._result(run, "cycle", before, before, verified=False)
         try:
-            await self._drive(run, PowerState.OFF, before)
+            await self._drive(run, PowerState.OFF, before, plan)
             off_at = self._clock()
-            # GB10 "clock latch" clears only after 30-60 s without AC (tsw2k
-            # docs/GOTCHAS.md): the hold is counted from the verified off.
+            # GB10 "clock latch" clears only after 30-60 s without AC
+            # (docs/facts.md): the hold is counted from the verified off.
             await self._step(run, "hold_started", f"{off_seconds:g}s")
-            await self._sleep(max(0.0, off_seconds - (self._clock() - off_at)))
-            held = self._clock() - off_at
-            await self._step(run, "hold_done", f"{held:.1f}s")
-            await self._drive(run, PowerState.ON, PowerState.OFF)
+            if plan is None:
+                await self._sleep(max(0.0, off_seconds - (self._clock() - off_at)))
+                held = self._clock() - off_at
+                await self._step(run, "hold_done", f"{held:.1f}s")
+                await self._drive(run, PowerState.ON, PowerState.OFF)
+            else:
+                held = await self._timed_hold(run, off_at, off_seconds, plan)
         except PowerError as exc:
             exc.steps = tuple(run.steps)
             raise
@@ -237,6 +300,81 @@ class VerifiedPower:
         return self._result(run, "cycle", before, after, verified=True, off_held_s=held)
 
     # -- internals ----------------------------------------------------------
+
+    async def _timed_plan(self, run: _Run, off_seconds: float) -> TimedOn | None:
+        """The device's plan for coming back on by itself, or None (a plain cycle)."""
+        backend = self.backend
+        if not isinstance(backend, SelfTimingBackend):
+            return None
+        try:
+            plan = await self._bounded(
+                run, backend.plan_timed_on(off_seconds), self.timing.read_timeout
+            )
+        except asyncio.TimeoutError:
+            plan = TimedOn(None, "no answer in time to the read of its timer setting")
+        except PowerError as exc:
+            plan = TimedOn(None, f"its timer setting could not be read: {exc.message}")
+        if plan.on_after_s is None or plan.on_after_s < off_seconds:
+            await self._step(run, "timed_on_unavailable", f"{plan.how}; the on is sent from here")
+            return None
+        return plan
+
+    async def _timed_hold(
+        self, run: _Run, off_at: float, off_seconds: float, plan: TimedOn
+    ) -> float:
+        """Hold, watching for the device's own on; then await it, or send it.
+
+        Returns the hold as the device counts it: from the off command (its
+        timer starts there, and so does its off) to the on read back.
+        """
+        assert plan.on_after_s is not None
+        sent_at = off_at if run.sent_at is None else run.sent_at
+        early = await self._watch_hold(run, off_at, off_seconds)
+        if early is not None:
+            since = self._clock() - sent_at
+            if since < off_seconds:
+                await self._step(
+                    run,
+                    "hold_cut_short",
+                    f"read {early.value} {since:.1f}s after the off command, before the "
+                    f"{off_seconds:g}s hold ended (armed for {plan.on_after_s:g}s)",
+                )
+            await self._poll_until(run, PowerState.ON, by_device=True)
+            return self._clock() - sent_at
+        await self._step(run, "hold_done", f"{self._clock() - off_at:.1f}s")
+        due = max(0.0, plan.on_after_s - (self._clock() - sent_at))
+        await self._step(run, "on_awaited", f"the device's own on is due in {due:.1f}s")
+        try:
+            await self._poll_until(
+                run, PowerState.ON, window=due + self.timing.power_timeout, by_device=True
+            )
+            return self._clock() - sent_at
+        except (StateTimeout, Unreachable) as exc:
+            # The device did not switch on by itself: the on goes from here
+            # (an off outlet cannot hurt a machine; it has no power).
+            await self._step(run, "on_not_by_device", exc.message)
+        held = self._clock() - off_at
+        await self._drive(run, PowerState.ON, await self._read(run))
+        return held
+
+    async def _watch_hold(self, run: _Run, off_at: float, off_seconds: float) -> PowerState | None:
+        """Sleep the hold in poll steps, reading; the state if it is not off any more."""
+        end = off_at + off_seconds
+        while True:
+            left = end - self._clock()
+            # A millisecond's slack: a clock that cannot advance by a sliver
+            # (float precision) must not spin here.
+            if left <= _HOLD_SLACK_S:
+                return None
+            await self._sleep(min(left, self.timing.poll_interval))
+            if end - self._clock() <= _HOLD_SLACK_S:
+                return None
+            try:
+                state = await self._read(run)
+            except Unreachable:
+                continue  # a missed read during the hold decides nothing
+            if state is not PowerState.OFF:
+                return state
 
     def _switch_budget(self) -> float:
         t = self.timing
@@ -256,17 +394,31 @@ class VerifiedPower:
             raise
         return self._result(run, action, before, target, verified=True)
 
-    async def _drive(self, run: _Run, target: PowerState, before: PowerState) -> None:
-        """Bring the device to ``target`` and read it back, or raise."""
+    async def _drive(
+        self, run: _Run, target: PowerState, before: PowerState, plan: TimedOn | None = None
+    ) -> None:
+        """Bring the device to ``target`` and read it back, or raise.
+
+        ``plan`` (an off only): the off arms the device's own on.
+        """
         word = target.value
         if before is target:
             await self._step(run, f"already_{word}", "read back; no command sent")
             return
         await self._wait_spacing(run, word)
         # Write-ahead: the step is recorded before the command leaves.
-        await self._step(run, f"{word}_requested")
+        if plan is None:
+            await self._step(run, f"{word}_requested")
+        else:
+            await self._step(
+                run,
+                f"{word}_requested",
+                f"timed: the device switches on by itself {plan.on_after_s:g}s later ({plan.how})",
+                on_after_s=plan.on_after_s,
+            )
+        run.sent_at = self._clock()
         try:
-            await self._bounded(run, self._send(target), self.timing.command_timeout)
+            await self._bounded(run, self._send(target, plan), self.timing.command_timeout)
         except Withdrawn as exc:
             await self._step(run, f"{word}_withdrawn", exc.message)
             raise
@@ -281,13 +433,18 @@ class VerifiedPower:
         self._spacing.mark(self.backend.limiter_key, self._clock())
         await self._poll_until(run, target)
 
-    async def _send(self, target: PowerState) -> None:
+    async def _send(self, target: PowerState, plan: TimedOn | None = None) -> None:
         # The gate runs here, inside the bounded task, so nothing else of the
         # event loop runs between its answer and the backend's first byte.
         if self._gate is not None:
             why = self._gate(target)
             if why is not None:
                 raise Withdrawn(self.name, why)
+        if plan is not None and plan.on_after_s is not None:
+            backend = self.backend
+            assert isinstance(backend, SelfTimingBackend)
+            await backend.command_timed_off(plan.on_after_s)
+            return
         await self.backend.command(target)
 
     async def _after_ambiguous(self, run: _Run, target: PowerState, why: str) -> None:
@@ -302,8 +459,16 @@ class VerifiedPower:
                 "Not retried: read the state before deciding anything",
             ) from exc
 
-    async def _poll_until(self, run: _Run, target: PowerState) -> None:
-        window_end = min(run.deadline, self._clock() + self.timing.power_timeout)
+    async def _poll_until(
+        self,
+        run: _Run,
+        target: PowerState,
+        *,
+        window: float | None = None,
+        by_device: bool = False,
+    ) -> None:
+        span = self.timing.power_timeout if window is None else window
+        window_end = min(run.deadline, self._clock() + span)
         last: PowerState | None = None
         last_error: PowerError | None = None
         reads = 0
@@ -316,7 +481,8 @@ class VerifiedPower:
                 # A device busy switching may miss a read; the window decides.
                 last_error = exc
             if last is target and last_error is None:
-                await self._step(run, f"{target.value}_verified", f"after {reads} read(s)")
+                who = "; switched by the device's own timer" if by_device else ""
+                await self._step(run, f"{target.value}_verified", f"after {reads} read(s){who}")
                 return
             if self._clock() + self.timing.poll_interval >= window_end:
                 break
@@ -326,7 +492,7 @@ class VerifiedPower:
             seen += f"; last error: {last_error.message}"
         raise StateTimeout(
             self.name,
-            f"{target.value} not read back within {self.timing.power_timeout:g}s ({seen})",
+            f"{target.value} not read back within {span:g}s ({seen})",
         )
 
     async def _read(self, run: _Run, until: float | None = None) -> PowerState:
@@ -354,8 +520,10 @@ class VerifiedPower:
         now = self._clock()
         return _Run(started=now, deadline=now + budget)
 
-    async def _step(self, run: _Run, name: str, detail: str = "") -> None:
-        step = PowerStep(name, self._clock() - run.started, detail)
+    async def _step(
+        self, run: _Run, name: str, detail: str = "", *, on_after_s: float | None = None
+    ) -> None:
+        step = PowerStep(name, self._clock() - run.started, detail, on_after_s)
         run.steps.append(step)
         log.info(
             "%s: %s%s",
@@ -417,13 +585,39 @@ class OutletGroup:
         return states.pop() if len(states) == 1 else PowerState.MIXED
 
     async def command(self, target: PowerState) -> None:
+        await self._each(target, lambda member: member.command(target))
+
+    async def plan_timed_on(self, off_seconds: float) -> TimedOn:
+        """Timed only when every outlet can time its own on (the latest one decides the wait)."""
+        plans: list[TimedOn] = []
+        for member in self.members:
+            if not isinstance(member, SelfTimingBackend):
+                return TimedOn(None, f"{member.name} cannot switch itself back on")
+            plan = await member.plan_timed_on(off_seconds)
+            if plan.on_after_s is None:
+                return TimedOn(None, f"{member.name}: {plan.how}")
+            plans.append(plan)
+        latest = max(p.on_after_s for p in plans if p.on_after_s is not None)
+        return TimedOn(latest, "; ".join(sorted({p.how for p in plans})))
+
+    async def command_timed_off(self, on_after_s: float) -> None:
+        async def arm(member: PowerBackend) -> None:
+            if not isinstance(member, SelfTimingBackend):
+                raise TypeError(f"{member.name} cannot switch itself back on")
+            await member.command_timed_off(on_after_s)
+
+        await self._each(PowerState.OFF, arm)
+
+    async def _each(
+        self, target: PowerState, send: Callable[[PowerBackend], Awaitable[None]]
+    ) -> None:
         # Sequential on purpose: each member's errors stay attributable, and a
         # refused first outlet stops the rest instead of half-switching.
         switched: list[str] = []
         for index, member in enumerate(self.members):
             try:
                 if await member.read_state() is not target:
-                    await member.command(target)
+                    await send(member)
                     switched.append(member.name)
             except PowerError as exc:
                 if not switched:

@@ -20,12 +20,20 @@ Tasmota (tasmota.github.io/docs/Commands): ``GET /cm?cmnd=Power1`` answers
 new state. An unknown command (or a relay it does not have) answers
 ``{"Command": "Unknown"}``. With a web password set, the credentials go in
 the query string (``user=`` and ``password=``): see ``TasmotaPlug``.
+
+Both can switch themselves back on after an off (``SelfTimingBackend``), so
+a controller that dies during a cycle's hold does not leave the node dark:
+Shelly's ``Switch.Set`` takes ``toggle_after`` (seconds until the switch
+flips back), and Tasmota runs ``Backlog Power1 Off;Delay N;Power1 On``
+itself, ``Delay`` in tenths of a second up to 3600
+(docs/facts.md, "Devices that time their own cycle").
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import math
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote, urlencode, urlsplit, urlunsplit
@@ -43,7 +51,7 @@ from spark_watchdog.power._http import (
     new_session,
     transport_error,
 )
-from spark_watchdog.power.base import PowerState
+from spark_watchdog.power.base import TIMED_ON_MARGIN_S, PowerState, TimedOn
 
 log = logging.getLogger("spark_watchdog.power.plugs")
 
@@ -61,6 +69,15 @@ TASMOTA_POWER_ON = {
     4: "on_locked",  # on, and the relay no longer obeys commands
     5: "pulse_time",  # on after PulseTime, then off
 }
+# Tasmota's Delay (tasmota.github.io/docs/Commands): tenths of a second, at most 3600.
+TASMOTA_MAX_DELAY_DS = 3600
+
+
+def timed_on_after(off_seconds: float) -> float | None:
+    """When a plug's own on is armed for an off of ``off_seconds``: whole seconds, with margin."""
+    if off_seconds < 1:
+        return None
+    return math.ceil(off_seconds) + TIMED_ON_MARGIN_S
 
 
 def _base_url(url: str) -> tuple[str, str]:
@@ -173,10 +190,21 @@ class ShellyPlug(_HttpPlug):
     async def command(self, target: PowerState) -> None:
         if target not in (PowerState.ON, PowerState.OFF):
             raise ValueError(f"a plug switches on or off, not {target.value}")
-        on = "true" if target is PowerState.ON else "false"
+        await self._switch_set("true" if target is PowerState.ON else "false")
+
+    async def plan_timed_on(self, off_seconds: float) -> TimedOn:
+        on_after = timed_on_after(off_seconds)
+        if on_after is None:
+            return TimedOn(None, f"an off of {off_seconds:g}s is too short to time")
+        return TimedOn(on_after, "Shelly Switch.Set toggle_after")
+
+    async def command_timed_off(self, on_after_s: float) -> None:
+        await self._switch_set("false", f"&toggle_after={on_after_s:g}")
+
+    async def _switch_set(self, on: str, extra: str = "") -> None:
         method = "Switch.Set"
         response = await self._fetch(
-            f"{self._base}/rpc/{method}?id={self.switch_id}&on={on}", command=True
+            f"{self._base}/rpc/{method}?id={self.switch_id}&on={on}{extra}", command=True
         )
         body = self._check(response, method, command=True)
         if not isinstance(body.get("was_on"), bool):
@@ -295,6 +323,28 @@ class TasmotaPlug(_HttpPlug):
             )
         if state is not target:
             log.warning("%s: %s answered %s; the read-back decides", self.name, cmnd, state.value)
+
+    async def plan_timed_on(self, off_seconds: float) -> TimedOn:
+        on_after = timed_on_after(off_seconds)
+        if on_after is None:
+            return TimedOn(None, f"an off of {off_seconds:g}s is too short to time")
+        if on_after * 10 > TASMOTA_MAX_DELAY_DS:
+            return TimedOn(
+                None,
+                f"Tasmota's Delay tops out at {TASMOTA_MAX_DELAY_DS / 10:g}s, the off is longer",
+            )
+        return TimedOn(on_after, "Tasmota Backlog Power Off;Delay;Power On")
+
+    async def command_timed_off(self, on_after_s: float) -> None:
+        relay = f"Power{self.relay}"
+        cmnd = f"Backlog {relay} Off;Delay {round(on_after_s * 10)};{relay} On"
+        response = await self._fetch(self._url(cmnd), command=True)
+        # A backlog is queued and answered before its commands run, with an
+        # empty result (Tasmota's CmndBacklog clears the response): the
+        # read-back decides what happened.
+        if response.status_code == 200 and response.text.strip() in ("", "{}"):
+            return
+        self._check(response, "Backlog", command=True)
 
     async def read_power_on(self) -> str:
         """``PowerOnState`` as a word: what the relay does after the plug's own power loss."""

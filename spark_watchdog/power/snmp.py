@@ -73,7 +73,7 @@ from spark_watchdog.errors import (
     Refused,
     Unreachable,
 )
-from spark_watchdog.power.base import OutletGroup, PowerBackend, PowerState
+from spark_watchdog.power.base import OutletGroup, PowerBackend, PowerState, TimedOn
 from spark_watchdog.power.snmp_profiles import (
     SYS_OBJECT_ID,
     PduProfile,
@@ -614,6 +614,36 @@ class SnmpOutlet:
         command = profile.control_on if target is PowerState.ON else profile.control_off
         oid = profile.instance(command.oid, await self.number())
         await self.pdu.set_integer(self.name, oid, command.value)
+
+    async def plan_timed_on(self, off_seconds: float) -> TimedOn:
+        """The outlet's reboot as a self-timed cycle, when its own duration covers the hold.
+
+        The duration is the PDU's setting, read here, never written: a reboot
+        shorter than ``off_seconds`` is not used (the on is then sent by the
+        controller after its own hold).
+        """
+        profile = await self.pdu.profile(self.name)
+        if profile.control_reboot is None or profile.reboot_duration_oid is None:
+            return TimedOn(None, f"{profile.key}: no outlet reboot with a readable duration")
+        oid = profile.instance(profile.reboot_duration_oid, await self.number())
+        duration = _integer(await self.pdu.get(self.name, oid))
+        if duration is None or duration < 0:
+            return TimedOn(None, f"the outlet's reboot duration {oid} reads no number of seconds")
+        if duration < off_seconds:
+            return TimedOn(
+                None,
+                f"the outlet's reboot duration is {duration}s, shorter than the {off_seconds:g}s "
+                "hold (set it on the PDU to let the outlet time its own cycle)",
+            )
+        return TimedOn(float(duration), f"{profile.key} reboot, {duration}s off by the PDU")
+
+    async def command_timed_off(self, on_after_s: float) -> None:
+        """The outlet's reboot: off now, on after the PDU's own duration (read in the plan)."""
+        profile = await self.pdu.profile(self.name)
+        if profile.control_reboot is None:
+            raise Refused(self.name, f"{profile.key} has no outlet reboot command")
+        oid = profile.instance(profile.control_reboot.oid, await self.number())
+        await self.pdu.set_integer(self.name, oid, profile.control_reboot.value)
 
     async def describe(self) -> OutletDescription:
         """Vendor, outlet number and the PDU's own name for it (``power --check``)."""

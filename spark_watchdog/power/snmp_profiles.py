@@ -64,6 +64,9 @@ class PduProfile:
     index_prefix: str
     source: str
     caveat: str | None = None
+    # The outlet's own reboot duration (seconds off in a control_reboot), read
+    # before a reboot is used as a self-timed cycle; None: not used that way.
+    reboot_duration_oid: str | None = None
 
     def instance(self, column: str, outlet: int) -> str:
         """The instance OID of ``outlet`` in ``column``."""
@@ -97,6 +100,8 @@ APC_RPDU = PduProfile(
     names_oid=".1.3.6.1.4.1.318.1.1.12.3.5.1.1.2",
     index_prefix="",
     source=f"PowerNet-MIB; {_APC_COMMANDS}; also ClusterLabs fence_apc_snmp (ApcRPDU)",
+    # rPDUOutletConfigRebootDuration (PowerNet-MIB; NUT's apc-pdu-mib walk)
+    reboot_duration_oid=".1.3.6.1.4.1.318.1.1.12.3.4.1.1.6",
 )
 
 APC_RPDU2 = PduProfile(
@@ -121,6 +126,9 @@ APC_RPDU2 = PduProfile(
     names_oid=".1.3.6.1.4.1.318.1.1.26.9.2.3.1.3",
     index_prefix="",
     source="PowerNet-MIB (rPDU2OutletSwitchedStatusTable, rPDU2OutletSwitchedControlTable)",
+    # rPDU2OutletSwitchedConfigRebootDuration (PowerNet-MIB, column 7 of
+    # rPDU2OutletSwitchedConfigTable): the seconds immediateReboot stays off.
+    reboot_duration_oid=".1.3.6.1.4.1.318.1.1.26.9.2.1.1.7",
 )
 
 APC_MASTERSWITCH = PduProfile(

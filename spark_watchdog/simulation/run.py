@@ -129,6 +129,8 @@ class Report:
     alerts: list[str] = field(default_factory=list)
     verdicts: dict[str, str] = field(default_factory=dict)
     resolutions: list[str] = field(default_factory=list)
+    # Outlets switched on by their own timer (a self-timed cycle), not by a command.
+    timed_ons: int = 0
 
     @property
     def node_hours(self) -> float:
@@ -201,6 +203,7 @@ class _Run:
         script: list[Scripted] | None = None,
         overrides: dict[str, Any] | None = None,
         prepare: Callable[[HistoryStore], None] | None = None,
+        self_timed: bool | None = None,
     ) -> None:
         self.seed = seed
         self.prepare = prepare
@@ -217,6 +220,10 @@ class _Run:
             self.dry_run = bool(self.overrides["guards"]["dry_run"])
         self.config = self._config()
         self.world = World(self.names, rng, self.config.detection.freeze_after)
+        if self_timed is not None:
+            for outlets in self.world.outlets.values():
+                for outlet in outlets:
+                    outlet.self_timed, outlet.timer_fails = self_timed, False
         self.world.on_command_hook = self._on_command
         self.events: list[Event] = []
         self.store = HistoryStore(":memory:", clock=lambda: self.clock.time())
@@ -731,6 +738,7 @@ class _Run:
             alerts=[e.kind for e in self.events],
             verdicts=self.final_verdicts,
             resolutions=[str(i.resolution) for i in incidents],
+            timed_ons=len(self.world.truth.timed_ons),
         )
 
 
@@ -755,12 +763,15 @@ def simulate(
     script: list[Scripted] | None = None,
     overrides: dict[str, Any] | None = None,
     prepare: Callable[[HistoryStore], None] | None = None,
+    self_timed: bool | None = None,
 ) -> Report:
     """One run: ``minutes`` of random faults (or the ``script``), then a quiet tail.
 
     ``overrides``: config sections to change, e.g. ``{"guards": {"dry_run": True}}``.
+    ``self_timed``: every outlet times its own on (True, and its timer fires) or
+    none does (False); None: each outlet by chance, some timers failing.
     """
-    run = _Run(seed, minutes, crash_after_write, script, overrides, prepare)
+    run = _Run(seed, minutes, crash_after_write, script, overrides, prepare, self_timed)
     run.crash_after_command = crash_after_command
     trap = _ErrorTrap(run.errors)
     logger = logging.getLogger("spark_watchdog")

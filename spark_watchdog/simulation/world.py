@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -30,7 +31,7 @@ from spark_watchdog.controller.serving_restart import ServingNode, ServingRestar
 from spark_watchdog.controller.wedged import RebootAttempt
 from spark_watchdog.controller.witness import WitnessReport
 from spark_watchdog.errors import Ambiguous, Refused, Unreachable
-from spark_watchdog.power.base import PowerState
+from spark_watchdog.power.base import TIMED_ON_MARGIN_S, PowerState, TimedOn
 from spark_watchdog.power.ssh_banner import BannerResult
 
 
@@ -72,6 +73,8 @@ class Truth:
     life: dict[str, list[float]] = field(default_factory=dict)  # answers delivered, per node
     commands: list[Command] = field(default_factory=list)
     person_switches: list[tuple[float, str, PowerState]] = field(default_factory=list)
+    # (when, node): an outlet switched on by its own timer.
+    timed_ons: list[tuple[float, str]] = field(default_factory=list)
     serving_restarts: list[float] = field(default_factory=list)
     # (time, node, whether its GPU was wedged then) of each forced reboot received.
     reboots: list[tuple[float, str, bool]] = field(default_factory=list)
@@ -280,6 +283,11 @@ class SimOutlet:
         self.incarnation: Incarnation | None = None
         # After a command whose answer never came, a read must come before the next.
         self.unsettled = False
+        # Half the outlets can time their own on (a plug's flip-back timer);
+        # some of those timers never fire, and the controller must send the on.
+        self.self_timed = rng.random() < 0.5
+        self.timer_fails = rng.random() < 0.2
+        self.timer_generation = 0
 
     @property
     def name(self) -> str:
@@ -317,7 +325,23 @@ class SimOutlet:
         self.unsettled = False
         return self.state
 
-    async def command(self, target: PowerState) -> None:
+    async def plan_timed_on(self, off_seconds: float) -> TimedOn:
+        if self.incarnation is not None:
+            self.incarnation.check()
+        self._reachable()
+        if not self.self_timed or off_seconds < 1:
+            return TimedOn(None, "this outlet cannot time its own on")
+        return TimedOn(math.ceil(off_seconds) + TIMED_ON_MARGIN_S, "sim flip-back timer")
+
+    async def command_timed_off(self, on_after_s: float) -> None:
+        await self.command(PowerState.OFF, on_after_s)
+
+    def _timed_on(self, generation: int) -> None:
+        if generation == self.timer_generation:
+            self.world.truth.timed_ons.append((self.world.now(), self.node.name))
+            self.set_state(PowerState.ON)
+
+    async def command(self, target: PowerState, on_after_s: float | None = None) -> None:
         assert self.incarnation is not None
         self.incarnation.check()
         self._reachable()
@@ -332,6 +356,11 @@ class SimOutlet:
         landed = not ambiguous or self.rng.random() < 0.5
         self.world.on_command(self, target, landed, self.incarnation.number)
         if landed:
+            # A newer command replaces the flip-back timer, as on a Shelly.
+            self.timer_generation += 1
+            if on_after_s is not None and not self.timer_fails:
+                assert self.world.loop is not None
+                self.world.loop.call_later(on_after_s, self._timed_on, self.timer_generation)
             if self.lag:
                 self.pending = (self.world.now() + self.lag, target)
             else:
@@ -379,6 +408,7 @@ class World:
 
     def person_switch(self, node: str, target: PowerState) -> None:
         outlet = self.outlets[node][0]
+        outlet.timer_generation += 1  # a person at the plug cancels its timer
         outlet.set_state(target)
         self.truth.person_switches.append((self.now(), node, target))
 

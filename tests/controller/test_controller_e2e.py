@@ -26,7 +26,8 @@ import yaml
 from spark_watchdog.config.controller import parse_controller_config
 from spark_watchdog.controller.daemon import Controller
 from spark_watchdog.history.store import HistoryStore
-from spark_watchdog.lab.cluster import LabCluster, LabNode, free_port
+from spark_watchdog.lab.cluster import LAB_PDU_REBOOT_S, LabCluster, LabNode, free_port
+from spark_watchdog.power.base import PowerState
 
 pytestmark = pytest.mark.integration
 
@@ -375,6 +376,59 @@ def test_controller_killed_during_the_off_hold_resumes_without_a_second_cycle(
         log.close()
         lab.thaw(node)
     wait_for(lambda: lab.agent_state(node) is not None, 60, "spark-3 back")
+
+
+def test_a_controller_dead_through_a_self_timed_hold_leaves_no_node_dark(
+    lab: LabCluster, tmp_path: Path
+) -> None:
+    """The PDU's own outlet reboot (6 s, covering the 5 s hold) brings power back
+    while no controller runs; the next controller sends nothing and sees the boot."""
+    config = lab.controller_config(tmp_path / "history.db", policy={"power_off_seconds": 5.0})
+    path = tmp_path / "controller.yaml"
+    path.write_text(yaml.safe_dump(config))
+    argv = [sys.executable, "-m", "spark_watchdog", "controller", "--config", str(path)]
+    log = (tmp_path / "controller.log").open("wb")
+    node = lab.node("spark-2")
+    assert lab.pdu is not None
+    standin = lab.pdu.standin
+    before = len(sets(lab, node))
+    standin.cfg.reboot_seconds = 6.0
+    first = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+    second: subprocess.Popen[bytes] | None = None
+    try:
+        time.sleep(4)  # every agent seen healthy
+        lab.freeze(node, with_kernel_lines=False)
+        wait_for(lambda: sets(lab, node)[before:] == [3], 30, "the outlet reboot")
+        first.send_signal(signal.SIGKILL)
+        first.wait(10)
+        # Nobody is watching: the PDU switches the outlet off, then on by itself.
+        wait_for(lambda: standin.state(node.outlet) is PowerState.OFF, 10, "the PDU's off")
+        wait_for(lambda: standin.state(node.outlet) is PowerState.ON, 20, "the PDU's own on")
+        second = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+        store = HistoryStore(config["history"], read_only=True)
+        wait_for(
+            lambda: bool(store.list_incidents()) and store.list_incidents()[0].status == "resolved",
+            60,
+            "the incident resolved by the second controller",
+        )
+        incident = store.list_incidents()[0]
+        assert incident.resolution == "recovered"
+        assert sets(lab, node)[before:] == [3], "one outlet reboot, and no command after it"
+        steps = store.steps(incident.id)
+        names = [s.step for s in steps]
+        assert "resumed" in names and "on_requested" not in names
+        off = next(s for s in steps if s.step == "off_requested")
+        assert isinstance(off.detail, dict) and off.detail.get("on_after_s") == 6.0
+        store.close()
+    finally:
+        standin.cfg.reboot_seconds = LAB_PDU_REBOOT_S
+        for process in (first, second):
+            if process is not None and process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+                process.wait(20)
+        log.close()
+        lab.thaw(node)
+    wait_for(lambda: lab.agent_state(node) is not None, 60, "spark-2 back")
 
 
 def test_operator_restarts_serving_with_another_profile(lab: LabCluster, tmp_path: Path) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -151,6 +152,8 @@ def test_power_device_state_and_outlet_name_without_a_single_set(
     found = asyncio.run(check_power_path(config, path))
     assert found.status == "ok", found
     assert "power on" in found.detail and 'outlet 3 "spark-3"' in found.detail
+    # The PDU's own reboot (5 s) is shorter than the 60 s hold: it cannot time the cycle.
+    assert "self-timed on: no, the outlet's reboot duration is 5s" in found.detail
     assert pdu.standin.set_requests == []
 
 
@@ -273,6 +276,26 @@ def test_a_plug_that_would_leave_the_node_off_after_an_outage_warns(
         if says is not None:
             assert says in found.detail and found.fix is not None
             assert "restore_last" in found.fix
+        assert plug.commands == [], "doctor switched the plug"
+
+
+@pytest.mark.parametrize("kind", ["shelly", "tasmota"])
+def test_doctor_says_whether_a_plug_switches_the_node_back_on_by_itself(kind: str) -> None:
+    from spark_watchdog.lab.plug_standin import PlugStandin
+
+    with PlugStandin(kind) as plug:
+        device = {"type": kind, "url": plug.url, "timeout": 2.0}
+        config = _config([_node("spark-2", "http://127.0.0.1:9", power=[device])])
+        path = power_paths(config, config.nodes[0])[0]
+        found = asyncio.run(check_power_path(config, path))
+        assert found.status == "ok", found
+        assert "self-timed on: yes" in found.detail and "on 62s after the off" in found.detail
+        long_off = replace(config, policy=replace(config.policy, power_off_seconds=600.0))
+        found = asyncio.run(check_power_path(long_off, path))
+        if kind == "tasmota":  # Delay tops out at 360 s
+            assert "self-timed on: no, Tasmota's Delay tops out at 360s" in found.detail
+        else:
+            assert "self-timed on: yes" in found.detail
         assert plug.commands == [], "doctor switched the plug"
 
 

@@ -531,3 +531,30 @@ def test_standalone_process_powers_a_host_command(tmp_path: Any) -> None:
         if host_pid is not None:  # a stand-in killed above cannot kill its host any more
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(host_pid, signal.SIGKILL)
+
+
+def test_an_outlet_reboot_is_a_self_timed_cycle_when_its_duration_covers_the_hold() -> None:
+    cfg = StandinConfig(profile=APC_RPDU2, outlets=4, names=NAMES, reboot_seconds=2.0)
+    OPENED.clear()
+    with PduStandinThread(PduStandin(cfg)) as runner:
+        backend = outlet(runner, 2)
+        plan = run(backend.plan_timed_on(1.5))
+        assert plan.on_after_s == 2.0 and "apc_rpdu2 reboot" in plan.how
+        result = run(verified(backend).cycle(1.5, timed=True))
+        assert result.verified and runner.standin.state(2) is PowerState.ON
+        # One SET: immediateReboot. The on was the PDU's own.
+        assert [s.value for s in runner.standin.sets_for(2)] == [3]
+        assert "on_awaited" in step_names(result.steps)
+        # A hold longer than the PDU's reboot duration: a plain off and on.
+        plan = run(backend.plan_timed_on(5.0))
+        assert plan.on_after_s is None and "shorter than the 5s hold" in plan.how
+        result = run(verified(backend).cycle(5.0, timed=True))
+        assert result.verified
+        assert [s.value for s in runner.standin.sets_for(2)] == [3, 2, 1]
+        assert step_names(result.steps)[0] == "timed_on_unavailable"
+
+
+def test_a_profile_without_a_reboot_duration_is_not_self_timed(standin: PduStandinThread) -> None:
+    backend = outlet(standin, 1, vendor="raritan_px2")
+    plan = run(backend.plan_timed_on(60.0))
+    assert plan.on_after_s is None and "no outlet reboot" in plan.how

@@ -34,12 +34,14 @@ def test_random_runs_keep_every_invariant() -> None:
         f"\n{len(reports)} runs, {hours:.0f} simulated node-hours, {faults} faults, "
         f"{sum(r.commands for r in reports)} power commands, "
         f"{sum(r.recovered for r in reports)} recoveries, {sum(r.crashes for r in reports)} "
-        f"controller crashes, {len(violations)} violations"
+        f"controller crashes, {sum(r.timed_ons for r in reports)} self-timed ons, "
+        f"{len(violations)} violations"
     )
     assert all(r.simulated_s >= MINUTES * 60 for r in reports)
     # The runs must exercise the dangerous paths, or passing proves little.
     assert sum(r.commands for r in reports) > SEEDS // 5
     assert sum(r.crashes for r in reports) > SEEDS // 4
+    assert sum(r.timed_ons for r in reports) > SEEDS // 100
     assert violations == [], "\n".join(violations[:20])
 
 
@@ -49,9 +51,17 @@ def test_a_seed_replays_exactly() -> None:
 
 
 def test_a_freeze_is_recovered_with_one_cycle() -> None:
-    report = simulate(1, 2.0, script=[(30.0, "freeze", "spark-2")])
+    report = simulate(1, 2.0, script=[(30.0, "freeze", "spark-2")], self_timed=False)
     assert report.violations == []
     assert report.sent == [("spark-2", "off"), ("spark-2", "on")]
+    assert report.resolutions == ["recovered"]
+
+
+def test_a_self_timed_outlet_comes_back_by_itself_with_one_command() -> None:
+    report = simulate(1, 2.0, script=[(30.0, "freeze", "spark-2")], self_timed=True)
+    assert report.violations == []
+    assert report.sent == [("spark-2", "off")]
+    assert report.timed_ons == 1
     assert report.resolutions == ["recovered"]
 
 
@@ -59,19 +69,31 @@ def test_a_freeze_is_recovered_with_one_cycle() -> None:
 
 
 # Every committed write of one undisturbed freeze recovery (a run takes milliseconds).
-RECOVERY_WRITES = simulate(1, 2.0, script=[(30.0, "freeze", "spark-2")]).writes
+RECOVERY_WRITES = max(
+    simulate(1, 2.0, script=[(30.0, "freeze", "spark-2")], self_timed=timed).writes
+    for timed in (False, True)
+)
 
 
 def test_the_recovery_has_the_writes_the_crash_points_enumerate() -> None:
     assert RECOVERY_WRITES > 10
 
 
+@pytest.mark.parametrize("self_timed", [False, True], ids=["plain", "self-timed"])
 @pytest.mark.parametrize("after", range(1, RECOVERY_WRITES + 1))
-def test_a_crash_after_any_write_of_a_recovery_keeps_every_invariant(after: int) -> None:
+def test_a_crash_after_any_write_of_a_recovery_keeps_every_invariant(
+    after: int, self_timed: bool
+) -> None:
     """Killed after the k-th committed write (between each step and its command too),
-    restarted from the same history: one off at most, power back on, recovered."""
+    restarted from the same history: one off at most, power back on, recovered.
+    Self-timed: the outlet may come back on by itself while no controller runs."""
     report = simulate(
-        1, 2.0, script=[(30.0, "freeze", "spark-2")], crash_after_write=after, overrides={}
+        1,
+        2.0,
+        script=[(30.0, "freeze", "spark-2")],
+        crash_after_write=after,
+        overrides={},
+        self_timed=self_timed,
     )
     assert report.violations == []
     assert report.crashes >= 1
@@ -82,9 +104,16 @@ def test_a_crash_after_any_write_of_a_recovery_keeps_every_invariant(after: int)
         assert "held" in report.alerts
 
 
+@pytest.mark.parametrize("self_timed", [False, True], ids=["plain", "self-timed"])
 @pytest.mark.parametrize("after", [1, 2])
-def test_a_crash_right_after_a_command_keeps_every_invariant(after: int) -> None:
-    report = simulate(1, 2.0, script=[(30.0, "freeze", "spark-2")], crash_after_command=after)
+def test_a_crash_right_after_a_command_keeps_every_invariant(after: int, self_timed: bool) -> None:
+    report = simulate(
+        1,
+        2.0,
+        script=[(30.0, "freeze", "spark-2")],
+        crash_after_command=after,
+        self_timed=self_timed,
+    )
     assert report.violations == []
     assert report.sent.count(("spark-2", "off")) == 1
     assert report.verdicts["spark-2"] == "healthy"
@@ -147,7 +176,13 @@ def test_an_unexpected_error_in_a_recovery_holds_and_never_cycles_again() -> Non
     assert report.resolutions == ["gave_up"]
 
 
-def test_wall_clock_steps_neither_end_nor_stretch_a_wait() -> None:
+# A plain cycle sends the off and the on; a self-timed one only the off (the
+# outlet's own timer brings power back).
+CYCLE_SENT = {False: [("spark-2", "off"), ("spark-2", "on")], True: [("spark-2", "off")]}
+
+
+@pytest.mark.parametrize("self_timed", [False, True], ids=["plain", "self-timed"])
+def test_wall_clock_steps_neither_end_nor_stretch_a_wait(self_timed: bool) -> None:
     script = [
         (30.0, "freeze", "spark-2"),
         (45.0, "clock_step", None),
@@ -155,17 +190,30 @@ def test_wall_clock_steps_neither_end_nor_stretch_a_wait() -> None:
         (75.0, "clock_step", None),
     ]
     for seed in range(6):
-        report = simulate(seed, 3.0, script=script, overrides={"policy": {"power_off_seconds": 30}})
+        report = simulate(
+            seed,
+            3.0,
+            script=script,
+            overrides={"policy": {"power_off_seconds": 30}},
+            self_timed=self_timed,
+        )
         assert report.violations == []
-        assert report.sent == [("spark-2", "off"), ("spark-2", "on")]
+        assert report.sent == CYCLE_SENT[self_timed]
         assert report.resolutions == ["recovered"]
 
 
-def test_a_history_failure_during_the_off_hold_still_restores_power() -> None:
+@pytest.mark.parametrize("self_timed", [False, True], ids=["plain", "self-timed"])
+def test_a_history_failure_during_the_off_hold_still_restores_power(self_timed: bool) -> None:
     script = [(30.0, "freeze", "spark-2"), (45.0, "history_full_60", None)]
-    report = simulate(6, 3.0, script=script, overrides={"policy": {"power_off_seconds": 30}})
+    report = simulate(
+        6,
+        3.0,
+        script=script,
+        overrides={"policy": {"power_off_seconds": 30}},
+        self_timed=self_timed,
+    )
     assert report.violations == []
-    assert report.sent == [("spark-2", "off"), ("spark-2", "on")]
+    assert report.sent == CYCLE_SENT[self_timed]
 
 
 def test_three_of_four_frozen_are_recovered_one_after_another() -> None:
