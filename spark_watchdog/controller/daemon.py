@@ -72,7 +72,9 @@ SERVING_FAULT_KINDS = (
 )
 BY = "controller"
 # The only steps whose failed record must stop what follows: they precede a cut.
-_BEFORE_A_CUT = frozenset({StepName.OFF_SPACING, StepName.OFF_REQUESTED})
+_BEFORE_A_CUT = frozenset(
+    {StepName.TIMED_ON_UNAVAILABLE, StepName.OFF_SPACING, StepName.OFF_REQUESTED}
+)
 
 
 class Controller:

@@ -35,7 +35,7 @@ from spark_watchdog.controller.node_watch import NodeWatch
 from spark_watchdog.controller.notify import Event, Notifier
 from spark_watchdog.errors import Ambiguous, FoundOff, PowerError, Withdrawn
 from spark_watchdog.history.records import IncidentStep
-from spark_watchdog.power.base import PowerState, VerifiedPower
+from spark_watchdog.power.base import HOLD_TOLERANCE_S, PowerState, VerifiedPower
 from spark_watchdog.power.paths import PowerPath, close_backend, power_paths
 from spark_watchdog.steps import (
     NOTHING_SENT,
@@ -291,7 +291,7 @@ async def _run_rung(
         Event("power_restored", f"{node}: power restored via {power.name}", node, incident_id)
     )
     off_seconds = host.config.policy.power_off_seconds
-    if held_s is not None and held_s < off_seconds - 1.0:
+    if held_s is not None and held_s < off_seconds - HOLD_TOLERANCE_S:
         # A device that timed its own on came back early: the GPU may still be latched.
         host.notifier.send(
             Event(
@@ -399,7 +399,11 @@ async def _resume_cycle(
             # The off may have landed and power come back by the device's own
             # timer: nothing is sent, and the boot wait settles it (a new boot
             # id, or boot_timeout and the next rung, never this off again).
-            settled = "new boot id" if _booted_since(watch, plan) else "the boot wait"
+            settled = (
+                "new boot id"
+                if _booted_since(watch, plan)
+                else "the boot wait (the off may not have left; nothing is sent)"
+            )
             await _note(
                 host, incident_id, node, StepName.RESUMED, settled_by=settled, off_side=True
             )

@@ -105,6 +105,8 @@ class SelfTimingBackend(Protocol):
 # from the verified off, the device's timer from the command's arrival.
 TIMED_ON_MARGIN_S = 2.0
 _HOLD_SLACK_S = 0.001
+# An on this much before the hold's end is still the hold (read latency).
+HOLD_TOLERANCE_S = 0.5
 
 
 @dataclass(frozen=True)
@@ -332,16 +334,15 @@ class VerifiedPower:
         early = await self._watch_hold(run, off_at, off_seconds)
         if early is not None:
             since = self._clock() - sent_at
-            if since < off_seconds:
+            if since < off_seconds - HOLD_TOLERANCE_S:
                 await self._step(
                     run,
                     "hold_cut_short",
                     f"read {early.value} {since:.1f}s after the off command, before the "
                     f"{off_seconds:g}s hold ended (armed for {plan.on_after_s:g}s)",
                 )
-            await self._poll_until(run, PowerState.ON, by_device=True)
-            return self._clock() - sent_at
-        await self._step(run, "hold_done", f"{self._clock() - off_at:.1f}s")
+        else:
+            await self._step(run, "hold_done", f"{self._clock() - off_at:.1f}s")
         due = max(0.0, plan.on_after_s - (self._clock() - sent_at))
         await self._step(run, "on_awaited", f"the device's own on is due in {due:.1f}s")
         try:
@@ -349,12 +350,13 @@ class VerifiedPower:
                 run, PowerState.ON, window=due + self.timing.power_timeout, by_device=True
             )
             return self._clock() - sent_at
-        except (StateTimeout, Unreachable) as exc:
-            # The device did not switch on by itself: the on goes from here
-            # (an off outlet cannot hurt a machine; it has no power).
+        except PowerError as exc:
+            # The device did not switch on by itself (or its reads fail): the
+            # on goes from here. An on cannot hurt a machine that has no power,
+            # and is harmless to an outlet already on.
             await self._step(run, "on_not_by_device", exc.message)
         held = self._clock() - off_at
-        await self._drive(run, PowerState.ON, await self._read(run))
+        await self._drive(run, PowerState.ON, PowerState.OFF)
         return held
 
     async def _watch_hold(self, run: _Run, off_at: float, off_seconds: float) -> PowerState | None:
@@ -371,8 +373,8 @@ class VerifiedPower:
                 return None
             try:
                 state = await self._read(run)
-            except Unreachable:
-                continue  # a missed read during the hold decides nothing
+            except PowerError:
+                continue  # a failed read during the hold decides nothing
             if state is not PowerState.OFF:
                 return state
 
@@ -431,7 +433,18 @@ class VerifiedPower:
             await self._after_ambiguous(run, target, exc.message)
             return
         self._spacing.mark(self.backend.limiter_key, self._clock())
-        await self._poll_until(run, target)
+        try:
+            await self._poll_until(run, target)
+        except (StateTimeout, Unreachable) as exc:
+            if plan is None:
+                raise
+            # The device may have switched off and back on by itself between
+            # two reads: a landed off, not a failed one. Never a next cut.
+            raise Ambiguous(
+                self.name,
+                f"the timed off was not read back ({exc.message}); the device may already "
+                "have switched off and on by itself. Not retried",
+            ) from exc
 
     async def _send(self, target: PowerState, plan: TimedOn | None = None) -> None:
         # The gate runs here, inside the bounded task, so nothing else of the

@@ -263,3 +263,61 @@ def test_a_plug_whose_timer_does_not_fire_is_switched_on_by_the_caller(plug: obj
     assert result.verified and plug.is_on()
     assert [(c.on, c.answered) for c in plug.commands] == [(False, "yes"), (True, "yes")]
     assert "on_not_by_device" in [s.name for s in result.steps]
+
+
+@dataclass
+class FlakyTimedOutlet(TimedOutlet):
+    """Reads fail on the numbered reads with ``error`` (a missed or garbled answer)."""
+
+    errors: dict[int, Exception] = field(default_factory=dict)
+
+    async def read_state(self) -> PowerState:
+        error = self.errors.get(self._reads + 1)
+        if error is not None:
+            self._reads += 1
+            raise error
+        return await super().read_state()
+
+
+def test_a_garbled_read_during_the_hold_never_leaves_the_outlet_off() -> None:
+    from spark_watchdog.errors import Refused
+
+    clock = FakeClock()
+    outlet = FlakyTimedOutlet(clock, fires=False, errors={5: Refused("timed outlet 1", "garbled")})
+    power, _ = make(outlet, clock)
+    result = asyncio.run(power.cycle(30.0, timed=True))
+    assert result.verified and outlet.state is ON
+    assert outlet.commands == ["timed off 32", "on"]
+
+
+def test_an_early_on_that_then_goes_nowhere_is_followed_by_the_callers_on() -> None:
+    clock = FakeClock()
+    outlet = TimedOutlet(clock, fires=False)
+    power, steps = make(outlet, clock)
+
+    async def go() -> None:
+        task = asyncio.ensure_future(power.cycle(30.0, timed=True))
+        while not outlet.commands:
+            await asyncio.sleep(0)
+        for _ in range(20):
+            await asyncio.sleep(0)
+        outlet.state = PowerState.MIXED  # one supply back, the other not
+        await task
+
+    asyncio.run(go())
+    assert "hold_cut_short" in names(steps) and outlet.commands[-1] == "on"
+    assert outlet.state is ON
+
+
+def test_a_timed_off_not_read_back_is_ambiguous_never_a_failure() -> None:
+    """The device may have cycled between two reads: a next rung must not cut again."""
+    from spark_watchdog.errors import Ambiguous
+
+    clock = FakeClock()
+    outlet = FlakyTimedOutlet(
+        clock, errors={n: Unreachable("timed outlet 1", "missed") for n in range(2, 40)}
+    )
+    power, _ = make(outlet, clock)
+    with pytest.raises(Ambiguous, match="may already have switched off and on"):
+        asyncio.run(power.cycle(1.0, timed=True))
+    assert outlet.commands == ["timed off 3"]
