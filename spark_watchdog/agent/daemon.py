@@ -39,6 +39,8 @@ from typing import Any
 
 from spark_watchdog import __version__
 from spark_watchdog.agent.auth import BearerAuth
+from spark_watchdog.agent.clock_check import ClockCheck, ClockPolicy
+from spark_watchdog.agent.clock_check import disabled_json as clock_disabled_json
 from spark_watchdog.agent.exposition import render
 from spark_watchdog.agent.memory_watch import MemoryWatch, disabled_json
 from spark_watchdog.agent.probe_runner import Observation, ProbeRunner, iso_time
@@ -132,6 +134,12 @@ class Agent:
                 config.serving, process_match=config.probes.vllm.process_match
             )
 
+        self.clock_check: ClockCheck | None = None
+        if config.gpu_clock_check.enabled and config.probes.gpu.enabled:
+            ccfg = config.gpu_clock_check
+            policy = ClockPolicy(ccfg.floor_mhz, ccfg.busy_util_pct, ccfg.busy_samples, ccfg.window)
+            self.clock_check = ClockCheck(policy, time.monotonic())
+
         self.memory: MemoryWatch | None = None
         if config.memory_guard.enabled:
             self.memory = MemoryWatch(
@@ -215,6 +223,21 @@ class Agent:
                 self.memory.note_journal(observation.report, time.monotonic())
         if name == "vllm":
             self._maybe_run_canary()
+        if name == "gpu" and isinstance(observation.report, GpuReading):
+            self._check_clock(observation.report)
+
+    def _check_clock(self, reading: GpuReading) -> None:
+        check = self.clock_check
+        if check is None or check.state != "pending":
+            return
+        if check.observe(reading, time.monotonic()) == "latched":
+            log.error(
+                "GPU clock latched on this boot: %d busy readings, none at %d MHz "
+                "(highest %s MHz); minutes without AC clear it",
+                check.busy,
+                check.policy.floor_mhz,
+                check.max_busy_mhz,
+            )
 
     def _maybe_run_canary(self) -> None:
         """Send a 1-token canary when a stall is suspected
@@ -334,6 +357,9 @@ class Agent:
             },
             "serving": self.serving_status(),
             "memory_guard": disabled_json() if self.memory is None else self.memory.to_json(),
+            "gpu_clock_check": (
+                clock_disabled_json() if self.clock_check is None else self.clock_check.to_json()
+            ),
             "stopping": None if self._stopping is None else dict(self._stopping),
         }
 

@@ -88,6 +88,15 @@ class AgentCollector:
         guard = snap.get("memory_guard")
         if isinstance(guard, Mapping) and guard.get("enabled"):
             yield from _memory_guard_metrics(node, guard)
+        clock = snap.get("gpu_clock_check")
+        if isinstance(clock, Mapping) and clock.get("state") in ("ok", "latched"):
+            yield from _gauge(
+                "spark_watchdog_gpu_clock_latched",
+                "1 when the post-boot check found the GPU clock-latched on this boot, 0 when "
+                "a busy GPU reached gpu_clock_check.floor_mhz (absent until judged).",
+                node,
+                1 if clock.get("state") == "latched" else 0,
+            )
 
 
 def _memory_guard_metrics(node: str, guard: Mapping[str, Any]) -> Iterator[Metric]:

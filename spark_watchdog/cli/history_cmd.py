@@ -477,6 +477,8 @@ def run_status(args: argparse.Namespace) -> int:
         reasons = "; ".join(node.get("reasons") or [])
         if node.get("hardware_suspect"):
             reasons += f" [hardware suspect: {node.get('freezes_in_window')} freezes]"
+        if node.get("gpu_clock_latched"):
+            reasons += " [GPU clock latched on this boot]"
         print(f"  {node['name']:<12} {node['verdict']:<16} {reasons}")
     for hold in status.get("holds", []):
         print(f"  hold {hold['node']}: {hold['reason']}")

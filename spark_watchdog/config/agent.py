@@ -128,6 +128,17 @@ class MemoryGuardConfig:
 
 
 @dataclass(frozen=True)
+class GpuClockCheckConfig:
+    """The post-boot clock-latch check (:mod:`spark_watchdog.agent.clock_check`)."""
+
+    enabled: bool = setting(True)
+    floor_mhz: int = setting(1400, minimum=1)
+    busy_util_pct: int = setting(60, minimum=1, maximum=100)
+    busy_samples: int = setting(10, minimum=1, maximum=10_000)
+    window: float = setting(1800.0, above=0)
+
+
+@dataclass(frozen=True)
 class ServingProfileConfig:
     """One named profile; ``{}`` / ``[]`` change nothing."""
 
@@ -224,6 +235,7 @@ class AgentConfig:
     probes: ProbesConfig = setting(default_factory=ProbesConfig)
     serving: ServingConfig = setting(default_factory=ServingConfig)
     memory_guard: MemoryGuardConfig = setting(default_factory=MemoryGuardConfig)
+    gpu_clock_check: GpuClockCheckConfig = setting(default_factory=GpuClockCheckConfig)
 
     def __post_init__(self) -> None:
         if not _NODE_NAME.match(self.node):

@@ -654,6 +654,27 @@ class Controller:
                 )
             watch.hardware_suspect = suspect
 
+    def _alert_clock_latch(self, watch: NodeWatch) -> None:
+        """One alert per boot whose GPU the agent found clock-latched: a power
+        cycle held off for minutes clears it, an OS reboot does not."""
+        if not watch.clock_latch_unalerted:
+            return
+        watch.clock_latch_alerted = watch.clock_latched_boot
+        check = (watch.snapshot or {}).get("gpu_clock_check")
+        evidence = dict(check) if isinstance(check, dict) else {}
+        self.notifier.send(
+            Event(
+                "clock_latched",
+                f"{watch.name}: GPU clock latched on boot {watch.clock_latched_boot} (busy, "
+                f"never above {evidence.get('max_busy_sm_clock_mhz')} MHz of a "
+                f"{evidence.get('floor_mhz')} MHz floor): the illegal memory access is likely "
+                "to return; cut its AC for a few minutes (a reboot does not clear it)",
+                watch.name,
+                None,
+                {"boot_id": watch.clock_latched_boot, "check": evidence},
+            )
+        )
+
     def _verdict_changed(self, watch: NodeWatch, before: Verdict) -> None:
         finding = watch.finding
         log.info(
@@ -791,6 +812,7 @@ class Controller:
         return earlier.count(node) + mine.count(node), len(earlier) + len(mine)
 
     async def _act(self, watch: NodeWatch) -> None:
+        self._alert_clock_latch(watch)
         self._settle_guard_kill(watch)
         self._expire_expected_reboot(watch)
         if watch.finding.verdict is Verdict.MEMORY_EXHAUSTED and watch.guard_kill is None:

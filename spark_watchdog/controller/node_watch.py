@@ -85,6 +85,10 @@ class NodeWatch:
     freezes_in_window: int = 0
     hardware_suspect: bool = False
     power_cycles_total: int = 0
+    # The boot whose GPU the agent found clock-latched (its post-boot check),
+    # and the boot already alerted for: one alert per boot.
+    clock_latched_boot: str | None = None
+    clock_latch_alerted: str | None = None
 
     @property
     def name(self) -> str:
@@ -169,6 +173,7 @@ class NodeWatch:
             self.boot_id = boot_id
         self._note_guard_kill(snapshot, wall)
         self._note_gpu(snapshot, now, wall, new_agent)
+        self._note_clock(snapshot)
         if progressed:
             self.agent_progress_at = now
             self.agent_progress_wall = wall
@@ -200,6 +205,17 @@ class NodeWatch:
             return
         self.guard_kill = dict(kill)
         self.guard_kill["agent_started_at"] = self.agent_started_at
+
+    def _note_clock(self, snapshot: dict[str, Any]) -> None:
+        check = snapshot.get("gpu_clock_check")
+        latched = isinstance(check, dict) and check.get("state") == "latched"
+        self.clock_latched_boot = self.boot_id if latched else None
+
+    @property
+    def clock_latch_unalerted(self) -> bool:
+        """This boot's GPU is latched and no alert was sent for it yet."""
+        boot = self.clock_latched_boot
+        return boot is not None and boot != self.clock_latch_alerted
 
     def _note_gpu(self, snapshot: dict[str, Any], now: float, wall: float, new_agent: bool) -> None:
         probes = snapshot.get("probes")
@@ -327,4 +343,5 @@ class NodeWatch:
             "freezes_in_window": self.freezes_in_window,
             "hardware_suspect": self.hardware_suspect,
             "power_cycles_total": self.power_cycles_total,
+            "gpu_clock_latched": self.clock_latched_boot is not None,
         }

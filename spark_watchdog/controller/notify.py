@@ -30,6 +30,7 @@ CRITICAL = frozenset(
         "outlet_off",  # an outlet found off: a node dark that the controller will not switch on
         "unobservable",  # a node the controller cannot look at is not protected
         "reboot_overdue",  # went down in order and did not come back within boot_timeout
+        "clock_latched",  # a GPU latched on this boot: the fault is likely to return
     }
 )
 

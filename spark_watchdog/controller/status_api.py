@@ -70,6 +70,11 @@ class _Collector:
             "1 when the node froze guards.suspect_freezes times within guards.suspect_window.",
             labels=["node"],
         )
+        latched = GaugeMetricFamily(
+            "spark_watchdog_node_gpu_clock_latched",
+            "1 when the node's agent found its GPU clock-latched on this boot.",
+            labels=["node"],
+        )
         cycles = GaugeMetricFamily(
             "spark_watchdog_node_power_cycles",
             "The node's power cycles in the history, ever (relay wear).",
@@ -83,12 +88,14 @@ class _Collector:
             misses.add_metric([name], float(node.get("banner_misses") or 0))
             held.add_metric([name], 1.0 if node.get("state") == NodeState.HELD.value else 0.0)
             suspect.add_metric([name], 1.0 if node.get("hardware_suspect") else 0.0)
+            latched.add_metric([name], 1.0 if node.get("gpu_clock_latched") else 0.0)
             cycles.add_metric([name], float(node.get("power_cycles_total") or 0))
         yield verdict
         yield silent
         yield misses
         yield held
         yield suspect
+        yield latched
         yield cycles
         ticks = CounterMetricFamily(
             "spark_watchdog_controller_polls", "Poll sweeps since the controller started."

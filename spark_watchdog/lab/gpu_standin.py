@@ -15,7 +15,9 @@ device, power 45-90 W under load, ``nvmlDeviceGetMemoryInfo`` NOT_SUPPORTED
 - ``{"mode": "hang"}``: every device call blocks, like NVML in uninterruptible
   sleep on a wedged driver (NVIDIA/gpu-monitoring-tools #46). The probe must
   give up after its deadline and kill the worker; the next worker hangs too
-  until the mode is ``ok`` again (a power cycle resets it).
+  until the mode is ``ok`` again (a power cycle resets it);
+- ``{"mode": "latched"}``: busy as ever, but the SM clock stays at 702 MHz
+  (the clock latch: docs/facts.md, "Clock latch").
 
 Standard library only: it is loaded into the small NVML worker process.
 """
@@ -33,7 +35,9 @@ NVML_TEMPERATURE_GPU = 0
 NVML_CLOCK_SM = 1
 DRIVER_VERSION = "580.95.05"
 NVML_VERSION = "13.580.95.05"
-MODES = ("ok", "hang")
+MODES = ("ok", "hang", "latched")
+SM_CLOCK_MHZ = 2418
+LATCHED_SM_CLOCK_MHZ = 702
 CONTROL_NAME = "gpu.json"
 # How often a hung call looks whether it was released (a healed lab, not a real driver).
 _HANG_POLL_S = 0.2
@@ -149,7 +153,7 @@ def nvmlDeviceGetTemperature(handle: _Handle, sensor: int) -> int:
 
 def nvmlDeviceGetClockInfo(handle: _Handle, clock: int) -> int:
     _device_call()
-    return 2418
+    return LATCHED_SM_CLOCK_MHZ if _mode() == "latched" else SM_CLOCK_MHZ
 
 
 def nvmlDeviceGetMemoryInfo(handle: _Handle) -> Any:

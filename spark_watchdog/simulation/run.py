@@ -88,6 +88,7 @@ FAULTS = (
     "hold",
     "memory_kill",
     "gpu_wedge",
+    "clock_latch",
 )
 
 
@@ -463,6 +464,8 @@ class _Run:
         self.faults[fault] = self.faults.get(fault, 0) + 1
         if fault == "freeze":
             node.freeze(None)
+        elif fault == "clock_latch":
+            node.clock_latched = True
         elif fault == "freeze_thaw":
             node.freeze(rng.uniform(1.0, 40.0))
         elif fault == "reboot":

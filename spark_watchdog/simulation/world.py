@@ -110,6 +110,8 @@ class SimNode:
         self.partitioned_until = -1.0
         self.hang_after_shutdown = False
         self.gpu_wedged = False  # NVML reads time out until the next boot
+        # The GPU clock latch: survives reboots, cleared only by a loss of power.
+        self.clock_latched = False
         self.gpu_sticky = False  # ... or until power is cut (a reboot does not clear it)
         # (agent incarnation, wall time) of each kill by the node's memory guard.
         self.guard_kills: list[tuple[tuple[int, int], float]] = []
@@ -156,6 +158,7 @@ class SimNode:
         if not self.powered:
             self.phase, self.phase_until = "off", float("inf")
             self.gpu_wedged = self.gpu_sticky = False
+            self.clock_latched = False
             self.thaw_at = float("inf")
         elif self.phase == "off":
             self.phase, self.phase_until = "post", now + self.rng.uniform(2.0, 8.0)
@@ -239,6 +242,10 @@ class SimNode:
                     "gpu": {"state": "timeout" if self.gpu_wedged else "ok"},
                 },
                 "memory_guard": self._memory_guard(),
+                "gpu_clock_check": {
+                    "enabled": True,
+                    "state": "latched" if self.clock_latched else "ok",
+                },
             }
         return HttpAnswer(200, json.dumps(body).encode())
 

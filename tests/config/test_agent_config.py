@@ -48,7 +48,8 @@ def test_every_problem_is_reported_at_once_with_its_key_path() -> None:
         parse_agent_config(data, "agent.yaml")
     problems = caught.value.problems
     assert (
-        "nodee: unknown key; expected one of listen, loop_interval, memory_guard, node, probes, "
+        "nodee: unknown key; expected one of gpu_clock_check, listen, loop_interval, memory_guard, "
+        "node, probes, "
         "serving, "
         "shutdown_linger" in problems
     )

@@ -31,7 +31,7 @@ import socket
 import subprocess
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -40,6 +40,7 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from spark_watchdog.agent.clock_check import ClockCheck, ClockPolicy
 from spark_watchdog.agent.exposition import render as render_agent
 from spark_watchdog.agent.memory_watch import MemoryWatch
 from spark_watchdog.agent.probe_runner import Observation, iso_time
@@ -166,6 +167,12 @@ def agent_snapshot(proc_root: Path) -> dict[str, Any]:
     host_json = host.to_json()
     host_json["observed_at"] = iso_time(time.time())
 
+    # The real clock check, judging the real GPU's clock as if it were busy.
+    busy = replace(gpu.devices[0], utilization_gpu_pct=95)
+    clock = ClockCheck(ClockPolicy(busy_samples=1), started=0.0)
+    clock.observe(replace(gpu, devices=(busy,)), 1.0)
+    assert clock.state in ("ok", "latched"), clock.to_json()
+
     return {
         "node": "spark-2",
         "boot_id": host.boot_id,
@@ -182,6 +189,7 @@ def agent_snapshot(proc_root: Path) -> dict[str, Any]:
             "host": host_json,
         },
         "memory_guard": memory.to_json(),
+        "gpu_clock_check": clock.to_json(),
     }
 
 

@@ -35,6 +35,8 @@ UNITLESS = {
     "spark_watchdog_vllm_requests_waiting": "requests",
     "spark_watchdog_vllm_engine_steps": "engine steps",
     "spark_watchdog_gpu_low_power_while_running": "boolean",
+    "spark_watchdog_gpu_clock_latched": "boolean",
+    "spark_watchdog_node_gpu_clock_latched": "boolean",
     "spark_watchdog_host_load1": "load average",
     "spark_watchdog_journal_previous_boot_clean": "boolean",
     "spark_watchdog_journal_current_boot_evidence_lines": "journal lines",

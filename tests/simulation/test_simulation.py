@@ -394,3 +394,16 @@ def test_a_guard_kill_without_auto_restart_is_told_once_and_restarts_nothing() -
     assert report.alerts.count("memory_exhausted") == 1
     assert "serving_restarted" not in report.alerts and report.resolutions == []
     assert report.verdicts["spark-3"] == "healthy"  # not memory_exhausted for ever
+
+
+def test_a_clock_latched_gpu_is_alerted_once_per_boot_and_never_cut() -> None:
+    """The latch survives a reboot (a new boot: a second alert), and no power
+    command is sent for it: a person decides when to cut the node's AC."""
+    script: list[tuple[float, str, str | None]] = [
+        (30.0, "clock_latch", "spark-2"),
+        (120.0, "reboot", "spark-2"),
+    ]
+    report = simulate(3, 6.0, script=script, overrides={"guards": {"dry_run": False}})
+    assert report.violations == []
+    assert report.sent == []
+    assert report.alerts.count("clock_latched") == 2
