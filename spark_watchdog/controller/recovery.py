@@ -176,6 +176,10 @@ async def _recover(
             return await finish_recovery(host, watch, incident_id)
         if resume.phase is Phase.BOOT_WAIT:
             left = remaining(host.config.guards.boot_timeout, resume.restored_at, host.clock.time())
+            # A controller back after the whole wait still gives the agent a few
+            # polls: the boot it waited for may well have come while it was down.
+            detection = host.config.detection
+            left = max(left, 3 * detection.poll_interval + detection.agent_timeout)
             outcome = await await_new_boot(
                 host, watch, incident_id, resume.boot_before, left, resumed=True
             )
@@ -270,6 +274,15 @@ async def _run_rung(
         finally:
             # Every way out of the rung releases the device's sockets.
             await close_backend(power.backend)
+    if held_s is None:
+        # A resumed off whose fate is unknown, the outlet on (a device that times
+        # its own on may have cycled it): not "power restored". Nothing is sent;
+        # a new boot settles it, or boot_timeout and the next rung.
+        await _finish(ledger, action, "ambiguous", "resumed: the off's outcome is unknown")
+        watch.apply(NodeEvent.POWER_RESTORED)
+        return await await_new_boot(
+            host, watch, incident_id, plan.boot_before, host.config.guards.boot_timeout
+        )
     # Power is back on: what follows is bookkeeping, then the wait for a new boot.
     try:
         await _finish(
@@ -383,8 +396,12 @@ async def _resume_cycle(
     incident_id: int,
     power: VerifiedPower,
     plan: RungPlan,
-) -> float:
-    """Finish a cycle a killed controller left after its off may have left."""
+) -> float | None:
+    """Finish a cycle a killed controller left after its off may have left.
+
+    The hold it restored, or None: a timed off of unknown fate with the outlet
+    on, for the boot wait to settle.
+    """
     node, last = watch.name, plan.resume_from
     off_seconds = host.config.policy.power_off_seconds
     state = await power.state()
@@ -399,15 +416,12 @@ async def _resume_cycle(
             # The off may have landed and power come back by the device's own
             # timer: nothing is sent, and the boot wait settles it (a new boot
             # id, or boot_timeout and the next rung, never this off again).
-            settled = (
-                "new boot id"
-                if _booted_since(watch, plan)
-                else "the boot wait (the off may not have left; nothing is sent)"
-            )
+            booted = _booted_since(watch, plan)
+            settled = "new boot id" if booted else "the boot wait (nothing is sent)"
             await _note(
                 host, incident_id, node, StepName.RESUMED, settled_by=settled, off_side=True
             )
-            return off_seconds
+            return off_seconds if booted else None
         if state is not PowerState.OFF:
             # The off may or may not have landed; a second off is never sent.
             raise Ambiguous(

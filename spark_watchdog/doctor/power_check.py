@@ -60,8 +60,9 @@ class ReadOnlyBackend:
 
 
 def power_timeout_s(config: ControllerConfig, path: PowerPath) -> float:
-    """Doctor's deadline for one path: vendor lookup, state and names, each a read."""
-    return 3 * timing_for(config, path).read_timeout + 5.0
+    """Doctor's deadline for one path: vendor lookup, state, names and the
+    device's own timer setting, each a read."""
+    return 4 * timing_for(config, path).read_timeout + 5.0
 
 
 async def check_power_path(config: ControllerConfig, path: PowerPath) -> Finding:

@@ -199,7 +199,7 @@ class ShellyPlug(_HttpPlug):
         return TimedOn(on_after, "Shelly Switch.Set toggle_after")
 
     async def command_timed_off(self, on_after_s: float) -> None:
-        await self._switch_set("false", f"&toggle_after={on_after_s:g}")
+        await self._switch_set("false", f"&toggle_after={on_after_s:.0f}")
 
     async def _switch_set(self, on: str, extra: str = "") -> None:
         method = "Switch.Set"

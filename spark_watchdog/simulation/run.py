@@ -19,7 +19,7 @@ import random
 import tempfile
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any, Literal, cast
 
 from spark_watchdog.config.controller import ControllerConfig, parse_controller_config
 from spark_watchdog.controller.daemon import Controller
@@ -60,6 +60,7 @@ _WRITES = (
     "upsert_",
     "link_",
 )
+SelfTimed = Literal["never", "always", "failing"]
 ALERT_KINDS = frozenset({"held", "gave_up", "circuit_breaker", "outlet_off", "ambiguous_power"})
 FAULTS = (
     "freeze",
@@ -204,7 +205,7 @@ class _Run:
         script: list[Scripted] | None = None,
         overrides: dict[str, Any] | None = None,
         prepare: Callable[[HistoryStore], None] | None = None,
-        self_timed: bool | None = None,
+        self_timed: SelfTimed | None = None,
     ) -> None:
         self.seed = seed
         self.prepare = prepare
@@ -224,7 +225,8 @@ class _Run:
         if self_timed is not None:
             for outlets in self.world.outlets.values():
                 for outlet in outlets:
-                    outlet.self_timed, outlet.timer_fails = self_timed, False
+                    outlet.self_timed = self_timed != "never"
+                    outlet.timer_fails = self_timed == "failing"
         self.world.on_command_hook = self._on_command
         self.events: list[Event] = []
         self.store = HistoryStore(":memory:", clock=lambda: self.clock.time())
@@ -766,13 +768,14 @@ def simulate(
     script: list[Scripted] | None = None,
     overrides: dict[str, Any] | None = None,
     prepare: Callable[[HistoryStore], None] | None = None,
-    self_timed: bool | None = None,
+    self_timed: SelfTimed | None = None,
 ) -> Report:
     """One run: ``minutes`` of random faults (or the ``script``), then a quiet tail.
 
     ``overrides``: config sections to change, e.g. ``{"guards": {"dry_run": True}}``.
-    ``self_timed``: every outlet times its own on (True, and its timer fires) or
-    none does (False); None: each outlet by chance, some timers failing.
+    ``self_timed``: every outlet times its own on ("always", and its timer
+    fires; "failing": it accepts the timed off, its timer never fires) or none
+    does ("never"); None: each outlet by chance, some timers failing.
     """
     run = _Run(seed, minutes, crash_after_write, script, overrides, prepare, self_timed)
     run.crash_after_command = crash_after_command

@@ -13,7 +13,7 @@ import os
 import pytest
 
 from spark_watchdog.history.store import HistoryStore
-from spark_watchdog.simulation.run import Report, simulate
+from spark_watchdog.simulation.run import Report, SelfTimed, simulate
 
 SEEDS = int(os.environ.get("SPARK_WATCHDOG_SIM_SEEDS", "500"))
 MINUTES = 10.0
@@ -51,14 +51,14 @@ def test_a_seed_replays_exactly() -> None:
 
 
 def test_a_freeze_is_recovered_with_one_cycle() -> None:
-    report = simulate(1, 2.0, script=[(30.0, "freeze", "spark-2")], self_timed=False)
+    report = simulate(1, 2.0, script=[(30.0, "freeze", "spark-2")], self_timed="never")
     assert report.violations == []
     assert report.sent == [("spark-2", "off"), ("spark-2", "on")]
     assert report.resolutions == ["recovered"]
 
 
 def test_a_self_timed_outlet_comes_back_by_itself_with_one_command() -> None:
-    report = simulate(1, 2.0, script=[(30.0, "freeze", "spark-2")], self_timed=True)
+    report = simulate(1, 2.0, script=[(30.0, "freeze", "spark-2")], self_timed="always")
     assert report.violations == []
     assert report.sent == [("spark-2", "off")]
     assert report.timed_ons == 1
@@ -69,9 +69,12 @@ def test_a_self_timed_outlet_comes_back_by_itself_with_one_command() -> None:
 
 
 # Every committed write of one undisturbed freeze recovery (a run takes milliseconds).
+# Plain outlets, outlets whose own timer brings power back, and outlets that
+# accept a timed off but whose timer never fires (the controller's on then).
+TIMED_KINDS: tuple[SelfTimed, ...] = ("never", "always", "failing")
 RECOVERY_WRITES = max(
     simulate(1, 2.0, script=[(30.0, "freeze", "spark-2")], self_timed=timed).writes
-    for timed in (False, True)
+    for timed in TIMED_KINDS
 )
 
 
@@ -79,10 +82,10 @@ def test_the_recovery_has_the_writes_the_crash_points_enumerate() -> None:
     assert RECOVERY_WRITES > 10
 
 
-@pytest.mark.parametrize("self_timed", [False, True], ids=["plain", "self-timed"])
+@pytest.mark.parametrize("self_timed", TIMED_KINDS)
 @pytest.mark.parametrize("after", range(1, RECOVERY_WRITES + 1))
 def test_a_crash_after_any_write_of_a_recovery_keeps_every_invariant(
-    after: int, self_timed: bool
+    after: int, self_timed: SelfTimed
 ) -> None:
     """Killed after the k-th committed write (between each step and its command too),
     restarted from the same history: one off at most, power back on, recovered.
@@ -104,9 +107,11 @@ def test_a_crash_after_any_write_of_a_recovery_keeps_every_invariant(
         assert "held" in report.alerts
 
 
-@pytest.mark.parametrize("self_timed", [False, True], ids=["plain", "self-timed"])
+@pytest.mark.parametrize("self_timed", TIMED_KINDS)
 @pytest.mark.parametrize("after", [1, 2])
-def test_a_crash_right_after_a_command_keeps_every_invariant(after: int, self_timed: bool) -> None:
+def test_a_crash_right_after_a_command_keeps_every_invariant(
+    after: int, self_timed: SelfTimed
+) -> None:
     report = simulate(
         1,
         2.0,
@@ -178,11 +183,15 @@ def test_an_unexpected_error_in_a_recovery_holds_and_never_cycles_again() -> Non
 
 # A plain cycle sends the off and the on; a self-timed one only the off (the
 # outlet's own timer brings power back).
-CYCLE_SENT = {False: [("spark-2", "off"), ("spark-2", "on")], True: [("spark-2", "off")]}
+CYCLE_SENT: dict[SelfTimed, list[tuple[str, str]]] = {
+    "never": [("spark-2", "off"), ("spark-2", "on")],
+    "always": [("spark-2", "off")],
+    "failing": [("spark-2", "off"), ("spark-2", "on")],
+}
 
 
-@pytest.mark.parametrize("self_timed", [False, True], ids=["plain", "self-timed"])
-def test_wall_clock_steps_neither_end_nor_stretch_a_wait(self_timed: bool) -> None:
+@pytest.mark.parametrize("self_timed", TIMED_KINDS)
+def test_wall_clock_steps_neither_end_nor_stretch_a_wait(self_timed: SelfTimed) -> None:
     script = [
         (30.0, "freeze", "spark-2"),
         (45.0, "clock_step", None),
@@ -202,8 +211,10 @@ def test_wall_clock_steps_neither_end_nor_stretch_a_wait(self_timed: bool) -> No
         assert report.resolutions == ["recovered"]
 
 
-@pytest.mark.parametrize("self_timed", [False, True], ids=["plain", "self-timed"])
-def test_a_history_failure_during_the_off_hold_still_restores_power(self_timed: bool) -> None:
+@pytest.mark.parametrize("self_timed", TIMED_KINDS)
+def test_a_history_failure_during_the_off_hold_still_restores_power(
+    self_timed: SelfTimed,
+) -> None:
     script = [(30.0, "freeze", "spark-2"), (45.0, "history_full_60", None)]
     report = simulate(
         6,
