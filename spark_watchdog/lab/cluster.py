@@ -99,6 +99,9 @@ PDU_SWITCH_DELAY_S = 0.3
 # test lengthens the reboot to stage a self-timed cycle.
 LAB_POWER_OFF_S = 2.0
 LAB_PDU_REBOOT_S = 1.0
+# Seconds without power that clear a GPU clock latch in the lab (on a GB10:
+# minutes; docs/facts.md, "Clock latch").
+LAB_LATCH_CLEAR_S = 6.0
 # How long a forced reboot keeps the host dark before its boot starts.
 FORCED_REBOOT_DARK_S = 2.0
 # How long the lab keeps trying to hold a dark node's port (the killed
@@ -117,10 +120,11 @@ FAULTS: dict[str, str] = {
     "crash-exit": "the head's vLLM rank exits with code 0 (vllm #53726)",
     "idle-wedge": "the head's engine hangs while idle: nothing runs, no step, new requests wait",
     "gpu-hang": "the node's NVML calls block (a wedged driver)",
+    "clock-latch": "the node's GPU clock latches (702 MHz under load) and the node reboots",
     "mem-collapse": "the node's MemAvailable falls 1 GiB/s toward 1 GiB",
     "pdu-down": "the PDU stops answering SNMP (its management card is down)",
     "partition": "the node's network link goes dark (network namespaces: lab up --netns)",
-    "heal": "undo wedge/crash, gpu-hang, mem-collapse, pdu-down and freeze",
+    "heal": "undo wedge/crash, gpu-hang, clock-latch, mem-collapse, pdu-down and freeze",
 }
 # Faults about the serving head or the whole lab: the node argument is optional.
 CLUSTER_FAULTS = frozenset({"wedge", "crash", "crash-exit", "idle-wedge", "pdu-down", "heal"})
@@ -172,6 +176,10 @@ class LabNode:
     mem_lowest: int = 0  # the lowest MemAvailable of the last mem-collapse
     forced_reboots: int = 0  # forced reboots acted out (lab_sshd)
     rebooting_forced: bool = False
+    # The GPU clock latch: survives a reboot, cleared only by LAB_LATCH_CLEAR_S
+    # without power (the lab's "minutes without AC").
+    clock_latched: bool = False
+    powered_off_at: float | None = None  # monotonic, while its outlet is off
     # The generation of the last services.json the lab wrote (see sim_host).
     services_generation: int = 0
     # While its outlet is off: the sockets that keep its SSH and agent ports dark.
@@ -593,9 +601,16 @@ class LabCluster:
                 _ip("netns", "del", node.netns, check=False)
 
     def _reset_hardware(self, node: LabNode) -> None:
-        """What a power cycle clears: the GPU's hang, the memory pressure."""
+        """What a power cycle clears: the GPU's hang, the memory pressure; a
+        clock latch only after LAB_LATCH_CLEAR_S without power (a reboot or a
+        short cut leaves it)."""
         node.mem_generation += 1
         node.write_meminfo(MEM_AVAILABLE_BYTES)
+        off_at, node.powered_off_at = node.powered_off_at, None
+        if node.clock_latched and (off_at is None or time.monotonic() - off_at < LAB_LATCH_CLEAR_S):
+            gpu_standin.write_mode(node.directory, "latched")
+            return
+        node.clock_latched = False
         gpu_standin.write_mode(node.directory, "ok")
 
     def _booted(self, node: LabNode, pid: int) -> None:
@@ -671,6 +686,7 @@ class LabCluster:
         for node in self.nodes:
             if node.outlet == outlet and node.host is not None:
                 if state is PowerState.OFF:
+                    node.powered_off_at = time.monotonic()
                     self._stop_frozen_agent(node)  # a wedged agent dies with the rest
                     self._signal_tree(node, signal.SIGKILL)
                     self._event(f"{node.name} lost power (outlet {outlet} off): tree killed")
@@ -998,6 +1014,14 @@ class LabCluster:
                     return int(process.pid)
         return None
 
+    def clock_latch(self, node: LabNode) -> None:
+        """The node's GPU latches its clock (702 MHz under load) and the node
+        reboots, as after the fault: its agent's post-boot check finds it."""
+        node.clock_latched = True
+        gpu_standin.write_mode(node.directory, "latched")
+        self.shut_down(node)
+        self.boot_again(node)
+
     def gpu_hang(self, node: LabNode, hang: bool = True) -> None:
         if hang:
             # A task stuck in the driver is what the kernel reports first.
@@ -1088,6 +1112,9 @@ class LabCluster:
         if fault == "gpu-hang":
             self.gpu_hang(target)
             return f"{target.name}'s NVML calls hang (a wedged driver)"
+        if fault == "clock-latch":
+            self.clock_latch(target)
+            return f"{target.name}'s GPU clock latched; {target.name} rebooted"
         if fault == "mem-collapse":
             self.mem_collapse(target)
             return f"{target.name}'s MemAvailable falls {MEM_COLLAPSE_RATE / GIB:g} GiB/s"
@@ -1131,6 +1158,7 @@ class LabCluster:
                 self.partition(each, cut=False)
             self.thaw(each)
             self.mem_restore(each)
+            each.clock_latched = False
             gpu_standin.write_mode(each.directory, "ok")
         if node is None:
             self.pdu_silent(False)

@@ -37,6 +37,7 @@ from spark_watchdog.history.store import HistoryStore
 from spark_watchdog.lab import lab_sshd
 from spark_watchdog.lab.cluster import (
     GIB,
+    LAB_LATCH_CLEAR_S,
     MEM_COLLAPSE_FLOOR,
     MEM_COLLAPSE_RATE,
     REAL_START_TIMEOUT_S,
@@ -462,6 +463,40 @@ def _mem_collapse(run: Run) -> None:
         _expect_safe_restart(run)
 
 
+def _clock_latch(run: Run) -> None:
+    node = _target(run, None, 1)
+    boot_before = node.boot_id()
+    run.inject("clock-latch", node)
+
+    def alerted() -> bool:
+        receiver = run.session.receiver
+        return receiver is not None and "clock_latched" in receiver.kinds()
+
+    run.session.wait_for(alerted, _recovery_timeout(run), f"a clock_latched alert for {node.name}")
+    result = run.result
+    result.detected_after_s = time.time() - run.injected_at
+    result.outcome = "alerted"
+    state = run.lab.agent_state(node) or {}
+    check = state.get("gpu_clock_check") or {}
+    if check.get("state") != "latched":
+        result.problems.append(f"{node.name}'s agent reports gpu_clock_check {check}")
+    else:
+        result.notes.append(
+            f"{node.name}: {check.get('busy_readings')} busy GPU readings, none above "
+            f"{check.get('max_busy_sm_clock_mhz')} MHz (floor {check.get('floor_mhz')} MHz)"
+        )
+    nodes = (run.session.status() or {}).get("nodes", [])
+    if not any(n.get("name") == node.name and n.get("gpu_clock_latched") for n in nodes):
+        result.problems.append(f"the controller's status does not show {node.name} latched")
+    if node.boot_id() == boot_before:
+        result.problems.append(f"{node.name} did not boot again (same boot id)")
+    _account(run)
+    _expect_no_power(run)
+    _expect_no_incident(run)
+    if result.alerts.count("clock_latched") != 1:
+        result.problems.append(f"clock_latched alerted {result.alerts.count('clock_latched')}x")
+
+
 def _gpu_hang(run: Run) -> None:
     node = _target(run, None, 1)
     if node.sshd_port is None:
@@ -799,6 +834,17 @@ SCENARIOS: dict[str, Scenario] = {
             "restart with profile safe, still wedged, one forced reboot over the real sshd "
             "(recorded first), a new boot id, the GPU answering, serving restarted safe, "
             "recovered; no PDU command. Without sshd on this machine: not_available.",
+        ),
+        Scenario(
+            "clock-latch",
+            "a node's GPU clock latches (702 MHz under load) and survives the node's reboot",
+            ("alerted",),
+            _clock_latch,
+            doc="The lab's NVML stand-in answers 702 MHz under load until the node has been "
+            f"without power {LAB_LATCH_CLEAR_S:g}s. Expected: the node's agent finds the GPU "
+            "clock-latched on its new boot (gpu_clock_check), the controller shows it in its "
+            "status and sends one clock_latched alert; no incident, no power command (the long "
+            "AC cut that clears it is a person's call).",
         ),
         Scenario(
             "mem-collapse",

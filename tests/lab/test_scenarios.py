@@ -284,6 +284,17 @@ def test_gpu_hang_is_recovered_by_a_forced_reboot_over_ssh_without_power(scenari
     _no_action_against(store, ["spark-1", "spark-3", "spark-4"])
 
 
+def test_a_clock_latch_survives_a_reboot_and_is_alerted_once_without_power(
+    scenario: Any,
+) -> None:
+    report, store = scenario("clock-latch")
+    assert report["outcome"] == "alerted", report
+    assert report["power_actions"] == 0 and report["pdu_commands"] == []
+    assert report["alerts"].count("clock_latched") == 1
+    assert store.list_incidents() == [] and store.actions() == []
+    assert any("busy GPU readings, none above 702 MHz" in n for n in report["notes"]), report
+
+
 def test_partition_is_cycled_once_then_held(scenario: Any, tmp_path: Path) -> None:
     why = netns_unavailable()
     if why is not None:
