@@ -71,6 +71,10 @@ class StepName(str, enum.Enum):
     REBOOT_SENT = "reboot_sent"
     REBOOT_NOT_SENT = "reboot_not_sent"  # certainly not sent (no connection, key refused)
     HANDED_TO_POWER_PATH = "handed_to_power_path"  # silent after the reboot: the freeze path
+    # A clock-latched GPU (controller/unlatch.py): a clean halt before the long cut
+    HALT_REQUESTED = "halt_requested"  # recorded before it is sent
+    HALT_SENT = "halt_sent"
+    HALT_NOT_SENT = "halt_not_sent"
     RESOLVED = "resolved"
 
 

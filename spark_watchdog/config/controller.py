@@ -208,6 +208,10 @@ class SshDevice:
     # The reboot for a wedged GPU driver, one that cannot hang on it: sysrq "b" restarts
     # at once, skipping the drivers' shutdown (docs/design.md, "Wedged but alive").
     forced_command: str = setting(FORCED_REBOOT)
+    # A clean halt (the host stays powered, as a frozen one does), before a long AC
+    # cut clears a GPU clock latch (policy.clock_latch_off_seconds;
+    # docs/design.md, "Clock latch").
+    halt_command: str = setting("sudo systemctl halt")
     connect_timeout: float = setting(5.0, above=0)
 
     def __post_init__(self) -> None:
@@ -248,6 +252,10 @@ class PolicyConfig:
     # Where the device can time a cycle (Shelly toggle_after, a Tasmota backlog,
     # an APC outlet reboot), the off arms it to switch on again by itself.
     self_timed_on: bool = setting(True)
+    # Seconds of AC off that clear a GPU clock latch the agent found after a boot:
+    # the node is halted over ssh, then the power path holds its AC off this long
+    # (at least power_off_seconds) once it is silent. 0: alert only.
+    clock_latch_off_seconds: float = setting(180.0, minimum=0)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -21,7 +21,7 @@ from typing import Any
 
 from spark_watchdog.config.controller import ControllerConfig, SshDevice
 from spark_watchdog.config.secrets import read_secret
-from spark_watchdog.controller import wedged
+from spark_watchdog.controller import unlatch, wedged
 from spark_watchdog.controller.detector import DetectionPolicy, Verdict, classify
 from spark_watchdog.controller.flight_recorder import FlightRecorder
 from spark_watchdog.controller.http_client import ANSWERED, HttpError
@@ -120,6 +120,7 @@ class Controller:
         self._offenders_read_at = float("-inf")
         # The wedged-but-alive ladder per node, and its incident.
         self._wedged: dict[str, tuple[asyncio.Task[str], int]] = {}
+        self._unlatching: dict[str, asyncio.Task[str]] = {}
         self._agent_restarts: dict[str, asyncio.Task[None]] = {}
         self._last_serving_restart = float("-inf")
         # After a serving restart refused by the budget: no new try (nor alert) before this.
@@ -654,26 +655,138 @@ class Controller:
                 )
             watch.hardware_suspect = suspect
 
-    def _alert_clock_latch(self, watch: NodeWatch) -> None:
-        """One alert per boot whose GPU the agent found clock-latched: a power
-        cycle held off for minutes clears it, an OS reboot does not."""
-        if not watch.clock_latch_unalerted:
+    async def _answer_clock_latch(self, watch: NodeWatch) -> None:
+        """A boot whose GPU the agent found clock-latched: one critical alert, and
+        with policy.clock_latch_off_seconds the unlatch ladder (a clean halt, then
+        the power path's long cut: controller/unlatch.py), started once per boot
+        when the node is free: watching, no incident, no other node unlatching."""
+        boot = watch.clock_latched_boot
+        if boot is None:
             return
-        watch.clock_latch_alerted = watch.clock_latched_boot
-        check = (watch.snapshot or {}).get("gpu_clock_check")
-        evidence = dict(check) if isinstance(check, dict) else {}
-        self.notifier.send(
-            Event(
-                "clock_latched",
-                f"{watch.name}: GPU clock latched on boot {watch.clock_latched_boot} (busy, "
-                f"never above {evidence.get('max_busy_sm_clock_mhz')} MHz of a "
-                f"{evidence.get('floor_mhz')} MHz floor): the illegal memory access is likely "
-                "to return; cut its AC for a few minutes (a reboot does not clear it)",
-                watch.name,
-                None,
-                {"boot_id": watch.clock_latched_boot, "check": evidence},
+        acting = self.config.policy.clock_latch_off_seconds > 0
+        if watch.clock_latch_alerted != boot:
+            watch.clock_latch_alerted = boot
+            check = (watch.snapshot or {}).get("gpu_clock_check")
+            evidence = dict(check) if isinstance(check, dict) else {}
+            then = (
+                "the controller halts it and holds its AC off "
+                f"{unlatch.off_seconds(self.config):g}s"
+                if acting and not self.config.guards.dry_run
+                else "cut its AC for a few minutes (a reboot does not clear it)"
             )
+            self.notifier.send(
+                Event(
+                    "clock_latched",
+                    f"{watch.name}: GPU clock latched on boot {boot} (busy, never above "
+                    f"{evidence.get('max_busy_sm_clock_mhz')} MHz of a "
+                    f"{evidence.get('floor_mhz')} MHz floor): the illegal memory access is "
+                    f"likely to return; {then}",
+                    watch.name,
+                    None,
+                    {"boot_id": boot, "check": evidence},
+                )
+            )
+        if not acting or watch.clock_latch_answered == boot or not self._free_to_unlatch(watch):
+            return
+        with contextlib.suppress(HistoryUnwritable):
+            await self._start_unlatch(watch)
+            watch.clock_latch_answered = boot
+
+    def _free_to_unlatch(self, watch: NodeWatch) -> bool:
+        """One unlatch at a time, on a healthy node, while nothing else in the
+        cluster is being recovered."""
+        if watch.finding.verdict is not Verdict.HEALTHY or watch.incident_id is not None:
+            return False
+        if self._unlatch_in_progress():
+            return False
+        if any(w.state is not NodeState.WATCHING for w in self.watches.values()):
+            return False
+        if any(not task.done() for task in self._fencing.values()):
+            return False
+        return not any(not task.done() for task, _ in self._wedged.values())
+
+    def _unlatch_in_progress(self) -> bool:
+        """An unlatch ladder runs, or a node halted for its latch (here or by an
+        earlier controller) is silent, waiting for its long cut."""
+        if any(not task.done() for task in self._unlatching.values()):
+            return True
+        return any(
+            w.halted_boot is not None and not self.shows_life(w) for w in self.watches.values()
         )
+
+    async def _start_unlatch(self, watch: NodeWatch) -> None:
+        dry_run = self.config.guards.dry_run
+        check = (watch.snapshot or {}).get("gpu_clock_check")
+        try:
+            incident = await self.ledger.write(
+                self.ledger.store.open_incident,
+                unlatch.KIND,
+                [watch.name],
+                detected_at=self.clock.time(),
+                evidence={
+                    "gpu_clock_check": dict(check) if isinstance(check, dict) else {},
+                    "boot_id": watch.clock_latched_boot,
+                    "flight_recorder": self.recorder.evidence(watch.name),
+                },
+                dry_run=dry_run,
+            )
+        except IncidentAlreadyOpen as exc:
+            log.info("%s: clock_latched incident not opened: %s", watch.name, exc)
+            return
+        if dry_run:
+            await self.ledger.write(
+                self.ledger.store.add_step,
+                incident.id,
+                StepName.DRY_RUN,
+                detail={
+                    "would": "halt it over ssh, then hold its AC off "
+                    f"{unlatch.off_seconds(self.config):g}s"
+                },
+            )
+            await self.ledger.write(
+                self.ledger.store.resolve_incident,
+                incident.id,
+                "false_alarm",
+                detail={"dry_run": True},
+            )
+            return
+        self._unlatching[watch.name] = asyncio.get_running_loop().create_task(
+            self._run_unlatch(watch, incident.id), name=f"unlatch-{watch.name}"
+        )
+
+    async def _run_unlatch(self, watch: NodeWatch, incident_id: int) -> str:
+        try:
+            return await unlatch.unlatch(self, watch, incident_id)
+        except HistoryUnwritable as exc:
+            # A halt that may have left keeps the node's silence expected and the
+            # long cut armed (the freeze path takes a silent host with it).
+            log.warning("%s: clock latch ladder stopped: %s", watch.name, exc)
+            return "unrecorded"
+        except Exception as exc:
+            # Never guess after an unexpected error: record, alert, a person decides.
+            log.exception("%s: clock latch ladder failed", watch.name)
+            self.notifier.send(
+                Event(
+                    "clock_latch_not_cleared",
+                    f"{watch.name}: the clock latch ladder failed: {exc!r}",
+                    watch.name,
+                    incident_id,
+                )
+            )
+            with contextlib.suppress(HistoryUnwritable):
+                await self.ledger.write(
+                    self.ledger.store.resolve_incident,
+                    incident_id,
+                    "gave_up",
+                    detail={"why": f"failed: {exc!r}"},
+                )
+            return "gave_up"
+
+    async def halt(self, device: SshDevice) -> wedged.RebootAttempt:
+        return await self.io.halt(device)
+
+    async def cycles_in_window(self, node: str) -> tuple[int, int]:
+        return await self._cycles_in_window(node)
 
     def _verdict_changed(self, watch: NodeWatch, before: Verdict) -> None:
         finding = watch.finding
@@ -685,7 +798,12 @@ class Controller:
         )
         if finding.verdict is Verdict.UNOBSERVABLE:
             self.notifier.send(Event("unobservable", f"{watch.name} {finding.summary}", watch.name))
-        if before is Verdict.REBOOTING and finding.verdict is not Verdict.HEALTHY:
+        handed_over = watch.off_seconds_override is not None  # halted for a clock latch
+        if (
+            before is Verdict.REBOOTING
+            and finding.verdict is not Verdict.HEALTHY
+            and not handed_over
+        ):
             # Gone down in order, not back within boot_timeout: a person should look
             # (silent, it becomes host_frozen; still refusing, it is never fenced).
             self.notifier.send(
@@ -733,6 +851,7 @@ class Controller:
             if w.state is NodeState.WATCHING
             and w.finding.verdict is Verdict.HOST_FROZEN
             and not w.banner_reachable
+            and w.off_seconds_override is None  # halted by the controller for its latch
         ]
 
     def breaker_open(self) -> bool:
@@ -812,7 +931,7 @@ class Controller:
         return earlier.count(node) + mine.count(node), len(earlier) + len(mine)
 
     async def _act(self, watch: NodeWatch) -> None:
-        self._alert_clock_latch(watch)
+        await self._answer_clock_latch(watch)
         self._settle_guard_kill(watch)
         self._expire_expected_reboot(watch)
         if watch.finding.verdict is Verdict.MEMORY_EXHAUSTED and watch.guard_kill is None:
@@ -1205,6 +1324,8 @@ class Controller:
         return False
 
     def _maybe_restart_serving(self, watch: NodeWatch) -> None:
+        if self._unlatch_in_progress():
+            return  # a node is halting for its long cut: serving restarts after it
         if not self.config.serving.auto_restart:
             if watch.guard_kill is not None:
                 # Told once, then not news any more: a person restarts serving.
@@ -1246,6 +1367,8 @@ class Controller:
         for incident in sorted(incidents, key=lambda i: i.id):
             if incident.kind == wedged.KIND and not incident.dry_run:
                 await self._resume_wedged(incident)
+            if incident.kind == unlatch.KIND and not incident.dry_run:
+                await self._resume_unlatch(incident)
             if incident.kind != "host_frozen" or incident.dry_run:
                 await self.ledger.write(
                     self.ledger.store.resolve_incident,
@@ -1273,6 +1396,27 @@ class Controller:
             watch = self.watches.get(name)
             if watch is not None and sent and StepName.NEW_BOOT_SEEN not in steps:
                 self.expect_reboot(watch, "a forced reboot may have been sent before a restart")
+
+    async def _resume_unlatch(self, incident: Incident) -> None:
+        """A halt for a clock latch may have left before a restart: the node's
+        silence stays expected for boot_timeout and its next cut stays long;
+        after the handover, only the long cut. The incident is closed here."""
+        steps = await self.ledger.read(self.ledger.store.steps, incident.id)
+        names = {s.step for s in steps}
+        asked = [s for s in steps if s.step == StepName.HALT_REQUESTED]
+        detail = asked[-1].detail if asked and isinstance(asked[-1].detail, dict) else {}
+        off = detail.get("off_seconds")
+        if not isinstance(off, (int, float)) or StepName.HALT_NOT_SENT in names:
+            return
+        for name in incident.nodes:
+            watch = self.watches.get(name)
+            if watch is None:
+                continue
+            boot = detail.get("boot_id")
+            watch.arm_long_cut(float(off), boot if isinstance(boot, str) else None)
+            watch.clock_latch_answered = boot  # this boot: not again
+            if StepName.HANDED_TO_POWER_PATH not in names:
+                self.expect_reboot(watch, "a halt for the clock latch may have left")
 
     async def _resume_incident(self, watch: NodeWatch, incident_id: int) -> None:
         """Continue one open incident from its record: the same code as a fresh one."""

@@ -65,6 +65,7 @@ class ControllerIO:
     agent_restart: AgentRestart
     blocking: Blocking
     forced_reboot: ForcedReboot
+    halt: ForcedReboot
 
     @classmethod
     def production(cls, config: ControllerConfig) -> ControllerIO:
@@ -79,6 +80,7 @@ class ControllerIO:
             agent_restart=restart_agent_over_ssh,
             blocking=in_thread,
             forced_reboot=forced_reboot_over_ssh,
+            halt=halt_over_ssh,
         )
 
 
@@ -123,9 +125,19 @@ async def restart_agent_over_ssh(device: SshDevice) -> str:
 
 async def forced_reboot_over_ssh(device: SshDevice) -> RebootAttempt:
     """Run the device's ``forced_command``; how far it got, honestly."""
+    return await _goodbye_command(device, device.forced_command)
+
+
+async def halt_over_ssh(device: SshDevice) -> RebootAttempt:
+    """Run the device's ``halt_command``; how far it got, honestly."""
+    return await _goodbye_command(device, device.halt_command)
+
+
+async def _goodbye_command(device: SshDevice, command: str) -> RebootAttempt:
+    """A command after which the host goes away: a dropped session counts as sent."""
     from spark_watchdog.power.ssh_reboot import run_ssh_command
 
-    result = await run_ssh_command(device, device.forced_command)
+    result = await run_ssh_command(device, command)
     if result.outcome == "dropped" or (result.outcome == "exited" and result.exit_status == 0):
         return RebootAttempt(True, result.detail)
     if result.outcome == "exited":

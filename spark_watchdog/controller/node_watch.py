@@ -89,6 +89,12 @@ class NodeWatch:
     # and the boot already alerted for: one alert per boot.
     clock_latched_boot: str | None = None
     clock_latch_alerted: str | None = None
+    clock_latch_answered: str | None = None  # the boot an unlatch ladder ran (or ran for)
+    # The off hold of the node's next power cycle, when not power_off_seconds: a
+    # clock latch's long cut (controller/unlatch.py), for the boot that was (or
+    # may have been) halted. Dropped when the agent reports any other boot.
+    off_seconds_override: float | None = None
+    halted_boot: str | None = None
 
     @property
     def name(self) -> str:
@@ -171,6 +177,8 @@ class NodeWatch:
             self.agent_started_at = started if isinstance(started, str) else None
         if isinstance(boot_id, str):
             self.boot_id = boot_id
+        if isinstance(boot_id, str) and self.halted_boot not in (None, boot_id):
+            self.arm_long_cut(None, None)  # the halted boot is over
         self._note_guard_kill(snapshot, wall)
         self._note_gpu(snapshot, now, wall, new_agent)
         self._note_clock(snapshot)
@@ -206,16 +214,15 @@ class NodeWatch:
         self.guard_kill = dict(kill)
         self.guard_kill["agent_started_at"] = self.agent_started_at
 
+    def arm_long_cut(self, seconds: float | None, boot: str | None) -> None:
+        """The next cut of this node holds ``seconds`` off, while it runs ``boot``."""
+        self.off_seconds_override = seconds
+        self.halted_boot = boot if seconds is not None else None
+
     def _note_clock(self, snapshot: dict[str, Any]) -> None:
         check = snapshot.get("gpu_clock_check")
         latched = isinstance(check, dict) and check.get("state") == "latched"
         self.clock_latched_boot = self.boot_id if latched else None
-
-    @property
-    def clock_latch_unalerted(self) -> bool:
-        """This boot's GPU is latched and no alert was sent for it yet."""
-        boot = self.clock_latched_boot
-        return boot is not None and boot != self.clock_latch_alerted
 
     def _note_gpu(self, snapshot: dict[str, Any], now: float, wall: float, new_agent: bool) -> None:
         probes = snapshot.get("probes")

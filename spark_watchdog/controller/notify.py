@@ -31,6 +31,7 @@ CRITICAL = frozenset(
         "unobservable",  # a node the controller cannot look at is not protected
         "reboot_overdue",  # went down in order and did not come back within boot_timeout
         "clock_latched",  # a GPU latched on this boot: the fault is likely to return
+        "clock_latch_not_cleared",  # ... and the controller could not clear it
     }
 )
 

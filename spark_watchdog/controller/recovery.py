@@ -105,6 +105,8 @@ class RungPlan:
     off_verified_at: float | None = None  # wall clock, from the record
     action_id: int | None = None  # the rung's action row, when it was recorded
     boot_before: str | None = None  # the frozen boot's id: recovery means another one
+    # The rung's off hold when not power_off_seconds (a clock latch's long cut).
+    off_seconds: float | None = None
     # The rung's off armed the device's own on this long after it (from the record).
     timed_on_after: float | None = None
     off_requested_at: float | None = None  # wall clock of that off_requested
@@ -227,6 +229,13 @@ async def _run_rung(
                         return stop
                     if action is None:
                         # The rung counts against the budgets from here on.
+                        plan.off_seconds = watch.off_seconds_override
+                        detail: dict[str, Any] = {
+                            "rung": plan.rung,
+                            "boot_id_before": plan.boot_before,
+                        }
+                        if plan.off_seconds is not None:
+                            detail["off_seconds"] = plan.off_seconds  # for a resume
                         action = await ledger.write(
                             ledger.store.record_action,
                             node,
@@ -235,12 +244,12 @@ async def _run_rung(
                             incident_id=incident_id,
                             rung=plan.rung,
                             step=StepName.RUNG_STARTED,
-                            step_detail={"rung": plan.rung, "boot_id_before": plan.boot_before},
+                            step_detail=detail,
                         )
                         host.note_cycle(node, action.id)
-                policy = host.config.policy
+                off_seconds = _off_seconds(host, plan)
                 held_s = (
-                    await power.cycle(policy.power_off_seconds, timed=policy.self_timed_on)
+                    await power.cycle(off_seconds, timed=host.config.policy.self_timed_on)
                 ).off_held_s
             else:
                 held_s = await _resume_cycle(host, watch, incident_id, power, plan)
@@ -303,7 +312,7 @@ async def _run_rung(
     host.notifier.send(
         Event("power_restored", f"{node}: power restored via {power.name}", node, incident_id)
     )
-    off_seconds = host.config.policy.power_off_seconds
+    off_seconds = _off_seconds(host, plan)
     if held_s is not None and held_s < off_seconds - HOLD_TOLERANCE_S:
         # A device that timed its own on came back early: the GPU may still be latched.
         host.notifier.send(
@@ -403,7 +412,7 @@ async def _resume_cycle(
     on, for the boot wait to settle.
     """
     node, last = watch.name, plan.resume_from
-    off_seconds = host.config.policy.power_off_seconds
+    off_seconds = _off_seconds(host, plan)
     state = await power.state()
     await _note(
         host, incident_id, node, StepName.RESUMED, last_step=last, state=state.value, off_side=True
@@ -480,6 +489,11 @@ async def _device_switched_on(
         await clock.sleep(host.config.policy.power_poll_interval)
     await _note(host, incident_id, node, StepName.ON_NOT_BY_DEVICE, off_side=True)
     return False
+
+
+def _off_seconds(host: RecoveryHost, plan: RungPlan) -> float:
+    """The rung's off hold: power_off_seconds, or a clock latch's long cut."""
+    return host.config.policy.power_off_seconds if plan.off_seconds is None else plan.off_seconds
 
 
 def _booted_since(watch: NodeWatch, plan: RungPlan) -> bool:
@@ -660,12 +674,14 @@ def resume_plan(steps: Sequence[IncidentStep], node: str) -> ResumeInfo:
             action_id = detail.get("action_id")
             before = detail.get("boot_id_before")
             info.boot_before = before if isinstance(before, str) else None
+            off = detail.get("off_seconds")
             current = RungPlan(
                 rung,
                 StepName.RUNG_STARTED,
                 None,
                 action_id if isinstance(action_id, int) else None,
                 info.boot_before,
+                off_seconds=float(off) if isinstance(off, (int, float)) else None,
             )
             info.phase = Phase.LADDER
         elif name in (StepName.RUNG_FAILED, StepName.BOOT_TIMEOUT) and current is not None:

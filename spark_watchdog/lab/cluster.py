@@ -102,6 +102,7 @@ LAB_PDU_REBOOT_S = 1.0
 # Seconds without power that clear a GPU clock latch in the lab (on a GB10:
 # minutes; docs/facts.md, "Clock latch").
 LAB_LATCH_CLEAR_S = 6.0
+LAB_LATCH_OFF_S = 8.0
 # How long a forced reboot keeps the host dark before its boot starts.
 FORCED_REBOOT_DARK_S = 2.0
 # How long the lab keeps trying to hold a dark node's port (the killed
@@ -446,7 +447,12 @@ class LabCluster:
             for node in self.nodes:
                 command = lab_sshd.take_request(node.directory)
                 if command is not None and not self._stopped:
-                    self.forced_reboot(node)
+                    if "halt" in command:
+                        self._event(f"{node.name}: halt requested over ssh")
+                        self.shut_down(node)  # and stays down: no boot_again
+                        node.go_dark()  # halted: its ports time out, like a frozen machine
+                    else:
+                        self.forced_reboot(node)
             time.sleep(0.2)
 
     def forced_reboot(self, node: LabNode) -> None:
@@ -740,6 +746,8 @@ class LabCluster:
             ],
             "policy": {
                 "power_off_seconds": LAB_POWER_OFF_S,
+                # Long enough to clear the lab's clock latch (LAB_LATCH_CLEAR_S).
+                "clock_latch_off_seconds": LAB_LATCH_OFF_S,
                 "power_timeout": 10.0,
                 "power_poll_interval": 0.2,
                 "min_command_interval": 0.5,

@@ -11,8 +11,10 @@ The authorized key carries a forced command: this module with ``--request``.
 A reboot command (the sysrq restart, or any ``reboot``) leaves a
 ``reboot-request`` file in the node's directory, which the lab acts out as a
 forced reboot: the host drops at once (its ports go dark) and boots again with
-a new boot id. Any other command is refused (exit 1): the lab's agent is not
-restarted over SSH.
+a new boot id. A ``halt`` command leaves the same file, acted out as a clean
+shutdown after which the host stays down until its outlet is cycled.
+Any other command is refused (exit 1): the lab's agent is not restarted over
+SSH.
 """
 
 from __future__ import annotations
@@ -140,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--request", type=Path, required=True, metavar="NODE_DIR")
     args = parser.parse_args(argv)
     command = os.environ.get("SSH_ORIGINAL_COMMAND", "")
-    if "sysrq-trigger" not in command and "reboot" not in command:
+    if not any(word in command for word in ("sysrq-trigger", "reboot", "halt")):
         print(
             f"lab host: only a reboot is possible over ssh here, not {command!r}", file=sys.stderr
         )

@@ -38,6 +38,7 @@ from spark_watchdog.lab import lab_sshd
 from spark_watchdog.lab.cluster import (
     GIB,
     LAB_LATCH_CLEAR_S,
+    LAB_LATCH_OFF_S,
     MEM_COLLAPSE_FLOOR,
     MEM_COLLAPSE_RATE,
     REAL_START_TIMEOUT_S,
@@ -465,36 +466,63 @@ def _mem_collapse(run: Run) -> None:
 
 def _clock_latch(run: Run) -> None:
     node = _target(run, None, 1)
+    if node.sshd_port is None:
+        run.result.outcome = "not_available"
+        run.result.notes.append(f"no sshd for the halt: {lab_sshd.unavailable()}")
+        return
     boot_before = node.boot_id()
     run.inject("clock-latch", node)
 
-    def alerted() -> bool:
-        receiver = run.session.receiver
-        return receiver is not None and "clock_latched" in receiver.kinds()
+    def settled() -> bool:
+        frozen = [i for i in _incidents(run) if i.kind == "host_frozen"]
+        return bool(frozen) and all(i.status == "resolved" for i in frozen)
 
-    run.session.wait_for(alerted, _recovery_timeout(run), f"a clock_latched alert for {node.name}")
-    result = run.result
-    result.detected_after_s = time.time() - run.injected_at
-    result.outcome = "alerted"
-    state = run.lab.agent_state(node) or {}
-    check = state.get("gpu_clock_check") or {}
-    if check.get("state") != "latched":
-        result.problems.append(f"{node.name}'s agent reports gpu_clock_check {check}")
+    run.session.wait_for(
+        settled, _recovery_timeout(run) + LAB_LATCH_OFF_S, f"{node.name}'s long cut to end"
+    )
+    _judge_incidents(run, "host_frozen")
+    _account(run)
+    _expect_cycles(run, [node])  # the freeze incident's one cycle, before the latch's id joins
+    result, store = run.result, run.session.store()
+    latched = [i for i in _incidents(run) if i.kind == "clock_latched"]
+    if len(latched) != 1:
+        result.problems.append(f"{len(latched)} clock_latched incidents, expected 1")
     else:
+        result.incident_ids.insert(0, latched[0].id)
+        steps = [s.step for s in store.steps(latched[0].id)]
+        for step in ("halt_requested", "halt_sent", "handed_to_power_path"):
+            if step not in steps:
+                result.problems.append(f"incident #{latched[0].id}: no {step} step recorded")
+        check = latched[0].evidence.get("gpu_clock_check") or {}
         result.notes.append(
             f"{node.name}: {check.get('busy_readings')} busy GPU readings, none above "
             f"{check.get('max_busy_sm_clock_mhz')} MHz (floor {check.get('floor_mhz')} MHz)"
         )
-    nodes = (run.session.status() or {}).get("nodes", [])
-    if not any(n.get("name") == node.name and n.get("gpu_clock_latched") for n in nodes):
-        result.problems.append(f"the controller's status does not show {node.name} latched")
-    if node.boot_id() == boot_before:
-        result.problems.append(f"{node.name} did not boot again (same boot id)")
-    _account(run)
-    _expect_no_power(run)
-    _expect_no_incident(run)
+    for incident in _incidents(run):
+        if incident.kind != "host_frozen":
+            continue
+        held = [
+            s.detail.get("off_seconds")
+            for s in store.steps(incident.id)
+            if s.step == "rung_started" and isinstance(s.detail, dict)
+        ]
+        if held != [LAB_LATCH_OFF_S]:
+            result.problems.append(f"incident #{incident.id}: off holds {held}, not the long one")
     if result.alerts.count("clock_latched") != 1:
         result.problems.append(f"clock_latched alerted {result.alerts.count('clock_latched')}x")
+    if node.boot_id() == boot_before:
+        result.problems.append(f"{node.name} did not boot again (same boot id)")
+
+    def cleared() -> bool:
+        state = run.lab.agent_state(node) or {}
+        return (state.get("gpu_clock_check") or {}).get("state") == "ok"
+
+    try:
+        run.session.wait_for(cleared, 60.0, f"{node.name}'s GPU to reach its clock again")
+    except LabTimeout as exc:
+        result.problems.append(str(exc))
+    if result.outcome == "recovered":
+        _expect_safe_restart(run)
 
 
 def _gpu_hang(run: Run) -> None:
@@ -838,13 +866,15 @@ SCENARIOS: dict[str, Scenario] = {
         Scenario(
             "clock-latch",
             "a node's GPU clock latches (702 MHz under load) and survives the node's reboot",
-            ("alerted",),
+            ("recovered",),
             _clock_latch,
             doc="The lab's NVML stand-in answers 702 MHz under load until the node has been "
             f"without power {LAB_LATCH_CLEAR_S:g}s. Expected: the node's agent finds the GPU "
-            "clock-latched on its new boot (gpu_clock_check), the controller shows it in its "
-            "status and sends one clock_latched alert; no incident, no power command (the long "
-            "AC cut that clears it is a person's call).",
+            "clock-latched on its new boot (gpu_clock_check), one clock_latched alert and "
+            "incident, a clean halt over the lab host's real sshd (recorded first), the "
+            "host silent, then the power path: host_frozen, one cycle holding the AC off "
+            f"clock_latch_off_seconds ({LAB_LATCH_OFF_S:g}s in the lab), a new boot whose GPU "
+            "reaches its clock, serving restarted safe, recovered.",
         ),
         Scenario(
             "mem-collapse",

@@ -42,6 +42,7 @@ from spark_watchdog.simulation.world import (
     sim_agent_restart,
     sim_banner,
     sim_forced_reboot,
+    sim_halt,
     sim_serving,
     sim_witness,
 )
@@ -340,6 +341,7 @@ class _Run:
             serving=sim_serving(world, incarnation),
             agent_restart=sim_agent_restart(world, incarnation),
             forced_reboot=sim_forced_reboot(world, incarnation),
+            halt=sim_halt(world, incarnation),
             blocking=cast(Any, inline),
         )
 
@@ -658,7 +660,7 @@ class _Run:
             ours_last = last_ours is not None and (not person or person[-1][0] < last_ours.at)
             if left_off and ours_last and not (name in alerted or cluster_alert):
                 self.violate(f"I3 at the end: {name}'s outlet left off with no alert naming it")
-            stuck = node.phase in ("frozen", "off")
+            stuck = node.phase in ("frozen", "off", "halted")
             if stuck and not self.dry_run and watch.state is not NodeState.HELD:
                 self.violate(f"I5 at the end: {name} is {node.phase} and not held")
             if stuck and watch.state is NodeState.HELD and not (name in alerted or cluster_alert):
@@ -678,6 +680,7 @@ class _Run:
             self.violate("I6: serving restarted in dry run")
         self._check_serving_restarts()
         self._check_reboots()
+        self._check_halts()
         for error in self.errors:
             self.violate(f"unexpected error: {error}")
 
@@ -702,6 +705,22 @@ class _Run:
                     f"I8: {len(answered)} memory_exhausted incidents for {name}, "
                     f"{len(node.guard_kills)} kills by its memory guard"
                 )
+
+    def _check_halts(self) -> None:
+        """I10: a halt over SSH goes only to a node whose GPU is clock-latched,
+        never in dry run, at most once per boot, and never more often than the
+        node latched and booted again. A node left halted at the end is I5's:
+        held, with an alert."""
+        halts = self.world.truth.halts
+        seen: set[tuple[str, int]] = set()
+        for at, name, latched, boot in halts:
+            if not latched:
+                self.violate(f"I10 at {at:.1f}s: halt of {name}, whose GPU is not latched")
+            if self.dry_run:
+                self.violate(f"I10 at {at:.1f}s: halt of {name} in dry run")
+            if (name, boot) in seen:
+                self.violate(f"I10 at {at:.1f}s: a second halt of {name} on boot {boot}")
+            seen.add((name, boot))
 
     def _check_reboots(self) -> None:
         """I9: a forced reboot goes only to a node whose GPU is wedged, never in dry

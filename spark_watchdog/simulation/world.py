@@ -75,6 +75,8 @@ class Truth:
     person_switches: list[tuple[float, str, PowerState]] = field(default_factory=list)
     # (when, node): an outlet switched on by its own timer.
     timed_ons: list[tuple[float, str]] = field(default_factory=list)
+    # (when, node, its GPU latched then, its boot): clean halts sent over SSH.
+    halts: list[tuple[float, str, bool, int]] = field(default_factory=list)
     serving_restarts: list[float] = field(default_factory=list)
     # (time, node, whether its GPU was wedged then) of each forced reboot received.
     reboots: list[tuple[float, str, bool]] = field(default_factory=list)
@@ -109,9 +111,11 @@ class SimNode:
         self.loss = 0.0
         self.partitioned_until = -1.0
         self.hang_after_shutdown = False
+        self.halt_after_shutdown = False
         self.gpu_wedged = False  # NVML reads time out until the next boot
-        # The GPU clock latch: survives reboots, cleared only by a loss of power.
+        # The GPU clock latch: survives reboots and short cuts; LATCH_CLEAR_S off clears it.
         self.clock_latched = False
+        self.off_since = 0.0
         self.gpu_sticky = False  # ... or until power is cut (a reboot does not clear it)
         # (agent incarnation, wall time) of each kill by the node's memory guard.
         self.guard_kills: list[tuple[tuple[int, int], float]] = []
@@ -130,10 +134,13 @@ class SimNode:
             self.phase = "frozen"
             self.thaw_at = float("inf") if thaw_after is None else self.now() + thaw_after
 
-    def planned_reboot(self, shutdown_s: float, hang: bool) -> None:
+    def planned_reboot(self, shutdown_s: float, hang: bool, halt: bool = False) -> None:
+        """A clean shutdown, then a new boot; ``hang``: stuck after it (the kernel
+        still refuses SSH); ``halt``: halted (silent, until power is cut)."""
         if self.phase == "up":
             self.phase, self.phase_until = "stopping", self.now() + 2.0
             self.hang_after_shutdown = hang
+            self.halt_after_shutdown = halt
             self._shutdown_s = shutdown_s
 
     def memory_kill(self, wall_base: float) -> None:
@@ -158,9 +165,11 @@ class SimNode:
         if not self.powered:
             self.phase, self.phase_until = "off", float("inf")
             self.gpu_wedged = self.gpu_sticky = False
-            self.clock_latched = False
             self.thaw_at = float("inf")
+            self.off_since = now
         elif self.phase == "off":
+            if now - self.off_since >= LATCH_CLEAR_S:
+                self.clock_latched = False  # minutes without AC clear it; a short cut does not
             self.phase, self.phase_until = "post", now + self.rng.uniform(2.0, 8.0)
 
     def step(self) -> None:
@@ -178,7 +187,9 @@ class SimNode:
                 self.phase = "down"
                 self.phase_until = now + getattr(self, "_shutdown_s", 5.0)
             elif self.phase == "down":
-                if self.hang_after_shutdown:
+                if self.halt_after_shutdown:
+                    self.phase, self.phase_until = "halted", float("inf")
+                elif self.hang_after_shutdown:
                     self.phase, self.phase_until = "hung", float("inf")
                 else:
                     self.phase, self.phase_until = "post", now + self.rng.uniform(2.0, 8.0)
@@ -213,7 +224,7 @@ class SimNode:
         phase = self.phase
         if phase in ("kernel", "down", "hung") or (phase == "up" and self.agent == "crashed"):
             raise HttpError(f"{self.name}: connection refused", REFUSED)
-        if phase in ("frozen", "off", "post"):
+        if phase in ("frozen", "off", "post", "halted"):
             await self.world.sleep(timeout)
             raise HttpError(f"{self.name}: no answer within {timeout:g}s", SILENCE)
         if self.agent == "slow":
@@ -261,7 +272,7 @@ class SimNode:
         if phase in ("kernel", "down", "hung"):
             self.world.truth.life.setdefault(self.name, []).append(self.now())
             return BannerResult("refused")
-        if phase in ("off", "post"):
+        if phase in ("off", "post", "halted"):
             await self.world.sleep(timeout)
             return BannerResult("connect_timeout")
         if phase == "frozen":
@@ -269,6 +280,11 @@ class SimNode:
             return BannerResult("no_banner", connect_s=0.001)
         self.world.truth.life.setdefault(self.name, []).append(self.now())
         return BannerResult("banner", banner="SSH-2.0-OpenSSH_9.6", connect_s=0.001)
+
+
+# Seconds without power that clear a GPU clock latch in the simulation: longer
+# than most ordinary cuts it draws, shorter than clock_latch_off_seconds.
+LATCH_CLEAR_S = 90.0
 
 
 class SimOutlet:
@@ -489,6 +505,25 @@ def sim_forced_reboot(world: World, incarnation: Incarnation) -> Any:
         return RebootAttempt(True, "dropped as the host went down")
 
     return reboot
+
+
+def sim_halt(world: World, incarnation: Incarnation) -> Any:
+    """A clean halt over SSH: the host shuts down and stays down, silent (its
+    outlet still on), until its power is cut; sometimes SSH cannot get in."""
+
+    async def halt(device: SshDevice) -> RebootAttempt:
+        incarnation.check()
+        node = world.nodes[device.host]
+        fate = world.rng.random()
+        await world.sleep(world.rng.uniform(0.5, 2.0))
+        incarnation.check()
+        if node.phase != "up" or fate < 0.1:
+            return RebootAttempt(False, "no connection")
+        world.truth.halts.append((world.now(), node.name, node.clock_latched, node.boot))
+        node.planned_reboot(world.rng.uniform(1.0, 20.0), hang=False, halt=True)
+        return RebootAttempt(True, "dropped as the host went down")
+
+    return halt
 
 
 def sim_agent_restart(world: World, incarnation: Incarnation) -> Any:

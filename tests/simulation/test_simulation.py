@@ -7,6 +7,7 @@ the controller getting wrong, each with the behaviour that closes it.
 
 from __future__ import annotations
 
+import itertools
 import multiprocessing
 import os
 
@@ -407,14 +408,94 @@ def test_a_guard_kill_without_auto_restart_is_told_once_and_restarts_nothing() -
     assert report.verdicts["spark-3"] == "healthy"  # not memory_exhausted for ever
 
 
-def test_a_clock_latched_gpu_is_alerted_once_per_boot_and_never_cut() -> None:
-    """The latch survives a reboot (a new boot: a second alert), and no power
-    command is sent for it: a person decides when to cut the node's AC."""
+def test_a_clock_latched_gpu_is_halted_then_cut_once_for_the_long_hold() -> None:
+    """The latch survives a reboot; the controller halts the node over SSH, and
+    once it is silent the power path cuts it for clock_latch_off_seconds."""
+    script: list[tuple[float, str, str | None]] = [(30.0, "clock_latch", "spark-2")]
+    overrides = {"guards": {"dry_run": False}, "policy": {"clock_latch_off_seconds": 180.0}}
+    report = simulate(3, 8.0, script=script, overrides=overrides, self_timed="never")
+    assert report.violations == []
+    assert report.sent == [("spark-2", "off"), ("spark-2", "on")]
+    assert report.alerts.count("clock_latched") == 1
+    assert "clock_latch_halted" in report.alerts and "reboot_overdue" not in report.alerts
+    assert report.resolutions == ["recovered", "recovered"]  # the cut, and the latch
+
+
+def test_a_latch_that_outlives_its_long_cut_is_alerted_not_cut_again() -> None:
     script: list[tuple[float, str, str | None]] = [
         (30.0, "clock_latch", "spark-2"),
-        (120.0, "reboot", "spark-2"),
+        (400.0, "clock_latch", "spark-2"),  # latched again on the boot after the cut
+        (420.0, "reboot", "spark-2"),
     ]
-    report = simulate(3, 6.0, script=script, overrides={"guards": {"dry_run": False}})
+    overrides = {
+        "guards": {"dry_run": False, "node_budget": 5},
+        "policy": {"clock_latch_off_seconds": 60.0},
+    }
+    report = simulate(3, 10.0, script=script, overrides=overrides, self_timed="never")
     assert report.violations == []
-    assert report.sent == []
-    assert report.alerts.count("clock_latched") == 2
+    assert report.sent.count(("spark-2", "off")) == 1
+    assert "clock_latch_not_cleared" in report.alerts
+    assert report.verdicts["spark-2"] == "healthy"  # still protected from a freeze
+
+
+def test_a_clock_latch_in_dry_run_or_with_the_cut_off_sends_nothing() -> None:
+    script: list[tuple[float, str, str | None]] = [(30.0, "clock_latch", "spark-2")]
+    for overrides in (
+        {"guards": {"dry_run": True}},
+        {"guards": {"dry_run": False}, "policy": {"clock_latch_off_seconds": 0}},
+    ):
+        report = simulate(3, 4.0, script=script, overrides=overrides)
+        assert report.violations == []
+        assert report.sent == []
+        assert report.alerts.count("clock_latched") == 1
+
+
+def test_a_latch_seen_while_the_node_is_busy_is_answered_once_it_is_free() -> None:
+    """Latched during a freeze incident's serving restart: answered after it, not lost."""
+    overrides = {"guards": {"dry_run": False, "node_budget": 5}}
+    halted = 0
+    for seed, at in itertools.product((3, 5, 6), (40.0, 48.0, 56.0)):
+        script: list[tuple[float, str, str | None]] = [
+            (30.0, "freeze", "spark-2"),
+            (at, "clock_latch", "spark-2"),
+        ]
+        report = simulate(seed, 10.0, script=script, overrides=overrides, self_timed="never")
+        assert report.violations == [], (seed, at)
+        # Answered once the freeze incident was over: a halt, or an alert saying why not.
+        assert {"clock_latch_halted", "clock_latch_not_cleared"} & set(report.alerts), (seed, at)
+        halted += "clock_latch_halted" in report.alerts
+    assert halted
+
+
+def test_latches_on_every_node_are_answered_one_at_a_time() -> None:
+    script: list[tuple[float, str, str | None]] = [
+        (30.0, "clock_latch", n) for n in ("spark-1", "spark-2", "spark-3", "spark-4")
+    ]
+    overrides = {"guards": {"dry_run": False, "node_budget": 3, "cluster_budget": 8}}
+    for seed in range(4):
+        report = simulate(seed, 30.0, script=script, overrides=overrides, self_timed="never")
+        assert report.violations == [], seed  # I10: nobody left halted, one halt per latch
+        assert "circuit_breaker" not in report.alerts
+        assert report.alerts.count("clock_latch_halted") >= 2
+
+
+# Every committed write of one undisturbed unlatch (the halt, the handover, the long cut).
+UNLATCH_SCRIPT: list[tuple[float, str, str | None]] = [(30.0, "clock_latch", "spark-2")]
+UNLATCH_OVERRIDES = {"guards": {"dry_run": False}, "policy": {"clock_latch_off_seconds": 120.0}}
+UNLATCH_WRITES = simulate(
+    3, 8.0, script=UNLATCH_SCRIPT, overrides=UNLATCH_OVERRIDES, self_timed="never"
+).writes
+
+
+@pytest.mark.parametrize("after", range(1, UNLATCH_WRITES + 1, 2))
+def test_a_crash_after_any_write_of_an_unlatch_keeps_every_invariant(after: int) -> None:
+    report = simulate(
+        3,
+        8.0,
+        script=UNLATCH_SCRIPT,
+        overrides=UNLATCH_OVERRIDES,
+        crash_after_write=after,
+        self_timed="never",
+    )
+    assert report.violations == [], after
+    assert report.sent.count(("spark-2", "off")) <= 1
