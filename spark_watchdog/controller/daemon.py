@@ -699,7 +699,10 @@ class Controller:
             return False
         if self._unlatch_in_progress():
             return False
-        if any(w.state is not NodeState.WATCHING for w in self.watches.values()):
+        if watch.state is not NodeState.WATCHING:
+            return False
+        busy = (NodeState.FENCING, NodeState.BOOTING)  # a held node elsewhere does not count
+        if any(w.state in busy for w in self.watches.values()):
             return False
         if any(not task.done() for task in self._fencing.values()):
             return False

@@ -499,3 +499,14 @@ def test_a_crash_after_any_write_of_an_unlatch_keeps_every_invariant(after: int)
     )
     assert report.violations == [], after
     assert report.sent.count(("spark-2", "off")) <= 1
+
+
+def test_a_hold_on_another_node_does_not_stop_an_unlatch() -> None:
+    script: list[tuple[float, str, str | None]] = [
+        (20.0, "hold", "spark-4"),
+        (30.0, "clock_latch", "spark-2"),
+    ]
+    report = simulate(3, 8.0, script=script, overrides={"guards": {"dry_run": False}})
+    assert report.violations == []
+    assert "clock_latch_halted" in report.alerts
+    assert ("spark-2", "off") in report.sent and not any(n == "spark-4" for n, _ in report.sent)
