@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from typing import Protocol
 
 
@@ -45,3 +46,14 @@ def remaining(configured: float, started_wall: float | None, now_wall: float) ->
     if started_wall is None:
         return configured
     return min(configured, max(0.0, configured - (now_wall - started_wall)))
+
+
+async def wait_until(clock: Clock, done: Callable[[], bool], seconds: float, every: float) -> bool:
+    """Poll ``done`` every ``every`` s for up to ``seconds`` on ``clock``; whether it came."""
+    deadline = clock.monotonic() + seconds
+    while True:
+        if done():
+            return True
+        if clock.monotonic() >= deadline:
+            return False
+        await clock.sleep(every)

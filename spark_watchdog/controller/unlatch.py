@@ -29,11 +29,11 @@ never cut on a host showing life, so:
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Protocol
 
 from spark_watchdog.config.controller import ControllerConfig, SshDevice
-from spark_watchdog.controller.clock import Clock
+from spark_watchdog.controller.clock import Clock, wait_until
 from spark_watchdog.controller.ledger import Ledger
 from spark_watchdog.controller.node_watch import NodeWatch
 from spark_watchdog.controller.notify import Event, Notifier
@@ -46,8 +46,6 @@ log = logging.getLogger("spark_watchdog.controller.unlatch")
 KIND = "clock_latched"
 # Extra seconds, past the cut and boot_timeout, that the incident waits for the boot.
 _DETECT_MARGIN_S = 120.0
-
-Halt = Callable[[SshDevice], Awaitable[RebootAttempt]]
 
 
 class UnlatchHost(Protocol):
@@ -215,14 +213,7 @@ async def _unanswered(host: UnlatchHost, watch: NodeWatch, incident_id: int, why
 
 
 async def _wait(host: UnlatchHost, done: Callable[[], bool], seconds: float) -> bool:
-    clock = host.clock
-    deadline = clock.monotonic() + seconds
-    while True:
-        if done():
-            return True
-        if clock.monotonic() >= deadline:
-            return False
-        await clock.sleep(host.config.detection.poll_interval)
+    return await wait_until(host.clock, done, seconds, host.config.detection.poll_interval)
 
 
 async def _resolve(host: UnlatchHost, incident_id: int, resolution: str, why: str) -> str:

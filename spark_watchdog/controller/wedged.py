@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from spark_watchdog.config.controller import ControllerConfig, SshDevice
-from spark_watchdog.controller.clock import Clock
+from spark_watchdog.controller.clock import Clock, wait_until
 from spark_watchdog.controller.detector import Verdict
 from spark_watchdog.controller.ledger import Ledger
 from spark_watchdog.controller.node_states import NodeEvent
@@ -251,15 +251,7 @@ async def hand_over(
 
 
 async def _wait(host: WedgedHost, done: Callable[[], bool], seconds: float) -> bool:
-    """Poll ``done`` every poll interval for up to ``seconds``, on the controller's clock."""
-    clock = host.clock
-    deadline = clock.monotonic() + seconds
-    while True:
-        if done():
-            return True
-        if clock.monotonic() >= deadline:
-            return False
-        await clock.sleep(host.config.detection.poll_interval)
+    return await wait_until(host.clock, done, seconds, host.config.detection.poll_interval)
 
 
 async def _resolve(host: WedgedHost, incident_id: int, resolution: str, why: str) -> str:
