@@ -38,6 +38,7 @@ import requests
 import yaml
 
 from spark_watchdog.lab.journal_writer import Ending, Fault, boot_entries, write_boot
+from spark_watchdog.lab.ports import free_port as _free_port
 from spark_watchdog.lab.vllm_standin import VllmStandin
 
 
@@ -66,12 +67,6 @@ class Timeline:
         self.steps.append(DemoStep(name, ok, seconds, detail))
         mark = "ok " if ok else "FAILED"
         self.say(f"[{mark}] {name} ({seconds:.1f}s){': ' + detail if detail else ''}")
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _write_node(root: Path, node: str, boot_ids: list[str]) -> tuple[Path, Path]:

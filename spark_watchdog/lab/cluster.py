@@ -71,6 +71,7 @@ from spark_watchdog.lab.pdu_standin import (
     PduStandinThread,
     StandinConfig,
 )
+from spark_watchdog.lab.ports import free_port
 from spark_watchdog.lab.real_vllm import RealHead
 from spark_watchdog.lab.sim_host import CLEAN_SHUTDOWN_MARK, SERVICES_ACK, SERVICES_FILE
 from spark_watchdog.power.base import PowerState
@@ -129,12 +130,6 @@ FAULTS: dict[str, str] = {
 }
 # Faults about the serving head or the whole lab: the node argument is optional.
 CLUSTER_FAULTS = frozenset({"wedge", "crash", "crash-exit", "idle-wedge", "pdu-down", "heal"})
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind((LOOPBACK, 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass
@@ -816,8 +811,13 @@ class LabCluster:
                     if requests.get(f"{node.agent_url}/v1/state", timeout=1).ok:
                         pending.remove(node)
             time.sleep(0.2)
+            if any(_host_ended(n) for n in pending):
+                break  # its agent exited (it says why in its log): no use waiting
         if pending:
-            raise TimeoutError(f"agents not up: {', '.join(n.name for n in pending)}")
+            raise TimeoutError(
+                f"agents not up: {', '.join(n.name for n in pending)}"
+                + "".join(_agent_log_tail(n) for n in pending)
+            )
 
     def start_serving(self, profile: str = "plain", timeout: float | None = None) -> None:
         """Workers first, then the head (docs/facts.md, "Multi-node serving"); wait
@@ -1204,6 +1204,20 @@ class LabCluster:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _host_ended(node: LabNode) -> bool:
+    return node.host is not None and node.host.ended
+
+
+def _agent_log_tail(node: LabNode, lines: int = 5) -> str:
+    """The last lines an agent logged: why it did not come up, when it said."""
+    try:
+        text = (node.directory / "agent.log").read_text(errors="replace")
+    except OSError:
+        return ""
+    tail = text.strip().splitlines()[-lines:]
+    return "".join(f"\n  {node.name}: {line}" for line in tail)
 
 
 def _shutdown_lines(boot: BootTimeline) -> None:

@@ -587,6 +587,12 @@ class HostProcess:
         return self.process is not None and self.process.poll() is None
 
     @property
+    def ended(self) -> bool:
+        """Its command ran and exited, and no boot is on its way."""
+        with self._lock:
+            return self.boots > 0 and self._boot_timer is None and not self.running
+
+    @property
     def pid(self) -> int | None:
         return self.process.pid if self.running and self.process is not None else None
 

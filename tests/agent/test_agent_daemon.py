@@ -25,6 +25,7 @@ from spark_watchdog.agent.probe_runner import Observation, ProbeFailure
 from spark_watchdog.config.agent import AgentConfig, parse_agent_config
 from spark_watchdog.errors import ConfigError
 from spark_watchdog.lab.journal_writer import Ending, Fault, boot_entries, write_boot
+from spark_watchdog.lab.ports import free_port as _free_port
 from spark_watchdog.lab.vllm_standin import VllmStandin
 from spark_watchdog.sdnotify import SystemdNotifier
 
@@ -35,12 +36,6 @@ import sys, time
 sys.stdin.readline()
 time.sleep(3600)
 """
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.fixture(scope="module")

@@ -27,6 +27,7 @@ import yaml
 from spark_watchdog.agent.daemon import Agent
 from spark_watchdog.agent.shutdown import system_shutting_down
 from spark_watchdog.config.agent import AgentConfig, parse_agent_config
+from spark_watchdog.lab.ports import free_port as _free_port
 from spark_watchdog.sdnotify import SystemdNotifier
 
 REPO = Path(__file__).resolve().parents[2]
@@ -42,12 +43,6 @@ answer = sys.argv[2] == "system"
 logs.configure(logging.INFO, to_journal=False)
 asyncio.run(serve(load_agent_config(sys.argv[1]), system_stopping=lambda: answer))
 """
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _settings(port: int, linger: float) -> dict[str, Any]:

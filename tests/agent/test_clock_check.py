@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
-import socket
 import sys
 import threading
 import time
@@ -24,6 +23,7 @@ from spark_watchdog.agent.clock_check import ClockCheck, ClockPolicy
 from spark_watchdog.agent.daemon import Agent
 from spark_watchdog.config.agent import parse_agent_config
 from spark_watchdog.lab import gpu_standin
+from spark_watchdog.lab.ports import free_port as _free_port
 from spark_watchdog.probes.gpu import GpuDevice, GpuReading
 from spark_watchdog.sdnotify import SystemdNotifier
 
@@ -70,12 +70,6 @@ def test_the_floor_itself_is_not_a_latch() -> None:
 
 
 # -- the real agent and its NVML worker ----------------------------------------
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _get(url: str) -> bytes:

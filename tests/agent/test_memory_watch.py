@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -25,6 +24,7 @@ import yaml
 from spark_watchdog.agent.rank_kill import kill_groups, matching_groups
 from spark_watchdog.agent.serving import ServingLauncher
 from spark_watchdog.config.agent import parse_agent_config
+from spark_watchdog.lab.ports import free_port as _free_port
 
 pytestmark = pytest.mark.integration
 GIB = 1024**3
@@ -128,12 +128,6 @@ def test_kill_now_ends_the_launchers_whole_group_without_waiting(tmp_path: Path)
     assert status["exit_signal"] == "SIGKILL" and status["group_alive"] is False
     assert "memory_guard: SIGKILL to process group" in (tmp_path / "serving.log").read_text()
     assert launcher.kill_now("memory_guard") is None
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _meminfo(available: int) -> str:

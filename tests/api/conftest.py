@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import shutil
-import socket
 import sys
 import threading
 import time
@@ -30,18 +29,13 @@ from spark_watchdog.http_server import HttpEndpoint
 from spark_watchdog.lab import gpu_standin
 from spark_watchdog.lab.journal_writer import Ending, Fault, boot_entries, write_boot
 from spark_watchdog.lab.lab_controller import ControllerThread
+from spark_watchdog.lab.ports import free_port
 from spark_watchdog.lab.vllm_standin import VllmStandin
 from spark_watchdog.sdnotify import SystemdNotifier
 
 TOKEN = "api-token-" + uuid.uuid4().hex
 # A rank that lives until it is stopped; the profile flags land in its sys.argv.
 RANK = [sys.executable, "-c", "import time; time.sleep(3600)"]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def wait_for(check: Callable[[], bool], timeout: float, what: str) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -14,14 +13,9 @@ import yaml
 
 from spark_watchdog.cli.main import main
 from spark_watchdog.lab.plug_standin import PlugStandin
+from spark_watchdog.lab.ports import free_port as _dead_port
 
 pytestmark = pytest.mark.integration
-
-
-def _dead_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.fixture

@@ -4,7 +4,6 @@ whose serving launcher runs a real (idle) rank."""
 from __future__ import annotations
 
 import asyncio
-import socket
 import sys
 import threading
 import time
@@ -20,18 +19,13 @@ from spark_watchdog.agent.daemon import Agent
 from spark_watchdog.cli.main import main
 from spark_watchdog.config.agent import parse_agent_config
 from spark_watchdog.history.store import HistoryStore
+from spark_watchdog.lab.ports import free_port as _free_port
 from spark_watchdog.sdnotify import SystemdNotifier
 
 pytestmark = pytest.mark.integration
 
 TOKEN = "serving-t0ken"
 IDLE_RANK = [sys.executable, "-c", "import time; time.sleep(600)"]
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _wait_for(check: Callable[[], Any], timeout: float = 30.0) -> Any:

@@ -6,7 +6,6 @@ tracebacks when a host freezes."""
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -19,14 +18,9 @@ from spark_watchdog.cli.main import main
 from spark_watchdog.config.controller import parse_controller_config
 from spark_watchdog.config.secret_refs import check_secrets, controller_secrets
 from spark_watchdog.errors import ConfigError
+from spark_watchdog.lab.ports import free_port as _free_port
 
 SECRET = "pdu-write-community"
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _controller(tmp_path: Path, community: str, **device: Any) -> Path:

@@ -27,7 +27,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import time
 from collections.abc import Callable
@@ -49,6 +48,7 @@ from spark_watchdog.config.controller import parse_controller_config
 from spark_watchdog.controller.daemon import Controller
 from spark_watchdog.controller.status_api import render as render_controller
 from spark_watchdog.history.store import HistoryStore
+from spark_watchdog.lab.ports import free_port as _closed_port
 from spark_watchdog.lab.vllm_standin import VllmStandin
 from spark_watchdog.probes.gpu import GpuReading, low_power_while_running
 from spark_watchdog.probes.host import HostProbe
@@ -202,12 +202,6 @@ def agent_exposition(tmp_path_factory: pytest.TempPathFactory) -> Exposition:
 
 
 # -- the controller -----------------------------------------------------------
-
-
-def _closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def controller_config(directory: Path) -> dict[str, Any]:

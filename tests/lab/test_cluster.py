@@ -50,3 +50,29 @@ def test_power_cut_freeze_and_stop_reach_every_process(tmp_path: Path) -> None:
         lab.stop()
     time.sleep(0.5)
     assert not [pid for pid in every if alive(pid)], "processes left behind"
+
+
+def test_an_agent_that_cannot_listen_is_reported_at_once_with_its_reason(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import socket
+
+    from spark_watchdog.lab import cluster, ports
+
+    with socket.socket() as busy:
+        busy.bind((ports.LOOPBACK, ports.free_port()))
+        busy.listen()
+        taken = int(busy.getsockname()[1])
+        picks = iter([taken])
+        monkeypatch.setattr(cluster, "free_port", lambda: next(picks, None) or ports.free_port())
+        lab = LabCluster(tmp_path / "lab", size=1).start()
+        try:
+            began = time.monotonic()
+            with pytest.raises(TimeoutError) as failed:
+                lab.wait_agents(timeout=300)
+            waited = time.monotonic() - began
+        finally:
+            lab.stop()
+    assert "agents not up: spark-1" in str(failed.value)
+    assert f"cannot bind 127.0.0.1:{taken}" in str(failed.value)
+    assert waited < 120, "an agent that exited is not waited for until the deadline"

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from spark_watchdog.lab.ports import free_port
 from spark_watchdog.lab.vllm_standin import VllmStandin
 from spark_watchdog.probes.vllm import (
     Canary,
@@ -48,13 +49,6 @@ def watch(url: str, seconds: float, timeout: float = 1.0) -> VllmStatus:
         if sample.observed_at - start >= seconds:
             return status
         time.sleep(0.25)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-    return port
 
 
 def test_progressing(standin: VllmStandin) -> None:
