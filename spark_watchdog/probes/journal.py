@@ -767,12 +767,8 @@ class JournalProbe:
         return JournalReport("unavailable", file_errors=errors, message=message, source=self.source)
 
     def _read(self) -> JournalReport:
-        journal = _systemd_journal()
-        if journal is None:
-            return self._unavailable(
-                "systemd-python is not installed (Debian: apt install python3-systemd; "
-                "pip: systemd-python, which builds against libsystemd-dev)"
-            )
+        # A wrong directory, or no journal at all, first: those are the
+        # operator's to fix whether or not the library is there.
         if self.directory is not None and not self.directory.is_dir():
             return JournalReport(
                 "error", message=f"{self.directory}: not a directory", source=self.source
@@ -786,6 +782,12 @@ class JournalProbe:
                     f"permission denied: cannot list {', '.join(map(str, denied))}"
                 )
             return self._unavailable(f"no journal files in {self.source}")
+        journal = _systemd_journal()
+        if journal is None:
+            return self._unavailable(
+                "systemd-python is not installed (Debian: apt install python3-systemd; "
+                "pip: systemd-python, which builds against libsystemd-dev)"
+            )
         self._scanned = 0
         self._check_files(journal, files, current)
         if not any(v.openable for v in self._files.values()):

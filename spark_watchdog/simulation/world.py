@@ -182,19 +182,22 @@ class SimNode:
                 self.agent_started += 1
                 self.seq = 0
             self.agent = "ok"
+        # Phases follow one another when each ends, looked at or not: a boot
+        # that nobody watched (the controller was down) took no longer.
         while now >= self.phase_until:
+            ended = self.phase_until
             if self.phase == "stopping":
                 self.phase = "down"
-                self.phase_until = now + getattr(self, "_shutdown_s", 5.0)
+                self.phase_until = ended + getattr(self, "_shutdown_s", 5.0)
             elif self.phase == "down":
                 if self.halt_after_shutdown:
                     self.phase, self.phase_until = "halted", float("inf")
                 elif self.hang_after_shutdown:
                     self.phase, self.phase_until = "hung", float("inf")
                 else:
-                    self.phase, self.phase_until = "post", now + self.rng.uniform(2.0, 8.0)
+                    self.phase, self.phase_until = "post", ended + self.rng.uniform(2.0, 8.0)
             elif self.phase == "post":
-                self.phase, self.phase_until = "kernel", now + self.rng.uniform(1.0, 10.0)
+                self.phase, self.phase_until = "kernel", ended + self.rng.uniform(1.0, 10.0)
             elif self.phase == "kernel":
                 self.boot += 1
                 self.gpu_wedged = self.gpu_wedged and self.gpu_sticky

@@ -423,6 +423,7 @@ def test_without_systemd_python_the_probe_is_unavailable(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setitem(sys.modules, "systemd.journal", None)
+    (tmp_path / "system.journal").write_bytes(b"")  # files to read, nothing to read them with
     report = JournalProbe(str(tmp_path)).read()
     assert report.state == "unavailable"
     assert report.message is not None and "python3-systemd" in report.message
