@@ -15,6 +15,7 @@ APT_PACKAGES=(
     openssh-client openssh-server                    # SSH paths, and a real sshd in tests
     prometheus prometheus-alertmanager               # promtool and amtool checks, a real Alertmanager in tests
     groff-base                                       # renders the man page in its test
+    debootstrap systemd-container                    # the systemd guest tier (tests/guest)
 )
 
 missing=()

@@ -4,7 +4,10 @@
 # tier against vLLM's CPU build, whose venv is built once and cached: about
 # 3 minutes and 2.4 GB the first time). Extra arguments go to pytest, e.g.
 # scripts/test.sh -k journal. SPARK_WATCHDOG_REAL_VLLM=0 skips the real-vLLM
-# tier (and its build).
+# tier (and its build). The systemd guest tier boots a Debian image made
+# with debootstrap, and the unit suite runs on Debian 13's Python 3.13
+# (scripts/guest_image.py; about two minutes and 600 MB the first time,
+# cached); SPARK_WATCHDOG_GUEST=0 skips it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -30,6 +33,20 @@ elif [ "${SPARK_WATCHDOG_REAL_VLLM:-1}" != "0" ]; then
     elif [ "$status" -eq 3 ]; then
         echo "real-vllm: not possible on this machine; the real-vLLM tier is skipped" >&2
         unset SPARK_WATCHDOG_VLLM_PYTHON
+    else
+        exit "$status"
+    fi
+fi
+if [ "${SPARK_WATCHDOG_GUEST:-1}" != "0" ]; then
+    echo "== systemd guest images" >&2
+    status=0
+    for suite in bookworm trixie; do
+        python3 scripts/guest_image.py build "$suite" >/dev/null || { status=$?; break; }
+    done
+    if [ "$status" -eq 0 ]; then
+        export SPARK_WATCHDOG_REQUIRE_GUEST=1
+    elif [ "$status" -eq 3 ]; then
+        echo "guest-image: not possible on this machine; the systemd guest tier is skipped" >&2
     else
         exit "$status"
     fi

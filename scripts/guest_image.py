@@ -1,0 +1,154 @@
+"""A Debian root file system for the systemd guest tier (tests/guest).
+
+The tier boots a real systemd as PID 1 with ``systemd-nspawn -b`` on a
+directory this script makes with ``debootstrap``: Debian 12's minimal base
+(bookworm, Python 3.11), with systemd, D-Bus, python3 with venv, and the
+distro's python3-systemd (what deploy/install.sh expects on a node). A
+second image, Debian 13 (trixie, Python 3.13), only runs the unit tests on
+its Python. Each image is cached per user and keyed by the suite and the
+package list, so building it again is free while neither changes; the tests
+work on copies, never on the image.
+
+Standard library only: it runs under the system Python before any venv exists.
+
+    python3 scripts/guest_image.py build [SUITE]   # build or reuse; prints the image's path
+    python3 scripts/guest_image.py path [SUITE]    # the image if built (exit 1 if not)
+
+SUITE is bookworm (the default) or trixie.
+
+It needs root, debootstrap and systemd-nspawn (Debian's systemd-container);
+where any is missing, ``build`` exits 3 and scripts/test.sh skips the tier.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+SUITES: dict[str, tuple[str, ...]] = {
+    "bookworm": (
+        "systemd",
+        "systemd-sysv",
+        "dbus",
+        "python3",
+        "python3-venv",
+        "python3-systemd",
+        "ca-certificates",
+        "procps",
+    ),
+    "trixie": ("python3", "python3-venv", "ca-certificates"),
+}
+DEFAULT_SUITE = "bookworm"
+# The serving drop-in runs the rank as this user (systemd/...service.d/serving.conf).
+SERVING_USER = "vllm"
+COMPLETE = ".complete"
+EXIT_NOT_HERE = 3
+DEFAULT_MIRROR = "http://deb.debian.org/debian"
+
+
+def cache_root() -> Path:
+    explicit = os.environ.get("SPARK_WATCHDOG_CACHE")
+    if explicit:
+        return Path(explicit)
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "spark-watchdog"
+
+
+def image_key(suite: str = DEFAULT_SUITE) -> str:
+    recipe = "\0".join((suite, SERVING_USER, *SUITES[suite])).encode()
+    return f"debian-{suite}-{hashlib.sha256(recipe).hexdigest()[:12]}"
+
+
+def image_dir(suite: str = DEFAULT_SUITE) -> Path:
+    return cache_root() / "guest" / image_key(suite)
+
+
+def built_image(suite: str = DEFAULT_SUITE) -> Path | None:
+    directory = image_dir(suite)
+    return directory if (directory / COMPLETE).is_file() else None
+
+
+def unavailable() -> str | None:
+    """Why the tier cannot run on this machine, or None."""
+    if os.geteuid() != 0:
+        return "the systemd guest tier needs root (debootstrap, systemd-nspawn)"
+    for tool, package in (("debootstrap", "debootstrap"), ("systemd-nspawn", "systemd-container")):
+        if shutil.which(tool) is None:
+            return f"{tool} not found: apt-get install {package}"
+    return None
+
+
+def _say(text: str) -> None:
+    print(f"guest-image: {text}", file=sys.stderr, flush=True)
+
+
+def build(suite: str = DEFAULT_SUITE) -> Path:
+    found = built_image(suite)
+    if found is not None:
+        return found
+    target = image_dir(suite)
+    scratch = target.with_name(f"{target.name}.building-{os.getpid()}")
+    shutil.rmtree(scratch, ignore_errors=True)
+    scratch.parent.mkdir(parents=True, exist_ok=True)
+    mirror = os.environ.get("SPARK_WATCHDOG_DEBIAN_MIRROR", DEFAULT_MIRROR)
+    started = time.monotonic()
+    _say(f"debootstrap {suite} from {mirror} into {scratch} (a minute or two, about 300 MB)")
+    subprocess.run(
+        [
+            "debootstrap",
+            "--variant=minbase",
+            f"--include={','.join(SUITES[suite])}",
+            suite,
+            str(scratch),
+            mirror,
+        ],
+        check=True,
+        stdout=sys.stderr.fileno(),
+    )
+    subprocess.run(
+        ["chroot", str(scratch), "useradd", "--system", "--create-home", SERVING_USER],
+        check=True,
+    )
+    # Each booted copy gets a machine id of its own (tests/guest/conftest.py);
+    # persistent journal storage, so a previous boot can be read after a reboot.
+    (scratch / "etc/machine-id").write_text("")
+    (scratch / "var/log/journal").mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(scratch / "var/cache/apt/archives", ignore_errors=True)
+    (scratch / COMPLETE).write_text(image_key(suite) + "\n")
+    shutil.rmtree(target, ignore_errors=True)
+    scratch.rename(target)
+    _say(f"ready after {time.monotonic() - started:.0f} s: {target}")
+    return target
+
+
+def main(argv: list[str]) -> int:
+    if not argv or argv[0] not in ("build", "path") or len(argv) > 2:
+        print("usage: guest_image.py build|path [SUITE]", file=sys.stderr)
+        return 2
+    suite = argv[1] if len(argv) == 2 else DEFAULT_SUITE
+    if suite not in SUITES:
+        print(
+            f"guest_image.py: unknown suite {suite!r} (known: {', '.join(SUITES)})", file=sys.stderr
+        )
+        return 2
+    if argv[0] == "path":
+        found = built_image(suite)
+        if found is None:
+            return 1
+        print(found)
+        return 0
+    why = unavailable()
+    if why is not None:
+        _say(why)
+        return EXIT_NOT_HERE
+    print(build(suite))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
