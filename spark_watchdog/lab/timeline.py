@@ -236,11 +236,9 @@ class TimelineWatcher:
 
     def _describe(self, store: HistoryStore, view: _IncidentView, step: IncidentStep) -> str | None:
         incident, detail, name = view.incident, dict(step.detail), step.step
-        inner = detail.get("detail")
         if detail.get("device") is not None:
             view.device = self._device(detail.get("device"))
         device = view.device or "the power path"
-        times = view.times
         if name == "incident_opened":
             reasons = incident.evidence.get("reasons") if incident.evidence else None
             why = f" ({', '.join(map(str, reasons))})" if reasons else ""
@@ -251,23 +249,8 @@ class TimelineWatcher:
             )
         if name in _QUIET_STEPS:
             return None
-        if name == "rung_started":
-            return f"fencing {step.node}: power path {int(detail.get('rung', 0)) + 1}, {device}"
-        if name in ("off_verified", "on_verified"):
-            word = name.split("_")[0]
-            asked = times.get(f"{word}_requested")
-            took = f" (verified {step.at - asked:.1f}s)" if asked is not None else " (verified)"
-            return f"{device} {word}{took}"
-        if name in ("already_off", "already_on"):
-            return f"{device} read back {name.split('_')[1]} already: no command sent"
-        if name == "hold_started":
-            held = inner if isinstance(inner, str) and inner else f"{detail.get('remaining_s')}s"
-            return (
-                f"{device} held off {held} "
-                f"(production default {PRODUCTION_OFF_S:g}s: GB10's clock latch)"
-            )
-        if name in ("off_ambiguous", "on_ambiguous"):
-            return f"{device}: {name.replace('_', ' ')}: {inner}"
+        if name in _POWER_LINES:
+            return _power_line(name, step, detail, device, view.times)
         if name == "boot_wait_started":
             after = "forced reboot sent" if incident.kind == "gpu_wedged" else "power restored"
             return f"{after}; waiting for {step.node} to boot with a new boot id"
@@ -288,8 +271,6 @@ class TimelineWatcher:
             return self._resolved(store, incident)
         if name == "preflight_answered":
             return f"{step.node} answered before any power command ({detail.get('why')})"
-        if name == "rung_failed":
-            return f"{device} failed: {detail.get('error')}"
         if name == "boot_timeout":
             return f"{step.node}: no new boot within {detail.get('timeout_s')}s"
         if name == "resumed":
@@ -388,3 +369,43 @@ class TimelineWatcher:
                     self.narrator.say(
                         f"  its last kernel line: {last[:72]}" + "..." * (len(last) > 72)
                     )
+
+
+# The steps of a power path, as one line each.
+_POWER_LINES = frozenset(
+    {
+        "rung_started",
+        "off_verified",
+        "on_verified",
+        "already_off",
+        "already_on",
+        "hold_started",
+        "off_ambiguous",
+        "on_ambiguous",
+        "rung_failed",
+    }
+)
+
+
+def _power_line(
+    name: str, step: IncidentStep, detail: dict[str, Any], device: str, times: dict[str, float]
+) -> str:
+    inner = detail.get("detail")
+    if name == "rung_started":
+        return f"fencing {step.node}: power path {int(detail.get('rung', 0)) + 1}, {device}"
+    if name in ("off_verified", "on_verified"):
+        word = name.split("_")[0]
+        asked = times.get(f"{word}_requested")
+        took = f" (verified {step.at - asked:.1f}s)" if asked is not None else " (verified)"
+        return f"{device} {word}{took}"
+    if name in ("already_off", "already_on"):
+        return f"{device} read back {name.split('_')[1]} already: no command sent"
+    if name == "hold_started":
+        held = inner if isinstance(inner, str) and inner else f"{detail.get('remaining_s')}s"
+        return (
+            f"{device} held off {held} "
+            f"(production default {PRODUCTION_OFF_S:g}s: GB10's clock latch)"
+        )
+    if name in ("off_ambiguous", "on_ambiguous"):
+        return f"{device}: {name.replace('_', ' ')}: {inner}"
+    return f"{device} failed: {detail.get('error')}"  # rung_failed

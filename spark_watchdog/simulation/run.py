@@ -37,6 +37,7 @@ from spark_watchdog.simulation.world import (
     InjectedBug,
     Killed,
     SimAgents,
+    SimNode,
     SimOutlet,
     World,
     sim_agent_restart,
@@ -461,11 +462,20 @@ class _Run:
     # -- faults ----------------------------------------------------------------
 
     def inject(self, fault: str, on: str | None = None) -> None:
-        rng, world = self.rng, self.world
-        node = world.nodes[rng.choice(self.names) if on is None else on]
+        world = self.world
+        node = world.nodes[self.rng.choice(self.names) if on is None else on]
         outlet = world.outlets[node.name][0]
-        now = world.now()
         self.faults[fault] = self.faults.get(fault, 0) + 1
+        play = FAULT_PLAYS.get(fault)
+        if play is None:
+            raise ValueError(f"unknown simulated fault {fault!r}")
+        play(self, node, outlet, world.now(), fault)
+
+    # Each fault as it befalls the world; the random draws stay in this order,
+    # so that a seed replays the same run.
+
+    def _node_fault(self, node: SimNode, outlet: SimOutlet, now: float, fault: str) -> None:
+        rng = self.rng
         if fault == "freeze":
             node.freeze(None)
         elif fault == "clock_latch":
@@ -482,7 +492,15 @@ class _Run:
             node.agent, node.agent_until = "stuck", now + rng.uniform(5.0, 120.0)
         elif fault == "agent_slow":
             node.agent, node.agent_until = "slow", now + rng.uniform(5.0, 60.0)
-        elif fault == "loss":
+        elif fault == "memory_kill":
+            node.memory_kill(self.clock.base)
+        elif fault == "gpu_wedge" and node.phase == "up":
+            node.gpu_wedged = True
+            node.gpu_sticky = rng.random() < 0.3
+
+    def _network_fault(self, node: SimNode, outlet: SimOutlet, now: float, fault: str) -> None:
+        rng, world = self.rng, self.world
+        if fault == "loss":
             node.loss = rng.choice([0.05, 0.3, 0.9])
             self.later(rng.uniform(5.0, 60.0), lambda: setattr(node, "loss", 0.0))
         elif fault == "dns":
@@ -493,7 +511,18 @@ class _Run:
         elif fault == "witness_down":
             world.witness_down = True
             self.later(rng.uniform(2.0, 60.0), lambda: setattr(world, "witness_down", False))
-        elif fault == "pdu_down":
+        elif fault == "partition":
+            until = now + rng.uniform(5.0, 90.0)
+            for other in rng.sample(list(world.nodes.values()), rng.randint(1, len(self.names))):
+                other.partitioned_until = until
+        elif fault in ("partition_3x60", "partition_3x10"):
+            lasting = 60.0 if fault == "partition_3x60" else 10.0
+            for other in list(world.nodes.values())[1:]:
+                other.partitioned_until = now + lasting
+
+    def _pdu_fault(self, node: SimNode, outlet: SimOutlet, now: float, fault: str) -> None:
+        rng = self.rng
+        if fault == "pdu_down":
             outlet.down_until = now + rng.uniform(2.0, 60.0)
         elif fault == "pdu_slow":
             outlet.slow = rng.uniform(0.5, 8.0)
@@ -508,24 +537,11 @@ class _Run:
             self.later(rng.uniform(5.0, 60.0), lambda: setattr(outlet, "lag", 0.0))
         elif fault == "pdu_bug":
             outlet.bug = True
-        elif fault == "partition":
-            until = now + rng.uniform(5.0, 90.0)
-            for other in rng.sample(list(world.nodes.values()), rng.randint(1, len(self.names))):
-                other.partitioned_until = until
-        elif fault == "partition_3x60":
-            for other in list(world.nodes.values())[1:]:
-                other.partitioned_until = now + 60.0
-        elif fault == "partition_3x10":
-            for other in list(world.nodes.values())[1:]:
-                other.partitioned_until = now + 10.0
-        elif fault == "history_full_60":
+
+    def _controller_fault(self, node: SimNode, outlet: SimOutlet, now: float, fault: str) -> None:
+        rng, world = self.rng, self.world
+        if fault == "history_full_60":
             self.history_fault, self.history_fault_until = StoreFull, now + 60.0
-        elif fault == "person_off":
-            world.person_switch(node.name, PowerState.OFF)
-            # The person switches it back on later (or a hold says they handle it).
-            self.later(
-                rng.uniform(5.0, 120.0), lambda: world.person_switch(node.name, PowerState.ON)
-            )
         elif fault in ("history_locked", "history_full"):
             self.history_fault = StoreLocked if fault == "history_locked" else StoreFull
             self.history_fault_until = now + rng.uniform(1.0, 30.0)
@@ -539,12 +555,12 @@ class _Run:
             # 15 minutes, the largest swing this allows (docs/design.md, "Guards").
             step = rng.choice([-600.0, 600.0])
             self.clock.offset = max(-450.0, min(450.0, self.clock.offset + step))
-        elif fault == "memory_kill":
-            node.memory_kill(self.clock.base)
-        elif fault == "gpu_wedge":
-            if node.phase == "up":
-                node.gpu_wedged = True
-                node.gpu_sticky = rng.random() < 0.3
+        elif fault == "person_off":
+            world.person_switch(node.name, PowerState.OFF)
+            # The person switches it back on later (or a hold says they handle it).
+            self.later(
+                rng.uniform(5.0, 120.0), lambda: world.person_switch(node.name, PowerState.ON)
+            )
         elif fault == "hold":
             target = node.name if rng.random() < 0.7 else CLUSTER
             self.store.hold(target, "simulated operator", by="operator")
@@ -604,6 +620,9 @@ class _Run:
             if t >= fault_window:
                 break
             schedule.append((t, self.rng.choice(FAULTS), None))
+        unknown = sorted({f for _, f, _ in self.script or () if f not in FAULT_PLAYS})
+        if unknown:
+            raise ValueError(f"unknown simulated fault {', '.join(map(repr, unknown))}")
         for at, fault, on in self.script if self.script is not None else schedule:
             loop.call_at(at, self.inject, fault, on)
         g = self.config.guards
@@ -764,6 +783,56 @@ class _Run:
             resolutions=[str(i.resolution) for i in incidents],
             timed_ons=len(self.world.truth.timed_ons),
         )
+
+
+_FaultPlay = Callable[[_Run, SimNode, SimOutlet, float, str], None]
+_FAULT_GROUPS: tuple[tuple[_FaultPlay, tuple[str, ...]], ...] = (
+    (
+        _Run._node_fault,
+        (
+            "freeze",
+            "clock_latch",
+            "freeze_thaw",
+            "reboot",
+            "reboot_hang",
+            "agent_crash",
+            "agent_stuck",
+            "agent_slow",
+            "memory_kill",
+            "gpu_wedge",
+        ),
+    ),
+    (
+        _Run._network_fault,
+        (
+            "loss",
+            "dns",
+            "net_down",
+            "witness_down",
+            "partition",
+            "partition_3x60",
+            "partition_3x10",
+        ),
+    ),
+    (
+        _Run._pdu_fault,
+        ("pdu_down", "pdu_slow", "pdu_refusing", "pdu_ambiguous", "pdu_lag", "pdu_bug"),
+    ),
+    (
+        _Run._controller_fault,
+        (
+            "history_full_60",
+            "history_locked",
+            "history_full",
+            "crash",
+            "clock_step",
+            "person_off",
+            "hold",
+        ),
+    ),
+)
+# Every fault a run or a script can name, and what plays it.
+FAULT_PLAYS: dict[str, _FaultPlay] = {name: play for play, names in _FAULT_GROUPS for name in names}
 
 
 class _ErrorTrap(logging.Handler):

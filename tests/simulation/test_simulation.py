@@ -510,3 +510,11 @@ def test_a_hold_on_another_node_does_not_stop_an_unlatch() -> None:
     assert report.violations == []
     assert "clock_latch_halted" in report.alerts
     assert ("spark-2", "off") in report.sent and not any(n == "spark-4" for n, _ in report.sent)
+
+
+def test_every_random_fault_has_a_play_and_an_unknown_one_is_refused() -> None:
+    from spark_watchdog.simulation.run import FAULT_PLAYS, FAULTS
+
+    assert set(FAULTS) <= set(FAULT_PLAYS)
+    with pytest.raises(ValueError, match="unknown simulated fault 'freez'"):
+        simulate(1, 1.0, script=[(10.0, "freez", "spark-2")])
