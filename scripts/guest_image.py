@@ -93,11 +93,36 @@ def build(suite: str = DEFAULT_SUITE) -> Path:
         return found
     target = image_dir(suite)
     scratch = target.with_name(f"{target.name}.building-{os.getpid()}")
-    shutil.rmtree(scratch, ignore_errors=True)
+    _remove(scratch)
     scratch.parent.mkdir(parents=True, exist_ok=True)
     mirror = os.environ.get("SPARK_WATCHDOG_DEBIAN_MIRROR", DEFAULT_MIRROR)
     started = time.monotonic()
     _say(f"debootstrap {suite} from {mirror} into {scratch} (a minute or two, about 300 MB)")
+    try:
+        _bootstrap(suite, scratch, mirror)
+    except BaseException:
+        _remove(scratch)  # nothing half-built stays in the cache
+        raise
+    (scratch / COMPLETE).write_text(image_key(suite) + "\n")
+    shutil.rmtree(target, ignore_errors=True)
+    scratch.rename(target)
+    _say(f"ready after {time.monotonic() - started:.0f} s: {target}")
+    return target
+
+
+def _remove(tree: Path) -> None:
+    """Delete a half-built root, unless something is still mounted inside it
+    (debootstrap mounts /proc and /sys there): never delete through a mount."""
+    inside = str(tree.resolve()) + "/"
+    with open("/proc/self/mountinfo") as table:
+        mounted = [line.split()[4] for line in table if line.split()[4].startswith(inside)]
+    if mounted:
+        _say(f"left {tree} in place: {', '.join(mounted)} still mounted there")
+        return
+    shutil.rmtree(tree, ignore_errors=True)
+
+
+def _bootstrap(suite: str, scratch: Path, mirror: str) -> None:
     subprocess.run(
         [
             "debootstrap",
@@ -119,11 +144,6 @@ def build(suite: str = DEFAULT_SUITE) -> Path:
     (scratch / "etc/machine-id").write_text("")
     (scratch / "var/log/journal").mkdir(parents=True, exist_ok=True)
     shutil.rmtree(scratch / "var/cache/apt/archives", ignore_errors=True)
-    (scratch / COMPLETE).write_text(image_key(suite) + "\n")
-    shutil.rmtree(target, ignore_errors=True)
-    scratch.rename(target)
-    _say(f"ready after {time.monotonic() - started:.0f} s: {target}")
-    return target
 
 
 def main(argv: list[str]) -> int:

@@ -47,6 +47,7 @@ if [ "${SPARK_WATCHDOG_GUEST:-1}" != "0" ]; then
         export SPARK_WATCHDOG_REQUIRE_GUEST=1
     elif [ "$status" -eq 3 ]; then
         echo "guest-image: not possible on this machine; the systemd guest tier is skipped" >&2
+        unset SPARK_WATCHDOG_REQUIRE_GUEST
     else
         exit "$status"
     fi

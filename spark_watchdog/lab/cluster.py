@@ -803,6 +803,8 @@ class LabCluster:
         return answer.json()
 
     def wait_agents(self, timeout: float = 60.0) -> None:
+        """Until every node's agent answers; at once an error where a node's
+        agent exited, or its host is off (switch it on first)."""
         deadline = time.monotonic() + timeout
         pending = list(self.nodes)
         while pending and time.monotonic() < deadline:
@@ -1213,7 +1215,10 @@ def _host_ended(node: LabNode) -> bool:
 def _agent_log_tail(node: LabNode, lines: int = 5) -> str:
     """The last lines an agent logged: why it did not come up, when it said."""
     try:
-        text = (node.directory / "agent.log").read_text(errors="replace")
+        with (node.directory / "agent.log").open("rb") as log:
+            log.seek(0, os.SEEK_END)
+            log.seek(max(0, log.tell() - 8192))
+            text = log.read().decode(errors="replace")
     except OSError:
         return ""
     tail = text.strip().splitlines()[-lines:]

@@ -24,6 +24,9 @@ ATTEMPTS = 200
 
 _handed_out: set[int] = set()
 _lock = threading.Lock()
+# Not the random module's shared generator: a test that seeds it (hypothesis
+# does) would make every process on the machine pick the same ports.
+_chooser = random.SystemRandom()
 
 
 def ephemeral_low(path: Path = PORT_RANGE_FILE) -> int | None:
@@ -54,7 +57,7 @@ def _kernel_pick(host: str) -> int:
 def free_port(host: str = LOOPBACK, *, chooser: random.Random | None = None) -> int:
     """A port free for TCP and UDP on ``host``, outside the ephemeral range."""
     low = ephemeral_low()
-    pick = chooser or random
+    pick = chooser or _chooser
     with _lock:
         if low is not None and low > LOWEST + ATTEMPTS:
             for _ in range(ATTEMPTS):

@@ -408,4 +408,5 @@ def _power_line(
         )
     if name in ("off_ambiguous", "on_ambiguous"):
         return f"{device}: {name.replace('_', ' ')}: {inner}"
-    return f"{device} failed: {detail.get('error')}"  # rung_failed
+    assert name == "rung_failed", f"{name} is not in _POWER_LINES"
+    return f"{device} failed: {detail.get('error')}"

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -84,19 +85,30 @@ def trixie_image() -> Path:
 
 
 @pytest.fixture
-def trixie_root(trixie_image: Path, tmp_path: Path) -> Path:
+def trixie_root(trixie_image: Path, tmp_path: Path) -> Iterator[Path]:
     """A copy of the trixie image with a copy of the checkout at /src."""
     root = tmp_path / "trixie"
     subprocess.run(["cp", "-a", "--reflink=auto", str(trixie_image), str(root)], check=True)
     _copy_tree(ROOT, root / "src")
-    return root
+    yield root
+    shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
-def wheels(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+def source(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy of the checkout (what git tracks or would): the guests see it at
+    /src, and the wheel is built from it, not from a checkout whose build/
+    may hold modules that no longer exist."""
+    tree = tmp_path_factory.mktemp("source") / "src"
+    _copy_tree(ROOT, tree)
+    return tree
+
+
+@pytest.fixture(scope="session")
+def wheels(source: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """The project's wheel as it is, and as a later version (the upgrade)."""
     out = tmp_path_factory.mktemp("wheels")
-    current = _wheel(ROOT, out / "current")
+    current = _wheel(source, out / "current")
     later_tree = tmp_path_factory.mktemp("later") / "src"
     _copy_tree(ROOT, later_tree)
     init = later_tree / "spark_watchdog/__init__.py"
@@ -233,9 +245,12 @@ class Guest:
         return done
 
     def write(self, path: str, text: str, mode: int = 0o644) -> None:
+        """A file in the guest, created with its mode (a secret is never readable)."""
         target = self.root / path.lstrip("/")
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(text)
+        target.parent.mkdir(parents=True, exist_ok=True, mode=0o700 if mode & 0o077 == 0 else 0o755)
+        descriptor = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+        with os.fdopen(descriptor, "w") as file:
+            file.write(text)
         target.chmod(mode)
 
     def reboot(self) -> None:
@@ -254,6 +269,27 @@ class Guest:
         os.kill(leader, signal.SIGKILL)
         self._nspawn.wait(timeout=60)
         self.start()
+
+    def _processes(self) -> list[psutil.Process]:
+        leader = self.leader()
+        assert leader is not None, f"guest {self.name} is not running"
+        root = psutil.Process(leader)
+        return [root, *root.children(recursive=True)]
+
+    def freeze(self) -> None:
+        """Every process of the guest stopped (SIGSTOP), its kernel side still
+        there: sockets accept, nothing answers. A frozen host."""
+        for process in self._processes():
+            with contextlib.suppress(psutil.NoSuchProcess):
+                process.suspend()
+
+    def cut_power(self) -> None:
+        """The power goes: PID 1 killed (its stopped processes too), no next boot."""
+        leader = self.leader()
+        if leader is None or self._nspawn is None:
+            return
+        os.kill(leader, signal.SIGKILL)
+        self._nspawn.wait(timeout=60)
 
     def stop(self) -> None:
         if self._nspawn is not None and self._nspawn.poll() is None:
@@ -324,16 +360,23 @@ def _boot_guest(image: Path, where: Path, name: str, binds: dict[Path, str]) -> 
 
 @pytest.fixture(scope="module")
 def guests(
-    guest_image: Path, wheels: dict[str, Path], tmp_path_factory: pytest.TempPathFactory
+    guest_image: Path,
+    source: Path,
+    wheels: dict[str, Path],
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[dict[str, Guest]]:
     """Two guests from the image: a Spark node and the management host."""
     where = tmp_path_factory.mktemp("guests")
-    binds = {ROOT: "/src", wheels["current"].parent.parent: "/wheels"}
+    binds = {source: "/src", wheels["current"].parent.parent: "/wheels"}
     started: dict[str, Guest] = {}
     try:
         for name in ("swnode", "swcontrol"):
-            started[name] = _boot_guest(guest_image, where, name, binds).start()
+            # Known before it boots: a boot that fails is stopped all the same.
+            started[name] = _boot_guest(guest_image, where, name, binds)
+            started[name].start()
         yield started
     finally:
         for guest in started.values():
             guest.stop()
+        # Each root is a copy of the image (about 400 MB).
+        shutil.rmtree(where, ignore_errors=True)

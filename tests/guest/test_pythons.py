@@ -33,6 +33,7 @@ def test_the_unit_suite_passes_on_debian_13s_python_3_13(trixie_root: Path) -> N
             str(trixie_root),
             "--register=no",
             "--keep-unit",
+            "--as-pid2",  # a stub init reaps and forwards signals; the script is not PID 1
             f"--bind-ro={CA_BUNDLE}:/etc/ssl/certs/host-ca.crt",
             "/bin/sh",
             "/run-unit-tests.sh",

@@ -10,7 +10,9 @@ two guests (each leaves them running for the next).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+import secrets
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +22,7 @@ import yaml
 
 from spark_watchdog.lab.pdu_standin import PduStandin, PduStandinThread, StandinConfig
 from spark_watchdog.lab.ports import free_port
+from spark_watchdog.power.base import PowerState
 from spark_watchdog.power.snmp_profiles import profile_by_name
 
 if TYPE_CHECKING:
@@ -27,8 +30,8 @@ if TYPE_CHECKING:
 
 AGENT = "spark-watchdog-agent.service"
 CONTROLLER = "spark-watchdog-controller.service"
-TOKEN = "guest-serving-token"
-COMMUNITY = "guest-write"
+TOKEN = secrets.token_hex(16)
+COMMUNITY = secrets.token_hex(8)
 RELEASE_PYTHON = "/opt/spark-watchdog/bin/python"
 
 
@@ -36,6 +39,29 @@ class Ports:
     agent = free_port()
     vllm = free_port()
     controller = free_port()
+    banner = free_port()
+
+
+# The node's SSH banner for the controller's check (the image has no sshd):
+# frozen with the rest of the guest, its port still completes the handshake
+# in the kernel and sends nothing, as a frozen Spark's sshd does.
+BANNER_SCRIPT = """import socket, sys
+server = socket.create_server(("127.0.0.1", int(sys.argv[1])))
+while True:
+    peer, _ = server.accept()
+    try:
+        peer.sendall(b"SSH-2.0-OpenSSH_9.2 swnode\\r\\n")
+    except OSError:
+        pass
+    peer.close()
+"""
+BANNER_SERVICE = f"""[Unit]
+Description=An SSH banner on the guest's SSH port (the controller's check)
+[Service]
+ExecStart=/usr/bin/python3 /usr/local/bin/guest-ssh-banner {Ports.banner}
+[Install]
+WantedBy=multi-user.target
+"""
 
 
 def _wheel(kind: str, wheels: dict[str, Path]) -> str:
@@ -97,14 +123,25 @@ def _controller_config(pdu_port: int) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def pdu() -> Iterator[PduStandinThread]:
+def outlet_wiring() -> list[Callable[[int, PowerState], None]]:
+    """What an outlet of the PDU powers: filled in by the test that needs it."""
+    return []
+
+
+@pytest.fixture(scope="module")
+def pdu(outlet_wiring: list[Callable[[int, PowerState], None]]) -> Iterator[PduStandinThread]:
+    def changed(outlet: int, state: PowerState) -> None:
+        for wire in outlet_wiring:
+            wire(outlet, state)
+
     standin = PduStandin(
         StandinConfig(
             profile=profile_by_name("apc_rpdu2"),
             outlets=8,
             names={1: "swnode"},
             write_community=COMMUNITY,
-        )
+        ),
+        on_change=changed,
     )
     thread = PduStandinThread(standin).start()
     try:
@@ -142,7 +179,13 @@ def node(guests: dict[str, Guest], wheels: dict[str, Path]) -> Guest:
     guest.write(f"/etc/systemd/system/{AGENT}.d/guest-boot-id.conf", BOOT_ID_DROP_IN)
     guest.write("/etc/spark-watchdog/credentials/serving-token", TOKEN + "\n", 0o600)
     guest.write("/etc/spark-watchdog/agent.yaml", yaml.safe_dump(_agent_config()))
-    guest.install("node", "--serving", "--from", _wheel("current", wheels))
+    guest.write("/usr/local/bin/guest-ssh-banner", BANNER_SCRIPT)
+    guest.write("/etc/systemd/system/guest-ssh-banner.service", BANNER_SERVICE)
+    guest.run("systemctl", "daemon-reload")
+    guest.run("systemctl", "enable", "--now", "guest-ssh-banner.service")
+    # A node that only watches first (the agent's own sandbox, a dynamic user);
+    # the serving drop-in comes with its test below.
+    guest.install("node", "--from", _wheel("current", wheels))
     return guest
 
 
@@ -191,14 +234,17 @@ def test_both_units_reach_running_after_ready_with_their_status_line(
     node: Guest, control: Guest
 ) -> None:
     for guest, unit in ((node, AGENT), (control, CONTROLLER)):
-        shown = guest.wait_active(unit)
+        guest.wait_active(unit)
         # Type=notify: "active (running)" only after READY=1; STATUS= is the agent's
         # or controller's own line, shown by systemctl status.
-        assert shown["StatusText"], f"{unit} sent no STATUS= line:\n{guest.journal(unit)}"
         status = guest.run("systemctl", "status", unit, "--no-pager", check=False).stdout
         print(f"--- {guest.name}: systemctl status {unit}\n{status}")
         assert "active (running)" in status
-        assert f'Status: "{shown["StatusText"]}"' in status
+        shown = [line.strip() for line in status.splitlines() if 'Status: "' in line]
+        assert shown and len(shown[0]) > len('Status: ""'), status
+    # DynamicUser=: a user of its own from systemd's dynamic range (61184-65519).
+    uid = int(node.run("ps", "-o", "uid=", "-p", str(node.main_pid(AGENT))).stdout)
+    assert 61184 <= uid <= 65519, uid
     state = _wait_agent(node, lambda s: s["probes"]["journal"]["state"] == "ok", "the journal")
     # The dynamic user reads the system journal through its systemd-journal group,
     # and finds the boot it runs in.
@@ -229,8 +275,8 @@ def test_the_controller_reads_the_agent_and_keeps_its_history_private(
     uid = history.stat().st_uid
     assert uid != 0, "the history belongs to the service's dynamic user, not root"
     assert state.stat().st_mode & 0o777 == 0o700
-    for path in state.rglob("*"):
-        assert path.stat().st_mode & 0o007 == 0, f"{path} is readable by others"
+    for path in (history, state / "history.db-wal"):
+        assert path.stat().st_mode & 0o777 == 0o600, f"{path}: {path.stat().st_mode:o}"
         assert path.stat().st_uid == uid
     listing = control.run("ls", "-l", "/var/lib/private/spark-watchdog").stdout
     print(f"--- swcontrol: ls -l /var/lib/private/spark-watchdog\n{listing}")
@@ -264,7 +310,12 @@ def test_a_missing_credential_stops_the_controller_at_its_check(
     control.wait_active(CONTROLLER)
 
 
-def test_the_serving_drop_in_runs_the_rank_under_the_relaxed_policy(node: Guest) -> None:
+def test_the_serving_drop_in_runs_the_rank_under_the_relaxed_policy(
+    node: Guest, wheels: dict[str, Path]
+) -> None:
+    node.install("node", "--serving", "--from", _wheel("current", wheels))
+    node.wait_active(AGENT)
+    _wait_agent(node, lambda s: True, "the agent to answer again")
     answer = requests.post(
         f"http://127.0.0.1:{Ports.agent}/v1/serving/start",
         json={"profile": "plain"},
@@ -285,6 +336,8 @@ def test_the_serving_drop_in_runs_the_rank_under_the_relaxed_policy(node: Guest)
     assert "wx-mapping: allowed" in log.read_text(), (
         "MemoryDenyWriteExecute=no of the drop-in did not reach the rank"
     )
+    # The state directory moved out of /var/lib/private, to the serving user.
+    assert not (node.root / "var/lib/spark-watchdog").is_symlink()
     agent_pid = node.main_pid(AGENT)
     user = node.run("ps", "-o", "user=", "-p", str(agent_pid)).stdout.strip()
     assert user == "vllm"
@@ -307,7 +360,7 @@ def test_the_watchdog_restarts_an_agent_and_a_controller_that_stopped(
 
         # WatchdogSec=30s, then the abort's own timeout, then RestartSec.
         guest.wait_for(restarted, 180, f"systemd to restart {unit} after its watchdog")
-        journal = guest.journal(unit)
+        journal = guest.journal(unit, lines=400)
         print(f"--- {guest.name}: journalctl -u {unit} (watchdog)\n{journal[-1500:]}")
         assert "Watchdog timeout" in journal, journal
         assert int(guest.show(unit, "NRestarts")["NRestarts"]) == restarts + 1
@@ -384,3 +437,107 @@ def test_nothing_of_the_project_is_world_readable(node: Guest, control: Guest) -
             check=False,
         ).stdout.split()
         assert not found, f"{guest.name}: readable by anyone: {found}"
+
+
+def _controller_status() -> dict[str, Any] | None:
+    try:
+        answer = requests.get(f"http://127.0.0.1:{Ports.controller}/v1/status", timeout=2)
+        status: dict[str, Any] = answer.json()
+    except (requests.RequestException, ValueError):
+        return None
+    return status if answer.ok else None
+
+
+def _node_status() -> dict[str, Any]:
+    status = _controller_status() or {}
+    return next((n for n in status.get("nodes", []) if n.get("name") == "swnode"), {})
+
+
+def test_a_frozen_node_is_power_cycled_through_the_pdu_and_comes_back(
+    node: Guest,
+    control: Guest,
+    pdu: PduStandinThread,
+    outlet_wiring: list[Callable[[int, PowerState], None]],
+) -> None:
+    """The whole loop with real systemd on both sides: the node guest freezes,
+    the controller (its community a credential) cuts outlet 1, which powers
+    the node guest; the guest boots again; the controller sees the new boot
+    and restarts serving with the safe profile (its token a credential)."""
+    config = _controller_config(pdu.port)
+    config["nodes"][0].update({"ssh_host": "127.0.0.1", "ssh_port": Ports.banner})
+    # One node: its freeze is the whole cluster unhealthy, which the breaker
+    # would take for a network fault.
+    config["guards"] = {"dry_run": False, "max_unhealthy_fraction": 1.0, "boot_timeout": 240.0}
+    config["policy"] = {
+        "power_off_seconds": 3.0,
+        "power_timeout": 15.0,
+        "power_poll_interval": 0.5,
+        "min_command_interval": 0.5,
+        "self_timed_on": False,
+    }
+    config["detection"] = {
+        "poll_interval": 1.0,
+        "freeze_after": 5.0,
+        "banner_misses": 2,
+        "banner_timeout": 1.0,
+        "banner_interval": 2.0,
+    }
+    config["serving"] = {
+        "head": "swnode",
+        "token_file": "serving-token",
+        "auto_restart": True,
+        "start_timeout": 240.0,
+        "restart_cooldown": 0.0,
+    }
+    control.write("/etc/spark-watchdog/controller.yaml", yaml.safe_dump(config))
+    control.run("systemctl", "restart", CONTROLLER)
+    control.wait_active(CONTROLLER)
+    control.wait_for(lambda: _node_status().get("verdict") == "healthy", 120, "a healthy node")
+    before = _wait_agent(node, lambda s: True, "the agent")["probes"]["journal"]["current_boot_id"]
+    powered: list[str] = []
+
+    def outlet_powers_the_node(outlet: int, state: PowerState) -> None:
+        if outlet != 1:
+            return
+        powered.append(state.name.lower())
+        if state is PowerState.OFF:
+            node.cut_power()
+        else:
+            threading.Thread(target=node.start, name="swnode-boot", daemon=True).start()
+
+    outlet_wiring.append(outlet_powers_the_node)
+    try:
+        node.freeze()
+
+        def recovered() -> bool:
+            seen = _node_status()
+            return (
+                seen.get("power_cycles_total", 0) >= 1
+                and seen.get("incident_id") is None
+                and seen.get("verdict") == "healthy"
+                and seen.get("boot_id") not in (None, before)
+            )
+
+        try:
+            control.wait_for(recovered, 420, "the controller to power-cycle the node and recover")
+        except AssertionError as failed:
+            raise AssertionError(
+                f"{failed}\noutlet: {powered}\nnode: {_node_status()}\n"
+                f"{control.journal(CONTROLLER, lines=80)}"
+            ) from None
+    finally:
+        outlet_wiring.clear()
+    print(f"--- swcontrol: journalctl -u {CONTROLLER} (the power cycle)")
+    print(control.journal(CONTROLLER, lines=40))
+    assert powered == ["off", "on"], powered
+    journal = _wait_agent(
+        node,
+        lambda s: s["probes"]["journal"]["previous_boot_id"] == before,
+        "the agent to report the boot that lost power",
+    )["probes"]["journal"]
+    assert journal["previous_boot_clean_shutdown"] is False
+    serving = _wait_agent(
+        node, lambda s: s["serving"].get("state") == "running", "serving after the recovery"
+    )["serving"]
+    assert serving["profile"] == "safe", serving
+    assert COMMUNITY not in control.journal(CONTROLLER, lines=400)

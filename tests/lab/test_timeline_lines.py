@@ -21,6 +21,8 @@ def _step(name: str, at: float = 10.0, **detail: object) -> IncidentStep:
         ("off_verified", {}, {"off_requested": 9.5}, f"{DEVICE} off (verified 0.5s)"),
         ("on_verified", {}, {}, f"{DEVICE} on (verified)"),
         ("already_off", {}, {}, f"{DEVICE} read back off already: no command sent"),
+        ("already_on", {}, {}, f"{DEVICE} read back on already: no command sent"),
+        ("off_ambiguous", {"detail": "timeout"}, {}, f"{DEVICE}: off ambiguous: timeout"),
         ("hold_started", {"remaining_s": 5}, {}, f"{DEVICE} held off 5s"),
         ("on_ambiguous", {"detail": "no answer"}, {}, f"{DEVICE}: on ambiguous: no answer"),
         ("rung_failed", {"error": "timeout"}, {}, f"{DEVICE} failed: timeout"),
