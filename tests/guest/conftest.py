@@ -264,10 +264,8 @@ class Guest:
     def power_loss(self) -> None:
         """The guest's PID 1 killed: every process in it dies at once, nothing
         is flushed or closed, like a host whose power went; then the next boot."""
-        leader = self.leader()
-        assert leader is not None and self._nspawn is not None
-        os.kill(leader, signal.SIGKILL)
-        self._nspawn.wait(timeout=60)
+        assert self.leader() is not None, f"guest {self.name} is not running"
+        self.cut_power()
         self.start()
 
     def _processes(self) -> list[psutil.Process]:

@@ -201,21 +201,28 @@ def control(
     return guest
 
 
-def agent_state(port: int) -> dict[str, Any] | None:
-    """The agent's /v1/state over loopback (the guests share this machine's network)."""
+def _get_json(port: int, path: str) -> dict[str, Any] | None:
+    """An answer of the agent or the controller over loopback (the guests share
+    this machine's network); None while it does not answer."""
     try:
-        answer = requests.get(f"http://127.0.0.1:{port}/v1/state", timeout=2)
-        state: dict[str, Any] = answer.json()
+        answer = requests.get(f"http://127.0.0.1:{port}{path}", timeout=2)
+        body: dict[str, Any] = answer.json()
     except (requests.RequestException, ValueError):
         return None
-    return state if answer.ok else None
+    return body if answer.ok else None
+
+
+def _node_status() -> dict[str, Any]:
+    """The controller's view of the node, from its /v1/status."""
+    status = _get_json(Ports.controller, "/v1/status") or {}
+    return next((n for n in status.get("nodes", []) if n.get("name") == "swnode"), {})
 
 
 def _wait_agent(guest: Guest, ready: Any, what: str, timeout: float = 120.0) -> dict[str, Any]:
     seen: dict[str, Any] = {}
 
     def check() -> bool:
-        state = agent_state(Ports.agent)
+        state = _get_json(Ports.agent, "/v1/state")
         if state is None:
             return False
         seen.clear()
@@ -257,18 +264,10 @@ def test_both_units_reach_running_after_ready_with_their_status_line(
 def test_the_controller_reads_the_agent_and_keeps_its_history_private(
     node: Guest, control: Guest
 ) -> None:
-    def sees_node() -> bool:
-        try:
-            answer = requests.get(f"http://127.0.0.1:{Ports.controller}/v1/status", timeout=2)
-        except requests.RequestException:
-            return False
-        if not answer.ok:
-            return False
-        nodes = answer.json().get("nodes", [])
-        # A boot id comes only from the agent's own /v1/state.
-        return any(n.get("name") == "swnode" and n.get("boot_id") for n in nodes)
-
-    control.wait_for(sees_node, 120, "the controller to see the node's agent")
+    # A boot id comes only from the agent's own /v1/state.
+    control.wait_for(
+        lambda: bool(_node_status().get("boot_id")), 120, "the controller to see the node's agent"
+    )
     state = control.root / "var/lib/private/spark-watchdog"
     history = state / "history.db"
     assert history.is_file(), f"no history in the state directory: {list(state.iterdir())}"
@@ -437,20 +436,6 @@ def test_nothing_of_the_project_is_world_readable(node: Guest, control: Guest) -
             check=False,
         ).stdout.split()
         assert not found, f"{guest.name}: readable by anyone: {found}"
-
-
-def _controller_status() -> dict[str, Any] | None:
-    try:
-        answer = requests.get(f"http://127.0.0.1:{Ports.controller}/v1/status", timeout=2)
-        status: dict[str, Any] = answer.json()
-    except (requests.RequestException, ValueError):
-        return None
-    return status if answer.ok else None
-
-
-def _node_status() -> dict[str, Any]:
-    status = _controller_status() or {}
-    return next((n for n in status.get("nodes", []) if n.get("name") == "swnode"), {})
 
 
 def test_a_frozen_node_is_power_cycled_through_the_pdu_and_comes_back(
