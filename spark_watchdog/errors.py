@@ -92,3 +92,55 @@ class HistoryLocked(WatchdogError):
             f"{path}: another controller is running on this history: {holder}; stop it first "
             "(systemctl stop spark-watchdog-controller) or point this one at another history"
         )
+
+
+# -- the freeze history (spark_watchdog.history) ---------------------------------
+
+
+class StoreError(WatchdogError):
+    """The freeze history could not be read or written. ``path`` names the file."""
+
+    def __init__(self, path: str, message: str) -> None:
+        self.path = path
+        super().__init__(message)
+
+
+class StoreLocked(StoreError):
+    """Another process held the write lock for longer than ``busy_timeout``."""
+
+
+class StoreFull(StoreError):
+    """SQLITE_FULL: the disk (or the database's page limit) is full."""
+
+
+class StoreReadOnly(StoreError):
+    """The file, its directory, or the store itself is read-only."""
+
+
+class StoreCorrupt(StoreError):
+    """Not a database, a malformed one, or a cell this store could not have written."""
+
+
+class SchemaTooNew(StoreError):
+    """The file was written by a newer spark-watchdog."""
+
+
+class InvalidRecord(StoreError):
+    """The caller passed a value the history cannot record (a bug in the caller)."""
+
+
+class UnknownRecord(StoreError):
+    """No such incident, action or serving restart."""
+
+
+class IncidentAlreadyOpen(WatchdogError):
+    """A node may have one open host_frozen incident at a time; a second one is refused.
+
+    Not a StoreError: the history is fine, the caller asked for a second
+    incident of a node that already has one (two controllers, or a bug).
+    """
+
+    def __init__(self, node: str, incident_id: int) -> None:
+        self.node = node
+        self.incident_id = incident_id
+        super().__init__(f"{node} already has open incident #{incident_id}")

@@ -31,8 +31,9 @@ from typing import Any
 from spark_watchdog.cli import flight_view
 from spark_watchdog.config.controller import ControllerConfig, load_controller_config
 from spark_watchdog.errors import ConfigError, WatchdogError
+from spark_watchdog.history.checks import SQLITE_MAX_INT
 from spark_watchdog.history.records import CLUSTER, iso_utc
-from spark_watchdog.history.store import SQLITE_MAX_INT, HistoryStore
+from spark_watchdog.history.store import HistoryStore
 from spark_watchdog.steps import StepName
 
 DEFAULT_CONFIG = "/etc/spark-watchdog/controller.yaml"

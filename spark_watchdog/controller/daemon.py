@@ -45,10 +45,10 @@ from spark_watchdog.controller.recovery import (
     rungs_of,
 )
 from spark_watchdog.controller.serving_restart import ServingNode
-from spark_watchdog.errors import ConfigError, WatchdogError
+from spark_watchdog.errors import ConfigError, IncidentAlreadyOpen, WatchdogError
 from spark_watchdog.history.instance_lock import InstanceLock
 from spark_watchdog.history.records import CLUSTER, Incident
-from spark_watchdog.history.store import HistoryStore, IncidentAlreadyOpen
+from spark_watchdog.history.store import HistoryStore
 from spark_watchdog.power.base import PowerState, PowerStep, VerifiedPower
 from spark_watchdog.power.paths import PowerPath
 from spark_watchdog.sdnotify import SystemdNotifier

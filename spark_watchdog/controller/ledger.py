@@ -11,15 +11,17 @@ import asyncio
 import functools
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 from spark_watchdog.controller.notify import Event, Notifier
 from spark_watchdog.controller.tallies import Tallies
-from spark_watchdog.history.store import HistoryStore, StoreError
+from spark_watchdog.errors import StoreError
+from spark_watchdog.history.store import HistoryStore
 
 log = logging.getLogger("spark_watchdog.controller")
 
 T = TypeVar("T")
+P = ParamSpec("P")
 
 
 class HistoryUnwritable(Exception):
@@ -41,7 +43,8 @@ class Ledger:
         self.tallies = Tallies()
         self.problem: str | None = None
 
-    async def write(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    async def write(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
+        """``fn(*args, **kwargs)`` off the event loop, checked like a direct call."""
         try:
             result: T = await self._blocking(functools.partial(fn, *args, **kwargs))
         except StoreError as exc:
@@ -58,7 +61,7 @@ class Ledger:
         self.tallies.note_record(result)
         return result
 
-    async def read(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    async def read(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
         try:
             result: T = await self._blocking(functools.partial(fn, *args, **kwargs))
             return result

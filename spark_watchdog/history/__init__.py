@@ -1,6 +1,22 @@
 """The controller's freeze history: incidents, their write-ahead log, actions,
-boots, serving restarts, holds and cluster settings, in one SQLite file."""
+boots, serving restarts, holds and cluster settings, in one SQLite file.
 
+``core`` owns the file (connection, transactions, errors); ``boots``,
+``incidents``, ``actions``, ``serving`` and ``holds`` hold each table's
+queries; ``checks`` and ``decode`` check what goes in and decode what comes
+out; ``store.HistoryStore`` is all of it together."""
+
+from spark_watchdog.errors import (
+    IncidentAlreadyOpen,
+    InvalidRecord,
+    SchemaTooNew,
+    StoreCorrupt,
+    StoreError,
+    StoreFull,
+    StoreLocked,
+    StoreReadOnly,
+    UnknownRecord,
+)
 from spark_watchdog.history.records import (
     CLUSTER,
     Action,
@@ -15,17 +31,7 @@ from spark_watchdog.history.records import (
     iso_utc,
 )
 from spark_watchdog.history.schema import SCHEMA_VERSION
-from spark_watchdog.history.store import (
-    HistoryStore,
-    InvalidRecord,
-    SchemaTooNew,
-    StoreCorrupt,
-    StoreError,
-    StoreFull,
-    StoreLocked,
-    StoreReadOnly,
-    UnknownRecord,
-)
+from spark_watchdog.history.store import HistoryStore
 
 __all__ = [
     "CLUSTER",
@@ -35,6 +41,7 @@ __all__ = [
     "HistoryStore",
     "Hold",
     "Incident",
+    "IncidentAlreadyOpen",
     "IncidentStep",
     "IncidentTimeline",
     "InvalidRecord",

@@ -33,8 +33,7 @@ import time
 from collections.abc import Callable
 from datetime import datetime, timezone
 
-from spark_watchdog.errors import HistoryLocked
-from spark_watchdog.history.store import StoreError
+from spark_watchdog.errors import HistoryLocked, StoreError
 
 LOCK_SUFFIX = ".lock"
 # How long a loser waits for a brand-new holder to write its line (it takes the

@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from spark_watchdog.history.store import HistoryStore, StoreError
+from spark_watchdog.errors import StoreError
+from spark_watchdog.history.store import HistoryStore
 from spark_watchdog.lab.cluster import LabCluster, LabNode, LabTimings, sweep
 from spark_watchdog.lab.lab_controller import (
     AlertReceiver,

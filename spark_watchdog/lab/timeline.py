@@ -27,8 +27,9 @@ from typing import Any
 import requests
 
 from spark_watchdog.config.controller import ControllerConfig, SnmpDevice
+from spark_watchdog.errors import StoreError
 from spark_watchdog.history.records import Incident, IncidentStep
-from spark_watchdog.history.store import HistoryStore, StoreError
+from spark_watchdog.history.store import HistoryStore
 
 # policy.power_off_seconds' default: a GB10 "clock latch" clears after 30-60 s off.
 PRODUCTION_OFF_S = 60.0

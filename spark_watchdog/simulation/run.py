@@ -26,8 +26,9 @@ from spark_watchdog.controller.daemon import Controller
 from spark_watchdog.controller.io import ControllerIO
 from spark_watchdog.controller.node_states import NodeState
 from spark_watchdog.controller.notify import Event, Notifier
+from spark_watchdog.errors import StoreFull, StoreLocked
 from spark_watchdog.history.records import CLUSTER
-from spark_watchdog.history.store import HistoryStore, StoreFull, StoreLocked
+from spark_watchdog.history.store import HistoryStore
 from spark_watchdog.power.base import CommandSpacing, PowerState, SendGate, StepHook, VerifiedPower
 from spark_watchdog.power.paths import PowerPath, timing_for
 from spark_watchdog.sdnotify import SystemdNotifier

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from spark_watchdog.history import HistoryStore, SchemaTooNew, StoreError
+from spark_watchdog.history.migrations import migrate
 from spark_watchdog.history.schema import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION, statements
-from spark_watchdog.history.store import migrate
 
 V1_DUMP = Path(__file__).parent / "fixtures" / "history_v1.sql"
 

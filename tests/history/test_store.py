@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from spark_watchdog.errors import WatchdogError
+from spark_watchdog.errors import IncidentAlreadyOpen, WatchdogError
 from spark_watchdog.history import (
     CLUSTER,
     HistoryStore,
@@ -24,7 +24,6 @@ from spark_watchdog.history import (
     UnknownRecord,
     iso_utc,
 )
-from spark_watchdog.history.store import IncidentAlreadyOpen
 
 # The shape of one item of an agent's GET /v1/boots "boots" list
 # (spark_watchdog.probes.journal.BootRecord.to_json).
