@@ -84,3 +84,19 @@ def transition(state: NodeState, event: NodeEvent) -> NodeState:
         return TRANSITIONS[(state, event)]
     except KeyError:
         raise InvalidTransition(state, event) from None
+
+
+def diagram(transitions: dict[tuple[NodeState, NodeEvent], NodeState] = TRANSITIONS) -> str:
+    """The table as a Mermaid state diagram: one arrow per pair of states, its
+    events in the table's order (docs/architecture.md, "The node state machine")."""
+    arrows: dict[tuple[NodeState, NodeState], list[str]] = {}
+    for (source, event), target in transitions.items():
+        arrows.setdefault((source, target), []).append(event.value)
+    lines = ["stateDiagram-v2", f"    [*] --> {NodeState.WATCHING.value}"]
+    for (source, target), events in arrows.items():
+        lines.append(f"    {source.value} --> {target.value}: {', '.join(events)}")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    print(diagram(), end="")
