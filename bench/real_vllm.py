@@ -39,7 +39,7 @@ import yaml
 
 from spark_watchdog.config.agent import CanaryConfig, VllmProbeConfig
 from spark_watchdog.lab import real_vllm
-from spark_watchdog.lab.cluster import free_port
+from spark_watchdog.lab.ports import free_port
 
 START_TIMEOUT = 420.0
 

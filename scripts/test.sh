@@ -16,8 +16,8 @@ echo "== ruff check" >&2
 .venv/bin/ruff check spark_watchdog tests bench scripts
 echo "== ruff format --check" >&2
 .venv/bin/ruff format --check spark_watchdog tests bench scripts
-echo "== mypy" >&2
-.venv/bin/mypy
+echo "== mypy (spark_watchdog, bench, scripts, tests)" >&2
+scripts/typecheck.sh
 if [ "${SPARK_WATCHDOG_REAL_VLLM:-1}" != "0" ] && [ -n "${SPARK_WATCHDOG_VLLM_PYTHON:-}" ]; then
     echo "== real-vLLM environment: $SPARK_WATCHDOG_VLLM_PYTHON (SPARK_WATCHDOG_VLLM_PYTHON)" >&2
     export SPARK_WATCHDOG_REQUIRE_REAL_VLLM=1

@@ -25,7 +25,7 @@ def _feed(guard: MemoryGuard, levels: list[float], **extra: float) -> list[str]:
     """One reading per LOOP second; the states the guard gave."""
     states = []
     for i, level in enumerate(levels):
-        sample = MemorySample(i * LOOP, int(level), **extra)  # type: ignore[arg-type]
+        sample = MemorySample(i * LOOP, int(level), **extra)
         states.append(guard.observe(sample).state)
     return states
 

@@ -9,6 +9,7 @@ are real signals: SIGSTOP freezes a whole tree.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import signal
 import subprocess
@@ -26,7 +27,8 @@ import yaml
 from spark_watchdog.config.controller import parse_controller_config
 from spark_watchdog.controller.daemon import Controller
 from spark_watchdog.history.store import HistoryStore
-from spark_watchdog.lab.cluster import LAB_PDU_REBOOT_S, LabCluster, LabNode, free_port
+from spark_watchdog.lab.cluster import LAB_PDU_REBOOT_S, LabCluster, LabNode
+from spark_watchdog.lab.ports import free_port
 from spark_watchdog.power.base import PowerState
 
 pytestmark = pytest.mark.integration
@@ -94,7 +96,7 @@ class RunningController:
         self.store.close()
 
 
-def wait_for(check: Callable[[], bool], timeout: float, what: str) -> float:
+def wait_for(check: Callable[[], object], timeout: float, what: str) -> float:
     started = time.monotonic()
     while time.monotonic() - started < timeout:
         if check():
@@ -124,7 +126,7 @@ def controller(lab: LabCluster, tmp_path: Path) -> Iterator[Callable[..., Runnin
 
 def sets(lab: LabCluster, node: LabNode) -> list[int]:
     assert lab.pdu is not None
-    return [s.value for s in lab.pdu.standin.sets_for(node.outlet)]
+    return [int(str(s.value)) for s in lab.pdu.standin.sets_for(node.outlet)]
 
 
 def test_a_frozen_host_is_cycled_once_and_serving_comes_back_safe(
@@ -165,6 +167,7 @@ def test_a_frozen_host_is_cycled_once_and_serving_comes_back_safe(
     assert [(a.operation, a.result) for a in actions] == [("cycle", "verified")]
     # The previous boot, as the rebooted agent's journal tells it: unclean, with its Xid.
     boots = {b.boot_id: b for b in running.store.boots("spark-3")}
+    assert boot_before is not None
     assert boots[boot_before].clean_shutdown is False
     assert boots[boot_before].incident_id == incident.id
     restart = running.store.serving_restarts()[0]
@@ -189,7 +192,9 @@ def test_a_node_that_freezes_again_is_cycled_again(
     for round_ in (1, 2):
         lab.freeze(node)
         wait_for(
-            lambda n=round_: len(running.store.list_incidents()) >= n, 20, f"incident {round_}"
+            functools.partial(lambda n: len(running.store.list_incidents()) >= n, round_),
+            20,
+            f"incident {round_}",
         )
         wait_for(
             lambda: all(i.status == "resolved" for i in running.store.list_incidents()),

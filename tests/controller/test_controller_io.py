@@ -10,7 +10,7 @@ import threading
 import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, ClassVar
+from typing import Any
 
 import pytest
 import requests
@@ -168,15 +168,16 @@ def test_witness(silent_listener: int) -> None:
 
 def test_status_endpoint_serves_json_and_metrics() -> None:
     class Source:
-        published: ClassVar[dict[str, Any]] = {
-            "ticks": 3,
-            "witness": "ok",
-            "nodes": [
-                {"name": "spark-1", "verdict": "healthy", "state": "watching"},
-                {"name": "spark-2", "verdict": "held", "state": "held", "banner_misses": 2},
-            ],
-        }
-        tallies = Tallies()
+        def __init__(self) -> None:
+            self.published: dict[str, Any] = {
+                "ticks": 3,
+                "witness": "ok",
+                "nodes": [
+                    {"name": "spark-1", "verdict": "healthy", "state": "watching"},
+                    {"name": "spark-2", "verdict": "held", "state": "held", "banner_misses": 2},
+                ],
+            }
+            self.tallies = Tallies()
 
     endpoint = StatusEndpoint("127.0.0.1", 0, Source())
     endpoint.start()

@@ -22,7 +22,7 @@ import yaml
 from spark_watchdog.config.controller import parse_controller_config
 from spark_watchdog.controller.daemon import Controller
 from spark_watchdog.history.store import HistoryStore
-from spark_watchdog.lab.cluster import free_port
+from spark_watchdog.lab.ports import free_port
 from spark_watchdog.sdnotify import SystemdNotifier
 
 pytestmark = pytest.mark.integration

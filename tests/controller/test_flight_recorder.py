@@ -39,6 +39,7 @@ def test_it_keeps_the_last_seconds_per_node_only() -> None:
 
 
 def test_a_malformed_snapshot_is_a_sample_of_nothing() -> None:
+    bad: object
     for bad in (
         {},
         {"probes": []},

@@ -95,6 +95,7 @@ def test_an_old_or_malformed_memory_guard_kill_is_not_news() -> None:
     w = watch()
     w.note_answer(_guarded(1, {"id": 1, "at_unix": 100.0}), 1.0, 1000.0)
     assert w.guard_kill is None  # 900 s old when first seen
+    bad: object
     for bad in ({"id": True, "at_unix": 999.0}, {"id": 1, "at_unix": "now"}, {"id": "1"}, []):
         w.note_answer(_guarded(2, bad), 2.0, 1000.0)
         assert w.guard_kill is None, bad

@@ -9,7 +9,7 @@ import socket
 import struct
 import time
 from collections.abc import Iterator
-from typing import Any, ClassVar
+from typing import Any
 
 import pytest
 import requests
@@ -22,8 +22,9 @@ pytestmark = pytest.mark.integration
 
 
 class _Source:
-    published: ClassVar[dict[str, Any]] = {"ticks": 7, "nodes": []}
-    tallies = Tallies()
+    def __init__(self) -> None:
+        self.published: dict[str, Any] = {"ticks": 7, "nodes": []}
+        self.tallies = Tallies()
 
 
 @pytest.fixture

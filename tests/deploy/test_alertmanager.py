@@ -24,7 +24,7 @@ import yaml
 
 from spark_watchdog.config.controller import NotifyConfig
 from spark_watchdog.controller.notify import Event, Notifier
-from spark_watchdog.lab.cluster import free_port
+from spark_watchdog.lab.ports import free_port
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "deploy/alertmanager/alertmanager.example.yml"
 ALERTMANAGER = ("prometheus-alertmanager", "alertmanager")  # Debian's name, upstream's

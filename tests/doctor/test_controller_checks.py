@@ -25,8 +25,8 @@ from spark_watchdog.doctor.power_check import (
     check_power_path,
 )
 from spark_watchdog.doctor.runner import run_plan
-from spark_watchdog.lab.cluster import free_port
 from spark_watchdog.lab.pdu_standin import PduStandinThread
+from spark_watchdog.lab.ports import free_port
 from spark_watchdog.power.base import PowerState, PowerTiming, VerifiedPower
 from spark_watchdog.power.paths import (
     build_backend,

@@ -42,7 +42,8 @@ def sample_line(draw: st.DrawFn) -> str:
     name = draw(st.sampled_from(NAMES))
     labels = draw(st.lists(LABEL, max_size=3))
     inner = ",".join(f'{k}="{v}"' for k, v in labels)
-    braces = f"{{{inner}}}" if labels or draw(st.booleans()) else ""
+    braced = bool(labels) or draw(st.booleans())
+    braces = f"{{{inner}}}" if braced else ""
     stamp = draw(st.one_of(st.none(), st.integers(0, 2**63).map(str), st.text(max_size=4)))
     sep = draw(st.sampled_from([" ", "\t", "  "]))
     line = f"{name}{braces}{sep}{draw(VALUES)}" + (f" {stamp}" if stamp is not None else "")

@@ -46,7 +46,7 @@ PATHS = (
 
 
 def _with(state: dict[str, Any], path: tuple[str, ...], value: Any) -> dict[str, Any]:
-    copy = json.loads(json.dumps(state))
+    copy: dict[str, Any] = json.loads(json.dumps(state))
     node = copy
     for key in path[:-1]:
         if not isinstance(node.get(key), dict):

@@ -155,7 +155,7 @@ def test_a_reader_who_may_not_read_the_file_is_told_whose_it_is(shared_dir: Path
 
 def _cells(path: Path) -> str:
     with sqlite3.connect(path) as conn:
-        rows = []
+        rows: list[str] = []
         for (table,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'"):
             rows.extend(map(str, conn.execute(f"SELECT * FROM {table}").fetchall()))
     return "\n".join(rows)

@@ -31,7 +31,7 @@ class _BusyFirst(random.Random):
         super().__init__(11)
         self.offers = [busy]
 
-    def randrange(self, start: int, stop: int | None = None, step: int = 1) -> int:  # type: ignore[override]
+    def randrange(self, start: int, stop: int | None = None, step: int = 1) -> int:
         return self.offers.pop() if self.offers else super().randrange(start, stop, step)
 
 

@@ -10,8 +10,8 @@ from spark_watchdog.lab.timeline import _POWER_LINES, _power_line
 DEVICE = "PDU 127.0.0.1 outlet 2"
 
 
-def _step(name: str, at: float = 10.0, **detail: object) -> IncidentStep:
-    return IncidentStep(incident_id=1, seq=1, at=at, node="spark-2", step=name, detail=detail)
+def _step(name: str, detail: dict[str, object], at: float = 10.0) -> IncidentStep:
+    return IncidentStep(incident_id=1, seq=1, at=at, node="spark-2", step=name, detail=dict(detail))
 
 
 @pytest.mark.parametrize(
@@ -32,4 +32,4 @@ def test_each_power_step_reads_as_one_line(
     name: str, detail: dict[str, object], times: dict[str, float], line: str
 ) -> None:
     assert name in _POWER_LINES
-    assert _power_line(name, _step(name, **detail), detail, DEVICE, times).startswith(line)
+    assert _power_line(name, _step(name, detail), detail, DEVICE, times).startswith(line)

@@ -25,7 +25,7 @@ import pytest
 import requests
 
 from spark_watchdog.lab import real_vllm
-from spark_watchdog.lab.cluster import free_port
+from spark_watchdog.lab.ports import free_port
 from spark_watchdog.probes.vllm import ProgressTracker, VllmScraper, VllmStatus
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -14,7 +14,7 @@ import os
 import pytest
 
 from spark_watchdog.history.store import HistoryStore
-from spark_watchdog.simulation.run import Report, SelfTimed, simulate
+from spark_watchdog.simulation.run import Report, Scripted, SelfTimed, simulate
 
 SEEDS = int(os.environ.get("SPARK_WATCHDOG_SIM_SEEDS", "500"))
 MINUTES = 10.0
@@ -128,7 +128,7 @@ def test_a_crash_right_after_a_command_keeps_every_invariant(
 def test_crashes_while_two_nodes_wait_for_the_power_slot() -> None:
     """Spacing between commands to one PDU: a crash in that wait (before an off) is
     resumed as nothing sent, not as power restored."""
-    script = [(30.0, "freeze", "spark-2"), (30.0, "freeze", "spark-3")]
+    script: list[Scripted] = [(30.0, "freeze", "spark-2"), (30.0, "freeze", "spark-3")]
     overrides = {"policy": {"min_command_interval": 5.0}}
     writes = simulate(1, 2.0, script=script, overrides=overrides).writes
     for after in range(1, writes + 1, 2):
@@ -229,7 +229,7 @@ def test_a_history_failure_during_the_off_hold_still_restores_power(
 
 
 def test_three_of_four_frozen_are_recovered_one_after_another() -> None:
-    script = [(30.0, "freeze", n) for n in ("spark-2", "spark-3", "spark-4")]
+    script: list[Scripted] = [(30.0, "freeze", n) for n in ("spark-2", "spark-3", "spark-4")]
     report = simulate(7, 3.0, script=script)
     assert report.violations == []
     assert report.resolutions == ["recovered"] * 3
