@@ -21,7 +21,13 @@ from spark_watchdog import logs
 from spark_watchdog.cli.history_cmd import seconds_at_least, whole_number
 from spark_watchdog.config.controller import ControllerConfig, load_controller_config
 from spark_watchdog.errors import ConfigError, PowerError, Unreachable, WatchdogError
-from spark_watchdog.power.base import PowerResult, PowerState, PowerStep, VerifiedPower
+from spark_watchdog.power.base import (
+    PowerBackend,
+    PowerResult,
+    PowerState,
+    PowerStep,
+    VerifiedPower,
+)
 from spark_watchdog.power.paths import (
     PowerPath,
     build_backend,
@@ -206,6 +212,7 @@ async def _act(
     finally:
         if ticker is not None:
             ticker.cancel()
+        await backend.aclose()
     return _report(path, action, result, error, time.monotonic() - started, dry_run, as_json)
 
 
@@ -283,6 +290,23 @@ async def _check_all(config: ControllerConfig, as_json: bool) -> int:
     return EXIT_FAILED if any(r["state"] in ("unreachable", "error") for r in rows) else EXIT_OK
 
 
+async def _read_one(
+    config: ControllerConfig, path: PowerPath, backend: PowerBackend, row: dict[str, Any]
+) -> None:
+    power = VerifiedPower(backend, timing_for(config, path))
+    state = await power.state()
+    detail = backend.name
+    if path.kind == "snmp":
+        from spark_watchdog.power.snmp import describe_snmp_backend
+
+        outlets = await describe_snmp_backend(backend)
+        row["outlets"] = [o.to_json() for o in outlets]
+        labels = [f'{o.outlet} "{o.outlet_name}"' for o in outlets if o.outlet_name]
+        if labels:
+            detail += f" (outlet {', '.join(labels)}; {outlets[0].vendor})"
+    row.update(state=state.value if isinstance(state, PowerState) else str(state), detail=detail)
+
+
 async def _check_one(config: ControllerConfig, path: PowerPath) -> dict[str, Any]:
     row: dict[str, Any] = {"node": path.node, "path": path.index + 1, "type": path.kind}
     if path.is_soft:
@@ -297,21 +321,10 @@ async def _check_one(config: ControllerConfig, path: PowerPath) -> dict[str, Any
         return row
     try:
         backend = build_backend(path, read_device_secrets(path))
-        power = VerifiedPower(backend, timing_for(config, path))
-        state = await power.state()
-        detail = backend.name
-        if path.kind == "snmp":
-            from spark_watchdog.power.snmp import close_snmp_backend, describe_snmp_backend
-
-            outlets = await describe_snmp_backend(backend)
-            row["outlets"] = [o.to_json() for o in outlets]
-            labels = [f'{o.outlet} "{o.outlet_name}"' for o in outlets if o.outlet_name]
-            if labels:
-                detail += f" (outlet {', '.join(labels)}; {outlets[0].vendor})"
-            await close_snmp_backend(backend)
-        row.update(
-            state=state.value if isinstance(state, PowerState) else str(state), detail=detail
-        )
+        try:
+            await _read_one(config, path, backend, row)
+        finally:
+            await backend.aclose()
     except ConfigError as exc:
         row.update(state="error", detail=str(exc))
     except PowerError as exc:

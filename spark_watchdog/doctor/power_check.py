@@ -27,7 +27,6 @@ from spark_watchdog.power.base import (
 from spark_watchdog.power.paths import (
     PowerPath,
     build_backend,
-    close_backend,
     read_device_secrets,
     timing_for,
 )
@@ -58,6 +57,9 @@ class ReadOnlyBackend:
     async def command(self, target: PowerState) -> None:
         raise ReadOnlyViolation(self.name, f"doctor only reads; refused to switch {target.value}")
 
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
 
 def power_timeout_s(config: ControllerConfig, path: PowerPath) -> float:
     """Doctor's deadline for one path: vendor lookup, state, names and the
@@ -76,10 +78,7 @@ async def check_power_path(config: ControllerConfig, path: PowerPath) -> Finding
     try:
         return await _read(config, path, backend)
     finally:
-        await close_backend(backend)
-        close = getattr(backend, "close", None)
-        if callable(close):
-            close()
+        await backend.aclose()
 
 
 async def _read(config: ControllerConfig, path: PowerPath, backend: PowerBackend) -> Finding:

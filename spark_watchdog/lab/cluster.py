@@ -898,7 +898,7 @@ class LabCluster:
         from spark_watchdog.config.controller import SnmpDevice
         from spark_watchdog.config.secrets import read_secret
         from spark_watchdog.power.base import PowerTiming, VerifiedPower
-        from spark_watchdog.power.snmp import build_snmp_backend, close_snmp_backend
+        from spark_watchdog.power.snmp import build_snmp_backend
 
         assert self.pdu is not None and self.community_file is not None
         device = SnmpDevice(
@@ -916,7 +916,7 @@ class LabCluster:
             try:
                 await (power.on() if on else power.off())
             finally:
-                await close_snmp_backend(backend)
+                await backend.aclose()
 
         asyncio.run(go())
 

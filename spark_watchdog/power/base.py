@@ -74,6 +74,11 @@ class PowerBackend(Protocol):
 
     async def command(self, target: PowerState) -> None: ...
 
+    async def aclose(self) -> None:
+        """Release the device's sockets (on the loop that used them). Never raises;
+        a backend used again afterwards opens what it needs anew."""
+        ...
+
 
 @dataclass(frozen=True)
 class TimedOn:
@@ -599,6 +604,10 @@ class OutletGroup:
 
     async def command(self, target: PowerState) -> None:
         await self._each(target, lambda member: member.command(target))
+
+    async def aclose(self) -> None:
+        for member in self.members:
+            await member.aclose()
 
     async def plan_timed_on(self, off_seconds: float) -> TimedOn:
         """Timed only when every outlet can time its own on (the latest one decides the wait)."""

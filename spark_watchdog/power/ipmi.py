@@ -493,6 +493,9 @@ class IpmiBmc:
             ) from None
         return interpret_status(run, self.name, self._secrets())
 
+    async def aclose(self) -> None:
+        """Nothing held open: each read and command is an ipmitool process of its own."""
+
     async def command(self, target: PowerState) -> None:
         if target not in _ACTION:
             raise ValueError(f"command: expected on or off, got {target.value}")

@@ -6,7 +6,7 @@ pysnmp in particular is heavy and only the SNMP module may import it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -65,30 +65,56 @@ def read_device_secrets(
     return secrets
 
 
+# Each builder imports its backend's module when a device of its type is
+# first built (pysnmp is heavy; a controller without a PDU never loads it).
+
+
+def _snmp(device: SnmpDevice, secrets: Mapping[str, Secret]) -> PowerBackend:
+    from spark_watchdog.power.snmp import build_snmp_backend
+
+    return build_snmp_backend(device, secrets)
+
+
+def _ipmi(device: IpmiDevice, secrets: Mapping[str, Secret]) -> PowerBackend:
+    from spark_watchdog.power.ipmi import build_ipmi_backend
+
+    return build_ipmi_backend(device, secrets)
+
+
+def _redfish(device: RedfishDevice, secrets: Mapping[str, Secret]) -> PowerBackend:
+    from spark_watchdog.power.redfish import build_redfish_backend
+
+    return build_redfish_backend(device, secrets)
+
+
+def _shelly(device: ShellyDevice, secrets: Mapping[str, Secret]) -> PowerBackend:
+    from spark_watchdog.power.plugs import build_shelly_backend
+
+    return build_shelly_backend(device, secrets)
+
+
+def _tasmota(device: TasmotaDevice, secrets: Mapping[str, Secret]) -> PowerBackend:
+    from spark_watchdog.power.plugs import build_tasmota_backend
+
+    return build_tasmota_backend(device, secrets)
+
+
+# The on/off devices by their config class (SSH is the soft path: no backend).
+BUILDERS: dict[type, Callable[[Any, Mapping[str, Secret]], PowerBackend]] = {
+    SnmpDevice: _snmp,
+    IpmiDevice: _ipmi,
+    RedfishDevice: _redfish,
+    ShellyDevice: _shelly,
+    TasmotaDevice: _tasmota,
+}
+
+
 def build_backend(path: PowerPath, secrets: Mapping[str, Secret]) -> PowerBackend:
-    """The raw backend of a (non-SSH) power path."""
-    device: Any = path.device
-    if isinstance(device, SnmpDevice):
-        from spark_watchdog.power.snmp import build_snmp_backend
-
-        return build_snmp_backend(device, secrets)
-    if isinstance(device, IpmiDevice):
-        from spark_watchdog.power.ipmi import build_ipmi_backend
-
-        return build_ipmi_backend(device, secrets)
-    if isinstance(device, RedfishDevice):
-        from spark_watchdog.power.redfish import build_redfish_backend
-
-        return build_redfish_backend(device, secrets)
-    if isinstance(device, ShellyDevice):
-        from spark_watchdog.power.plugs import build_shelly_backend
-
-        return build_shelly_backend(device, secrets)
-    if isinstance(device, TasmotaDevice):
-        from spark_watchdog.power.plugs import build_tasmota_backend
-
-        return build_tasmota_backend(device, secrets)
-    raise TypeError(f"{path.key_path}: {path.kind} is not an on/off power device")
+    """The raw backend of a (non-SSH) power path; ``aclose()`` it when done."""
+    builder = BUILDERS.get(type(path.device))
+    if builder is None:
+        raise TypeError(f"{path.key_path}: {path.kind} is not an on/off power device")
+    return builder(path.device, secrets)
 
 
 def timing_for(config: ControllerConfig, path: PowerPath) -> PowerTiming:
@@ -110,14 +136,3 @@ def timing_for(config: ControllerConfig, path: PowerPath) -> PowerTiming:
         read_timeout=read_timeout,
         command_timeout=command_timeout,
     )
-
-
-async def close_backend(backend: PowerBackend) -> None:
-    """Release a backend's sockets (SNMP keeps one engine per PDU open)."""
-    from spark_watchdog.power.base import OutletGroup
-
-    members = backend.members if isinstance(backend, OutletGroup) else (backend,)
-    if any(type(m).__name__ == "SnmpOutlet" for m in members):
-        from spark_watchdog.power.snmp import close_snmp_backend
-
-        await close_snmp_backend(backend)

@@ -136,7 +136,7 @@ class _HttpPlug:
             f"the plug requires a password (HTTP {status}{detail}): set password_file",
         )
 
-    def close(self) -> None:
+    async def aclose(self) -> None:
         self._session.close()
 
 

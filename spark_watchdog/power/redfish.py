@@ -382,7 +382,7 @@ class RedfishSystem:
         except requests.RequestException as exc:
             raise transport_error(self.name, exc, command=command, timeout=self._timeout) from exc
 
-    def close(self) -> None:
+    async def aclose(self) -> None:
         self._session.close()
 
 

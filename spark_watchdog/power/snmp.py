@@ -607,6 +607,9 @@ class SnmpOutlet:
             f"(on: {_values(profile.status_on)}, off: {_values(profile.status_off)})",
         )
 
+    async def aclose(self) -> None:
+        await self.pdu.aclose()
+
     async def command(self, target: PowerState) -> None:
         if target is PowerState.MIXED:
             raise ValueError("an outlet can only be switched on or off")
@@ -673,14 +676,6 @@ async def describe_snmp_backend(backend: PowerBackend) -> list[OutletDescription
             raise TypeError(f"{member.name} is not an SNMP outlet")
         descriptions.append(await member.describe())
     return descriptions
-
-
-async def close_snmp_backend(backend: PowerBackend) -> None:
-    """Close the sockets of a backend built by ``build_snmp_backend`` (on this loop)."""
-    members = backend.members if isinstance(backend, OutletGroup) else (backend,)
-    for member in members:
-        if isinstance(member, SnmpOutlet):
-            await member.pdu.aclose()
 
 
 def build_snmp_backend(device: SnmpDevice, secrets: Mapping[str, Secret]) -> PowerBackend:
@@ -812,6 +807,5 @@ __all__ = [
     "SnmpOutlet",
     "SnmpPdu",
     "build_snmp_backend",
-    "close_snmp_backend",
     "describe_snmp_backend",
 ]

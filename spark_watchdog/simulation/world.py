@@ -367,6 +367,9 @@ class SimOutlet:
             self.world.truth.timed_ons.append((self.world.now(), self.node.name))
             self.set_state(PowerState.ON)
 
+    async def aclose(self) -> None:
+        """A simulated outlet holds no sockets."""
+
     async def command(self, target: PowerState, on_after_s: float | None = None) -> None:
         assert self.incarnation is not None
         self.incarnation.check()

@@ -30,7 +30,6 @@ from spark_watchdog.lab.ports import free_port
 from spark_watchdog.power.base import PowerState, PowerTiming, VerifiedPower
 from spark_watchdog.power.paths import (
     build_backend,
-    close_backend,
     power_paths,
     read_device_secrets,
 )
@@ -206,7 +205,7 @@ def test_the_read_only_backend_refuses_a_command_before_anything_is_sent(
             with pytest.raises(ReadOnlyViolation):
                 await power.off()
         finally:
-            await close_backend(backend)
+            await backend.aclose()
 
     asyncio.run(try_to_switch_off())
     assert pdu.standin.set_requests == []

@@ -70,6 +70,9 @@ class TimedOutlet:
             self.state, self._on_at = ON, None
         return self.state
 
+    async def aclose(self) -> None:
+        return None
+
     async def command(self, target: PowerState) -> None:
         self.commands.append(target.value)
         self.state, self._on_at = target, None

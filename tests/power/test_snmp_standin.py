@@ -48,7 +48,6 @@ from spark_watchdog.power.snmp import (
     SnmpOutlet,
     SnmpPdu,
     build_snmp_backend,
-    close_snmp_backend,
     describe_snmp_backend,
 )
 from spark_watchdog.power.snmp_profiles import APC_RPDU2, PROFILES, RARITAN_PX2, PduProfile
@@ -349,7 +348,7 @@ def test_multi_outlet_node_off_means_all_off_verified(standin: PduStandinThread)
         ]
         on = await power.on()
         assert on.verified
-        await close_snmp_backend(backend)
+        await backend.aclose()
 
     run(main())
     assert [len(standin.standin.sets_for(n)) for n in (1, 2, 3, 4)] == [2, 0, 0, 2]

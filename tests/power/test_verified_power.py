@@ -71,6 +71,9 @@ class ScriptedOutlet:
                 self._reads_left -= 1
         return self.state
 
+    async def aclose(self) -> None:
+        return None
+
     async def command(self, target: PowerState) -> None:
         self.log.append(f"command {target.value}")
         self.commands.append(target)
@@ -253,6 +256,9 @@ def test_a_hung_backend_cannot_freeze_the_caller() -> None:
 
 def test_a_command_that_never_returns_is_ambiguous_and_then_read() -> None:
     class HungCommand(ScriptedOutlet):
+        async def aclose(self) -> None:
+            return None
+
         async def command(self, target: PowerState) -> None:
             self.commands.append(target)
             await asyncio.sleep(3600)
@@ -292,6 +298,9 @@ class SwitchThenBreak(ScriptedOutlet):
     """An outlet whose command, once applied, makes ``other`` unreachable for its next read."""
 
     other: ScriptedOutlet | None = None
+
+    async def aclose(self) -> None:
+        return None
 
     async def command(self, target: PowerState) -> None:
         await super().command(target)
