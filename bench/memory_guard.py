@@ -8,7 +8,11 @@ a live soak on this machine's own /proc, and the cost of one judgement.
 2. Healthy patterns (virtual time): a model load (a fast ramp to a plateau
    above ``watch_below_gib``), then an hour of serving with noise and bursts;
    any kill is a false positive.
-3. Live (real time): the real host probe and guard read this machine's
+3. Ramps into the judged zone (virtual time): a load that ramps at a fixed
+   rate to a plateau below ``watch_below_gib`` cannot be told from a
+   collapse until it stops; for each rate, the lowest plateau (in 0.1 GiB
+   steps) that no run kills, readings with 20 MiB of noise.
+4. Live (real time): the real host probe and guard read this machine's
    ``/proc/meminfo`` and ``/proc/pressure/memory`` once a second while this
    process takes real memory down to 1 GiB under ``watch_below_gib`` at a
    slow rate and holds it there with bursts (a healthy config run close to
@@ -94,6 +98,35 @@ def healthy(policy: GuardPolicy, runs: int, rng: random.Random) -> dict[str, Any
     return {"runs": runs, "serving_hours": round(readings / 3600, 1), "kills": kills}
 
 
+RAMP_RATES_GIB_S = (0.25, 0.5, 0.75, 1.0, 1.5, 2.0)
+
+
+def ramp_killed(policy: GuardPolicy, rate: float, plateau: float, rng: random.Random) -> bool:
+    """One load from 8-20 GiB down at ``rate`` GiB/s to ``plateau`` GiB, held 30 s."""
+    guard = MemoryGuard(policy)
+    level = rng.uniform(8.0, 20.0)
+    t = start = rng.random()
+    settled = start + (level - plateau) / rate + 30.0
+    while t <= settled:
+        now = max(plateau, level - rate * (t - start)) * GIB + rng.gauss(0.0, 0.02 * GIB)
+        if guard.observe(MemorySample(t, int(now))).trip:
+            return True
+        t += 1.0
+    return False
+
+
+def ramps(policy: GuardPolicy, runs: int, rng: random.Random) -> list[dict[str, Any]]:
+    rows = []
+    for rate in RAMP_RATES_GIB_S:
+        lowest, plateau = None, round(policy.watch_below_bytes / GIB, 1)
+        while plateau > policy.floor_bytes / GIB:
+            if any(ramp_killed(policy, rate, plateau, rng) for _ in range(runs)):
+                break
+            lowest, plateau = plateau, round(plateau - 0.1, 1)
+        rows.append({"rate_gib_per_s": rate, "runs": runs, "lowest_plateau_not_killed": lowest})
+    return rows
+
+
 def live(policy: GuardPolicy, hold_seconds: float, ramp_gib_s: float) -> dict[str, Any]:
     """This process takes real memory: down at ``ramp_gib_s`` to 1 GiB under
     ``watch_below`` (a healthy config close to the line), holds it with bursts
@@ -170,18 +203,20 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--runs", type=int, default=2000, help="runs per collapse rate")
     parser.add_argument("--healthy-runs", type=int, default=500)
+    parser.add_argument("--ramp-runs", type=int, default=200, help="runs per ramp and plateau")
     parser.add_argument("--live-seconds", type=float, default=60.0, help="hold time; 0 = skip")
     parser.add_argument("--live-ramp", type=float, default=0.2, help="GiB/s down to the hold")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--json-out", type=Path)
     args = parser.parse_args(argv)
     policy, rng = GuardPolicy(), random.Random(args.seed)
-    result = {
+    result: dict[str, Any] = {
         "date": time.strftime("%Y-%m-%d"),
         "machine": f"{platform.machine()}, {platform.python_version()}",
         "policy": {k: v for k, v in vars(policy).items()},
         "collapses": collapses(policy, args.runs, rng),
         "healthy": healthy(policy, args.healthy_runs, rng),
+        "ramps_into_zone": ramps(policy, args.ramp_runs, rng),
         "cost": cost(policy),
     }
     for row in result["collapses"]:
@@ -193,6 +228,11 @@ def main(argv: list[str] | None = None) -> int:
         )
     h = result["healthy"]
     print(f"healthy: {h['runs']} runs, {h['serving_hours']} serving hours, kills {h['kills']}")
+    for row in result["ramps_into_zone"]:
+        print(
+            f"ramp {row['rate_gib_per_s']:.2f} GiB/s into the zone: lowest plateau not killed "
+            f"{row['lowest_plateau_not_killed']} GiB ({row['runs']} runs each)"
+        )
     print(f"cost: {result['cost']['observe_us']} us per reading")
     if args.live_seconds > 0:
         print(f"live: {args.live_seconds:g} s on this machine's /proc ...", file=sys.stderr)

@@ -42,7 +42,7 @@ GIB = 1024**3
 class GuardPolicy:
     floor_bytes: float = 1.0 * GIB
     watch_below_bytes: float = 6.0 * GIB
-    lead_time_s: float = 8.0
+    lead_time_s: float = 4.0
     min_fall_bytes_per_s: float = 0.25 * GIB
     slope_window_s: float = 3.0
     psi_full: float = 20.0  # percent; 0 = not used

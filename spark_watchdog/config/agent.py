@@ -110,7 +110,7 @@ class MemoryGuardConfig:
     enabled: bool = setting(True)
     floor_gib: float = setting(1.0, minimum=0)
     watch_below_gib: float = setting(6.0, above=0)
-    lead_time: float = setting(8.0, above=0, maximum=600)
+    lead_time: float = setting(4.0, above=0, maximum=600)
     min_fall_gib_per_s: float = setting(0.25, above=0)
     slope_window: float = setting(3.0, above=0, maximum=60)
     psi_full: float = setting(20.0, minimum=0, maximum=100)

@@ -392,6 +392,9 @@ class LabCluster:
     # Each node in a network namespace of its own behind a veth link (root
     # only; see netns_unavailable): what the partition fault needs.
     netns: bool = False
+    # The nodes read this machine's own /proc/meminfo instead of a lab file
+    # (a soak judges the memory guard on real memory); mem-collapse is refused.
+    host_memory: bool = False
     # Called (from a lab thread) with each outlet change and boot, for a timeline.
     on_event: Callable[[str], None] | None = None
     # The head's rank: the lab's stand-in, or the real vLLM CPU server (the
@@ -543,8 +546,12 @@ class LabCluster:
             node.sshd_port = free_port()
             self.ssh_keys.add_node(directory, node.address, node.sshd_port)
         (directory / "agent.yaml").write_text(yaml.safe_dump(self._agent_config(node)))
-        # A file, not a link to /proc/meminfo: mem-collapse rewrites it.
-        (directory / "proc" / "meminfo").unlink(missing_ok=True)
+        # A file, not a link to /proc/meminfo: mem-collapse rewrites it
+        # (unless the lab runs on the machine's own memory).
+        meminfo = directory / "proc" / "meminfo"
+        meminfo.unlink(missing_ok=True)
+        if self.host_memory:
+            meminfo.symlink_to("/proc/meminfo")
         # A lab directory used before: no stale service requests or marks.
         for stale in (SERVICES_FILE, SERVICES_ACK, CLEAN_SHUTDOWN_MARK):
             (directory / stale).unlink(missing_ok=True)
@@ -606,7 +613,8 @@ class LabCluster:
         clock latch only after LAB_LATCH_CLEAR_S without power (a reboot or a
         short cut leaves it)."""
         node.mem_generation += 1
-        node.write_meminfo(MEM_AVAILABLE_BYTES)
+        if not self.host_memory:
+            node.write_meminfo(MEM_AVAILABLE_BYTES)
         off_at, node.powered_off_at = node.powered_off_at, None
         if node.clock_latched and (off_at is None or time.monotonic() - off_at < LAB_LATCH_CLEAR_S):
             gpu_standin.write_mode(node.directory, "latched")
@@ -1048,6 +1056,8 @@ class LabCluster:
         rank lives (a thread rewrites meminfo); once the rank is gone its memory
         comes back (MEM_RELEASED_BYTES), as it does when a rank's process ends.
         ``node.mem_lowest`` keeps the lowest MemAvailable written."""
+        if self.host_memory:
+            raise ValueError("mem-collapse rewrites a lab meminfo: not with host_memory")
         node.mem_generation += 1
         generation = node.mem_generation
         node.mem_lowest = MEM_AVAILABLE_BYTES

@@ -46,6 +46,7 @@ class LabSession:
     narrator: Narrator | None = None
     controller_mode: ControllerMode = "thread"
     netns: bool = False  # each node in a network namespace (root; partition)
+    host_memory: bool = False  # the nodes read this machine's /proc/meminfo
     # The head's rank: "standin" or "real" (the vLLM CPU server; see lab.real_vllm).
     vllm: str = "standin"
     # The agents' intervals and thresholds (short by default; bench uses production).
@@ -100,6 +101,7 @@ class LabSession:
             size=self.nodes,
             timings=self.timings,
             netns=self.netns,
+            host_memory=self.host_memory,
             vllm=self.vllm,
         )
         self.cluster.on_event = self.lab_event
