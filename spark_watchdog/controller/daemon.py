@@ -521,18 +521,7 @@ class Controller:
             Event("incident_opened", f"{watch.name} {finding.summary}", watch.name, incident.id)
         )
         if self.config.guards.dry_run:
-            await self.ledger.write(
-                self.ledger.store.add_step,
-                incident.id,
-                StepName.DRY_RUN,
-                detail={"would": "restart serving"},
-            )
-            await self.ledger.write(
-                self.ledger.store.resolve_incident,
-                incident.id,
-                "false_alarm",
-                detail={"dry_run": True},
-            )
+            await self._close_dry_run(incident.id, "restart serving")
             return False
         ok = await self.restart_serving_after(incident.id, finding.summary, kind=kind)
         await self.ledger.write(
@@ -717,6 +706,19 @@ class Controller:
             w.halted_boot is not None and not self.shows_life(w) for w in self.watches.values()
         )
 
+    async def _close_dry_run(self, incident_id: int, would: str) -> None:
+        """In dry run an incident records what would have been done and closes
+        as a false alarm: nothing is sent."""
+        await self.ledger.write(
+            self.ledger.store.add_step, incident_id, StepName.DRY_RUN, detail={"would": would}
+        )
+        await self.ledger.write(
+            self.ledger.store.resolve_incident,
+            incident_id,
+            "false_alarm",
+            detail={"dry_run": True},
+        )
+
     async def _start_unlatch(self, watch: NodeWatch) -> None:
         dry_run = self.config.guards.dry_run
         check = (watch.snapshot or {}).get("gpu_clock_check")
@@ -737,20 +739,9 @@ class Controller:
             log.info("%s: clock_latched incident not opened: %s", watch.name, exc)
             return
         if dry_run:
-            await self.ledger.write(
-                self.ledger.store.add_step,
+            await self._close_dry_run(
                 incident.id,
-                StepName.DRY_RUN,
-                detail={
-                    "would": "halt it over ssh, then hold its AC off "
-                    f"{unlatch.off_seconds(self.config):g}s"
-                },
-            )
-            await self.ledger.write(
-                self.ledger.store.resolve_incident,
-                incident.id,
-                "false_alarm",
-                detail={"dry_run": True},
+                f"halt it over ssh, then hold its AC off {unlatch.off_seconds(self.config):g}s",
             )
             return
         self._unlatching[watch.name] = asyncio.get_running_loop().create_task(
@@ -1187,18 +1178,7 @@ class Controller:
         )
         if self.config.guards.dry_run:
             watch.dry_run_incident = incident.id
-            await self.ledger.write(
-                self.ledger.store.add_step,
-                incident.id,
-                StepName.DRY_RUN,
-                detail={"would": "restart serving, then a forced reboot over ssh"},
-            )
-            await self.ledger.write(
-                self.ledger.store.resolve_incident,
-                incident.id,
-                "false_alarm",
-                detail={"dry_run": True},
-            )
+            await self._close_dry_run(incident.id, "restart serving, then a forced reboot over ssh")
             return
         task = asyncio.get_running_loop().create_task(
             self._run_unwedge(watch, incident.id), name=f"unwedge-{watch.name}"

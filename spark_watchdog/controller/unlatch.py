@@ -28,43 +28,27 @@ never cut on a host showing life, so:
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Callable
 from typing import Protocol
 
 from spark_watchdog.config.controller import ControllerConfig, SshDevice
-from spark_watchdog.controller.clock import Clock, wait_until
-from spark_watchdog.controller.ledger import Ledger
+from spark_watchdog.controller.ladder import LadderHost, resolve, wait_for
 from spark_watchdog.controller.node_watch import NodeWatch
-from spark_watchdog.controller.notify import Event, Notifier
+from spark_watchdog.controller.notify import Event
 from spark_watchdog.controller.recovery import rungs_of
 from spark_watchdog.controller.wedged import RebootAttempt, ssh_device
 from spark_watchdog.steps import StepName
-
-log = logging.getLogger("spark_watchdog.controller.unlatch")
 
 KIND = "clock_latched"
 # Extra seconds, past the cut and boot_timeout, that the incident waits for the boot.
 _DETECT_MARGIN_S = 120.0
 
 
-class UnlatchHost(Protocol):
+class UnlatchHost(LadderHost, Protocol):
     """What the ladder needs from the running controller."""
-
-    config: ControllerConfig
-    ledger: Ledger
-    notifier: Notifier
-    clock: Clock
 
     async def halt(self, device: SshDevice) -> RebootAttempt: ...
 
     async def cycles_in_window(self, node: str) -> tuple[int, int]: ...
-
-    def expect_reboot(self, watch: NodeWatch, why: str | None) -> None: ...
-
-    def shows_life(self, watch: NodeWatch) -> bool: ...
-
-    def node_held(self, watch: NodeWatch) -> bool: ...
 
     def breaker_open(self) -> bool: ...
 
@@ -117,7 +101,9 @@ async def unlatch(host: UnlatchHost, watch: NodeWatch, incident_id: int) -> str:
         node=name,
         detail={"detail": attempt.detail, "certain": attempt.sent is True},
     )
-    if not await _wait(host, lambda: not host.shows_life(watch), host.config.guards.boot_timeout):
+    if not await wait_for(
+        host, lambda: not host.shows_life(watch), host.config.guards.boot_timeout
+    ):
         # The halt may still come (a slow stop): the cut that would follow stays long.
         host.expect_reboot(watch, None)
         return await _unanswered(
@@ -155,8 +141,8 @@ async def await_boot(
         + 2 * config.policy.power_timeout
         + _DETECT_MARGIN_S
     )
-    if await _wait(host, lambda: watch.boot_id not in (None, boot), limit):
-        return await _resolve(host, incident_id, "recovered", "a new boot after the long cut")
+    if await wait_for(host, lambda: watch.boot_id not in (None, boot), limit):
+        return await resolve(host, incident_id, KIND, "recovered", "a new boot after the long cut")
     return await _unanswered(host, watch, incident_id, "no new boot after the halt and the cut")
 
 
@@ -209,16 +195,4 @@ async def _unanswered(host: UnlatchHost, watch: NodeWatch, incident_id: int, why
     """An alert: the latch stays; the node keeps its freeze protection (no hold)."""
     text = f"clock latched, not cleared: {why}; cut its AC for a few minutes when it can be spared"
     host.notifier.send(Event("clock_latch_not_cleared", f"{watch.name}: {text}", watch.name))
-    return await _resolve(host, incident_id, "gave_up", why)
-
-
-async def _wait(host: UnlatchHost, done: Callable[[], bool], seconds: float) -> bool:
-    return await wait_until(host.clock, done, seconds, host.config.detection.poll_interval)
-
-
-async def _resolve(host: UnlatchHost, incident_id: int, resolution: str, why: str) -> str:
-    await host.ledger.write(
-        host.ledger.store.resolve_incident, incident_id, resolution, detail={"why": why}
-    )
-    log.info("incident #%d (%s): %s: %s", incident_id, KIND, resolution, why)
-    return resolution
+    return await resolve(host, incident_id, KIND, "gave_up", why)

@@ -21,21 +21,17 @@ Every rung is a step of the incident; holds, budgets and dry run apply.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from spark_watchdog.config.controller import ControllerConfig, SshDevice
-from spark_watchdog.controller.clock import Clock, wait_until
+from spark_watchdog.config.controller import SshDevice
 from spark_watchdog.controller.detector import Verdict
-from spark_watchdog.controller.ledger import Ledger
+from spark_watchdog.controller.ladder import LadderHost, resolve, wait_for
 from spark_watchdog.controller.node_states import NodeEvent
 from spark_watchdog.controller.node_watch import NodeWatch
-from spark_watchdog.controller.notify import Event, Notifier
+from spark_watchdog.controller.notify import Event
 from spark_watchdog.steps import StepName
-
-log = logging.getLogger("spark_watchdog.controller.wedged")
 
 KIND = Verdict.GPU_WEDGED.value
 
@@ -53,13 +49,8 @@ class RebootAttempt:
 ForcedReboot = Callable[[SshDevice], Awaitable[RebootAttempt]]
 
 
-class WedgedHost(Protocol):
+class WedgedHost(LadderHost, Protocol):
     """What the ladder needs from the running controller."""
-
-    config: ControllerConfig
-    ledger: Ledger
-    notifier: Notifier
-    clock: Clock
 
     async def restart_serving_after(
         self, incident_id: int | None, reason: str, *, kind: str = ...
@@ -72,12 +63,6 @@ class WedgedHost(Protocol):
     async def forced_reboot(self, device: SshDevice) -> RebootAttempt: ...
 
     def gpu_answers(self, watch: NodeWatch) -> bool: ...
-
-    def expect_reboot(self, watch: NodeWatch, why: str | None) -> None: ...
-
-    def shows_life(self, watch: NodeWatch) -> bool: ...
-
-    def node_held(self, watch: NodeWatch) -> bool: ...
 
     async def hold_node(
         self,
@@ -103,8 +88,10 @@ async def unwedge(host: WedgedHost, watch: NodeWatch, incident_id: int) -> str:
     if restarted:
         await host.restart_serving_after(incident_id, reason, kind=KIND)
         settle = host.config.detection.gpu_wedged_after
-        if await _wait(host, lambda: host.gpu_answers(watch), settle):
-            return await _resolve(host, incident_id, "recovered", "the GPU answers after a restart")
+        if await wait_for(host, lambda: host.gpu_answers(watch), settle):
+            return await resolve(
+                host, incident_id, KIND, "recovered", "the GPU answers after a restart"
+            )
     await ledger.write(
         store.add_step,
         incident_id,
@@ -116,10 +103,10 @@ async def unwedge(host: WedgedHost, watch: NodeWatch, incident_id: int) -> str:
     blocked = await _reboot_blocked(host, watch, device)
     if blocked is not None:
         await host.hold_node(watch, blocked, NodeEvent.HOLD, by_controller=True)
-        return await _resolve(host, incident_id, "gave_up", blocked)
+        return await resolve(host, incident_id, KIND, "gave_up", blocked)
     assert device is not None
     if host.gpu_answers(watch):
-        return await _resolve(host, incident_id, "recovered", "the GPU answers again")
+        return await resolve(host, incident_id, KIND, "recovered", "the GPU answers again")
     boot_before = watch.boot_id
     action = await ledger.write(
         store.record_action,
@@ -149,7 +136,7 @@ async def unwedge(host: WedgedHost, watch: NodeWatch, incident_id: int) -> str:
         )
         why = f"gpu_wedged and the forced reboot was not sent ({attempt.detail}): a person decides"
         await host.hold_node(watch, why, NodeEvent.HOLD, by_controller=True)
-        return await _resolve(host, incident_id, "gave_up", why)
+        return await resolve(host, incident_id, KIND, "gave_up", why)
     await ledger.write(
         store.add_step,
         incident_id,
@@ -190,7 +177,7 @@ async def _boot_wait(
         node=name,
         detail={"timeout_s": timeout, "boot_id_before": boot_before},
     )
-    if await _wait(host, lambda: watch.boot_id != boot_before, timeout):
+    if await wait_for(host, lambda: watch.boot_id != boot_before, timeout):
         await ledger.write(
             store.finish_action,
             action_id,
@@ -199,7 +186,7 @@ async def _boot_wait(
             step_detail={"boot_id": watch.boot_id, "boot_id_before": boot_before},
         )
         settle = host.config.detection.gpu_wedged_after
-        if not await _wait(host, lambda: host.gpu_answers(watch), settle):
+        if not await wait_for(host, lambda: host.gpu_answers(watch), settle):
             why = (
                 "the GPU is still wedged after a forced reboot: minutes without AC power may "
                 "clear it; a person decides (power is never cut on a host showing life)"
@@ -208,10 +195,10 @@ async def _boot_wait(
                 store.add_step, incident_id, StepName.STILL_WEDGED, node=name, detail={"why": why}
             )
             await host.hold_node(watch, why, NodeEvent.HOLD, by_controller=True)
-            return await _resolve(host, incident_id, "gave_up", why)
+            return await resolve(host, incident_id, KIND, "gave_up", why)
         # Bounded by the reboot budget, not the serving one (like a restart after a cycle).
         await host.restart_serving_after(incident_id, f"{name} rebooted", kind="forced_reboot")
-        return await _resolve(host, incident_id, "recovered", "a new boot, the GPU answers")
+        return await resolve(host, incident_id, KIND, "recovered", "a new boot, the GPU answers")
     if host.shows_life(watch):
         await ledger.write(
             store.finish_action,
@@ -227,7 +214,7 @@ async def _boot_wait(
             "a person decides (power is never cut on a host showing life)"
         )
         await host.hold_node(watch, why, NodeEvent.HOLD, by_controller=True)
-        return await _resolve(host, incident_id, "gave_up", why)
+        return await resolve(host, incident_id, KIND, "gave_up", why)
     return await hand_over(host, watch, incident_id, action_id)
 
 
@@ -247,16 +234,4 @@ async def hand_over(
         node=watch.name,
         detail={"verdict": watch.finding.verdict.value},
     )
-    return await _resolve(host, incident_id, "gave_up", "silent: handed to the power path")
-
-
-async def _wait(host: WedgedHost, done: Callable[[], bool], seconds: float) -> bool:
-    return await wait_until(host.clock, done, seconds, host.config.detection.poll_interval)
-
-
-async def _resolve(host: WedgedHost, incident_id: int, resolution: str, why: str) -> str:
-    await host.ledger.write(
-        host.ledger.store.resolve_incident, incident_id, resolution, detail={"why": why}
-    )
-    log.info("incident #%d (gpu_wedged): %s: %s", incident_id, resolution, why)
-    return resolution
+    return await resolve(host, incident_id, KIND, "gave_up", "silent: handed to the power path")

@@ -1,0 +1,48 @@
+"""What the gentler ladders share (a wedged GPU: controller/wedged.py; a
+clock-latched one: controller/unlatch.py): the part of the running
+controller they use, a poll-until-done wait, and how an incident ends."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Protocol
+
+from spark_watchdog.config.controller import ControllerConfig
+from spark_watchdog.controller.clock import Clock, wait_until
+from spark_watchdog.controller.ledger import Ledger
+from spark_watchdog.controller.node_watch import NodeWatch
+from spark_watchdog.controller.notify import Notifier
+
+log = logging.getLogger("spark_watchdog.controller.ladder")
+
+
+class LadderHost(Protocol):
+    """The running controller, as a ladder sees it."""
+
+    config: ControllerConfig
+    ledger: Ledger
+    notifier: Notifier
+    clock: Clock
+
+    def expect_reboot(self, watch: NodeWatch, why: str | None) -> None:
+        """Mark the node's coming silence as expected (``why``), or clear the mark (None)."""
+        ...
+
+    def shows_life(self, watch: NodeWatch) -> bool: ...
+
+    def node_held(self, watch: NodeWatch) -> bool: ...
+
+
+async def wait_for(host: LadderHost, done: Callable[[], bool], seconds: float) -> bool:
+    """Poll ``done`` at the controller's poll interval for up to ``seconds``."""
+    return await wait_until(host.clock, done, seconds, host.config.detection.poll_interval)
+
+
+async def resolve(host: LadderHost, incident_id: int, kind: str, resolution: str, why: str) -> str:
+    """Close the incident with ``why`` recorded; returns the resolution."""
+    await host.ledger.write(
+        host.ledger.store.resolve_incident, incident_id, resolution, detail={"why": why}
+    )
+    log.info("incident #%d (%s): %s: %s", incident_id, kind, resolution, why)
+    return resolution
