@@ -53,4 +53,5 @@ if [ "${SPARK_WATCHDOG_GUEST:-1}" != "0" ]; then
     fi
 fi
 echo "== pytest" >&2
-exec .venv/bin/python -m pytest "$@"
+# The 20 slowest tests at the end: where the suite's time goes.
+exec .venv/bin/python -m pytest --durations=20 "$@"

@@ -56,6 +56,7 @@ import requests
 import yaml
 
 from spark_watchdog.lab import gpu_standin, lab_sshd
+from spark_watchdog.lab.host_process import HostProcess
 from spark_watchdog.lab.journal_writer import (
     FAULT_MESSAGES,
     JOURNAL_STOP,
@@ -66,7 +67,6 @@ from spark_watchdog.lab.journal_writer import (
 )
 from spark_watchdog.lab.lab_sshd import LabSshKeys
 from spark_watchdog.lab.pdu_standin import (
-    HostProcess,
     PduStandin,
     PduStandinThread,
     StandinConfig,

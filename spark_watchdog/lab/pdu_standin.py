@@ -10,7 +10,7 @@ read off; a reboot is off, then on after ``reboot_seconds``), optionally
 v1/v2c communities (one read-only, one read-write) and SNMPv3 users are
 configured like on a real agent. ``on_change`` is called when an outlet's
 power really changes, which is how the lab kills and restarts a simulated
-host; ``HostProcess`` is such a host.
+host; ``lab.host_process.HostProcess`` is such a host.
 
 Fault knobs, settable while it runs:
 
@@ -37,11 +37,9 @@ import argparse
 import asyncio
 import contextlib
 import ipaddress
-import os
 import shlex
 import signal
 import socket
-import subprocess
 import sys
 import threading
 import time
@@ -59,6 +57,7 @@ from pysnmp.smi import instrum
 
 from spark_watchdog.config.secrets import read_secret
 from spark_watchdog.errors import ConfigError
+from spark_watchdog.lab.host_process import HostProcess
 from spark_watchdog.power.base import PowerState
 from spark_watchdog.power.snmp import AUTH_PROTOCOLS, PRIV_PROTOCOLS
 from spark_watchdog.power.snmp_profiles import (
@@ -527,85 +526,6 @@ class PduStandinThread:
             self._loop.run_forever()
         finally:
             self._loop.close()
-
-
-class HostProcess:
-    """A simulated host behind an outlet: power on starts a command, power off kills it.
-
-    Off kills the whole process group at once (SIGKILL, like pulling the
-    plug); on starts the command again after ``boot_seconds``.
-    """
-
-    def __init__(
-        self,
-        argv: Sequence[str],
-        *,
-        boot_seconds: float = 0.0,
-        on_boot: Callable[[int], None] | None = None,
-    ) -> None:
-        if not argv:
-            raise ValueError("a host command is needed")
-        self.argv = list(argv)
-        self.boot_seconds = boot_seconds
-        self.on_boot = on_boot
-        self.process: subprocess.Popen[bytes] | None = None
-        self.boots = 0
-        self._lock = threading.Lock()
-        self._boot_timer: threading.Timer | None = None
-
-    def power(self, state: PowerState) -> None:
-        if state is PowerState.ON:
-            self.power_on()
-        else:
-            self.power_off()
-
-    def power_on(self) -> None:
-        with self._lock:
-            if self._boot_timer is not None or self.running:
-                return
-            if self.boot_seconds <= 0:
-                self._boot_locked()
-                return
-            self._boot_timer = threading.Timer(self.boot_seconds, self._boot)
-            self._boot_timer.daemon = True
-            self._boot_timer.start()
-
-    def power_off(self) -> None:
-        with self._lock:
-            if self._boot_timer is not None:
-                self._boot_timer.cancel()
-                self._boot_timer = None
-            process = self.process
-            if process is None or process.poll() is not None:
-                return
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGKILL)
-            process.wait(timeout=10)
-
-    @property
-    def running(self) -> bool:
-        return self.process is not None and self.process.poll() is None
-
-    @property
-    def ended(self) -> bool:
-        """Its command ran and exited, and no boot is on its way."""
-        with self._lock:
-            return self.boots > 0 and self._boot_timer is None and not self.running
-
-    @property
-    def pid(self) -> int | None:
-        return self.process.pid if self.running and self.process is not None else None
-
-    def _boot(self) -> None:
-        with self._lock:
-            self._boot_timer = None
-            self._boot_locked()
-
-    def _boot_locked(self) -> None:
-        self.process = subprocess.Popen(self.argv, start_new_session=True, stdin=subprocess.DEVNULL)
-        self.boots += 1
-        if self.on_boot is not None:
-            self.on_boot(self.process.pid)
 
 
 # -- standalone -------------------------------------------------------------------

@@ -26,8 +26,8 @@ import pytest
 from spark_watchdog.config.controller import SnmpDevice
 from spark_watchdog.config.secrets import Secret
 from spark_watchdog.errors import Ambiguous, PowerError, Refused, Unreachable
+from spark_watchdog.lab.host_process import HostProcess
 from spark_watchdog.lab.pdu_standin import (
-    HostProcess,
     PduStandin,
     PduStandinThread,
     StandinConfig,
