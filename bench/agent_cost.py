@@ -32,7 +32,7 @@ import requests
 import yaml
 
 from spark_watchdog import __version__
-from spark_watchdog.lab.vllm_standin import VllmStandin
+from spark_watchdog.lab.hardware.vllm_standin import VllmStandin
 
 GOAL_RSS_MB = 40.0
 GOAL_CPU_PCT = 1.0
@@ -47,7 +47,7 @@ def _free_port() -> int:
 def _write_journal(directory: Path, boots: int, lines_per_boot: int) -> str | None:
     """Real journal files, or None when systemd-journal-remote is missing."""
     try:
-        from spark_watchdog.lab.journal_writer import (
+        from spark_watchdog.lab.hardware.journal_writer import (
             Ending,
             Fault,
             JournalWriteError,

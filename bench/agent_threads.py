@@ -24,7 +24,7 @@ import requests
 import yaml
 
 from bench.agent_cost import _free_port, _write_journal
-from spark_watchdog.lab.vllm_standin import VllmStandin
+from spark_watchdog.lab.hardware.vllm_standin import VllmStandin
 
 
 def measure(seconds: float) -> dict[str, object]:

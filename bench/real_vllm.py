@@ -38,7 +38,7 @@ import requests
 import yaml
 
 from spark_watchdog.config.agent import CanaryConfig, VllmProbeConfig
-from spark_watchdog.lab import real_vllm
+from spark_watchdog.lab.hardware import real_vllm
 from spark_watchdog.lab.ports import free_port
 
 START_TIMEOUT = 420.0

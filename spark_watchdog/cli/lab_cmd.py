@@ -27,7 +27,7 @@ from typing import Any
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NOT_AVAILABLE, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 
-# Kept in step with spark_watchdog.lab.scenarios.SCENARIOS (a test checks it),
+# Kept in step with spark_watchdog.lab.stories.scenarios.SCENARIOS (a test checks it),
 # so `--help` works without importing the lab.
 SCENARIO_NAMES = (
     "freeze",
@@ -182,7 +182,7 @@ def add_parser(commands: Any) -> None:
 
 
 def _run_agent_demo(args: argparse.Namespace) -> int:
-    from spark_watchdog.lab import agent_demo
+    from spark_watchdog.lab.stories import agent_demo
 
     return agent_demo.run(args)
 
@@ -251,7 +251,7 @@ def _run_demo(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     if not _real_vllm_ok(args.vllm):
         return EXIT_NOT_AVAILABLE
-    from spark_watchdog.lab.demo import run_demo
+    from spark_watchdog.lab.stories.demo import run_demo
 
     workdir = args.dir or Path(tempfile.mkdtemp(prefix="spark-watchdog-demo-"))
     try:
@@ -268,7 +268,7 @@ def _real_vllm_ok(vllm: str) -> bool:
     """With --vllm real, the vLLM CPU build must be here; say how to get it if not."""
     if vllm != "real":
         return True
-    from spark_watchdog.lab.real_vllm import RealVllmMissing, find_python
+    from spark_watchdog.lab.hardware.real_vllm import RealVllmMissing, find_python
 
     try:
         find_python()
@@ -281,7 +281,7 @@ def _real_vllm_ok(vllm: str) -> bool:
 def _list_scenarios() -> int:
     import textwrap
 
-    from spark_watchdog.lab.scenarios import SCENARIOS
+    from spark_watchdog.lab.stories.scenarios import SCENARIOS
 
     indent = " " * 17
     for scenario in SCENARIOS.values():
@@ -299,7 +299,7 @@ def _run_scenario(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     if not _nodes_ok(args.nodes):
         return EXIT_USAGE
-    from spark_watchdog.lab.scenarios import SCENARIOS, run_scenario
+    from spark_watchdog.lab.stories.scenarios import SCENARIOS, run_scenario
     from spark_watchdog.lab.timeline import Narrator
 
     scenario = SCENARIOS[args.scenario]

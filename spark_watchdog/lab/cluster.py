@@ -55,9 +55,9 @@ import psutil
 import requests
 import yaml
 
-from spark_watchdog.lab import gpu_standin, lab_sshd
-from spark_watchdog.lab.host_process import HostProcess
-from spark_watchdog.lab.journal_writer import (
+from spark_watchdog.lab.hardware import gpu_standin, lab_sshd
+from spark_watchdog.lab.hardware.host_process import HostProcess
+from spark_watchdog.lab.hardware.journal_writer import (
     FAULT_MESSAGES,
     JOURNAL_STOP,
     LOGIND_SHUTDOWN,
@@ -65,15 +65,15 @@ from spark_watchdog.lab.journal_writer import (
     Fault,
     write_boot,
 )
-from spark_watchdog.lab.lab_sshd import LabSshKeys
-from spark_watchdog.lab.pdu_standin import (
+from spark_watchdog.lab.hardware.lab_sshd import LabSshKeys
+from spark_watchdog.lab.hardware.pdu_standin import (
     PduStandin,
     PduStandinThread,
     StandinConfig,
 )
+from spark_watchdog.lab.hardware.real_vllm import RealHead
+from spark_watchdog.lab.hardware.sim_host import CLEAN_SHUTDOWN_MARK, SERVICES_ACK, SERVICES_FILE
 from spark_watchdog.lab.ports import free_port
-from spark_watchdog.lab.real_vllm import RealHead
-from spark_watchdog.lab.sim_host import CLEAN_SHUTDOWN_MARK, SERVICES_ACK, SERVICES_FILE
 from spark_watchdog.power.base import PowerState
 from spark_watchdog.power.snmp_profiles import profile_by_name
 
@@ -207,7 +207,8 @@ class LabNode:
         (every node's rank runs here, so the bare module name would not do)."""
         if self.real_vllm:
             return RealHead.process_match(self.address, self.vllm_port)
-        return f"spark_watchdog.lab.vllm_standin --host {self.address} --port {self.vllm_port}"
+        module = "spark_watchdog.lab.hardware.vllm_standin"
+        return f"{module} --host {self.address} --port {self.vllm_port}"
 
     def boot_id(self) -> str | None:
         path = self.directory / "proc/sys/kernel/random/boot_id"
@@ -220,7 +221,7 @@ class LabNode:
         """Stop or start the node's agent and SSH stand-in without touching its
         power, as systemd does on a live host: a stopped agent got SIGTERM and
         exited, a stopped SSH stand-in's port refuses connections. Returns once
-        the host has done it (see :mod:`spark_watchdog.lab.sim_host`)."""
+        the host has done it (see :mod:`spark_watchdog.lab.hardware.sim_host`)."""
         pid = None if self.host is None else self.host.pid
         if pid is None:
             raise RuntimeError(f"{self.name} is not running (no power, or halted)")
@@ -504,7 +505,7 @@ class LabCluster:
             *settings,
             sys.executable,
             "-m",
-            "spark_watchdog.lab.sim_host",
+            "spark_watchdog.lab.hardware.sim_host",
             "--dir",
             str(directory),
         ]
@@ -643,7 +644,7 @@ class LabCluster:
         command = [
             sys.executable,
             "-m",
-            "spark_watchdog.lab.vllm_standin",
+            "spark_watchdog.lab.hardware.vllm_standin",
             "--host",
             node.address,
             "--port",

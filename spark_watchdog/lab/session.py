@@ -47,7 +47,7 @@ class LabSession:
     controller_mode: ControllerMode = "thread"
     netns: bool = False  # each node in a network namespace (root; partition)
     host_memory: bool = False  # the nodes read this machine's /proc/meminfo
-    # The head's rank: "standin" or "real" (the vLLM CPU server; see lab.real_vllm).
+    # The head's rank: "standin" or "real" (the vLLM CPU server; see lab.hardware.real_vllm).
     vllm: str = "standin"
     # The agents' intervals and thresholds (short by default; bench uses production).
     timings: LabTimings = field(default_factory=LabTimings)

@@ -24,9 +24,9 @@ from spark_watchdog.agent.daemon import Agent
 from spark_watchdog.agent.probe_runner import Observation, ProbeFailure
 from spark_watchdog.config.agent import AgentConfig, parse_agent_config
 from spark_watchdog.errors import ConfigError
-from spark_watchdog.lab.journal_writer import Ending, Fault, boot_entries, write_boot
+from spark_watchdog.lab.hardware.journal_writer import Ending, Fault, boot_entries, write_boot
+from spark_watchdog.lab.hardware.vllm_standin import VllmStandin
 from spark_watchdog.lab.ports import free_port as _free_port
-from spark_watchdog.lab.vllm_standin import VllmStandin
 from spark_watchdog.sdnotify import SystemdNotifier
 
 pytestmark = pytest.mark.integration
@@ -390,7 +390,7 @@ def _serving_config(tmp_path: Path, vllm_port: int) -> AgentConfig:
                 "command": [
                     sys.executable,
                     "-m",
-                    "spark_watchdog.lab.vllm_standin",
+                    "spark_watchdog.lab.hardware.vllm_standin",
                     "--host",
                     "127.0.0.1",
                     "--port",

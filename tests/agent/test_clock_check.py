@@ -22,7 +22,7 @@ import pytest
 from spark_watchdog.agent.clock_check import ClockCheck, ClockPolicy
 from spark_watchdog.agent.daemon import Agent
 from spark_watchdog.config.agent import parse_agent_config
-from spark_watchdog.lab import gpu_standin
+from spark_watchdog.lab.hardware import gpu_standin
 from spark_watchdog.lab.ports import free_port as _free_port
 from spark_watchdog.probes.gpu import GpuDevice, GpuReading
 from spark_watchdog.sdnotify import SystemdNotifier

@@ -26,11 +26,11 @@ import requests
 from spark_watchdog.agent.daemon import Agent
 from spark_watchdog.config.agent import parse_agent_config
 from spark_watchdog.http_server import HttpEndpoint
-from spark_watchdog.lab import gpu_standin
-from spark_watchdog.lab.journal_writer import Ending, Fault, boot_entries, write_boot
+from spark_watchdog.lab.hardware import gpu_standin
+from spark_watchdog.lab.hardware.journal_writer import Ending, Fault, boot_entries, write_boot
+from spark_watchdog.lab.hardware.vllm_standin import VllmStandin
 from spark_watchdog.lab.lab_controller import ControllerThread
 from spark_watchdog.lab.ports import free_port
-from spark_watchdog.lab.vllm_standin import VllmStandin
 from spark_watchdog.sdnotify import SystemdNotifier
 
 TOKEN = "api-token-" + uuid.uuid4().hex

@@ -5,7 +5,8 @@ Every import counts, including those inside functions and under
 The layers (docs/design.md, "Layers"): the shared foundations (errors,
 config, profiles, redaction, the HTTP server) depend on no daemon; probes,
 power and history on no daemon; the agent and the controller not on each
-other; only the lab and the CLI see everything.
+other; only the lab and the CLI see everything. Inside the lab, the
+simulated hardware does not see the cluster, nor the cluster the stories.
 """
 
 from __future__ import annotations
@@ -30,6 +31,16 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     "spark_watchdog.controller": ("agent", "lab", "cli", "doctor"),
     "spark_watchdog.doctor": ("lab", "cli"),
 }
+# Inside the lab (spark_watchdog/lab/__init__.py): the hardware knows no
+# cluster, the cluster tells no story.
+_LAB_CLUSTER = ("cluster", "session", "lab_controller", "timeline", "up")
+FORBIDDEN["spark_watchdog.lab.hardware"] = (
+    *(f"lab.{m}" for m in _LAB_CLUSTER),
+    "lab.stories",
+    "cli",
+)
+for _module in (*_LAB_CLUSTER, "ports"):
+    FORBIDDEN[f"spark_watchdog.lab.{_module}"] = ("lab.stories", "cli")
 
 
 def module_name(path: Path) -> str:
@@ -46,7 +57,7 @@ def imports(path: Path) -> Iterator[tuple[int, str]]:
                 yield node.lineno, alias.name
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             for alias in node.names:
-                # `from spark_watchdog.lab import real_vllm` imports a module too.
+                # `from spark_watchdog.lab.hardware import real_vllm` imports a module too.
                 yield node.lineno, f"{node.module}.{alias.name}"
                 yield node.lineno, node.module
 

@@ -26,12 +26,12 @@ import yaml
 from spark_watchdog.cli import doctor_cmd
 from spark_watchdog.cli.main import main
 from spark_watchdog.doctor.result import STATUSES
-from spark_watchdog.lab import gpu_standin
-from spark_watchdog.lab.agent_demo import AgentProcess
-from spark_watchdog.lab.journal_writer import Ending, boot_entries, write_boot
-from spark_watchdog.lab.pdu_standin import PduStandin, PduStandinThread, StandinConfig
+from spark_watchdog.lab.hardware import gpu_standin
+from spark_watchdog.lab.hardware.journal_writer import Ending, boot_entries, write_boot
+from spark_watchdog.lab.hardware.pdu_standin import PduStandin, PduStandinThread, StandinConfig
+from spark_watchdog.lab.hardware.vllm_standin import VllmStandin
 from spark_watchdog.lab.ports import free_port
-from spark_watchdog.lab.vllm_standin import VllmStandin
+from spark_watchdog.lab.stories.agent_demo import AgentProcess
 from spark_watchdog.power.snmp_profiles import APC_RPDU2
 
 pytestmark = pytest.mark.integration

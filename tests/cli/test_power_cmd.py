@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from spark_watchdog.cli.main import main
-from spark_watchdog.lab.plug_standin import PlugStandin
+from spark_watchdog.lab.hardware.plug_standin import PlugStandin
 from spark_watchdog.lab.ports import free_port as _dead_port
 
 pytestmark = pytest.mark.integration

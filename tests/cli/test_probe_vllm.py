@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 
 from spark_watchdog.cli import probe_vllm
-from spark_watchdog.lab.vllm_standin import VllmStandin
+from spark_watchdog.lab.hardware.vllm_standin import VllmStandin
 
 CONTRACT_KEYS = {
     "url",

@@ -15,7 +15,7 @@ import pytest
 from spark_watchdog.config.controller import parse_controller_config
 from spark_watchdog.controller.daemon import Controller
 from spark_watchdog.history.store import HistoryStore
-from spark_watchdog.lab.pdu_standin import PduStandin, PduStandinThread, StandinConfig
+from spark_watchdog.lab.hardware.pdu_standin import PduStandin, PduStandinThread, StandinConfig
 from spark_watchdog.lab.ports import free_port
 from spark_watchdog.power.snmp_profiles import profile_by_name
 

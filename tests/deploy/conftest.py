@@ -48,8 +48,8 @@ from spark_watchdog.config.controller import parse_controller_config
 from spark_watchdog.controller.daemon import Controller
 from spark_watchdog.controller.status_api import render as render_controller
 from spark_watchdog.history.store import HistoryStore
+from spark_watchdog.lab.hardware.vllm_standin import VllmStandin
 from spark_watchdog.lab.ports import free_port as _closed_port
-from spark_watchdog.lab.vllm_standin import VllmStandin
 from spark_watchdog.probes.gpu import GpuReading, low_power_while_running
 from spark_watchdog.probes.host import HostProbe
 from spark_watchdog.probes.journal import BootRecord, Evidence, JournalReport

@@ -18,10 +18,10 @@ import pytest
 import requests
 import yaml
 
-from spark_watchdog.lab.agent_demo import AgentProcess
-from spark_watchdog.lab.journal_writer import boot_entries, write_boot
-from spark_watchdog.lab.pdu_standin import PduStandin, PduStandinThread, StandinConfig
+from spark_watchdog.lab.hardware.journal_writer import boot_entries, write_boot
+from spark_watchdog.lab.hardware.pdu_standin import PduStandin, PduStandinThread, StandinConfig
 from spark_watchdog.lab.ports import free_port
+from spark_watchdog.lab.stories.agent_demo import AgentProcess
 from spark_watchdog.power.snmp_profiles import APC_RPDU2
 
 PDU_NAMES = {1: "spark-1", 2: "spark-2", 3: "spark-3", 4: "db-1"}

@@ -25,7 +25,7 @@ from spark_watchdog.doctor.power_check import (
     check_power_path,
 )
 from spark_watchdog.doctor.runner import run_plan
-from spark_watchdog.lab.pdu_standin import PduStandinThread
+from spark_watchdog.lab.hardware.pdu_standin import PduStandinThread
 from spark_watchdog.lab.ports import free_port
 from spark_watchdog.power.base import PowerState, PowerTiming, VerifiedPower
 from spark_watchdog.power.paths import (
@@ -265,7 +265,7 @@ def test_a_node_without_a_power_path_warns() -> None:
 def test_a_plug_that_would_leave_the_node_off_after_an_outage_warns(
     kind: str, power_on: str | int, status: str, says: str | None
 ) -> None:
-    from spark_watchdog.lab.plug_standin import PlugStandin
+    from spark_watchdog.lab.hardware.plug_standin import PlugStandin
 
     with PlugStandin(kind, power_on=power_on) as plug:
         device = {"type": kind, "url": plug.url, "timeout": 2.0}
@@ -280,7 +280,7 @@ def test_a_plug_that_would_leave_the_node_off_after_an_outage_warns(
 
 @pytest.mark.parametrize("kind", ["shelly", "tasmota"])
 def test_doctor_says_whether_a_plug_switches_the_node_back_on_by_itself(kind: str) -> None:
-    from spark_watchdog.lab.plug_standin import PlugStandin
+    from spark_watchdog.lab.hardware.plug_standin import PlugStandin
 
     with PlugStandin(kind) as plug:
         device = {"type": kind, "url": plug.url, "timeout": 2.0}

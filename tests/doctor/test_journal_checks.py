@@ -18,7 +18,7 @@ from spark_watchdog.doctor.journal_checks import (
     journald_setting,
     parse_timespan,
 )
-from spark_watchdog.lab.journal_writer import (
+from spark_watchdog.lab.hardware.journal_writer import (
     JOURNAL_REMOTE_PATHS,
     Ending,
     Fault,

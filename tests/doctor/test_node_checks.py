@@ -17,8 +17,8 @@ import pytest
 
 from spark_watchdog.config.agent import AgentConfig, parse_agent_config
 from spark_watchdog.doctor.node_checks import check_gpu, check_vllm
-from spark_watchdog.lab import gpu_standin
-from spark_watchdog.lab.vllm_standin import VllmStandin
+from spark_watchdog.lab.hardware import gpu_standin
+from spark_watchdog.lab.hardware.vllm_standin import VllmStandin
 
 pytestmark = pytest.mark.integration
 

@@ -20,7 +20,7 @@ import pytest
 import requests
 import yaml
 
-from spark_watchdog.lab.pdu_standin import PduStandin, PduStandinThread, StandinConfig
+from spark_watchdog.lab.hardware.pdu_standin import PduStandin, PduStandinThread, StandinConfig
 from spark_watchdog.lab.ports import free_port
 from spark_watchdog.power.base import PowerState
 from spark_watchdog.power.snmp_profiles import profile_by_name
@@ -330,7 +330,7 @@ def test_the_serving_drop_in_runs_the_rank_under_the_relaxed_policy(
     except AssertionError as failed:
         text = log.read_text()[-3000:] if log.exists() else "(no serving.log)"
         raise AssertionError(f"{failed}\n{text}\n{node.journal(AGENT)}") from None
-    ranks = node.run("pgrep", "-u", "vllm", "-f", "spark_watchdog.lab.vllm_standin").stdout
+    ranks = node.run("pgrep", "-u", "vllm", "-f", "spark_watchdog.lab.hardware.vllm_standin").stdout
     assert ranks.split(), "the rank runs as the serving user of the drop-in (User=vllm)"
     assert "wx-mapping: allowed" in log.read_text(), (
         "MemoryDenyWriteExecute=no of the drop-in did not reach the rank"

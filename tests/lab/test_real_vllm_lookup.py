@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from spark_watchdog.lab.real_vllm import RealVllmMissing, find_python
+from spark_watchdog.lab.hardware.real_vllm import RealVllmMissing, find_python
 
 
 def test_the_built_environment_is_found_through_its_current_link(tmp_path: Path) -> None:

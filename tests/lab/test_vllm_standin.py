@@ -14,7 +14,11 @@ from collections.abc import Iterator
 import pytest
 import requests
 
-from spark_watchdog.lab.vllm_standin import VllmStandin, build_parser, effective_cudagraph_mode
+from spark_watchdog.lab.hardware.vllm_standin import (
+    VllmStandin,
+    build_parser,
+    effective_cudagraph_mode,
+)
 from spark_watchdog.probes.vllm import VllmScraper
 
 DSPARK_ADAPTIVE = json.dumps(
@@ -24,11 +28,11 @@ DECODE_ONLY = json.dumps({"cudagraph_mode": "FULL_DECODE_ONLY"})
 
 
 class StandinProcess:
-    """A running ``python -m spark_watchdog.lab.vllm_standin``; its stdout lines."""
+    """A running ``python -m spark_watchdog.lab.hardware.vllm_standin``; its stdout lines."""
 
     def __init__(self, *argv: str) -> None:
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "spark_watchdog.lab.vllm_standin", *argv],
+            [sys.executable, "-m", "spark_watchdog.lab.hardware.vllm_standin", *argv],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
@@ -173,7 +177,7 @@ def test_bad_json_config_is_a_usage_error() -> None:
         [
             sys.executable,
             "-m",
-            "spark_watchdog.lab.vllm_standin",
+            "spark_watchdog.lab.hardware.vllm_standin",
             "--compilation-config",
             "{cudagraph_mode: FULL}",
         ],

@@ -1,6 +1,6 @@
 """Shelly Gen2+ and Tasmota backends against the plug stand-in, over real HTTP on loopback.
 
-The stand-in (spark_watchdog.lab.plug_standin) speaks each firmware's
+The stand-in (spark_watchdog.lab.hardware.plug_standin) speaks each firmware's
 documented HTTP API, including Shelly's SHA-256 digest auth and Tasmota's
 query-string password, and injects faults: refuse, drop after applying,
 stall after applying, hang, and answers of an unknown shape.
@@ -22,7 +22,7 @@ import pytest
 from spark_watchdog.config.controller import ShellyDevice, TasmotaDevice
 from spark_watchdog.config.secrets import Secret
 from spark_watchdog.errors import Ambiguous, ConfigError, Refused, Unreachable
-from spark_watchdog.lab.plug_standin import AppliedCommand, PlugStandin
+from spark_watchdog.lab.hardware.plug_standin import AppliedCommand, PlugStandin
 from spark_watchdog.power.base import CommandSpacing, PowerState, PowerTiming, VerifiedPower
 from spark_watchdog.power.plugs import (
     ShellyPlug,
@@ -287,7 +287,7 @@ def test_the_standin_runs_standalone(kind: str, tmp_path: Any) -> None:
         [
             sys.executable,
             "-m",
-            "spark_watchdog.lab.plug_standin",
+            "spark_watchdog.lab.hardware.plug_standin",
             "--kind",
             kind,
             "--port",

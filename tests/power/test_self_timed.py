@@ -220,14 +220,14 @@ def test_the_plugs_and_the_pdu_are_self_timing_backends() -> None:
 
 @pytest.fixture(params=["shelly", "tasmota"])
 def plug(request: pytest.FixtureRequest) -> Iterator[object]:
-    from spark_watchdog.lab.plug_standin import PlugStandin
+    from spark_watchdog.lab.hardware.plug_standin import PlugStandin
 
     with PlugStandin(request.param) as standin:
         yield standin
 
 
 def _plug_backend(standin: object) -> object:
-    from spark_watchdog.lab.plug_standin import PlugStandin
+    from spark_watchdog.lab.hardware.plug_standin import PlugStandin
     from spark_watchdog.power.plugs import ShellyPlug, TasmotaPlug
 
     assert isinstance(standin, PlugStandin)
@@ -242,7 +242,7 @@ def _real_time_power(backend: object) -> VerifiedPower:
 
 
 def test_a_plug_switches_itself_back_on_after_its_own_timer(plug: object) -> None:
-    from spark_watchdog.lab.plug_standin import PlugStandin
+    from spark_watchdog.lab.hardware.plug_standin import PlugStandin
 
     assert isinstance(plug, PlugStandin)
     power = _real_time_power(_plug_backend(plug))
@@ -256,7 +256,7 @@ def test_a_plug_switches_itself_back_on_after_its_own_timer(plug: object) -> Non
 
 
 def test_a_plug_whose_timer_does_not_fire_is_switched_on_by_the_caller(plug: object) -> None:
-    from spark_watchdog.lab.plug_standin import PlugStandin
+    from spark_watchdog.lab.hardware.plug_standin import PlugStandin
 
     assert isinstance(plug, PlugStandin)
     plug.timers_fire = False

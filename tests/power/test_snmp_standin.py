@@ -1,6 +1,6 @@
 """The SNMP backend against the stateful PDU stand-in, over real SNMP on loopback.
 
-The stand-in (spark_watchdog/lab/pdu_standin.py) is a pysnmp command
+The stand-in (spark_watchdog/lab/hardware/pdu_standin.py) is a pysnmp command
 responder that behaves like a switched PDU: its status follows the control
 column, it can be slow to switch, lose SET answers, refuse, or fall silent.
 Every test wraps the backend in ``VerifiedPower`` where the behaviour under
@@ -26,8 +26,8 @@ import pytest
 from spark_watchdog.config.controller import SnmpDevice
 from spark_watchdog.config.secrets import Secret
 from spark_watchdog.errors import Ambiguous, PowerError, Refused, Unreachable
-from spark_watchdog.lab.host_process import HostProcess
-from spark_watchdog.lab.pdu_standin import (
+from spark_watchdog.lab.hardware.host_process import HostProcess
+from spark_watchdog.lab.hardware.pdu_standin import (
     PduStandin,
     PduStandinThread,
     StandinConfig,
@@ -487,7 +487,7 @@ def test_standalone_process_powers_a_host_command(tmp_path: Any) -> None:
         [
             sys.executable,
             "-m",
-            "spark_watchdog.lab.pdu_standin",
+            "spark_watchdog.lab.hardware.pdu_standin",
             "--outlets",
             "2",
             "--name",

@@ -37,7 +37,7 @@ import pytest
 
 from spark_watchdog.config.controller import SshDevice
 from spark_watchdog.errors import Ambiguous, Refused, Unreachable
-from spark_watchdog.lab.lab_sshd import use_pam
+from spark_watchdog.lab.hardware.lab_sshd import use_pam
 from spark_watchdog.power.ssh_banner import (
     CLIENT_VERSION_LINE,
     MAX_READ_BYTES,

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from spark_watchdog.cli import probe_journal
-from spark_watchdog.lab.journal_writer import (
+from spark_watchdog.lab.hardware.journal_writer import (
     JOURNAL_REMOTE_PATHS,
     JOURNAL_START,
     JOURNAL_STOP,

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from spark_watchdog.lab.journal_writer import (
+from spark_watchdog.lab.hardware.journal_writer import (
     JOURNAL_REMOTE_PATHS,
     Ending,
     Fault,

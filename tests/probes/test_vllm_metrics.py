@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from spark_watchdog.errors import MetricsFormatError
-from spark_watchdog.lab.vllm_standin import VllmStandin
+from spark_watchdog.lab.hardware.vllm_standin import VllmStandin
 from spark_watchdog.probes.vllm_metrics import EngineSample, models_seen, parse_metrics
 
 # Shaped like a vLLM V1 head with two data-parallel engines, as prometheus_client

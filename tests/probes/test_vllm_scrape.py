@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
+from spark_watchdog.lab.hardware.vllm_standin import VllmStandin
 from spark_watchdog.lab.ports import free_port
-from spark_watchdog.lab.vllm_standin import VllmStandin
 from spark_watchdog.probes.vllm import (
     Canary,
     ProgressTracker,

@@ -24,7 +24,7 @@ import psutil
 import pytest
 import requests
 
-from spark_watchdog.lab import real_vllm
+from spark_watchdog.lab.hardware import real_vllm
 from spark_watchdog.lab.ports import free_port
 from spark_watchdog.probes.vllm import ProgressTracker, VllmScraper, VllmStatus
 

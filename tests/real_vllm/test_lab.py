@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from spark_watchdog.lab.real_vllm import PYTHON_VARIABLE
+from spark_watchdog.lab.hardware.real_vllm import PYTHON_VARIABLE
 
 
 def test_a_wedged_real_engine_is_recovered_by_a_serving_restart_without_power(

@@ -21,8 +21,8 @@ import requests
 from spark_watchdog.agent.memory_watch import MemoryWatch
 from spark_watchdog.agent.serving import ServingLauncher
 from spark_watchdog.config.agent import MemoryGuardConfig, parse_agent_config
+from spark_watchdog.lab.hardware.real_vllm import RealHead, server_processes
 from spark_watchdog.lab.ports import free_port
-from spark_watchdog.lab.real_vllm import RealHead, server_processes
 from spark_watchdog.probes.host import HostReading
 
 GIB = 1024**3

@@ -16,7 +16,7 @@ from typing import Any
 import psutil
 import pytest
 
-from spark_watchdog.lab.real_vllm import TrafficLoad
+from spark_watchdog.lab.hardware.real_vllm import TrafficLoad
 
 STALL_AFTER = 5.0
 DEAD_AFTER = 5.0

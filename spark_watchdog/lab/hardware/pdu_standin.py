@@ -10,7 +10,7 @@ read off; a reboot is off, then on after ``reboot_seconds``), optionally
 v1/v2c communities (one read-only, one read-write) and SNMPv3 users are
 configured like on a real agent. ``on_change`` is called when an outlet's
 power really changes, which is how the lab kills and restarts a simulated
-host; ``lab.host_process.HostProcess`` is such a host.
+host; ``lab.hardware.host_process.HostProcess`` is such a host.
 
 Fault knobs, settable while it runs:
 
@@ -27,7 +27,7 @@ no SET is recorded.
 It is an in-process pysnmp command responder with its own MIB
 instrumentation (no MIB files, no snmpd), so a test starts it in well under
 a second, as root or not. ``PduStandinThread`` runs it on a private event
-loop in a background thread; ``python -m spark_watchdog.lab.pdu_standin``
+loop in a background thread; ``python -m spark_watchdog.lab.hardware.pdu_standin``
 runs it as a process. It binds 127.0.0.0/8 only.
 """
 
@@ -57,7 +57,7 @@ from pysnmp.smi import instrum
 
 from spark_watchdog.config.secrets import read_secret
 from spark_watchdog.errors import ConfigError
-from spark_watchdog.lab.host_process import HostProcess
+from spark_watchdog.lab.hardware.host_process import HostProcess
 from spark_watchdog.power.base import PowerState
 from spark_watchdog.power.snmp import AUTH_PROTOCOLS, PRIV_PROTOCOLS
 from spark_watchdog.power.snmp_profiles import (
@@ -533,7 +533,7 @@ class PduStandinThread:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m spark_watchdog.lab.pdu_standin",
+        prog="python -m spark_watchdog.lab.hardware.pdu_standin",
         description="A stateful switched PDU on loopback SNMP (lab and tests).",
     )
     parser.add_argument("--host", default="127.0.0.1", help="127.0.0.0/8 address to bind")

@@ -2,12 +2,12 @@
 
 Run with the python of the real-vLLM environment (scripts/real_vllm_env.py;
 it has torch, transformers and tokenizers), not the project's;
-:func:`spark_watchdog.lab.real_vllm.build_tiny_model` does. Nothing is
+:func:`spark_watchdog.lab.hardware.real_vllm.build_tiny_model` does. Nothing is
 downloaded. The weights are random from a fixed seed: the model serves
 nonsense at real vLLM speed on a CPU, which is all the real-vLLM tests and
 the lab need (requests that progress, an engine that can be stopped).
 
-    VLLM_PYTHON spark_watchdog/lab/tiny_model.py OUT_DIR
+    VLLM_PYTHON spark_watchdog/lab/hardware/tiny_model.py OUT_DIR
 """
 
 from __future__ import annotations

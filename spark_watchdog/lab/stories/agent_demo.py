@@ -37,9 +37,9 @@ from typing import Any
 import requests
 import yaml
 
-from spark_watchdog.lab.journal_writer import Ending, Fault, boot_entries, write_boot
+from spark_watchdog.lab.hardware.journal_writer import Ending, Fault, boot_entries, write_boot
+from spark_watchdog.lab.hardware.vllm_standin import VllmStandin
 from spark_watchdog.lab.ports import free_port as _free_port
-from spark_watchdog.lab.vllm_standin import VllmStandin
 
 
 @dataclass

@@ -35,7 +35,7 @@ Faults (:meth:`PlugStandin.set_fault`, or ``GET /_standin/fault?mode=...&times=N
 ``GET /_standin/state`` shows the relays and the applied commands. The
 ``/_standin/`` paths are never faulted nor behind auth.
 
-Run as ``python -m spark_watchdog.lab.plug_standin --kind shelly --port N``
+Run as ``python -m spark_watchdog.lab.hardware.plug_standin --kind shelly --port N``
 (``--password-file`` to require auth: a password never goes on a command line).
 """
 
@@ -61,7 +61,7 @@ from typing import Any, cast
 from urllib.parse import parse_qs, urlsplit
 from urllib.request import parse_http_list, parse_keqv_list
 
-log = logging.getLogger("spark_watchdog.lab.plug_standin")
+log = logging.getLogger("spark_watchdog.lab.hardware.plug_standin")
 
 PLUG_KINDS = ("shelly", "tasmota")
 FAULTS = ("none", "refuse", "drop", "stall", "hang", "garble")
@@ -646,7 +646,7 @@ class _PlugHandler(BaseHTTPRequestHandler):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m spark_watchdog.lab.plug_standin",
+        prog="python -m spark_watchdog.lab.hardware.plug_standin",
         description="Stand-in smart plug (Shelly Gen2+ RPC or Tasmota /cm) with state, "
         "optional auth and faults (GET /_standin/fault?mode=refuse|drop|stall|hang|garble|none).",
     )

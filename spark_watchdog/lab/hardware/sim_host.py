@@ -1,13 +1,13 @@
 """One simulated Spark "host": the process tree that a power cut kills.
 
-``python -m spark_watchdog.lab.sim_host --dir NODE_DIR`` runs, in its own
+``python -m spark_watchdog.lab.hardware.sim_host --dir NODE_DIR`` runs, in its own
 process group (the lab starts it with a new session):
 
 - an SSH banner stand-in on the node's address and port: it sends
   ``SSH-2.0-...`` like sshd; frozen with the rest of the group (SIGSTOP), it
   still completes TCP handshakes in the kernel and sends nothing, the
   signature of a frozen GB10 (NVIDIA/dgx-spark-playbooks #97);
-- a real sshd (:mod:`spark_watchdog.lab.lab_sshd`) on a port of its own,
+- a real sshd (:mod:`spark_watchdog.lab.hardware.lab_sshd`) on a port of its own,
   where this machine has one: the controller's forced reboot logs in there;
 - the real agent (``spark-watchdog agent``) with the node's config;
 - the real agent then launches the vLLM rank itself (its serving launcher).
@@ -42,8 +42,8 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import IO, Any
 
-from spark_watchdog.lab import lab_sshd
-from spark_watchdog.lab.journal_writer import Ending, boot_entries, write_boot
+from spark_watchdog.lab.hardware import lab_sshd
+from spark_watchdog.lab.hardware.journal_writer import Ending, boot_entries, write_boot
 
 SERVICES_FILE = "services.json"
 SERVICES_ACK = "services.ack"

