@@ -90,6 +90,8 @@ GIB = 1024**3
 # 1 GiB and MemAvailable is the headroom the host probe watches.
 MEM_TOTAL_BYTES = 119 * GIB
 MEM_AVAILABLE_BYTES = 36 * GIB
+# How the lab starts a node's vLLM stand-in (python -m ...), and finds it again.
+VLLM_STANDIN = "spark_watchdog.lab.hardware vllm"
 MEM_COLLAPSE_RATE = 1 * GIB  # bytes/s, as seen before GB10 freezes (vllm #56824)
 MEM_COLLAPSE_FLOOR = 1 * GIB
 # MemAvailable once a collapsing rank is gone: the model and the KV cache are free.
@@ -207,8 +209,7 @@ class LabNode:
         (every node's rank runs here, so the bare module name would not do)."""
         if self.real_vllm:
             return RealHead.process_match(self.address, self.vllm_port)
-        module = "spark_watchdog.lab.hardware.vllm_standin"
-        return f"{module} --host {self.address} --port {self.vllm_port}"
+        return f"{VLLM_STANDIN} --host {self.address} --port {self.vllm_port}"
 
     def boot_id(self) -> str | None:
         path = self.directory / "proc/sys/kernel/random/boot_id"
@@ -505,7 +506,8 @@ class LabCluster:
             *settings,
             sys.executable,
             "-m",
-            "spark_watchdog.lab.hardware.sim_host",
+            "spark_watchdog.lab.hardware",
+            "host",
             "--dir",
             str(directory),
         ]
@@ -644,7 +646,7 @@ class LabCluster:
         command = [
             sys.executable,
             "-m",
-            "spark_watchdog.lab.hardware.vllm_standin",
+            *VLLM_STANDIN.split(),
             "--host",
             node.address,
             "--port",

@@ -390,7 +390,8 @@ def _serving_config(tmp_path: Path, vllm_port: int) -> AgentConfig:
                 "command": [
                     sys.executable,
                     "-m",
-                    "spark_watchdog.lab.hardware.vllm_standin",
+                    "spark_watchdog.lab.hardware",
+                    "vllm",
                     "--host",
                     "127.0.0.1",
                     "--port",

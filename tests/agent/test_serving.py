@@ -40,15 +40,15 @@ from spark_watchdog.errors import ConfigError
 from spark_watchdog.profiles import EffectiveConfig, effective_matches, effective_safe
 from spark_watchdog.sdnotify import SystemdNotifier
 
-STANDIN = [sys.executable, "-m", "spark_watchdog.lab.hardware.vllm_standin", "--port", "0"]
+STANDIN = [sys.executable, "-m", "spark_watchdog.lab.hardware", "vllm", "--port", "0"]
 ADAPTIVE_ON = '{"method":"dspark","num_speculative_tokens":5,"enable_adaptive_verification":true}'
 
 # A launcher the way operators write them: it starts the real rank as its child
 # and waits. Killing only this one would leave the child (vllm #55510).
 WRAPPER = """
 import pathlib, subprocess, sys
-standin = "spark_watchdog.lab.hardware.vllm_standin"
-child = subprocess.Popen([sys.executable, "-m", standin, *sys.argv[2:]])
+standin = ["spark_watchdog.lab.hardware", "vllm"]
+child = subprocess.Popen([sys.executable, "-m", *standin, *sys.argv[2:]])
 pathlib.Path(sys.argv[1]).write_text(str(child.pid))
 sys.exit(child.wait())
 """

@@ -330,7 +330,7 @@ def test_the_serving_drop_in_runs_the_rank_under_the_relaxed_policy(
     except AssertionError as failed:
         text = log.read_text()[-3000:] if log.exists() else "(no serving.log)"
         raise AssertionError(f"{failed}\n{text}\n{node.journal(AGENT)}") from None
-    ranks = node.run("pgrep", "-u", "vllm", "-f", "spark_watchdog.lab.hardware.vllm_standin").stdout
+    ranks = node.run("pgrep", "-u", "vllm", "-f", "spark_watchdog.lab.hardware vllm").stdout
     assert ranks.split(), "the rank runs as the serving user of the drop-in (User=vllm)"
     assert "wx-mapping: allowed" in log.read_text(), (
         "MemoryDenyWriteExecute=no of the drop-in did not reach the rank"

@@ -15,4 +15,4 @@ except OSError as error:
 # /opt/spark-watchdog/bin is a link to the current release's bin: a python
 # started through it finds no pyvenv.cfg next to it, the release's own does.
 python = os.path.join(os.path.realpath(os.path.dirname(sys.executable)), "python")
-os.execv(python, [python, "-m", "spark_watchdog.lab.hardware.vllm_standin", *sys.argv[1:]])
+os.execv(python, [python, "-m", "spark_watchdog.lab.hardware", "vllm", *sys.argv[1:]])

@@ -28,11 +28,11 @@ DECODE_ONLY = json.dumps({"cudagraph_mode": "FULL_DECODE_ONLY"})
 
 
 class StandinProcess:
-    """A running ``python -m spark_watchdog.lab.hardware.vllm_standin``; its stdout lines."""
+    """A running ``python -m spark_watchdog.lab.hardware vllm``; its stdout lines."""
 
     def __init__(self, *argv: str) -> None:
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "spark_watchdog.lab.hardware.vllm_standin", *argv],
+            [sys.executable, "-m", "spark_watchdog.lab.hardware", "vllm", *argv],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
@@ -177,7 +177,8 @@ def test_bad_json_config_is_a_usage_error() -> None:
         [
             sys.executable,
             "-m",
-            "spark_watchdog.lab.hardware.vllm_standin",
+            "spark_watchdog.lab.hardware",
+            "vllm",
             "--compilation-config",
             "{cudagraph_mode: FULL}",
         ],

@@ -287,7 +287,8 @@ def test_the_standin_runs_standalone(kind: str, tmp_path: Any) -> None:
         [
             sys.executable,
             "-m",
-            "spark_watchdog.lab.hardware.plug_standin",
+            "spark_watchdog.lab.hardware",
+            "plug",
             "--kind",
             kind,
             "--port",

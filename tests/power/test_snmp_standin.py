@@ -487,7 +487,8 @@ def test_standalone_process_powers_a_host_command(tmp_path: Any) -> None:
         [
             sys.executable,
             "-m",
-            "spark_watchdog.lab.hardware.pdu_standin",
+            "spark_watchdog.lab.hardware",
+            "pdu",
             "--outlets",
             "2",
             "--name",

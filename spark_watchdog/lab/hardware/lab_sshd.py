@@ -75,7 +75,7 @@ class LabSshKeys:
         if os.geteuid() == 0 and not PRIVSEP_DIR.is_dir():
             PRIVSEP_DIR.mkdir(mode=0o755, parents=True, exist_ok=True)
         client = self.client.with_suffix(".pub").read_text().strip()
-        forced = f"{sys.executable} -m spark_watchdog.lab.hardware.lab_sshd --request {node_dir}"
+        forced = f"{sys.executable} -m spark_watchdog.lab.hardware ssh-command --request {node_dir}"
         authorized = node_dir / "authorized_keys"
         authorized.write_text(f'command="{forced}",restrict {client}\n')
         (node_dir / CONFIG).write_text(
@@ -152,7 +152,3 @@ def main(argv: list[str] | None = None) -> int:
     os.replace(tmp, args.request / REQUEST)
     print("lab host: rebooting now")
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

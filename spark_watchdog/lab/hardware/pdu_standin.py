@@ -27,7 +27,7 @@ no SET is recorded.
 It is an in-process pysnmp command responder with its own MIB
 instrumentation (no MIB files, no snmpd), so a test starts it in well under
 a second, as root or not. ``PduStandinThread`` runs it on a private event
-loop in a background thread; ``python -m spark_watchdog.lab.hardware.pdu_standin``
+loop in a background thread; ``python -m spark_watchdog.lab.hardware pdu``
 runs it as a process. It binds 127.0.0.0/8 only.
 """
 
@@ -533,7 +533,7 @@ class PduStandinThread:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m spark_watchdog.lab.hardware.pdu_standin",
+        prog="python -m spark_watchdog.lab.hardware pdu",
         description="A stateful switched PDU on loopback SNMP (lab and tests).",
     )
     parser.add_argument("--host", default="127.0.0.1", help="127.0.0.0/8 address to bind")
@@ -649,7 +649,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"pdu-standin: {exc}", file=sys.stderr)
         return 2
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

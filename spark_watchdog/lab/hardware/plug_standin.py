@@ -35,7 +35,7 @@ Faults (:meth:`PlugStandin.set_fault`, or ``GET /_standin/fault?mode=...&times=N
 ``GET /_standin/state`` shows the relays and the applied commands. The
 ``/_standin/`` paths are never faulted nor behind auth.
 
-Run as ``python -m spark_watchdog.lab.hardware.plug_standin --kind shelly --port N``
+Run as ``python -m spark_watchdog.lab.hardware plug --kind shelly --port N``
 (``--password-file`` to require auth: a password never goes on a command line).
 """
 
@@ -646,7 +646,7 @@ class _PlugHandler(BaseHTTPRequestHandler):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m spark_watchdog.lab.hardware.plug_standin",
+        prog="python -m spark_watchdog.lab.hardware plug",
         description="Stand-in smart plug (Shelly Gen2+ RPC or Tasmota /cm) with state, "
         "optional auth and faults (GET /_standin/fault?mode=refuse|drop|stall|hang|garble|none).",
     )
@@ -709,7 +709,3 @@ def main(argv: list[str] | None = None) -> int:
         while not stop.wait(0.5):
             pass
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -307,7 +307,7 @@ class RealHead:
 
 
 def main(argv: list[str]) -> int:
-    """``python -m spark_watchdog.lab.hardware.real_vllm``: where the real vLLM is, or why not."""
+    """``python -m spark_watchdog.lab.hardware real-vllm``: where the real vLLM is, or why not."""
     del argv
     try:
         print(find_python())
@@ -315,7 +315,3 @@ def main(argv: list[str]) -> int:
         print(exc, file=sys.stderr)
         return 1
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main(sys.argv[1:]))

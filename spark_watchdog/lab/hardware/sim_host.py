@@ -1,6 +1,6 @@
 """One simulated Spark "host": the process tree that a power cut kills.
 
-``python -m spark_watchdog.lab.hardware.sim_host --dir NODE_DIR`` runs, in its own
+``python -m spark_watchdog.lab.hardware host --dir NODE_DIR`` runs, in its own
 process group (the lab starts it with a new session):
 
 - an SSH banner stand-in on the node's address and port: it sends
@@ -224,7 +224,3 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dir", type=Path, required=True, help="the node's lab directory")
     args = parser.parse_args(argv)
     return asyncio.run(run(args.dir))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -21,7 +21,7 @@ another process, ``POST /_standin/mode`` with ``{"mode": ..., "engine": N}``:
 
 ``/_standin/redirect/<path>`` answers 302 to ``/<path>``, for redirect tests.
 
-Run as ``python -m spark_watchdog.lab.hardware.vllm_standin --port N``; it prints a
+Run as ``python -m spark_watchdog.lab.hardware vllm --port N``; it prints a
 config line the way vLLM's engine does at startup, echoing the
 ``--speculative-config`` / ``--compilation-config`` it was given, and accepts
 (and echoes) vLLM flags it does not know. ``--headless`` serves nothing and
@@ -568,7 +568,7 @@ def _json_object(text: str) -> dict[str, Any]:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m spark_watchdog.lab.hardware.vllm_standin",
+        prog="python -m spark_watchdog.lab.hardware vllm",
         description="vLLM stand-in: /metrics, /health, /v1/models, /v1/completions with "
         "synthetic load, faults switchable via POST /_standin/mode. Unknown vLLM flags "
         "are accepted and echoed.",
@@ -670,7 +670,3 @@ def main(argv: list[str] | None = None) -> int:
         while not stop.wait(0.1) and not standin.exited.is_set():
             pass
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
