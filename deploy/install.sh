@@ -121,7 +121,17 @@ release="$releases/$(date -u +%Y%m%dT%H%M%SZ)-$$"
 mkdir -p "$releases"
 say "creating $release"
 "$python" -m venv --system-site-packages "$release"
-"$release/bin/python" -m pip install --quiet --disable-pip-version-check "$src" ||
+install_from=$src
+if [ -d "$src" ]; then
+    # A checkout's build/ may still hold modules removed since (setuptools reuses
+    # it): build from a copy without it, so the release has the checkout's files.
+    staging=$(mktemp -d)
+    trap 'rm -rf "$staging"' EXIT
+    tar -C "$src" --exclude=./build --exclude=./.venv --exclude=./.git \
+        --exclude='*.egg-info' -cf - . | tar -C "$staging" -xf -
+    install_from=$staging
+fi
+"$release/bin/python" -m pip install --quiet --disable-pip-version-check "$install_from" ||
     { rm -rf "$release"; die "pip could not install $src (nothing changed; the current release still runs)"; }
 "$release/bin/spark-watchdog" --version >/dev/null ||
     { rm -rf "$release"; die "the new release does not run (nothing changed)"; }

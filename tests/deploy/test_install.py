@@ -158,3 +158,27 @@ def test_bad_arguments_are_named(tmp_path: Path, args: list[str], message: str) 
     assert result.returncode == 2
     assert message in result.stderr
     assert not (tmp_path / "root/opt").exists()
+
+
+def test_a_checkout_installs_its_own_files_not_a_stale_build(tmp_path: Path) -> None:
+    """setuptools reuses a checkout's build/: a module removed since must not
+    come back in the release."""
+    listed = subprocess.run(
+        ["git", "-C", str(REPO), "ls-files", "-z"], capture_output=True, check=True, timeout=60
+    ).stdout.decode()
+    checkout = tmp_path / "checkout"
+    for name in filter(None, listed.split("\0")):
+        if (REPO / name).is_file():
+            (checkout / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / name, checkout / name)
+    stale = checkout / "build/lib/spark_watchdog/lab/vllm_standin.py"
+    stale.parent.mkdir(parents=True)
+    stale.write_text("raise SystemExit('a module removed from the checkout')\n")
+    root = tmp_path / "root"
+    result = _install("node", "--from", str(checkout), root=root)
+    assert result.returncode == 0, result.stderr
+    (release,) = _releases(root)
+    (package,) = release.glob("lib/python3*/site-packages/spark_watchdog")
+    assert (package / "lab/hardware/vllm_standin.py").exists()
+    assert not (package / "lab/vllm_standin.py").exists(), "the stale build/ reached the release"
+    assert stale.exists(), "the checkout itself is left as it was"
