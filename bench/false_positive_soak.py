@@ -17,7 +17,7 @@ production intervals. While the soak runs:
 
 With ``--memory-plateau-gib N`` the memory guard is judged on real memory:
 the nodes' agents read this machine's own ``/proc/meminfo`` (and PSI), and
-stress-ng's ``--vm`` worker instead takes, within seconds, all but N GiB of
+stress-ng's ``--vm`` worker instead takes, in a minute or two, all but N GiB of
 what is available and keeps it (``--vm-keep --vm-populate``): the fast ramp
 to a high, stable plateau of a model load. With N under the guard's
 ``watch_below_gib`` (6) the guard judges every reading of the soak.

@@ -27,6 +27,7 @@ from spark_watchdog.power.base import (
     PowerState,
     PowerStep,
     VerifiedPower,
+    close_quietly,
 )
 from spark_watchdog.power.paths import (
     PowerPath,
@@ -212,7 +213,7 @@ async def _act(
     finally:
         if ticker is not None:
             ticker.cancel()
-        await backend.aclose()
+        await close_quietly(backend)
     return _report(path, action, result, error, time.monotonic() - started, dry_run, as_json)
 
 
@@ -324,7 +325,7 @@ async def _check_one(config: ControllerConfig, path: PowerPath) -> dict[str, Any
         try:
             await _read_one(config, path, backend, row)
         finally:
-            await backend.aclose()
+            await close_quietly(backend)
     except ConfigError as exc:
         row.update(state="error", detail=str(exc))
     except PowerError as exc:

@@ -35,7 +35,7 @@ from spark_watchdog.controller.node_watch import NodeWatch
 from spark_watchdog.controller.notify import Event, Notifier
 from spark_watchdog.errors import Ambiguous, FoundOff, PowerError, Withdrawn
 from spark_watchdog.history.records import IncidentStep
-from spark_watchdog.power.base import HOLD_TOLERANCE_S, PowerState, VerifiedPower
+from spark_watchdog.power.base import HOLD_TOLERANCE_S, PowerState, VerifiedPower, close_quietly
 from spark_watchdog.power.paths import PowerPath, power_paths
 from spark_watchdog.steps import (
     NOTHING_SENT,
@@ -282,7 +282,7 @@ async def _run_rung(
             return RungOutcome.NEXT
         finally:
             # Every way out of the rung releases the device's sockets.
-            await power.backend.aclose()
+            await close_quietly(power.backend)
     if held_s is None:
         # A resumed off whose fate is unknown, the outlet on (a device that times
         # its own on may have cycled it): not "power restored". Nothing is sent;

@@ -23,6 +23,7 @@ from spark_watchdog.power.base import (
     PowerState,
     SelfTimingBackend,
     VerifiedPower,
+    close_quietly,
 )
 from spark_watchdog.power.paths import (
     PowerPath,
@@ -78,7 +79,7 @@ async def check_power_path(config: ControllerConfig, path: PowerPath) -> Finding
     try:
         return await _read(config, path, backend)
     finally:
-        await backend.aclose()
+        await close_quietly(backend)
 
 
 async def _read(config: ControllerConfig, path: PowerPath, backend: PowerBackend) -> Finding:

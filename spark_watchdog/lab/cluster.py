@@ -74,7 +74,7 @@ from spark_watchdog.lab.hardware.pdu_standin import (
 from spark_watchdog.lab.hardware.real_vllm import RealHead
 from spark_watchdog.lab.hardware.sim_host import CLEAN_SHUTDOWN_MARK, SERVICES_ACK, SERVICES_FILE
 from spark_watchdog.lab.ports import free_port
-from spark_watchdog.power.base import PowerState
+from spark_watchdog.power.base import PowerState, close_quietly
 from spark_watchdog.power.snmp_profiles import profile_by_name
 
 LOOPBACK = "127.0.0.1"
@@ -927,7 +927,7 @@ class LabCluster:
             try:
                 await (power.on() if on else power.off())
             finally:
-                await backend.aclose()
+                await close_quietly(backend)
 
         asyncio.run(go())
 
@@ -1092,7 +1092,8 @@ class LabCluster:
 
     def mem_restore(self, node: LabNode) -> None:
         node.mem_generation += 1
-        node.write_meminfo(MEM_AVAILABLE_BYTES)
+        if not self.host_memory:  # the machine's own memory is not the lab's to restore
+            node.write_meminfo(MEM_AVAILABLE_BYTES)
 
     def pdu_silent(self, silent: bool = True) -> None:
         assert self.pdu is not None

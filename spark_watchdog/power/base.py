@@ -75,9 +75,19 @@ class PowerBackend(Protocol):
     async def command(self, target: PowerState) -> None: ...
 
     async def aclose(self) -> None:
-        """Release the device's sockets (on the loop that used them). Never raises;
-        a backend used again afterwards opens what it needs anew."""
+        """Release the device's sockets (on the loop that used them); a backend
+        used again afterwards opens what it needs anew. Callers close through
+        ``close_quietly``, so a failure to close never hides a power outcome."""
         ...
+
+
+async def close_quietly(backend: PowerBackend) -> None:
+    """``backend.aclose()``, logged instead of raised: it runs in ``finally``
+    blocks, where an exception would replace the verified (or failed) outcome."""
+    try:
+        await backend.aclose()
+    except Exception as exc:
+        log.warning("%s: closing its connections failed: %r", backend.name, exc)
 
 
 @dataclass(frozen=True)
@@ -607,7 +617,7 @@ class OutletGroup:
 
     async def aclose(self) -> None:
         for member in self.members:
-            await member.aclose()
+            await close_quietly(member)
 
     async def plan_timed_on(self, off_seconds: float) -> TimedOn:
         """Timed only when every outlet can time its own on (the latest one decides the wait)."""
