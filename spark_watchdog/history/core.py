@@ -44,7 +44,7 @@ from spark_watchdog.errors import (
     StoreReadOnly,
     UnknownRecord,
 )
-from spark_watchdog.history import checks, decode, sqlite_errors
+from spark_watchdog.history import checks, sqlite_errors
 from spark_watchdog.history import migrations as migrations_
 from spark_watchdog.history.records import IncidentStep
 from spark_watchdog.history.schema import APPLICATION_ID, MIGRATIONS
@@ -333,9 +333,6 @@ class StoreCore:
             return json.dumps(value, allow_nan=False, separators=(",", ":"))
         except (TypeError, ValueError, RecursionError) as exc:
             raise InvalidRecord(self._path, f"{what} is not JSON-serialisable: {exc}") from None
-
-    def _load(self, text: Any, what: str, *, mapping: bool = True) -> Any:
-        return decode.load_json(text, what, self._path, mapping=mapping)
 
     # -- rows every table shares --------------------------------------------------
 

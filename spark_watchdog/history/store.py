@@ -5,12 +5,11 @@ from __future__ import annotations
 
 from spark_watchdog.history.actions import ActionTables
 from spark_watchdog.history.boots import BootTables
-from spark_watchdog.history.core import DEFAULT_BUSY_TIMEOUT_S
 from spark_watchdog.history.holds import HoldTables
-from spark_watchdog.history.incidents import FENCING_KIND, IncidentTables
+from spark_watchdog.history.incidents import IncidentTables
 from spark_watchdog.history.serving import ServingRestartTables
 
-__all__ = ["DEFAULT_BUSY_TIMEOUT_S", "FENCING_KIND", "HistoryStore"]
+__all__ = ["HistoryStore"]
 
 
 class HistoryStore(IncidentTables, ActionTables, BootTables, ServingRestartTables, HoldTables):
