@@ -7,6 +7,13 @@ the decision says: a recovery ladder, a serving restart, an agent restart,
 or a hold. Long actions run as their own tasks, so detection never waits on
 them. On start, the newest unfinished incident of each node is resumed.
 
+The loop and the freeze path live here; each part with tasks and state of
+its own lives beside it: the freeze ladder (recovery.py), the serving
+restarts and their budget (serving_policy.py), the wedged and clock-latch
+ladders' tasks (ladder_tasks.py), agent restarts (agent_restart.py) and the
+power budgets (budgets.py). They reach back to the controller only through
+the protocols they declare (RecoveryHost, ServingHost, LadderTasksHost).
+
 All I/O goes through the ``ControllerIO`` it is given, and all time through
 its clock (docs/design.md, "Proof"), so the simulation runs this very code.
 """
@@ -20,17 +27,18 @@ import signal
 from typing import Any
 
 from spark_watchdog.config.controller import ControllerConfig, SshDevice
-from spark_watchdog.config.secrets import read_secret
 from spark_watchdog.controller import unlatch, wedged
+from spark_watchdog.controller.agent_restart import AgentRestarts
+from spark_watchdog.controller.budgets import Budgets
 from spark_watchdog.controller.detector import DetectionPolicy, Verdict, classify
 from spark_watchdog.controller.flight_recorder import FlightRecorder
 from spark_watchdog.controller.http_client import ANSWERED, HttpError
 from spark_watchdog.controller.io import ControllerIO
+from spark_watchdog.controller.ladder_tasks import UnlatchLadders, WedgedLadders
 from spark_watchdog.controller.ledger import HistoryUnwritable, Ledger
 from spark_watchdog.controller.node_states import InvalidTransition, NodeEvent, NodeState
 from spark_watchdog.controller.node_watch import (
     BLIND_BANNER_OUTCOMES,
-    GUARD_KILL_FRESH_S,
     LIVE_BANNER_OUTCOMES,
     NodeWatch,
 )
@@ -44,8 +52,8 @@ from spark_watchdog.controller.recovery import (
     resume_plan,
     rungs_of,
 )
-from spark_watchdog.controller.serving_restart import ServingNode
-from spark_watchdog.errors import ConfigError, IncidentAlreadyOpen, WatchdogError
+from spark_watchdog.controller.serving_policy import BY, ServingRestarts
+from spark_watchdog.errors import IncidentAlreadyOpen, WatchdogError
 from spark_watchdog.history.instance_lock import InstanceLock
 from spark_watchdog.history.records import CLUSTER, Incident
 from spark_watchdog.history.store import HistoryStore
@@ -56,21 +64,9 @@ from spark_watchdog.steps import StepName
 
 log = logging.getLogger("spark_watchdog.controller")
 
-AGENT_RESTART_COOLDOWN_S = 300.0
 LATE_BANNER_INTERVAL_S = 2.0
-# Budgets count cycles by the wall clock (they are recorded); the window is
-# widened by this much so a clock stepped forward cannot forget a cycle.
-CLOCK_STEP_MARGIN_S = 900.0
 # How often the repeat-offender counts are read again from the history (seconds).
 OFFENDERS_REFRESH_S = 300.0
-# Incident kinds whose serving restart counts against serving.restart_budget.
-SERVING_FAULT_KINDS = (
-    Verdict.SERVING_STALLED.value,
-    Verdict.SERVING_DEAD.value,
-    Verdict.MEMORY_EXHAUSTED.value,
-    Verdict.GPU_WEDGED.value,
-)
-BY = "controller"
 # The only steps whose failed record must stop what follows: they precede a cut.
 _BEFORE_A_CUT = frozenset(
     {StepName.TIMED_ON_UNAVAILABLE, StepName.OFF_SPACING, StepName.OFF_REQUESTED}
@@ -110,24 +106,18 @@ class Controller:
         self._slot = asyncio.Semaphore(config.guards.max_concurrent_power_actions)
         # Held from a rung's guard check to its record (see recovery._preflight).
         self._budget_lock = asyncio.Lock()
-        # Rungs this process recorded, by monotonic time: the budgets count them
-        # exactly whatever the wall clock does; the history counts the earlier ones.
-        self._cycles: list[tuple[str, float, int]] = []
+        self.budgets = Budgets(config, self.ledger, self.clock)
+        # The freeze ladder per node (controller/recovery.py).
         self._fencing: dict[str, asyncio.Task[RungOutcome]] = {}
-        self._serving_task: asyncio.Task[bool] | None = None
         self.recorder = FlightRecorder(config.detection.flight_recorder_seconds)
         # When the repeat-offender counts were last read from the history (monotonic).
         self._offenders_read_at = float("-inf")
-        # The wedged-but-alive ladder per node, and its incident.
-        self._wedged: dict[str, tuple[asyncio.Task[str], int]] = {}
-        self._unlatching: dict[str, asyncio.Task[str]] = {}
-        self._agent_restarts: dict[str, asyncio.Task[None]] = {}
-        self._last_serving_restart = float("-inf")
-        # After a serving restart refused by the budget: no new try (nor alert) before this.
-        self._serving_blocked_until = float("-inf")
-        # (monotonic time, record id) of the serving restarts this process made
-        # for a serving fault: the restart budget counts them exactly.
-        self.serving_fault_restarts: list[tuple[float, int]] = []
+        # The parts with tasks and state of their own; they reach back through
+        # the protocols they declare (ServingHost, LadderTasksHost).
+        self.serving = ServingRestarts(self)
+        self.wedged = WedgedLadders(self)
+        self.unlatch = UnlatchLadders(self, self.wedged)
+        self.agent_restarts = AgentRestarts(config, self.ledger, self.notifier, self.clock, self.io)
         self._banner_checks: dict[str, asyncio.Task[None]] = {}
         self.witness_ok = True
         self.witness_detail = "not checked yet"
@@ -137,7 +127,6 @@ class Controller:
         self._tick_started = 0.0
         self.last_sweep_s = 0.0
         self.started_at = self.clock.time()
-        self.profile: str | None = None
         # What the HTTP threads read: rebuilt after every tick, never mutated.
         self.published: dict[str, Any] = {}
         # READY/WATCHDOG/STATUS to systemd (Type=notify); None: from the environment.
@@ -152,8 +141,7 @@ class Controller:
         return self._budget_lock
 
     def note_cycle(self, node: str, action_id: int) -> None:
-        """A rung was recorded: it counts against the budgets from now (monotonic)."""
-        self._cycles.append((node, self.clock.monotonic(), action_id))
+        self.budgets.note_cycle(node, action_id)
 
     def power_for(self, path: PowerPath, watch: NodeWatch, incident_id: int) -> VerifiedPower:
         """A verified power path whose every step is written ahead, with the send gate."""
@@ -333,204 +321,36 @@ class Controller:
                 watch.held_by_controller = by_controller  # written when it can be
         self.notifier.send(Event("held", f"{watch.name} held: {reason}", watch.name))
 
-    # -- serving ----------------------------------------------------------
+    # -- what the ladders share (ServingHost, LadderTasksHost) ----------------
 
     async def restart_serving_after(
         self, incident_id: int | None, reason: str, *, kind: str = "host_frozen"
     ) -> bool:
-        """Switch to the safe profile and restart serving everywhere.
-
-        Every rank restarts together, so while another node is still being
-        recovered the restart waits for that recovery, which ends with one.
-        In dry run nothing is restarted.
-        """
-        if self.config.guards.dry_run:
-            return False
-        profile = self.config.serving.safe_profile
-        busy = [
-            w.name
-            for w in self.watches.values()
-            if w.incident_id != incident_id
-            and (
-                w.state in (NodeState.FENCING, NodeState.BOOTING)
-                or w.finding.verdict is Verdict.HOST_FROZEN
-            )
-        ]
-        self.profile = profile
-        with contextlib.suppress(HistoryUnwritable):
-            await self.ledger.write(
-                self.ledger.store.set_setting, "serving_profile", profile, by=BY
-            )
-        if busy and incident_id is not None:
-            await self.ledger.write(
-                self.ledger.store.add_step,
-                incident_id,
-                StepName.SERVING_RESTART_DEFERRED,
-                detail={"waiting_for": busy},
-            )
-            return True
-        return await self._restart_serving(profile, incident_id, reason, kind)
-
-    def _serving_nodes(self) -> tuple[ServingNode, list[ServingNode]] | None:
-        head = self.config.serving.head
-        if head is None or self.config.serving.token_file is None:
-            return None
-        nodes = [ServingNode(n.name, n.agent) for n in self.config.nodes]
-        head_node = next(n for n in nodes if n.name == head)
-        return head_node, [n for n in nodes if n.name != head]
-
-    async def _restart_serving(
-        self, profile: str, incident_id: int | None, reason: str, kind: str
-    ) -> bool:
-        layout = self._serving_nodes()
-        if layout is None:
-            log.info("serving restart skipped: serving.head and serving.token_file not set")
-            return False
-        token_file = self.config.serving.token_file
-        assert token_file is not None
-        try:
-            token = read_secret("serving.token_file", token_file).reveal()
-        except ConfigError as exc:
-            self.notifier.send(Event("serving_restart_failed", str(exc)))
-            return False
-        head, workers = layout
-        record = await self.ledger.write(
-            self.ledger.store.start_serving_restart, profile, incident_id=incident_id
-        )
-        self._answer_guard_kills_before(record.started_at)
-        if kind in SERVING_FAULT_KINDS:
-            self.serving_fault_restarts.append((self.clock.monotonic(), record.id))
-        if incident_id is not None:
-            await self.ledger.write(
-                self.ledger.store.add_step,
-                incident_id,
-                StepName.SERVING_RESTART_STARTED,
-                detail={"profile": profile, "reason": reason},
-            )
-        report = await self.io.serving(
-            head, workers, token, self.config.serving.start_timeout, profile
-        )
-        self._last_serving_restart = self.clock.monotonic()
-        if incident_id is not None and report.stacks:
-            await self.ledger.write(
-                self.ledger.store.add_step,
-                incident_id,
-                StepName.STACKS_RECORDED,
-                detail={"nodes": report.stacks},
-            )
-        await self.ledger.write(
-            self.ledger.store.finish_serving_restart,
-            record.id,
-            report.result,
-            step_durations=report.step_durations,
-            error=report.error,
-        )
-        if incident_id is not None:
-            await self.ledger.write(
-                self.ledger.store.add_step,
-                incident_id,
-                StepName.SERVING_RESTART_DONE,
-                detail={"result": report.result, "error": report.error}
-                | ({"note": report.note} if report.note else {}),
-            )
-        total = sum(report.step_durations.values())
-        if report.result == "succeeded":
-            self.notifier.send(
-                Event(
-                    "serving_restarted",
-                    f"serving restarted with profile {profile} in {total:.1f}s"
-                    + (f"; {report.note}" if report.note else ""),
-                )
-            )
-            return True
-        self.notifier.send(
-            Event("serving_restart_failed", f"serving restart ({profile}): {report.error}")
-        )
-        return False
-
-    async def _serving_restarts_in_window(self) -> int:
-        """Automatic serving restarts for serving faults within restart_budget_window:
-        this process's by the monotonic clock, earlier ones from the history over a
-        window widened by CLOCK_STEP_MARGIN_S (as the power budgets count)."""
-        window = self.config.serving.restart_budget_window
-        now = self.clock.monotonic()
-        mine = [at for at, _ in self.serving_fault_restarts if now - at < window]
-        ours = {restart_id for _, restart_id in self.serving_fault_restarts}
-        since = self.clock.time() - window - CLOCK_STEP_MARGIN_S
-        recorded = await self.ledger.read(
-            self.ledger.store.serving_restarts_for, SERVING_FAULT_KINDS, since
-        )
-        return len(mine) + sum(1 for restart_id in recorded if restart_id not in ours)
+        return await self.serving.restart_after(incident_id, reason, kind=kind)
 
     async def serving_budget_spent(self, watch: NodeWatch) -> bool:
-        """Too many automatic serving restarts in the window: alert once, a person decides."""
-        cfg = self.config.serving
-        try:
-            done = await self._serving_restarts_in_window()
-        except HistoryUnwritable:
-            return True  # nothing can be recorded now: no restart; the next tick asks again
-        if done < cfg.restart_budget:
-            return False
-        self._serving_blocked_until = self.clock.monotonic() + cfg.restart_budget_window / 4
-        watch.answer_guard_kill()  # seen, alerted: no restart for it
-        self.notifier.send(
-            Event(
-                "serving_budget_spent",
-                f"{watch.name} {watch.finding.summary}: {done} automatic serving restarts in "
-                f"{cfg.restart_budget_window:g} s (budget {cfg.restart_budget}); "
-                "not restarting: a person decides",
-                watch.name,
-            )
-        )
-        return True
+        return await self.serving.budget_spent(watch)
 
-    async def _serving_incident(self, watch: NodeWatch) -> bool:
-        finding = watch.finding
-        if await self.serving_budget_spent(watch):
-            return False
-        # The fault began when vLLM last progressed, not when the agent last answered.
-        onset = watch.serving_fault_onset(self.clock.time())
-        kind = finding.verdict.value
-        evidence: dict[str, Any] = {
-            "reasons": list(finding.reasons),
-            "agent_state": watch.snapshot,
-            "flight_recorder": self.recorder.evidence(watch.name),
-        }
-        kill = watch.guard_kill
-        if finding.verdict is Verdict.MEMORY_EXHAUSTED and kill is not None:
-            evidence["memory_guard"] = kill
-            # The rank died when the guard killed it.
-            at = kill.get("at_unix")
-            onset = float(at) if isinstance(at, (int, float)) else onset
-        try:
-            incident = await self.ledger.write(
-                self.ledger.store.open_incident,
-                kind,
-                [watch.name],
-                detected_at=self.clock.time(),
-                evidence=evidence,
-                fault_onset=onset,
-                dry_run=self.config.guards.dry_run,
-            )
-        except IncidentAlreadyOpen as exc:
-            log.info("%s: serving incident not opened: %s", watch.name, exc)
-            return False
-        if finding.verdict is Verdict.MEMORY_EXHAUSTED:
-            watch.answer_guard_kill()
-        self.notifier.send(
-            Event("incident_opened", f"{watch.name} {finding.summary}", watch.name, incident.id)
-        )
-        if self.config.guards.dry_run:
-            await self._close_dry_run(incident.id, "restart serving")
-            return False
-        ok = await self.restart_serving_after(incident.id, finding.summary, kind=kind)
-        await self.ledger.write(
-            self.ledger.store.resolve_incident,
-            incident.id,
-            "recovered" if ok else "gave_up",
-            detail={"profile": self.profile},
-        )
-        return ok
+    async def cycles_in_window(self, node: str) -> tuple[int, int]:
+        return await self.budgets.cycles_in_window(node)
+
+    async def reboots_in_window(self, node: str) -> int:
+        return await self.budgets.reboots_in_window(node)
+
+    async def halt(self, device: SshDevice) -> wedged.RebootAttempt:
+        return await self.io.halt(device)
+
+    async def forced_reboot(self, device: SshDevice) -> wedged.RebootAttempt:
+        return await self.io.forced_reboot(device)
+
+    def fencing_running(self) -> bool:
+        return any(not task.done() for task in self._fencing.values())
+
+    def ladders_running(self) -> bool:
+        return self.fencing_running() or self.wedged.running()
+
+    def unlatch_in_progress(self) -> bool:
+        return self.unlatch.in_progress()
 
     # -- the loop ---------------------------------------------------------
 
@@ -644,144 +464,6 @@ class Controller:
                 )
             watch.hardware_suspect = suspect
 
-    async def _answer_clock_latch(self, watch: NodeWatch) -> None:
-        """A boot whose GPU the agent found clock-latched: one critical alert, and
-        with policy.clock_latch_off_seconds the unlatch ladder (a clean halt, then
-        the power path's long cut: controller/unlatch.py), started once per boot
-        when the node is free: watching, no incident, no other node unlatching."""
-        boot = watch.clock_latched_boot
-        if boot is None:
-            return
-        acting = self.config.policy.clock_latch_off_seconds > 0
-        if watch.clock_latch_alerted != boot:
-            watch.clock_latch_alerted = boot
-            check = (watch.snapshot or {}).get("gpu_clock_check")
-            evidence = dict(check) if isinstance(check, dict) else {}
-            then = (
-                "the controller halts it and holds its AC off "
-                f"{unlatch.off_seconds(self.config):g}s"
-                if acting and not self.config.guards.dry_run
-                else "cut its AC for a few minutes (a reboot does not clear it)"
-            )
-            self.notifier.send(
-                Event(
-                    "clock_latched",
-                    f"{watch.name}: GPU clock latched on boot {boot} (busy, never above "
-                    f"{evidence.get('max_busy_sm_clock_mhz')} MHz of a "
-                    f"{evidence.get('floor_mhz')} MHz floor): the illegal memory access is "
-                    f"likely to return; {then}",
-                    watch.name,
-                    None,
-                    {"boot_id": boot, "check": evidence},
-                )
-            )
-        if not acting or watch.clock_latch_answered == boot or not self._free_to_unlatch(watch):
-            return
-        with contextlib.suppress(HistoryUnwritable):
-            await self._start_unlatch(watch)
-            watch.clock_latch_answered = boot
-
-    def _free_to_unlatch(self, watch: NodeWatch) -> bool:
-        """One unlatch at a time, on a healthy node, while nothing else in the
-        cluster is being recovered."""
-        if watch.finding.verdict is not Verdict.HEALTHY or watch.incident_id is not None:
-            return False
-        if self._unlatch_in_progress():
-            return False
-        if watch.state is not NodeState.WATCHING:
-            return False
-        busy = (NodeState.FENCING, NodeState.BOOTING)  # a held node elsewhere does not count
-        if any(w.state in busy for w in self.watches.values()):
-            return False
-        if any(not task.done() for task in self._fencing.values()):
-            return False
-        return not any(not task.done() for task, _ in self._wedged.values())
-
-    def _unlatch_in_progress(self) -> bool:
-        """An unlatch ladder runs, or a node halted for its latch (here or by an
-        earlier controller) is silent, waiting for its long cut."""
-        if any(not task.done() for task in self._unlatching.values()):
-            return True
-        return any(
-            w.halted_boot is not None and not self.shows_life(w) for w in self.watches.values()
-        )
-
-    async def _close_dry_run(self, incident_id: int, would: str) -> None:
-        """In dry run an incident records what would have been done and closes
-        as a false alarm: nothing is sent."""
-        await self.ledger.write(
-            self.ledger.store.add_step, incident_id, StepName.DRY_RUN, detail={"would": would}
-        )
-        await self.ledger.write(
-            self.ledger.store.resolve_incident,
-            incident_id,
-            "false_alarm",
-            detail={"dry_run": True},
-        )
-
-    async def _start_unlatch(self, watch: NodeWatch) -> None:
-        dry_run = self.config.guards.dry_run
-        check = (watch.snapshot or {}).get("gpu_clock_check")
-        try:
-            incident = await self.ledger.write(
-                self.ledger.store.open_incident,
-                unlatch.KIND,
-                [watch.name],
-                detected_at=self.clock.time(),
-                evidence={
-                    "gpu_clock_check": dict(check) if isinstance(check, dict) else {},
-                    "boot_id": watch.clock_latched_boot,
-                    "flight_recorder": self.recorder.evidence(watch.name),
-                },
-                dry_run=dry_run,
-            )
-        except IncidentAlreadyOpen as exc:
-            log.info("%s: clock_latched incident not opened: %s", watch.name, exc)
-            return
-        if dry_run:
-            await self._close_dry_run(
-                incident.id,
-                f"halt it over ssh, then hold its AC off {unlatch.off_seconds(self.config):g}s",
-            )
-            return
-        self._unlatching[watch.name] = asyncio.get_running_loop().create_task(
-            self._run_unlatch(watch, incident.id), name=f"unlatch-{watch.name}"
-        )
-
-    async def _run_unlatch(self, watch: NodeWatch, incident_id: int) -> str:
-        try:
-            return await unlatch.unlatch(self, watch, incident_id)
-        except HistoryUnwritable as exc:
-            # A halt that may have left keeps the node's silence expected and the
-            # long cut armed (the freeze path takes a silent host with it).
-            log.warning("%s: clock latch ladder stopped: %s", watch.name, exc)
-            return "unrecorded"
-        except Exception as exc:
-            # Never guess after an unexpected error: record, alert, a person decides.
-            log.exception("%s: clock latch ladder failed", watch.name)
-            self.notifier.send(
-                Event(
-                    "clock_latch_not_cleared",
-                    f"{watch.name}: the clock latch ladder failed: {exc!r}",
-                    watch.name,
-                    incident_id,
-                )
-            )
-            with contextlib.suppress(HistoryUnwritable):
-                await self.ledger.write(
-                    self.ledger.store.resolve_incident,
-                    incident_id,
-                    "gave_up",
-                    detail={"why": f"failed: {exc!r}"},
-                )
-            return "gave_up"
-
-    async def halt(self, device: SshDevice) -> wedged.RebootAttempt:
-        return await self.io.halt(device)
-
-    async def cycles_in_window(self, node: str) -> tuple[int, int]:
-        return await self._cycles_in_window(node)
-
     def _verdict_changed(self, watch: NodeWatch, before: Verdict) -> None:
         finding = watch.finding
         log.info(
@@ -882,7 +564,7 @@ class Controller:
 
     async def _guards(self, watch: NodeWatch) -> Guards:
         g = self.config.guards
-        node_cycles, cluster_cycles = await self._cycles_in_window(watch.name)
+        node_cycles, cluster_cycles = await self.budgets.cycles_in_window(watch.name)
         # Nodes in the power phase of a rung; the power slot serialises the
         # commands themselves, this keeps new incidents from queueing blind.
         in_flight = sum(1 for w in self.watches.values() if w.state is NodeState.FENCING)
@@ -902,37 +584,15 @@ class Controller:
             rungs_done=frozenset(watch.rungs_done if watch.incident_id is not None else ()),
         )
 
-    async def _cycles_in_window(self, node: str) -> tuple[int, int]:
-        """Cycles of the node and of the cluster within budget_window.
-
-        This process's own by the monotonic clock (exact under any clock
-        step); those of earlier processes from the history by wall time, over
-        a window widened by CLOCK_STEP_MARGIN_S (a clock stepped by less than
-        that between the record and now cannot hide one).
-        """
-        window = self.config.guards.budget_window
-        since = self.clock.time() - window - CLOCK_STEP_MARGIN_S
-        ours = {action_id for _, _, action_id in self._cycles}
-        earlier = [
-            cut_node
-            for action_id, cut_node, _ in await self.ledger.read(
-                self.ledger.store.power_cuts_since, since
-            )
-            if action_id not in ours
-        ]
-        now = self.clock.monotonic()
-        mine = [n for n, at, _ in self._cycles if now - at < window]
-        return earlier.count(node) + mine.count(node), len(earlier) + len(mine)
-
     async def _act(self, watch: NodeWatch) -> None:
-        await self._answer_clock_latch(watch)
-        self._settle_guard_kill(watch)
+        await self.unlatch.answer(watch)
+        self.serving.settle_guard_kill(watch)
         self._expire_expected_reboot(watch)
         if watch.finding.verdict is Verdict.MEMORY_EXHAUSTED and watch.guard_kill is None:
             return  # answered just now: the next tick judges the node afresh
         if watch.name in self._fencing and not self._fencing[watch.name].done():
             return
-        if await self._unwedging(watch):
+        if await self.wedged.busy_with(watch):
             return
         if watch.state is not NodeState.WATCHING:
             return
@@ -959,7 +619,7 @@ class Controller:
         ):
             watch.dry_run_incident = None  # the next freeze is a new dry-run incident
             return  # nothing to decide: skip the history reads
-        if verdict is Verdict.MEMORY_EXHAUSTED and await self._guard_kill_recorded(watch):
+        if verdict is Verdict.MEMORY_EXHAUSTED and await self.serving.guard_kill_recorded(watch):
             return
         try:
             guards = await self._guards(watch)
@@ -982,11 +642,11 @@ class Controller:
             assert decision.event is not None
             await self.hold_node(watch, decision.reason, decision.event, by_controller=True)
         elif decision.step is Step.RESTART_AGENT:
-            self._restart_agent(watch)
+            self.agent_restarts.restart(watch)
         elif decision.step is Step.RESTART_SERVING:
-            self._maybe_restart_serving(watch)
+            self.serving.maybe_restart(watch)
         elif decision.step is Step.UNWEDGE:
-            await self._start_unwedge(watch)
+            await self.wedged.start(watch)
         elif verdict is not Verdict.HOST_FROZEN:
             watch.dry_run_incident = None
 
@@ -1100,125 +760,7 @@ class Controller:
             self.ledger.store.resolve_incident, incident.id, "false_alarm", detail={"dry_run": True}
         )
 
-    def _restart_agent(self, watch: NodeWatch) -> None:
-        """agent_down: alert, and restart the agent over SSH in the background (cooldown)."""
-        now = self.clock.monotonic()
-        if now - watch.last_agent_restart < AGENT_RESTART_COOLDOWN_S:
-            return
-        running = self._agent_restarts.get(watch.name)
-        if running is not None and not running.done():
-            return
-        watch.last_agent_restart = now
-        self.notifier.send(
-            Event("agent_down", f"{watch.name}: {watch.finding.summary}", watch.name)
-        )
-        ssh = next((d for d in watch.config.power if isinstance(d, SshDevice)), None)
-        if ssh is None or self.config.guards.dry_run:
-            return
-        self._agent_restarts[watch.name] = asyncio.get_running_loop().create_task(
-            self._run_agent_restart(watch, ssh)
-        )
-
-    async def _run_agent_restart(self, watch: NodeWatch, ssh: SshDevice) -> None:
-        try:
-            # Recorded first: the cooldown survives a restart of the controller.
-            await self.ledger.write(
-                self.ledger.store.record_action,
-                watch.name,
-                "agent_restart",
-                device=f"ssh {ssh.host}:{ssh.port}",
-            )
-            outcome = await self.io.agent_restart(ssh)
-            log.info("%s: agent restart over ssh: %s", watch.name, outcome)
-        except (HistoryUnwritable, WatchdogError, OSError) as exc:
-            log.warning("%s: agent restart over ssh failed: %s", watch.name, exc)
-
-    # -- wedged but alive ----------------------------------------------------
-
-    async def _unwedging(self, watch: NodeWatch) -> bool:
-        """A wedged-but-alive ladder runs for the node: leave it be, unless the
-        host went silent, which the freeze path takes over."""
-        running = self._wedged.get(watch.name)
-        if running is None or running[0].done():
-            return False
-        task, incident_id = running
-        if watch.finding.verdict is not Verdict.HOST_FROZEN:
-            return True
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError, HistoryUnwritable):
-            await task
-        with contextlib.suppress(HistoryUnwritable):
-            await wedged.hand_over(self, watch, incident_id, None)
-        return False
-
-    async def _start_unwedge(self, watch: NodeWatch) -> None:
-        if watch.dry_run_incident is not None:
-            return
-        try:
-            incident = await self.ledger.write(
-                self.ledger.store.open_incident,
-                wedged.KIND,
-                [watch.name],
-                detected_at=self.clock.time(),
-                evidence={
-                    "reasons": list(watch.finding.reasons),
-                    "agent_state": watch.snapshot,
-                    "flight_recorder": self.recorder.evidence(watch.name),
-                },
-                fault_onset=watch.gpu_timeout_wall,
-                dry_run=self.config.guards.dry_run,
-            )
-        except IncidentAlreadyOpen as exc:
-            log.info("%s: gpu_wedged incident not opened: %s", watch.name, exc)
-            return
-        self.notifier.send(
-            Event(
-                "incident_opened", f"{watch.name} {watch.finding.summary}", watch.name, incident.id
-            )
-        )
-        if self.config.guards.dry_run:
-            watch.dry_run_incident = incident.id
-            await self._close_dry_run(incident.id, "restart serving, then a forced reboot over ssh")
-            return
-        task = asyncio.get_running_loop().create_task(
-            self._run_unwedge(watch, incident.id), name=f"unwedge-{watch.name}"
-        )
-        self._wedged[watch.name] = (task, incident.id)
-
-    async def _run_unwedge(self, watch: NodeWatch, incident_id: int) -> str:
-        try:
-            return await wedged.unwedge(self, watch, incident_id)
-        except HistoryUnwritable as exc:
-            log.warning("%s: gpu_wedged ladder stopped: %s", watch.name, exc)
-            return "unrecorded"
-        except Exception as exc:
-            # Never guess after an unexpected error: hold, record, a person decides.
-            log.exception("%s: gpu_wedged ladder failed", watch.name)
-            with contextlib.suppress(HistoryUnwritable):
-                await self.hold_node(
-                    watch, f"gpu_wedged ladder failed: {exc}", NodeEvent.HOLD, by_controller=True
-                )
-                await self.ledger.write(
-                    self.ledger.store.resolve_incident,
-                    incident_id,
-                    "gave_up",
-                    detail={"why": f"the ladder failed: {exc}"},
-                )
-            return "gave_up"
-
-    async def reboots_in_window(self, node: str) -> int:
-        """Forced reboots of the node within budget_window, from the history
-        (widened by CLOCK_STEP_MARGIN_S, as the power budgets)."""
-        since = self.clock.time() - self.config.guards.budget_window - CLOCK_STEP_MARGIN_S
-        actions = await self.ledger.read(self.ledger.store.actions, node=node, limit=None)
-        return sum(
-            1
-            for a in actions
-            if a.operation == "ssh_reboot" and not a.dry_run and a.requested_at >= since
-        )
-
-    async def forced_reboot(self, device: SshDevice) -> wedged.RebootAttempt:
-        return await self.io.forced_reboot(device)
+    # -- the node, as the ladders ask about it --------------------------------
 
     def gpu_answers(self, watch: NodeWatch) -> bool:
         """The node's latest snapshot has a GPU reading that did not time out."""
@@ -1252,89 +794,6 @@ class Controller:
         if answering and now - since >= self.policy.boot_timeout:
             self.expect_reboot(watch, None)
 
-    def _settle_guard_kill(self, watch: NodeWatch) -> None:
-        """A guard trip that killed nothing is an alert, not a cluster restart; a
-        pending kill that grew old (a hold, a failed restart) is no longer news."""
-        kill = watch.guard_kill
-        if kill is None:
-            return
-        at = kill.get("at_unix")
-        stale = isinstance(at, (int, float)) and self.clock.time() - at > GUARD_KILL_FRESH_S
-        if kill.get("result") == "killed" and not stale:
-            return
-        watch.answer_guard_kill()
-        if not stale:
-            self.notifier.send(
-                Event(
-                    "memory_guard_failed",
-                    f"{watch.name}: the memory guard tripped and {kill.get('result')}: "
-                    f"{'; '.join(map(str, kill.get('reasons') or []))}; look at the node now",
-                    watch.name,
-                )
-            )
-
-    def _answer_guard_kills_before(self, started_wall: float) -> None:
-        """A serving restart that began after a kill answers it, whatever began it."""
-        for watch in self.watches.values():
-            at = None if watch.guard_kill is None else watch.guard_kill.get("at_unix")
-            if isinstance(at, (int, float)) and at <= started_wall:
-                watch.answer_guard_kill()
-
-    async def _guard_kill_recorded(self, watch: NodeWatch) -> bool:
-        """A memory guard kill an earlier controller already opened an incident for:
-        the same kill (agent start, id, time) in a memory_exhausted incident's
-        evidence. Looked up over a wide window: the node's clock and ours may differ."""
-        kill = watch.guard_kill
-        at = None if kill is None else kill.get("at_unix")
-        if kill is None or not isinstance(at, (int, float)):
-            return False
-        try:
-            found = await self.ledger.read(
-                self.ledger.store.list_incidents,
-                node=watch.name,
-                kind=Verdict.MEMORY_EXHAUSTED.value,
-                since=float(at) - 4 * GUARD_KILL_FRESH_S,
-                limit=20,
-            )
-        except HistoryUnwritable:
-            return True  # not now: the next tick asks again
-        same = ("agent_started_at", "id", "at_unix")
-        for incident in found:
-            recorded = incident.evidence.get("memory_guard")
-            if isinstance(recorded, dict) and all(recorded.get(k) == kill.get(k) for k in same):
-                watch.answer_guard_kill()
-                return True
-        return False
-
-    def _maybe_restart_serving(self, watch: NodeWatch) -> None:
-        if self._unlatch_in_progress():
-            return  # a node is halting for its long cut: serving restarts after it
-        if not self.config.serving.auto_restart:
-            if watch.guard_kill is not None:
-                # Told once, then not news any more: a person restarts serving.
-                watch.answer_guard_kill()
-                self.notifier.send(
-                    Event(
-                        "memory_exhausted",
-                        f"{watch.name} {watch.finding.summary}; serving.auto_restart is off: "
-                        "restart serving by hand (spark-watchdog serving restart)",
-                        watch.name,
-                    )
-                )
-            return
-        if self.clock.monotonic() < self._serving_blocked_until:
-            return
-        if self._serving_task is not None and not self._serving_task.done():
-            return
-        if any(not t.done() for t in self._fencing.values()):
-            return  # a host recovery ends with a serving restart anyway
-        if any(not task.done() for task, _ in self._wedged.values()):
-            return  # so does the wedged-but-alive ladder, whose restart this may be
-        cooldown = self.config.serving.restart_cooldown
-        if self.clock.monotonic() - self._last_serving_restart < cooldown:
-            return
-        self._serving_task = asyncio.get_running_loop().create_task(self._serving_incident(watch))
-
     # -- start, resume, run -----------------------------------------------
 
     async def resume(self) -> None:
@@ -1349,9 +808,9 @@ class Controller:
         newest: dict[str, Incident] = {}
         for incident in sorted(incidents, key=lambda i: i.id):
             if incident.kind == wedged.KIND and not incident.dry_run:
-                await self._resume_wedged(incident)
+                await self.wedged.resume(incident)
             if incident.kind == unlatch.KIND and not incident.dry_run:
-                await self._resume_unlatch(incident)
+                await self.unlatch.resume(incident)
             if incident.kind != "host_frozen" or incident.dry_run:
                 await self.ledger.write(
                     self.ledger.store.resolve_incident,
@@ -1369,37 +828,6 @@ class Controller:
             watch = self.watches.get(name)
             if watch is not None:
                 await self._resume_incident(watch, incident.id)
-
-    async def _resume_wedged(self, incident: Incident) -> None:
-        """A ladder cut short after its forced reboot may have left: the node's
-        silence is still a reboot for boot_timeout, never a freeze to fence."""
-        steps = {s.step for s in await self.ledger.read(self.ledger.store.steps, incident.id)}
-        sent = {StepName.REBOOT_REQUESTED, StepName.REBOOT_SENT} & steps
-        for name in incident.nodes:
-            watch = self.watches.get(name)
-            if watch is not None and sent and StepName.NEW_BOOT_SEEN not in steps:
-                self.expect_reboot(watch, "a forced reboot may have been sent before a restart")
-
-    async def _resume_unlatch(self, incident: Incident) -> None:
-        """A halt for a clock latch may have left before a restart: the node's
-        silence stays expected for boot_timeout and its next cut stays long;
-        after the handover, only the long cut. The incident is closed here."""
-        steps = await self.ledger.read(self.ledger.store.steps, incident.id)
-        names = {s.step for s in steps}
-        asked = [s for s in steps if s.step == StepName.HALT_REQUESTED]
-        detail = asked[-1].detail if asked and isinstance(asked[-1].detail, dict) else {}
-        off = detail.get("off_seconds")
-        if not isinstance(off, (int, float)) or StepName.HALT_NOT_SENT in names:
-            return
-        for name in incident.nodes:
-            watch = self.watches.get(name)
-            if watch is None:
-                continue
-            boot = detail.get("boot_id")
-            watch.arm_long_cut(float(off), boot if isinstance(boot, str) else None)
-            watch.clock_latch_answered = boot  # this boot: not again
-            if StepName.HANDED_TO_POWER_PATH not in names:
-                self.expect_reboot(watch, "a halt for the clock latch may have left")
 
     async def _resume_incident(self, watch: NodeWatch, incident_id: int) -> None:
         """Continue one open incident from its record: the same code as a fresh one."""
@@ -1443,7 +871,7 @@ class Controller:
 
     async def run(self, stop: asyncio.Event) -> None:
         setting = await self.ledger.read(self.ledger.store.setting, "serving_profile")
-        self.profile = None if setting is None else setting.value
+        self.serving.profile = None if setting is None else setting.value
         await self.resume()
         interval = self.config.detection.poll_interval
         systemd = self.systemd or SystemdNotifier()
@@ -1475,8 +903,8 @@ class Controller:
             for t in [
                 *self._fencing.values(),
                 *self._banner_checks.values(),
-                *self._agent_restarts.values(),
-                self._serving_task,
+                *self.agent_restarts.tasks.values(),
+                self.serving.task,
             ]
             if t is not None and not t.done()
         ]
@@ -1514,7 +942,7 @@ class Controller:
                 "dropped": self.notifier.failed,
             },
             "dry_run": self.config.guards.dry_run,
-            "serving_profile": self.profile,
+            "serving_profile": self.serving.profile,
             "history": self.ledger.problem or "ok",
             "nodes": [w.to_json(now) for w in self.watches.values()],
         }

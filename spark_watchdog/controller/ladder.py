@@ -1,6 +1,7 @@
 """What the gentler ladders share (a wedged GPU: controller/wedged.py; a
 clock-latched one: controller/unlatch.py): the part of the running
-controller they use, a poll-until-done wait, and how an incident ends."""
+controller they use, a poll-until-done wait, and how an incident ends
+(also in dry run, which every incident path shares)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from spark_watchdog.controller.clock import Clock, wait_until
 from spark_watchdog.controller.ledger import Ledger
 from spark_watchdog.controller.node_watch import NodeWatch
 from spark_watchdog.controller.notify import Notifier
+from spark_watchdog.steps import StepName
 
 log = logging.getLogger("spark_watchdog.controller.ladder")
 
@@ -46,3 +48,14 @@ async def resolve(host: LadderHost, incident_id: int, kind: str, resolution: str
     )
     log.info("incident #%d (%s): %s: %s", incident_id, kind, resolution, why)
     return resolution
+
+
+async def close_dry_run(ledger: Ledger, incident_id: int, would: str) -> None:
+    """In dry run an incident records what would have been done and closes
+    as a false alarm: nothing is sent."""
+    await ledger.write(
+        ledger.store.add_step, incident_id, StepName.DRY_RUN, detail={"would": would}
+    )
+    await ledger.write(
+        ledger.store.resolve_incident, incident_id, "false_alarm", detail={"dry_run": True}
+    )

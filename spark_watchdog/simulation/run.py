@@ -353,7 +353,7 @@ class _Run:
         number = self.incarnation.number + 1
         self.incarnation = Incarnation(number)
         if self.controller is not None:
-            self.retired_serving_restarts.extend(self.controller.serving_fault_restarts)
+            self.retired_serving_restarts.extend(self.controller.serving.fault_restarts)
         store = cast(HistoryStore, _Store(self.store, self))
         controller = Controller(
             self.config,
@@ -761,7 +761,7 @@ class _Run:
         """Every controller process's restarts for serving faults (virtual time)."""
         seen = [*self.retired_serving_restarts]
         if self.controller is not None:
-            seen.extend(self.controller.serving_fault_restarts)
+            seen.extend(self.controller.serving.fault_restarts)
         return list(dict.fromkeys(seen))
 
     def report(self, elapsed: float) -> Report:

@@ -1,0 +1,289 @@
+"""The gentler ladders as tasks of their own: when one starts, what it opens,
+how it ends on an unexpected error, and what a restarted controller picks
+up of one (docs/design.md, "Wedged but alive"; "Clock latch"; "Restart and
+resume"). The ladders themselves are controller/wedged.py and
+controller/unlatch.py; the freeze ladder is controller/recovery.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Protocol
+
+from spark_watchdog.controller import unlatch, wedged
+from spark_watchdog.controller.detector import Verdict
+from spark_watchdog.controller.flight_recorder import FlightRecorder
+from spark_watchdog.controller.ladder import close_dry_run
+from spark_watchdog.controller.ledger import HistoryUnwritable
+from spark_watchdog.controller.node_states import NodeEvent, NodeState
+from spark_watchdog.controller.node_watch import NodeWatch
+from spark_watchdog.controller.notify import Event
+from spark_watchdog.errors import IncidentAlreadyOpen
+from spark_watchdog.history.records import Incident
+from spark_watchdog.steps import StepName
+
+log = logging.getLogger("spark_watchdog.controller")
+
+
+class LadderTasksHost(wedged.WedgedHost, unlatch.UnlatchHost, Protocol):
+    """The running controller, as the ladders' task keeper sees it."""
+
+    recorder: FlightRecorder
+    watches: dict[str, NodeWatch]
+
+    def fencing_running(self) -> bool:
+        """A freeze ladder (controller/recovery.py) runs for some node."""
+        ...
+
+
+class WedgedLadders:
+    """The wedged-but-alive ladder of each node, and its incident."""
+
+    def __init__(self, host: LadderTasksHost) -> None:
+        self.host = host
+        self._tasks: dict[str, tuple[asyncio.Task[str], int]] = {}
+
+    def running(self) -> bool:
+        return any(not task.done() for task, _ in self._tasks.values())
+
+    async def busy_with(self, watch: NodeWatch) -> bool:
+        """A ladder runs for the node: leave it be, unless the host went
+        silent, which the freeze path takes over."""
+        running = self._tasks.get(watch.name)
+        if running is None or running[0].done():
+            return False
+        task, incident_id = running
+        if watch.finding.verdict is not Verdict.HOST_FROZEN:
+            return True
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, HistoryUnwritable):
+            await task
+        with contextlib.suppress(HistoryUnwritable):
+            await wedged.hand_over(self.host, watch, incident_id, None)
+        return False
+
+    async def start(self, watch: NodeWatch) -> None:
+        host, ledger = self.host, self.host.ledger
+        if watch.dry_run_incident is not None:
+            return
+        try:
+            incident = await ledger.write(
+                ledger.store.open_incident,
+                wedged.KIND,
+                [watch.name],
+                detected_at=host.clock.time(),
+                evidence={
+                    "reasons": list(watch.finding.reasons),
+                    "agent_state": watch.snapshot,
+                    "flight_recorder": host.recorder.evidence(watch.name),
+                },
+                fault_onset=watch.gpu_timeout_wall,
+                dry_run=host.config.guards.dry_run,
+            )
+        except IncidentAlreadyOpen as exc:
+            log.info("%s: gpu_wedged incident not opened: %s", watch.name, exc)
+            return
+        host.notifier.send(
+            Event(
+                "incident_opened", f"{watch.name} {watch.finding.summary}", watch.name, incident.id
+            )
+        )
+        if host.config.guards.dry_run:
+            watch.dry_run_incident = incident.id
+            await close_dry_run(
+                ledger, incident.id, "restart serving, then a forced reboot over ssh"
+            )
+            return
+        task = asyncio.get_running_loop().create_task(
+            self._run(watch, incident.id), name=f"unwedge-{watch.name}"
+        )
+        self._tasks[watch.name] = (task, incident.id)
+
+    async def _run(self, watch: NodeWatch, incident_id: int) -> str:
+        host = self.host
+        try:
+            return await wedged.unwedge(host, watch, incident_id)
+        except HistoryUnwritable as exc:
+            log.warning("%s: gpu_wedged ladder stopped: %s", watch.name, exc)
+            return "unrecorded"
+        except Exception as exc:
+            # Never guess after an unexpected error: hold, record, a person decides.
+            log.exception("%s: gpu_wedged ladder failed", watch.name)
+            with contextlib.suppress(HistoryUnwritable):
+                await host.hold_node(
+                    watch, f"gpu_wedged ladder failed: {exc}", NodeEvent.HOLD, by_controller=True
+                )
+                await host.ledger.write(
+                    host.ledger.store.resolve_incident,
+                    incident_id,
+                    "gave_up",
+                    detail={"why": f"the ladder failed: {exc}"},
+                )
+            return "gave_up"
+
+    async def resume(self, incident: Incident) -> None:
+        """A ladder cut short after its forced reboot may have left: the node's
+        silence is still a reboot for boot_timeout, never a freeze to fence."""
+        host = self.host
+        steps = {s.step for s in await host.ledger.read(host.ledger.store.steps, incident.id)}
+        sent = {StepName.REBOOT_REQUESTED, StepName.REBOOT_SENT} & steps
+        for name in incident.nodes:
+            watch = host.watches.get(name)
+            if watch is not None and sent and StepName.NEW_BOOT_SEEN not in steps:
+                host.expect_reboot(watch, "a forced reboot may have been sent before a restart")
+
+
+class UnlatchLadders:
+    """The clock latch: its alert, and its ladder, one node at a time."""
+
+    def __init__(self, host: LadderTasksHost, wedged_ladders: WedgedLadders) -> None:
+        self.host = host
+        self.wedged = wedged_ladders
+        self._tasks: dict[str, asyncio.Task[str]] = {}
+
+    async def answer(self, watch: NodeWatch) -> None:
+        """A boot whose GPU the agent found clock-latched: one critical alert, and
+        with policy.clock_latch_off_seconds the unlatch ladder (a clean halt, then
+        the power path's long cut: controller/unlatch.py), started once per boot
+        when the node is free: watching, no incident, no other node unlatching."""
+        host = self.host
+        boot = watch.clock_latched_boot
+        if boot is None:
+            return
+        acting = host.config.policy.clock_latch_off_seconds > 0
+        if watch.clock_latch_alerted != boot:
+            watch.clock_latch_alerted = boot
+            check = (watch.snapshot or {}).get("gpu_clock_check")
+            evidence = dict(check) if isinstance(check, dict) else {}
+            then = (
+                "the controller halts it and holds its AC off "
+                f"{unlatch.off_seconds(host.config):g}s"
+                if acting and not host.config.guards.dry_run
+                else "cut its AC for a few minutes (a reboot does not clear it)"
+            )
+            host.notifier.send(
+                Event(
+                    "clock_latched",
+                    f"{watch.name}: GPU clock latched on boot {boot} (busy, never above "
+                    f"{evidence.get('max_busy_sm_clock_mhz')} MHz of a "
+                    f"{evidence.get('floor_mhz')} MHz floor): the illegal memory access is "
+                    f"likely to return; {then}",
+                    watch.name,
+                    None,
+                    {"boot_id": boot, "check": evidence},
+                )
+            )
+        if not acting or watch.clock_latch_answered == boot or not self._free(watch):
+            return
+        with contextlib.suppress(HistoryUnwritable):
+            await self._start(watch)
+            watch.clock_latch_answered = boot
+
+    def _free(self, watch: NodeWatch) -> bool:
+        """One unlatch at a time, on a healthy node, while nothing else in the
+        cluster is being recovered."""
+        if watch.finding.verdict is not Verdict.HEALTHY or watch.incident_id is not None:
+            return False
+        if self.in_progress():
+            return False
+        if watch.state is not NodeState.WATCHING:
+            return False
+        busy = (NodeState.FENCING, NodeState.BOOTING)  # a held node elsewhere does not count
+        if any(w.state in busy for w in self.host.watches.values()):
+            return False
+        return not self.host.fencing_running() and not self.wedged.running()
+
+    def in_progress(self) -> bool:
+        """An unlatch ladder runs, or a node halted for its latch (here or by an
+        earlier controller) is silent, waiting for its long cut."""
+        if any(not task.done() for task in self._tasks.values()):
+            return True
+        return any(
+            w.halted_boot is not None and not self.host.shows_life(w)
+            for w in self.host.watches.values()
+        )
+
+    async def _start(self, watch: NodeWatch) -> None:
+        host, ledger = self.host, self.host.ledger
+        dry_run = host.config.guards.dry_run
+        check = (watch.snapshot or {}).get("gpu_clock_check")
+        try:
+            incident = await ledger.write(
+                ledger.store.open_incident,
+                unlatch.KIND,
+                [watch.name],
+                detected_at=host.clock.time(),
+                evidence={
+                    "gpu_clock_check": dict(check) if isinstance(check, dict) else {},
+                    "boot_id": watch.clock_latched_boot,
+                    "flight_recorder": host.recorder.evidence(watch.name),
+                },
+                dry_run=dry_run,
+            )
+        except IncidentAlreadyOpen as exc:
+            log.info("%s: clock_latched incident not opened: %s", watch.name, exc)
+            return
+        if dry_run:
+            await close_dry_run(
+                ledger,
+                incident.id,
+                f"halt it over ssh, then hold its AC off {unlatch.off_seconds(host.config):g}s",
+            )
+            return
+        self._tasks[watch.name] = asyncio.get_running_loop().create_task(
+            self._run(watch, incident.id), name=f"unlatch-{watch.name}"
+        )
+
+    async def _run(self, watch: NodeWatch, incident_id: int) -> str:
+        host = self.host
+        try:
+            return await unlatch.unlatch(host, watch, incident_id)
+        except HistoryUnwritable as exc:
+            # A halt that may have left keeps the node's silence expected and the
+            # long cut armed (the freeze path takes a silent host with it).
+            log.warning("%s: clock latch ladder stopped: %s", watch.name, exc)
+            return "unrecorded"
+        except Exception as exc:
+            # Never guess after an unexpected error: record, alert, a person decides.
+            log.exception("%s: clock latch ladder failed", watch.name)
+            host.notifier.send(
+                Event(
+                    "clock_latch_not_cleared",
+                    f"{watch.name}: the clock latch ladder failed: {exc!r}",
+                    watch.name,
+                    incident_id,
+                )
+            )
+            with contextlib.suppress(HistoryUnwritable):
+                await host.ledger.write(
+                    host.ledger.store.resolve_incident,
+                    incident_id,
+                    "gave_up",
+                    detail={"why": f"failed: {exc!r}"},
+                )
+            return "gave_up"
+
+    async def resume(self, incident: Incident) -> None:
+        """A halt for a clock latch may have left before a restart: the node's
+        silence stays expected for boot_timeout and its next cut stays long;
+        after the handover, only the long cut. The incident is closed by the
+        caller (resume closes every gentle incident)."""
+        host = self.host
+        steps = await host.ledger.read(host.ledger.store.steps, incident.id)
+        names = {s.step for s in steps}
+        asked = [s for s in steps if s.step == StepName.HALT_REQUESTED]
+        detail = asked[-1].detail if asked and isinstance(asked[-1].detail, dict) else {}
+        off = detail.get("off_seconds")
+        if not isinstance(off, (int, float)) or StepName.HALT_NOT_SENT in names:
+            return
+        for name in incident.nodes:
+            watch = host.watches.get(name)
+            if watch is None:
+                continue
+            boot = detail.get("boot_id")
+            watch.arm_long_cut(float(off), boot if isinstance(boot, str) else None)
+            watch.clock_latch_answered = boot  # this boot: not again
+            if StepName.HANDED_TO_POWER_PATH not in names:
+                host.expect_reboot(watch, "a halt for the clock latch may have left")

@@ -1,0 +1,366 @@
+"""When the controller restarts serving, and what counts against its budget
+(docs/design.md, "Serving restart"; "Memory guard").
+
+Serving restarts on every node together (controller/serving_restart.py does
+the restarting): after a host recovery, after a serving fault (stalled, dead,
+memory exhausted, GPU wedged), and as the wedged ladder's first rung. A
+restart for a serving fault counts against ``serving.restart_budget`` within
+its window; past it a person decides. A memory guard kill is answered by the
+restart that follows it, whatever began that restart; one that killed
+nothing is an alert, not a restart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any, Protocol
+
+from spark_watchdog.config.controller import ControllerConfig
+from spark_watchdog.config.secrets import read_secret
+from spark_watchdog.controller.budgets import CLOCK_STEP_MARGIN_S
+from spark_watchdog.controller.clock import Clock
+from spark_watchdog.controller.detector import Verdict
+from spark_watchdog.controller.flight_recorder import FlightRecorder
+from spark_watchdog.controller.io import ControllerIO
+from spark_watchdog.controller.ladder import close_dry_run
+from spark_watchdog.controller.ledger import HistoryUnwritable, Ledger
+from spark_watchdog.controller.node_states import NodeState
+from spark_watchdog.controller.node_watch import GUARD_KILL_FRESH_S, NodeWatch
+from spark_watchdog.controller.notify import Event, Notifier
+from spark_watchdog.controller.serving_restart import ServingNode
+from spark_watchdog.errors import ConfigError, IncidentAlreadyOpen
+from spark_watchdog.steps import StepName
+
+log = logging.getLogger("spark_watchdog.controller")
+
+BY = "controller"
+# Incident kinds whose serving restart counts against serving.restart_budget.
+SERVING_FAULT_KINDS = (
+    Verdict.SERVING_STALLED.value,
+    Verdict.SERVING_DEAD.value,
+    Verdict.MEMORY_EXHAUSTED.value,
+    Verdict.GPU_WEDGED.value,
+)
+
+
+class ServingHost(Protocol):
+    """What serving restarts need from the running controller."""
+
+    config: ControllerConfig
+    ledger: Ledger
+    notifier: Notifier
+    clock: Clock
+    io: ControllerIO
+    recorder: FlightRecorder
+    watches: dict[str, NodeWatch]
+
+    def ladders_running(self) -> bool:
+        """A host recovery or a wedged-but-alive ladder runs (each ends with a restart)."""
+        ...
+
+    def unlatch_in_progress(self) -> bool: ...
+
+
+class ServingRestarts:
+    """The serving restarts of one controller process: when, how many, with what."""
+
+    def __init__(self, host: ServingHost) -> None:
+        self.host = host
+        # The profile serving was last (re)started with by the controller.
+        self.profile: str | None = None
+        # (monotonic time, record id) of the serving restarts this process made
+        # for a serving fault: the restart budget counts them exactly.
+        self.fault_restarts: list[tuple[float, int]] = []
+        self.task: asyncio.Task[bool] | None = None
+        self._last_restart = float("-inf")
+        # After a serving restart refused by the budget: no new try (nor alert) before this.
+        self._blocked_until = float("-inf")
+
+    async def restart_after(
+        self, incident_id: int | None, reason: str, *, kind: str = "host_frozen"
+    ) -> bool:
+        """Switch to the safe profile and restart serving everywhere.
+
+        Every rank restarts together, so while another node is still being
+        recovered the restart waits for that recovery, which ends with one.
+        In dry run nothing is restarted.
+        """
+        host = self.host
+        if host.config.guards.dry_run:
+            return False
+        profile = host.config.serving.safe_profile
+        busy = [
+            w.name
+            for w in host.watches.values()
+            if w.incident_id != incident_id
+            and (
+                w.state in (NodeState.FENCING, NodeState.BOOTING)
+                or w.finding.verdict is Verdict.HOST_FROZEN
+            )
+        ]
+        self.profile = profile
+        with contextlib.suppress(HistoryUnwritable):
+            await host.ledger.write(
+                host.ledger.store.set_setting, "serving_profile", profile, by=BY
+            )
+        if busy and incident_id is not None:
+            await host.ledger.write(
+                host.ledger.store.add_step,
+                incident_id,
+                StepName.SERVING_RESTART_DEFERRED,
+                detail={"waiting_for": busy},
+            )
+            return True
+        return await self._restart(profile, incident_id, reason, kind)
+
+    def _layout(self) -> tuple[ServingNode, list[ServingNode]] | None:
+        config = self.host.config
+        head = config.serving.head
+        if head is None or config.serving.token_file is None:
+            return None
+        nodes = [ServingNode(n.name, n.agent) for n in config.nodes]
+        head_node = next(n for n in nodes if n.name == head)
+        return head_node, [n for n in nodes if n.name != head]
+
+    async def _restart(self, profile: str, incident_id: int | None, reason: str, kind: str) -> bool:
+        host, ledger = self.host, self.host.ledger
+        layout = self._layout()
+        if layout is None:
+            log.info("serving restart skipped: serving.head and serving.token_file not set")
+            return False
+        token_file = host.config.serving.token_file
+        assert token_file is not None
+        try:
+            token = read_secret("serving.token_file", token_file).reveal()
+        except ConfigError as exc:
+            host.notifier.send(Event("serving_restart_failed", str(exc)))
+            return False
+        head, workers = layout
+        record = await ledger.write(
+            ledger.store.start_serving_restart, profile, incident_id=incident_id
+        )
+        self._answer_guard_kills_before(record.started_at)
+        if kind in SERVING_FAULT_KINDS:
+            self.fault_restarts.append((host.clock.monotonic(), record.id))
+        if incident_id is not None:
+            await ledger.write(
+                ledger.store.add_step,
+                incident_id,
+                StepName.SERVING_RESTART_STARTED,
+                detail={"profile": profile, "reason": reason},
+            )
+        report = await host.io.serving(
+            head, workers, token, host.config.serving.start_timeout, profile
+        )
+        self._last_restart = host.clock.monotonic()
+        if incident_id is not None and report.stacks:
+            await ledger.write(
+                ledger.store.add_step,
+                incident_id,
+                StepName.STACKS_RECORDED,
+                detail={"nodes": report.stacks},
+            )
+        await ledger.write(
+            ledger.store.finish_serving_restart,
+            record.id,
+            report.result,
+            step_durations=report.step_durations,
+            error=report.error,
+        )
+        if incident_id is not None:
+            await ledger.write(
+                ledger.store.add_step,
+                incident_id,
+                StepName.SERVING_RESTART_DONE,
+                detail={"result": report.result, "error": report.error}
+                | ({"note": report.note} if report.note else {}),
+            )
+        total = sum(report.step_durations.values())
+        if report.result == "succeeded":
+            host.notifier.send(
+                Event(
+                    "serving_restarted",
+                    f"serving restarted with profile {profile} in {total:.1f}s"
+                    + (f"; {report.note}" if report.note else ""),
+                )
+            )
+            return True
+        host.notifier.send(
+            Event("serving_restart_failed", f"serving restart ({profile}): {report.error}")
+        )
+        return False
+
+    async def _restarts_in_window(self) -> int:
+        """Automatic serving restarts for serving faults within restart_budget_window:
+        this process's by the monotonic clock, earlier ones from the history over a
+        window widened by CLOCK_STEP_MARGIN_S (as the power budgets count)."""
+        host = self.host
+        window = host.config.serving.restart_budget_window
+        now = host.clock.monotonic()
+        mine = [at for at, _ in self.fault_restarts if now - at < window]
+        ours = {restart_id for _, restart_id in self.fault_restarts}
+        since = host.clock.time() - window - CLOCK_STEP_MARGIN_S
+        recorded = await host.ledger.read(
+            host.ledger.store.serving_restarts_for, SERVING_FAULT_KINDS, since
+        )
+        return len(mine) + sum(1 for restart_id in recorded if restart_id not in ours)
+
+    async def budget_spent(self, watch: NodeWatch) -> bool:
+        """Too many automatic serving restarts in the window: alert once, a person decides."""
+        host = self.host
+        cfg = host.config.serving
+        try:
+            done = await self._restarts_in_window()
+        except HistoryUnwritable:
+            return True  # nothing can be recorded now: no restart; the next tick asks again
+        if done < cfg.restart_budget:
+            return False
+        self._blocked_until = host.clock.monotonic() + cfg.restart_budget_window / 4
+        watch.answer_guard_kill()  # seen, alerted: no restart for it
+        host.notifier.send(
+            Event(
+                "serving_budget_spent",
+                f"{watch.name} {watch.finding.summary}: {done} automatic serving restarts in "
+                f"{cfg.restart_budget_window:g} s (budget {cfg.restart_budget}); "
+                "not restarting: a person decides",
+                watch.name,
+            )
+        )
+        return True
+
+    def maybe_restart(self, watch: NodeWatch) -> None:
+        """A serving fault on the node: open its incident and restart serving, in
+        the background, unless something else will restart it or a limit stops it."""
+        host = self.host
+        if host.unlatch_in_progress():
+            return  # a node is halting for its long cut: serving restarts after it
+        if not host.config.serving.auto_restart:
+            if watch.guard_kill is not None:
+                # Told once, then not news any more: a person restarts serving.
+                watch.answer_guard_kill()
+                host.notifier.send(
+                    Event(
+                        "memory_exhausted",
+                        f"{watch.name} {watch.finding.summary}; serving.auto_restart is off: "
+                        "restart serving by hand (spark-watchdog serving restart)",
+                        watch.name,
+                    )
+                )
+            return
+        now = host.clock.monotonic()
+        if now < self._blocked_until:
+            return
+        if self.task is not None and not self.task.done():
+            return
+        if host.ladders_running():
+            return  # a host recovery or the wedged ladder ends with a serving restart anyway
+        if now - self._last_restart < host.config.serving.restart_cooldown:
+            return
+        self.task = asyncio.get_running_loop().create_task(self._fault_incident(watch))
+
+    async def _fault_incident(self, watch: NodeWatch) -> bool:
+        host, ledger = self.host, self.host.ledger
+        finding = watch.finding
+        if await self.budget_spent(watch):
+            return False
+        # The fault began when vLLM last progressed, not when the agent last answered.
+        onset = watch.serving_fault_onset(host.clock.time())
+        kind = finding.verdict.value
+        evidence: dict[str, Any] = {
+            "reasons": list(finding.reasons),
+            "agent_state": watch.snapshot,
+            "flight_recorder": host.recorder.evidence(watch.name),
+        }
+        kill = watch.guard_kill
+        if finding.verdict is Verdict.MEMORY_EXHAUSTED and kill is not None:
+            evidence["memory_guard"] = kill
+            # The rank died when the guard killed it.
+            at = kill.get("at_unix")
+            onset = float(at) if isinstance(at, (int, float)) else onset
+        try:
+            incident = await ledger.write(
+                ledger.store.open_incident,
+                kind,
+                [watch.name],
+                detected_at=host.clock.time(),
+                evidence=evidence,
+                fault_onset=onset,
+                dry_run=host.config.guards.dry_run,
+            )
+        except IncidentAlreadyOpen as exc:
+            log.info("%s: serving incident not opened: %s", watch.name, exc)
+            return False
+        if finding.verdict is Verdict.MEMORY_EXHAUSTED:
+            watch.answer_guard_kill()
+        host.notifier.send(
+            Event("incident_opened", f"{watch.name} {finding.summary}", watch.name, incident.id)
+        )
+        if host.config.guards.dry_run:
+            await close_dry_run(ledger, incident.id, "restart serving")
+            return False
+        ok = await self.restart_after(incident.id, finding.summary, kind=kind)
+        await ledger.write(
+            ledger.store.resolve_incident,
+            incident.id,
+            "recovered" if ok else "gave_up",
+            detail={"profile": self.profile},
+        )
+        return ok
+
+    # -- memory guard kills ---------------------------------------------------
+
+    def settle_guard_kill(self, watch: NodeWatch) -> None:
+        """A guard trip that killed nothing is an alert, not a cluster restart; a
+        pending kill that grew old (a hold, a failed restart) is no longer news."""
+        kill = watch.guard_kill
+        if kill is None:
+            return
+        at = kill.get("at_unix")
+        stale = isinstance(at, (int, float)) and self.host.clock.time() - at > GUARD_KILL_FRESH_S
+        if kill.get("result") == "killed" and not stale:
+            return
+        watch.answer_guard_kill()
+        if not stale:
+            self.host.notifier.send(
+                Event(
+                    "memory_guard_failed",
+                    f"{watch.name}: the memory guard tripped and {kill.get('result')}: "
+                    f"{'; '.join(map(str, kill.get('reasons') or []))}; look at the node now",
+                    watch.name,
+                )
+            )
+
+    def _answer_guard_kills_before(self, started_wall: float) -> None:
+        """A serving restart that began after a kill answers it, whatever began it."""
+        for watch in self.host.watches.values():
+            at = None if watch.guard_kill is None else watch.guard_kill.get("at_unix")
+            if isinstance(at, (int, float)) and at <= started_wall:
+                watch.answer_guard_kill()
+
+    async def guard_kill_recorded(self, watch: NodeWatch) -> bool:
+        """A memory guard kill an earlier controller already opened an incident for:
+        the same kill (agent start, id, time) in a memory_exhausted incident's
+        evidence. Looked up over a wide window: the node's clock and ours may differ."""
+        kill = watch.guard_kill
+        at = None if kill is None else kill.get("at_unix")
+        if kill is None or not isinstance(at, (int, float)):
+            return False
+        try:
+            found = await self.host.ledger.read(
+                self.host.ledger.store.list_incidents,
+                node=watch.name,
+                kind=Verdict.MEMORY_EXHAUSTED.value,
+                since=float(at) - 4 * GUARD_KILL_FRESH_S,
+                limit=20,
+            )
+        except HistoryUnwritable:
+            return True  # not now: the next tick asks again
+        same = ("agent_started_at", "id", "at_unix")
+        for incident in found:
+            recorded = incident.evidence.get("memory_guard")
+            if isinstance(recorded, dict) and all(recorded.get(k) == kill.get(k) for k in same):
+                watch.answer_guard_kill()
+                return True
+        return False
