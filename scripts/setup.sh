@@ -16,6 +16,7 @@ APT_PACKAGES=(
     prometheus prometheus-alertmanager               # promtool and amtool checks, a real Alertmanager in tests
     groff-base                                       # renders the man page in its test
     debootstrap systemd-container                    # the systemd guest tier (tests/guest)
+    postgresql                                       # the history in PostgreSQL, a real server in tests
 )
 
 missing=()
@@ -31,10 +32,10 @@ if ((${#missing[@]})); then
     $sudo apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends \
         "${missing[@]}" >/dev/null
-    # The tests start their own Prometheus tools on loopback; the packages'
-    # services (:9090, :9093) are not wanted on a development machine.
+    # The tests start their own Prometheus tools and PostgreSQL on loopback; the packages'
+    # services (:9090, :9093, :5432) are not wanted on a development machine.
     if [ -d /run/systemd/system ]; then
-        for service in prometheus prometheus-alertmanager; do
+        for service in prometheus prometheus-alertmanager postgresql; do
             if [[ " ${missing[*]} " == *" $service "* ]]; then
                 $sudo systemctl disable --now "$service" >/dev/null 2>&1 || true
             fi
@@ -54,6 +55,6 @@ want=$(sha256sum pyproject.toml | cut -d' ' -f1)
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
     echo "setup: installing spark-watchdog and its dependencies into .venv" >&2
     .venv/bin/python -m pip install -q --upgrade pip
-    .venv/bin/python -m pip install -q -e '.[journal,dev]'
+    .venv/bin/python -m pip install -q -e '.[journal,dev,postgres]'
     echo "$want" >"$stamp"
 fi

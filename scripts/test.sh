@@ -52,6 +52,9 @@ if [ "${SPARK_WATCHDOG_GUEST:-1}" != "0" ]; then
         exit "$status"
     fi
 fi
+# setup.sh installed PostgreSQL and psycopg: the history's PostgreSQL tier
+# runs (tests/history), and fails rather than skips if it cannot.
+export SPARK_WATCHDOG_REQUIRE_POSTGRES=1
 echo "== pytest" >&2
 # The 20 slowest tests at the end: where the suite's time goes.
 exec .venv/bin/python -m pytest --durations=20 "$@"

@@ -10,6 +10,7 @@ from typing import Any
 
 from spark_watchdog import logs
 from spark_watchdog.config.controller import load_controller_config
+from spark_watchdog.config.history_location import is_postgres_url
 from spark_watchdog.config.secret_refs import check_secrets, controller_secrets
 from spark_watchdog.errors import ConfigError, WatchdogError
 
@@ -48,6 +49,17 @@ def run(args: argparse.Namespace) -> int:
         )
     except ConfigError as exc:
         print(f"spark-watchdog controller: {exc}", file=sys.stderr)
+        return 2
+    if is_postgres_url(config.history):
+        # Two controllers on one PostgreSQL history would both act: the
+        # single-instance lock is a file beside an SQLite history.
+        print(
+            f"spark-watchdog controller: {args.config}: history: the controller keeps its "
+            "history in SQLite in this version (a PostgreSQL history is read and written "
+            "by the CLI only, until the controller pair's leadership lease lands); "
+            "give history: a file path",
+            file=sys.stderr,
+        )
         return 2
     if args.check:
         names = ", ".join(n.name for n in config.nodes)

@@ -32,6 +32,7 @@ from spark_watchdog.cli import flight_view
 from spark_watchdog.config.controller import ControllerConfig, load_controller_config
 from spark_watchdog.errors import ConfigError, WatchdogError
 from spark_watchdog.history.checks import SQLITE_MAX_INT
+from spark_watchdog.history.locate import configured_history
 from spark_watchdog.history.records import CLUSTER, iso_utc
 from spark_watchdog.history.store import HistoryStore
 from spark_watchdog.steps import StepName
@@ -176,7 +177,11 @@ def _config(args: argparse.Namespace) -> ControllerConfig:
 
 
 def _open(args: argparse.Namespace, *, write: bool = False) -> HistoryStore:
-    store = HistoryStore(_db_path(args), read_only=not write)
+    location = _db_path(args)
+    if args.db:
+        store = HistoryStore(location, read_only=not write)
+    else:
+        store = configured_history(_config(args), read_only=not write)
     if store.read_note:
         print(f"spark-watchdog: note: {store.read_note}", file=sys.stderr)
     return store

@@ -22,7 +22,7 @@ from spark_watchdog.cli.history_cmd import DEFAULT_CONFIG, EXIT_FAILED, EXIT_OK,
 from spark_watchdog.config.controller import ControllerConfig, load_controller_config
 from spark_watchdog.config.secrets import read_secret
 from spark_watchdog.errors import ConfigError, WatchdogError
-from spark_watchdog.history.store import HistoryStore
+from spark_watchdog.history.locate import configured_history
 
 SETTING = "serving_profile"
 
@@ -103,7 +103,7 @@ def run_profile(args: argparse.Namespace) -> int:
             refusal = _check_profile(config, args.profile)
             if refusal is not None:
                 return _fail(refusal[1], refusal[0])
-        with HistoryStore(config.history, read_only=args.profile is None) as store:
+        with configured_history(config, read_only=args.profile is None) as store:
             if store.read_note:
                 print(f"spark-watchdog serving: note: {store.read_note}", file=sys.stderr)
             if args.profile is not None:
@@ -134,7 +134,7 @@ def run_restart(args: argparse.Namespace) -> int:
         if serving.head is None or serving.token_file is None:
             return _fail("set serving.head and serving.token_file in the config", EXIT_USAGE)
         token = read_secret("serving.token_file", serving.token_file).reveal()
-        store = HistoryStore(config.history)
+        store = configured_history(config)
     except ConfigError as exc:
         return _fail(str(exc), EXIT_USAGE)
     except WatchdogError as exc:

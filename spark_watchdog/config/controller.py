@@ -20,6 +20,7 @@ from spark_watchdog.config.addresses import (
     check_tcp_target,
 )
 from spark_watchdog.config.files import read_yaml
+from spark_watchdog.config.history_location import check_url, is_postgres_url
 from spark_watchdog.config.schema import InvalidSetting, load, setting
 from spark_watchdog.errors import ConfigError
 
@@ -436,8 +437,10 @@ class ControllerConfig:
     serving: ServingConfig = setting(default_factory=ServingConfig)
     notify: NotifyConfig = setting(default_factory=NotifyConfig)
     listen: ControllerListenConfig = setting(default_factory=ControllerListenConfig)
-    # The freeze history (SQLite).
+    # The freeze history: an SQLite file, or postgresql://user@host:port/database
+    # (config/history_location.py), whose password is in history_password_file.
     history: str = setting("/var/lib/spark-watchdog/history.db")
+    history_password_file: str | None = setting(None)
     # Targets the controller must reach before it fences anything: tcp://host:port.
     witness: tuple[str, ...] = setting(default_factory=tuple)
 
@@ -451,6 +454,15 @@ class ControllerConfig:
         if self.serving.head is not None and self.serving.head not in names:
             raise InvalidSetting(
                 "serving.head", f'expected one of the node names, got "{self.serving.head}"'
+            )
+        if is_postgres_url(self.history):
+            problems = check_url(self.history)
+            if problems:
+                raise InvalidSetting("history", "; ".join(problems))
+        elif self.history_password_file is not None:
+            raise InvalidSetting(
+                "history_password_file",
+                "only a postgresql:// history has a password; the history is a file here",
             )
         for i, target in enumerate(self.witness):
             check_tcp_target(f"witness[{i}]", target)

@@ -52,6 +52,8 @@ def agent_secrets(config: AgentConfig) -> list[SecretReference]:
 
 def controller_secrets(config: ControllerConfig) -> list[SecretReference]:
     found: list[SecretReference] = []
+    if config.history_password_file is not None:
+        found.append(SecretReference("history_password_file", config.history_password_file))
     if config.serving.token_file is not None:
         found.append(SecretReference("serving.token_file", config.serving.token_file))
     for n, node in enumerate(config.nodes):

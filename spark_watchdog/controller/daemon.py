@@ -27,6 +27,7 @@ import signal
 from typing import Any
 
 from spark_watchdog.config.controller import ControllerConfig, SshDevice
+from spark_watchdog.config.history_location import is_postgres_url
 from spark_watchdog.controller import unlatch, wedged
 from spark_watchdog.controller.agent_restart import AgentRestarts
 from spark_watchdog.controller.budgets import Budgets
@@ -950,6 +951,10 @@ class Controller:
 
 async def serve(config: ControllerConfig) -> None:
     """Run until SIGTERM or SIGINT, as the only controller on this history."""
+    if is_postgres_url(config.history):
+        # The instance lock below is a file beside an SQLite history; nothing
+        # would keep a second controller on a PostgreSQL history from acting.
+        raise WatchdogError("the controller keeps its history in SQLite in this version")
     lock = InstanceLock(config.history)
     lock.acquire()  # HistoryLocked names the other controller
     try:

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections.abc import Mapping
 from typing import Any
 
 from spark_watchdog.errors import InvalidRecord, UnknownRecord
 from spark_watchdog.history import checks, decode
-from spark_watchdog.history.core import StoreCore
+from spark_watchdog.history.core import Connection, StoreCore
 from spark_watchdog.history.records import (
     ACTION_OPERATIONS,
     ACTION_RESULTS,
@@ -128,7 +127,7 @@ class ActionTables(StoreCore):
                 )
             return self._get_action(conn, action_id)
 
-    def _get_action(self, conn: sqlite3.Connection, action_id: int) -> Action:
+    def _get_action(self, conn: Connection, action_id: int) -> Action:
         row = conn.execute(
             f"SELECT {decode.ACTION_COLUMNS} FROM actions WHERE id = ?", (action_id,)
         ).fetchone()

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Mapping
 from typing import Any
 
 from spark_watchdog.errors import InvalidRecord, UnknownRecord
 from spark_watchdog.history import checks, decode
-from spark_watchdog.history.core import StoreCore
+from spark_watchdog.history.core import Connection, StoreCore
 from spark_watchdog.history.records import Boot, Node
 
 
@@ -162,7 +161,7 @@ class BootTables(StoreCore):
                 )
             return decode.boot(self._boot_row(conn, node, boot), self._path)
 
-    def _boot_row(self, conn: sqlite3.Connection, node: str, boot: str) -> tuple[Any, ...]:
+    def _boot_row(self, conn: Connection, node: str, boot: str) -> tuple[Any, ...]:
         row: tuple[Any, ...] = conn.execute(
             f"SELECT {decode.BOOT_COLUMNS} FROM boots WHERE node = ? AND boot_id = ?", (node, boot)
         ).fetchone()

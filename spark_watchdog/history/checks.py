@@ -85,7 +85,7 @@ def who(value: Any, path: str) -> str:
 
 def limit(value: int | None, path: str) -> int:
     if value is None:
-        return -1  # SQLite: no limit
+        return SQLITE_MAX_INT  # no limit; both engines take it (PostgreSQL refuses -1)
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= SQLITE_MAX_INT:
         raise InvalidRecord(
             path, f"limit must be an integer from 0 to {SQLITE_MAX_INT}, got {value!r}"

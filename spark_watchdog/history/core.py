@@ -35,7 +35,7 @@ import threading
 import time
 import urllib.parse
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from spark_watchdog.errors import (
     InvalidRecord,
@@ -51,6 +51,34 @@ from spark_watchdog.history.schema import APPLICATION_ID, MIGRATIONS
 from spark_watchdog.redact import redact_record
 
 DEFAULT_BUSY_TIMEOUT_S = 2.0
+
+
+class Cursor(Protocol):
+    """What the tables read from a query: sqlite3's cursor, or PostgreSQL's
+    through history/postgres.py."""
+
+    @property
+    def lastrowid(self) -> int | None: ...
+
+    @property
+    def rowcount(self) -> int: ...
+
+    def fetchone(self) -> Any: ...
+
+    def fetchall(self) -> list[Any]: ...
+
+    def __iter__(self) -> Iterator[Any]: ...
+
+
+class Connection(Protocol):
+    """What the tables run their queries on, inside ``_writing`` or ``_reading``.
+
+    The queries are written once, in the SQL both engines speak: ``?``
+    placeholders, no engine's own functions (docs/design.md, "Freeze history").
+    """
+
+    def execute(self, sql: str, parameters: Sequence[Any] = ..., /) -> Cursor: ...
+
 
 S = TypeVar("S", bound="StoreCore")
 
@@ -97,8 +125,8 @@ class StoreCore:
 
     @property
     def schema_version(self) -> int:
-        with self._reading("reading the schema version") as conn:
-            return migrations_.user_version(conn)
+        with self._lock, self._guard("reading the schema version"):
+            return migrations_.user_version(self._conn())
 
     def close(self) -> None:
         with self._lock:
@@ -286,7 +314,7 @@ class StoreCore:
         return self._connection
 
     @contextlib.contextmanager
-    def _writing(self, doing: str) -> Iterator[sqlite3.Connection]:
+    def _writing(self, doing: str) -> Iterator[Connection]:
         """One write transaction, committed (and fsynced) before the caller goes on."""
         with self._lock, self._guard(doing):
             conn = self._conn()
@@ -304,7 +332,7 @@ class StoreCore:
                 raise
 
     @contextlib.contextmanager
-    def _reading(self, doing: str) -> Iterator[sqlite3.Connection]:
+    def _reading(self, doing: str) -> Iterator[Connection]:
         """A consistent snapshot for reads that take several queries."""
         with self._lock, self._guard(doing):
             conn = self._conn()
@@ -336,13 +364,13 @@ class StoreCore:
 
     # -- rows every table shares --------------------------------------------------
 
-    def _ensure_node(self, conn: sqlite3.Connection, name: str, at: float) -> None:
+    def _ensure_node(self, conn: Connection, name: str, at: float) -> None:
         conn.execute(
             "INSERT INTO nodes (name, first_seen) VALUES (?, ?) ON CONFLICT (name) DO NOTHING",
             (name, at),
         )
 
-    def _require_incident(self, conn: sqlite3.Connection, incident_id: int) -> str:
+    def _require_incident(self, conn: Connection, incident_id: int) -> str:
         """The incident's status; UnknownRecord when there is no such incident."""
         if not isinstance(incident_id, int) or isinstance(incident_id, bool):
             raise InvalidRecord(self._path, f"incident id must be an integer, got {incident_id!r}")
@@ -356,7 +384,7 @@ class StoreCore:
 
     def _insert_step(
         self,
-        conn: sqlite3.Connection,
+        conn: Connection,
         incident_id: int,
         step: str,
         node: str | None,

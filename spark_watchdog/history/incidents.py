@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from spark_watchdog.errors import IncidentAlreadyOpen, InvalidRecord, UnknownRecord
 from spark_watchdog.history import checks, decode
-from spark_watchdog.history.core import StoreCore
+from spark_watchdog.history.core import Connection, StoreCore
 from spark_watchdog.history.records import RESOLUTIONS, Incident, IncidentStep, IncidentTimeline
 
 # The incident kind that cuts power: at most one open per node.
@@ -19,7 +18,7 @@ FENCING_KIND = "host_frozen"
 class IncidentTables(StoreCore):
     """Incidents, and the steps the controller records before it takes them."""
 
-    def _incidents(self, conn: sqlite3.Connection, rows: list[Any]) -> list[Incident]:
+    def _incidents(self, conn: Connection, rows: list[Any]) -> list[Incident]:
         ids = [row[0] for row in rows]
         nodes: dict[int, list[str]] = {i: [] for i in ids}
         for chunk in checks.chunks(ids, 500):  # old SQLite allows 999 parameters
@@ -130,7 +129,7 @@ class IncidentTables(StoreCore):
             self._insert_step(conn, incident_id, "resolved", None, detail_json, now)
             return self._get_incident(conn, incident_id)
 
-    def _get_incident(self, conn: sqlite3.Connection, incident_id: int) -> Incident:
+    def _get_incident(self, conn: Connection, incident_id: int) -> Incident:
         rows = (
             conn.execute(
                 f"SELECT {decode.INCIDENT_COLUMNS} FROM incidents WHERE id = ?", (incident_id,)

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Mapping, Sequence
 
 from spark_watchdog.errors import InvalidRecord, UnknownRecord
 from spark_watchdog.history import checks, decode
-from spark_watchdog.history.core import StoreCore
+from spark_watchdog.history.core import Connection, StoreCore
 from spark_watchdog.history.records import SERVING_RESTART_RESULTS, ServingRestart
 from spark_watchdog.redact import redact_text
 
@@ -73,7 +72,7 @@ class ServingRestartTables(StoreCore):
             )
             return self._get_serving_restart(conn, restart_id)
 
-    def _get_serving_restart(self, conn: sqlite3.Connection, restart_id: int) -> ServingRestart:
+    def _get_serving_restart(self, conn: Connection, restart_id: int) -> ServingRestart:
         row = conn.execute(
             f"SELECT {decode.RESTART_COLUMNS} FROM serving_restarts WHERE id = ?", (restart_id,)
         ).fetchone()

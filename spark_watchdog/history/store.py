@@ -1,5 +1,6 @@
 """The controller's freeze history: one SQLite file (``history.core``), with the
-queries of each table in a module of its own."""
+queries of each table in a module of its own; the same tables in PostgreSQL
+are ``history.postgres``, and ``history.locate`` opens either."""
 
 from __future__ import annotations
 

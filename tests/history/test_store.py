@@ -619,28 +619,28 @@ def test_settings_round_trip(store: HistoryStore, clock: Any) -> None:
     ],
 )
 def test_corrupt_json_cell_names_the_row(
-    store: HistoryStore, db_path: Path, table: str, column: str, reader: Any, named: str
+    sqlite_store: HistoryStore, db_path: Path, table: str, column: str, reader: Any, named: str
 ) -> None:
-    incident_id = open_frozen(store)
-    store.set_setting("serving_profile", "safe", by="alice")
+    incident_id = open_frozen(sqlite_store)
+    sqlite_store.set_setting("serving_profile", "safe", by="alice")
     raw = sqlite3.connect(db_path)
     with raw:
         raw.execute(f"UPDATE {table} SET {column} = '{{not json'")
     raw.close()
     with pytest.raises(StoreCorrupt, match=named) as caught:
-        reader(store, incident_id)
+        reader(sqlite_store, incident_id)
     assert str(db_path) in str(caught.value)
     assert isinstance(caught.value, StoreError) and isinstance(caught.value, WatchdogError)
 
 
-def test_json_cell_of_the_wrong_shape_is_corrupt(store: HistoryStore, db_path: Path) -> None:
-    incident_id = open_frozen(store)
+def test_json_cell_of_the_wrong_shape_is_corrupt(sqlite_store: HistoryStore, db_path: Path) -> None:
+    incident_id = open_frozen(sqlite_store)
     raw = sqlite3.connect(db_path)
     with raw:
         raw.execute("UPDATE incidents SET evidence = '[1, 2]'")
     raw.close()
     with pytest.raises(StoreCorrupt, match="should be a JSON object"):
-        store.get_incident(incident_id)
+        sqlite_store.get_incident(incident_id)
 
 
 # -- two stores, threads -----------------------------------------------------------------
