@@ -133,6 +133,11 @@ class UnknownRecord(StoreError):
     """No such incident, action or serving restart."""
 
 
+class NotLeader(StoreError):
+    """A controller of a pair may not write: another took the leadership, or its
+    lease has too little left (history/leadership.py). Nothing was written."""
+
+
 class IncidentAlreadyOpen(WatchdogError):
     """A node may have one open host_frozen incident at a time; a second one is refused.
 

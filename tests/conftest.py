@@ -1,11 +1,22 @@
-"""Fixtures for every test."""
+"""Fixtures for every test.
+
+``postgres_server`` is a real PostgreSQL server for the session, and
+``postgres_url`` a fresh database on it per test. Without a server or
+psycopg here, those tests are skipped with the way to get them, unless
+``SPARK_WATCHDOG_REQUIRE_POSTGRES=1`` (scripts/test.sh sets it after
+setup.sh installed both), where they fail instead.
+"""
 
 from __future__ import annotations
 
+import itertools
 import logging
+import os
 from collections.abc import Iterator
 
 import pytest
+
+from spark_watchdog.lab.hardware.postgres_server import ROLE, PostgresServer, PostgresUnavailable
 
 
 @pytest.fixture(autouse=True)
@@ -19,3 +30,34 @@ def _no_log_handler_outlives_its_test() -> Iterator[None]:
     for handler in list(root.handlers):
         if getattr(handler, "_spark_watchdog", False):
             root.removeHandler(handler)
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    try:
+        import psycopg  # noqa: F401
+    except ImportError:
+        _unavailable("psycopg is not installed: pip install 'spark-watchdog[postgres]'")
+    try:
+        server = PostgresServer()
+    except PostgresUnavailable as exc:
+        _unavailable(str(exc))
+    with server:
+        yield server
+
+
+def _unavailable(why: str) -> None:
+    if os.environ.get("SPARK_WATCHDOG_REQUIRE_POSTGRES") == "1":
+        pytest.fail(f"PostgreSQL tier required but unavailable: {why}")
+    pytest.skip(f"PostgreSQL tier skipped: {why} (scripts/setup.sh installs it)")
+
+
+_databases = itertools.count(1)
+
+
+@pytest.fixture
+def postgres_url(postgres_server: PostgresServer) -> str:
+    """A new, empty database on the session's server, owned by the history's role."""
+    name = f"history_{next(_databases)}"
+    postgres_server.psql(f"CREATE DATABASE {name} OWNER {ROLE}")
+    return postgres_server.url.rsplit("/", 1)[0] + "/" + name

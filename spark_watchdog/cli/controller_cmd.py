@@ -50,24 +50,18 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"spark-watchdog controller: {exc}", file=sys.stderr)
         return 2
-    if is_postgres_url(config.history):
-        # Two controllers on one PostgreSQL history would both act: the
-        # single-instance lock is a file beside an SQLite history.
-        print(
-            f"spark-watchdog controller: {args.config}: history: the controller keeps its "
-            "history in SQLite in this version (a PostgreSQL history is read and written "
-            "by the CLI only, until the controller pair's leadership lease lands); "
-            "give history: a file path",
-            file=sys.stderr,
-        )
-        return 2
     if args.check:
         names = ", ".join(n.name for n in config.nodes)
         print(f"{args.config}: ok ({len(config.nodes)} nodes: {names})")
         for note in secrets.notes():
             print(f"  {note}")
         return 0
-    from spark_watchdog.controller.daemon import serve
+    if is_postgres_url(config.history):
+        # One of a pair, a standby until it takes the lease:
+        # docs/design.md, "Controller pair".
+        from spark_watchdog.controller.pair import serve_pair as serve
+    else:
+        from spark_watchdog.controller.daemon import serve
 
     try:
         asyncio.run(serve(config))

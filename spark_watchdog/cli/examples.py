@@ -34,6 +34,11 @@ EXAMPLES: dict[tuple[str, ...], tuple[str, ...]] = {
         "spark-watchdog serving restart",
         "spark-watchdog serving restart --profile plain --json",
     ),
+    ("ha", "status"): (
+        "spark-watchdog ha status",
+        "spark-watchdog ha status --config /etc/spark-watchdog/controller.yaml --json",
+    ),
+    ("ha", "step-down"): ("spark-watchdog ha step-down",),
     ("lab", "demo"): ("spark-watchdog lab demo", "spark-watchdog lab demo --json > demo.json"),
     ("lab", "run"): (
         "spark-watchdog lab run --list",

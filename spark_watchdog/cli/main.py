@@ -17,6 +17,7 @@ from spark_watchdog.cli import (
     controller_cmd,
     doctor_cmd,
     examples,
+    ha_cmd,
     history_cmd,
     lab_cmd,
     power_cmd,
@@ -69,6 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
     power_cmd.add_parser(commands)
     history_cmd.add_parsers(commands)
     serving_cmd.add_parser(commands)
+    ha_cmd.add_parser(commands)
     lab_cmd.add_parser(commands)
     doctor_cmd.add_parser(commands)
     reference_cmd.add_parsers(commands)

@@ -359,6 +359,75 @@ class ControllerListenConfig:
         check_bind_address("address", self.address)
 
 
+# Seconds of lease a leader's write needs beyond two send deadlines
+# (history/leadership.py): the last byte of a command leaves before expiry,
+# not at it, with room for the database host's clock to run a little fast.
+FENCE_MARGIN_S = 1.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class LeadershipConfig:
+    # The controller pair on a PostgreSQL history (docs/design.md, "Controller pair").
+    # Seconds a leader's lease lasts, by the database's clock.
+    lease: float = setting(20.0, above=0)
+    # Seconds between the leader's renewals (and a standby's tries).
+    renew_every: float = setting(2.0, above=0)
+    # Seconds without a renewal after which the leader stops everything and exits.
+    give_up_after: float = setting(8.0, above=0)
+    # Seconds after a step's transaction began within which its command may leave;
+    # every power device's timeout must be within it.
+    send_deadline: float = setting(5.0, above=0)
+    # Seconds a new leader waits before it acts.
+    settle: float = setting(2.0, minimum=0)
+
+    def __post_init__(self) -> None:
+        if self.renew_every >= self.give_up_after:
+            raise InvalidSetting(
+                "leadership.renew_every",
+                f"must be below give_up_after ({self.give_up_after:g}s), got {self.renew_every:g}",
+            )
+        needed = self.give_up_after + 2 * self.send_deadline + FENCE_MARGIN_S
+        if needed > self.lease:
+            raise InvalidSetting(
+                "leadership.lease",
+                f"must be at least give_up_after + 2 x send_deadline + {FENCE_MARGIN_S:g} "
+                f"({needed:g}s), got {self.lease:g}: a command may leave up to two send "
+                "deadlines after its step began",
+            )
+
+
+def device_timeout(device: PowerDevice) -> float:
+    """The longest a command to the device may take to leave after its gate: SNMP
+    resends on a timeout; HTTPS shakes hands before the request."""
+    if isinstance(device, SnmpDevice):
+        return device.timeout * (device.retries + 1)
+    if isinstance(device, SshDevice):
+        return device.connect_timeout
+    if isinstance(device, (ShellyDevice, TasmotaDevice)) and device.url.startswith("https:"):
+        return 2 * device.timeout
+    return device.timeout
+
+
+def pair_refusal(device: PowerDevice) -> str | None:
+    """Why the device cannot serve a controller pair (None: it can): after the gate
+    its command must be one request, with nothing to look up first."""
+    if isinstance(device, RedfishDevice):
+        return (
+            "a Redfish reset takes several requests after the gate (the system, its "
+            "reset action); not with a controller pair yet: use the node's PDU outlet"
+        )
+    if isinstance(device, SnmpDevice):
+        outlets = [device.outlet] if device.outlets is None else list(device.outlets)
+        if len(outlets) > 1:
+            return (
+                "an outlet group's members are switched one after another after the "
+                "gate; not with a controller pair yet: one outlet per power path"
+            )
+        if any(isinstance(o, str) for o in outlets):
+            return "a named outlet is looked up after the gate: give its number"
+    return None
+
+
 def _host_port(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
@@ -441,6 +510,7 @@ class ControllerConfig:
     # (config/history_location.py), whose password is in history_password_file.
     history: str = setting("/var/lib/spark-watchdog/history.db")
     history_password_file: str | None = setting(None)
+    leadership: LeadershipConfig = setting(default_factory=LeadershipConfig)
     # Targets the controller must reach before it fences anything: tcp://host:port.
     witness: tuple[str, ...] = setting(default_factory=tuple)
 
@@ -459,6 +529,7 @@ class ControllerConfig:
             problems = check_url(self.history)
             if problems:
                 raise InvalidSetting("history", "; ".join(problems))
+            _check_device_timeouts(self.nodes, self.leadership.send_deadline)
         elif self.history_password_file is not None:
             raise InvalidSetting(
                 "history_password_file",
@@ -474,6 +545,24 @@ class ControllerConfig:
                 return node
         known = ", ".join(n.name for n in self.nodes)
         raise KeyError(f'no node "{name}" in the config; known: {known}')
+
+
+def _check_device_timeouts(nodes: tuple[NodeConfig, ...], send_deadline: float) -> None:
+    """In a pair, a command leaves within send_deadline of its gate: no socket may wait longer."""
+    for n, node in enumerate(nodes):
+        for p, device in enumerate(node.power):
+            refusal = pair_refusal(device)
+            if refusal is not None:
+                raise InvalidSetting(f"nodes[{n}].power[{p}]", refusal)
+            took = device_timeout(device)
+            if took > send_deadline:
+                key = "connect_timeout" if isinstance(device, SshDevice) else "timeout"
+                raise InvalidSetting(
+                    f"nodes[{n}].power[{p}].{key}",
+                    f"a command may take {took:g}s to leave, more than leadership.send_deadline "
+                    f"({send_deadline:g}s): lower the timeout (and retries), or raise "
+                    "send_deadline together with leadership.lease",
+                )
 
 
 def parse_controller_config(data: object, source: str = "controller config") -> ControllerConfig:

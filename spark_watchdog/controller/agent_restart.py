@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 
 from spark_watchdog.config.controller import ControllerConfig, SshDevice
 from spark_watchdog.controller.clock import Clock
@@ -30,7 +31,9 @@ class AgentRestarts:
         notifier: Notifier,
         clock: Clock,
         io: ControllerIO,
+        check_leading: Callable[[], None] = lambda: None,
     ) -> None:
+        self.check_leading = check_leading
         self.config = config
         self.ledger = ledger
         self.notifier = notifier
@@ -64,6 +67,7 @@ class AgentRestarts:
                 "agent_restart",
                 device=f"ssh {ssh.host}:{ssh.port}",
             )
+            self.check_leading()  # a controller of a pair that may not act: NotLeading
             outcome = await self.io.agent_restart(ssh)
             log.info("%s: agent restart over ssh: %s", watch.name, outcome)
         except (HistoryUnwritable, WatchdogError, OSError) as exc:

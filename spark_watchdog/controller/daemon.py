@@ -24,6 +24,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+from collections.abc import Callable
 from typing import Any
 
 from spark_watchdog.config.controller import ControllerConfig, SshDevice
@@ -36,7 +37,7 @@ from spark_watchdog.controller.flight_recorder import FlightRecorder
 from spark_watchdog.controller.http_client import ANSWERED, HttpError
 from spark_watchdog.controller.io import ControllerIO
 from spark_watchdog.controller.ladder_tasks import UnlatchLadders, WedgedLadders
-from spark_watchdog.controller.ledger import HistoryUnwritable, Ledger
+from spark_watchdog.controller.ledger import HistoryUnwritable, Ledger, NotLeading
 from spark_watchdog.controller.node_states import InvalidTransition, NodeEvent, NodeState
 from spark_watchdog.controller.node_watch import (
     BLIND_BANNER_OUTCOMES,
@@ -118,7 +119,9 @@ class Controller:
         self.serving = ServingRestarts(self)
         self.wedged = WedgedLadders(self)
         self.unlatch = UnlatchLadders(self, self.wedged)
-        self.agent_restarts = AgentRestarts(config, self.ledger, self.notifier, self.clock, self.io)
+        self.agent_restarts = AgentRestarts(
+            config, self.ledger, self.notifier, self.clock, self.io, self.check_leading
+        )
         self._banner_checks: dict[str, asyncio.Task[None]] = {}
         self.witness_ok = True
         self.witness_detail = "not checked yet"
@@ -132,6 +135,10 @@ class Controller:
         self.published: dict[str, Any] = {}
         # READY/WATCHDOG/STATUS to systemd (Type=notify); None: from the environment.
         self.systemd: SystemdNotifier | None = None
+        # A controller of a pair (controller/pair.py): why a command may not leave
+        # now (history/leadership.py, Lease.send_refusal), and what status shows of it.
+        self.send_refusal: Callable[[], str | None] | None = None
+        self.leadership: Callable[[], dict[str, Any]] | None = None
 
     # -- RecoveryHost -------------------------------------------------------
 
@@ -183,7 +190,10 @@ class Controller:
                 )
 
         def gate(target: PowerState) -> str | None:
-            return self._may_cut(watch) if target is PowerState.OFF else None
+            why = self._may_cut(watch) if target is PowerState.OFF else None
+            # Last, after the hold read: nothing leaves past the send deadline.
+            self.check_leading()
+            return why
 
         return self.io.power_factory(path, write_ahead, gate)
 
@@ -338,10 +348,19 @@ class Controller:
     async def reboots_in_window(self, node: str) -> int:
         return await self.budgets.reboots_in_window(node)
 
+    def check_leading(self) -> None:
+        """Right before anything leaves: a controller of a pair that may not send
+        now raises NotLeading (the action does not happen, the incident stays open)."""
+        refused = None if self.send_refusal is None else self.send_refusal()
+        if refused is not None:
+            raise NotLeading(refused)
+
     async def halt(self, device: SshDevice) -> wedged.RebootAttempt:
+        self.check_leading()
         return await self.io.halt(device)
 
     async def forced_reboot(self, device: SshDevice) -> wedged.RebootAttempt:
+        self.check_leading()
         return await self.io.forced_reboot(device)
 
     def fencing_running(self) -> bool:
@@ -906,6 +925,8 @@ class Controller:
                 *self._banner_checks.values(),
                 *self.agent_restarts.tasks.values(),
                 self.serving.task,
+                *self.wedged.tasks(),
+                *self.unlatch.tasks(),
             ]
             if t is not None and not t.done()
         ]
@@ -945,6 +966,7 @@ class Controller:
             "dry_run": self.config.guards.dry_run,
             "serving_profile": self.serving.profile,
             "history": self.ledger.problem or "ok",
+            "leadership": None if self.leadership is None else self.leadership(),
             "nodes": [w.to_json(now) for w in self.watches.values()],
         }
 
@@ -954,7 +976,7 @@ async def serve(config: ControllerConfig) -> None:
     if is_postgres_url(config.history):
         # The instance lock below is a file beside an SQLite history; nothing
         # would keep a second controller on a PostgreSQL history from acting.
-        raise WatchdogError("the controller keeps its history in SQLite in this version")
+        raise WatchdogError("a PostgreSQL history is served by controller/pair.py's serve_pair")
     lock = InstanceLock(config.history)
     lock.acquire()  # HistoryLocked names the other controller
     try:

@@ -48,6 +48,9 @@ class WedgedLadders:
     def running(self) -> bool:
         return any(not task.done() for task, _ in self._tasks.values())
 
+    def tasks(self) -> list[asyncio.Task[str]]:
+        return [task for task, _ in self._tasks.values()]
+
     async def busy_with(self, watch: NodeWatch) -> bool:
         """A ladder runs for the node: leave it be, unless the host went
         silent, which the freeze path takes over."""
@@ -194,6 +197,9 @@ class UnlatchLadders:
         if any(w.state in busy for w in self.host.watches.values()):
             return False
         return not self.host.fencing_running() and not self.wedged.running()
+
+    def tasks(self) -> list[asyncio.Task[str]]:
+        return list(self._tasks.values())
 
     def in_progress(self) -> bool:
         """An unlatch ladder runs, or a node halted for its latch (here or by an

@@ -28,6 +28,12 @@ class HistoryUnwritable(Exception):
     """A write-ahead record could not be made; the action must not happen."""
 
 
+class NotLeading(HistoryUnwritable):
+    """A controller of a pair may not send now (history/leadership.py): like an
+    unwritable history, the action does not happen and its incident stays open,
+    for this controller once it leads again or for the one that leads now."""
+
+
 class Ledger:
     def __init__(
         self,

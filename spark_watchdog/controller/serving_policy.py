@@ -62,6 +62,10 @@ class ServingHost(Protocol):
 
     def unlatch_in_progress(self) -> bool: ...
 
+    def check_leading(self) -> None:
+        """Raise NotLeading when this controller of a pair may not act now."""
+        ...
+
 
 class ServingRestarts:
     """The serving restarts of one controller process: when, how many, with what."""
@@ -151,6 +155,7 @@ class ServingRestarts:
                 StepName.SERVING_RESTART_STARTED,
                 detail={"profile": profile, "reason": reason},
             )
+        host.check_leading()
         report = await host.io.serving(
             head, workers, token, host.config.serving.start_timeout, profile
         )

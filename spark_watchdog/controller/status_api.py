@@ -129,6 +129,14 @@ class _Collector:
         )
         history.add_metric([], 1.0 if status.get("history", "ok") == "ok" else 0.0)
         yield history
+        leadership = status.get("leadership")
+        if isinstance(leadership, dict):  # one controller of a pair (controller/pair.py)
+            epoch = GaugeMetricFamily(
+                "spark_watchdog_controller_leader_epoch",
+                "The leadership epoch this controller of a pair leads at; 0 once it lost it.",
+            )
+            epoch.add_metric([], float(leadership.get("epoch") or 0))
+            yield epoch
         breaker = GaugeMetricFamily(
             "spark_watchdog_cluster_held",
             "1 while a cluster-wide hold (circuit breaker or an operator) is active.",

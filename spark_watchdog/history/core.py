@@ -396,12 +396,17 @@ class StoreCore:
             "SELECT COALESCE(MAX(seq), 0) + 1 FROM incident_steps WHERE incident_id = ?",
             (incident_id,),
         ).fetchone()
+        epoch = self._epoch()
         conn.execute(
-            "INSERT INTO incident_steps (incident_id, seq, at, node, step, detail) "
-            "VALUES (?, ?, ?, ?, ?, ?)",
-            (incident_id, seq, at, node, step, detail_json),
+            "INSERT INTO incident_steps (incident_id, seq, at, node, step, detail, epoch) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (incident_id, seq, at, node, step, detail_json, epoch),
         )
-        return IncidentStep(incident_id, seq, at, node, step, json.loads(detail_json))
+        return IncidentStep(incident_id, seq, at, node, step, json.loads(detail_json), epoch)
+
+    def _epoch(self) -> int | None:
+        """The leadership epoch this store writes under (None: no lease, as on SQLite)."""
+        return None
 
     # -- maintenance -------------------------------------------------------------------
 

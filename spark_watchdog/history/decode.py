@@ -26,7 +26,7 @@ INCIDENT_COLUMNS = (
     "id, kind, opened_at, detected_at, fault_onset, evidence, dry_run, status, "
     "resolution, resolved_at, time_to_detect_s, time_to_recover_s"
 )
-STEP_COLUMNS = "incident_id, seq, at, node, step, detail"
+STEP_COLUMNS = "incident_id, seq, at, node, step, detail, epoch"
 BOOT_COLUMNS = (
     "node, boot_id, first_entry, last_entry, clean_shutdown, evidence, recorded_at, "
     "updated_at, incident_id"
@@ -81,7 +81,7 @@ def incident(row: Sequence[Any], nodes: Sequence[str], path: str) -> Incident:
 
 
 def step(row: Sequence[Any], path: str) -> IncidentStep:
-    incident_id, seq, at, node, name, detail = row
+    incident_id, seq, at, node, name, detail, epoch = row
     return IncidentStep(
         incident_id=incident_id,
         seq=seq,
@@ -89,6 +89,7 @@ def step(row: Sequence[Any], path: str) -> IncidentStep:
         node=node,
         step=name,
         detail=load_json(detail, f"incident {incident_id} step {seq} detail", path),
+        epoch=epoch,
     )
 
 

@@ -35,7 +35,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from spark_watchdog.config.history_location import check_url, safe_url
 from spark_watchdog.errors import (
@@ -92,6 +92,24 @@ def _placeholders(sql: str) -> str:
         else:
             out.append(char)
     return "".join(out)
+
+
+class WriteFence(Protocol):
+    """Checked inside every write transaction of a fenced store, after the write
+    lock: a controller of a pair writes only while it leads (history/leadership.py)."""
+
+    @property
+    def checked_epoch(self) -> int | None:
+        """The epoch the current write's check passed at (written into its steps)."""
+        ...
+
+    def check(self, conn: Connection) -> None:
+        """Raise NotLeader if this process may not write now."""
+        ...
+
+    def committed(self) -> None:
+        """The transaction ``check`` last passed in committed."""
+        ...
 
 
 class _PgCursor:
@@ -162,6 +180,7 @@ class PostgresCore(StoreCore):
         self._connection = None  # SQLite's; this core keeps its own in _pg
         self._pg: psycopg.Connection[Any] | None = None
         self._closed = False
+        self._fence: WriteFence | None = None
         self.read_note = None
         with self._lock, self._guard("opening"):
             self._pg = self._pg_connect()
@@ -241,6 +260,10 @@ class PostgresCore(StoreCore):
         import psycopg
 
         pg = self._pg_conn()
+        if not pg.closed and pg.info.transaction_status != _IDLE:
+            # Left inside a transaction (an interrupted one): never join it.
+            with contextlib.suppress(Exception):
+                pg.execute("ROLLBACK")
         try:
             pg.execute(statement)
         except psycopg.OperationalError:
@@ -384,19 +407,36 @@ class PostgresCore(StoreCore):
             )
         return StoreError(where, f"history {where}: {doing} failed: {detail}")
 
+    def set_fence(self, fence: WriteFence | None) -> None:
+        """From now every write checks ``fence`` first (a controller of a pair)."""
+        with self._lock:
+            self._fence = fence
+
+    def _epoch(self) -> int | None:
+        # What this transaction's check saw, not what the lease says by now.
+        return None if self._fence is None else self._fence.checked_epoch
+
     @contextlib.contextmanager
-    def _writing(self, doing: str) -> Iterator[Connection]:
-        """One write transaction, durable on the server before the caller goes on."""
+    def _writing(self, doing: str, *, fenced: bool = True) -> Iterator[Connection]:
+        """One write transaction, durable on the server before the caller goes on.
+
+        ``fenced=False`` is for the lease's own writes (history/leadership.py).
+        """
         with self._lock, self._guard(doing):
             if self._read_only:
                 raise StoreReadOnly(
                     self._path, f"history store {self._path} was opened read-only ({doing})"
                 )
+            fence = self._fence if fenced else None
             pg = self._begin("BEGIN")
             try:
                 pg.execute("SELECT pg_advisory_xact_lock(%s)", (WRITE_LOCK_KEY,))
+                if fence is not None:
+                    fence.check(_PgConnection(pg))
                 yield _PgConnection(pg)
                 pg.execute("COMMIT")
+                if fence is not None:
+                    fence.committed()
             except BaseException:
                 with contextlib.suppress(Exception):
                     if not pg.closed and pg.info.transaction_status != _IDLE:

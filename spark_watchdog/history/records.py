@@ -140,6 +140,8 @@ class IncidentStep(_Record):
     node: str | None  # None: a cluster-wide step (serving restart, resolution)
     step: str
     detail: Mapping[str, Any]
+    # The leadership epoch of the controller that wrote it; None without a lease.
+    epoch: int | None = None
 
     _times: ClassVar[frozenset[str]] = frozenset({"at"})
 

@@ -142,8 +142,29 @@ CREATE TABLE settings (
 );
 """
 
+# Version 2: the controller pair (docs/design.md, "Controller pair"). One row
+# per leadership (name 'controller'): who holds it, at which epoch, until when
+# by the database's own clock; every step records the epoch of the leader that
+# wrote it (NULL: a controller without a lease, on SQLite, or the CLI).
+_V2 = """
+CREATE TABLE leadership (
+    name        TEXT PRIMARY KEY,
+    holder      TEXT NOT NULL,
+    epoch       INTEGER NOT NULL CHECK (epoch >= 1),
+    acquired_at REAL NOT NULL,
+    renewed_at  REAL NOT NULL,
+    expires_at  REAL NOT NULL,
+    -- the holder's promise to its own checked writes: two send deadlines
+    fence_s     REAL NOT NULL CHECK (fence_s >= 0),
+    -- set by a step-down: no write, no renewal; expires fence_s later
+    released_at REAL
+);
+
+ALTER TABLE incident_steps ADD COLUMN epoch INTEGER;
+"""
+
 # MIGRATIONS[i] takes a file from version i to version i + 1.
-MIGRATIONS: tuple[str, ...] = (_V1,)
+MIGRATIONS: tuple[str, ...] = (_V1, _V2)
 
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -289,6 +289,8 @@ def controller_exposition(tmp_path_factory: pytest.TempPathFactory) -> Expositio
     store = HistoryStore(config.history)
     try:
         controller = Controller(config, store)
+        # As one controller of a pair leads (controller/pair.py): its families too.
+        controller.leadership = lambda: {"holder": "mgmt-1:4242:ab12cd34", "epoch": 3}
         asyncio.run(_drive(controller))
         assert controller.published["nodes"], "the controller published no node"
         return parse_exposition(render_controller(controller))

@@ -50,6 +50,7 @@ UNITLESS = {
     "spark_watchdog_controller_polls": "poll sweeps",
     "spark_watchdog_controller_witness_ok": "boolean",
     "spark_watchdog_controller_history_writable": "boolean",
+    "spark_watchdog_controller_leader_epoch": "leadership epoch",
     "spark_watchdog_cluster_held": "boolean",
     "spark_watchdog_notifications": "notifications",
     "spark_watchdog_incidents": "incidents",

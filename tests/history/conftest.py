@@ -1,23 +1,18 @@
 """Shared fixtures for the freeze-history tests: a real SQLite file per test,
-and a real PostgreSQL server for the session with a fresh database per test.
+or a fresh database on the session's real PostgreSQL server (tests/conftest.py).
 
-``store`` is either engine: every test that takes it runs on both. Without
-a PostgreSQL server or psycopg here, the PostgreSQL half is skipped with the
-way to get it, unless ``SPARK_WATCHDOG_REQUIRE_POSTGRES=1`` (scripts/test.sh
-sets it after setup.sh installed both), where it fails instead.
+``store`` is either engine: every test that takes it runs on both.
 """
 
 from __future__ import annotations
 
-import itertools
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from spark_watchdog.history import HistoryStore
-from spark_watchdog.lab.hardware.postgres_server import ROLE, PostgresServer, PostgresUnavailable
+from spark_watchdog.lab.hardware.postgres_server import PostgresServer
 
 T0 = 1_750_000_000.0  # 2025-06-15T15:06:40Z
 
@@ -51,37 +46,6 @@ def sqlite_store(db_path: Path, clock: FakeClock) -> Iterator[HistoryStore]:
     """For tests that reach into the file itself (the decoding they prove is shared)."""
     with HistoryStore(db_path, clock=clock) as opened:
         yield opened
-
-
-@pytest.fixture(scope="session")
-def postgres_server() -> Iterator[PostgresServer]:
-    try:
-        import psycopg  # noqa: F401
-    except ImportError:
-        _unavailable("psycopg is not installed: pip install 'spark-watchdog[postgres]'")
-    try:
-        server = PostgresServer()
-    except PostgresUnavailable as exc:
-        _unavailable(str(exc))
-    with server:
-        yield server
-
-
-def _unavailable(why: str) -> None:
-    if os.environ.get("SPARK_WATCHDOG_REQUIRE_POSTGRES") == "1":
-        pytest.fail(f"PostgreSQL tier required but unavailable: {why}")
-    pytest.skip(f"PostgreSQL tier skipped: {why} (scripts/setup.sh installs it)")
-
-
-_databases = itertools.count(1)
-
-
-@pytest.fixture
-def postgres_url(postgres_server: PostgresServer) -> str:
-    """A new, empty database on the session's server, owned by the history's role."""
-    name = f"history_{next(_databases)}"
-    postgres_server.psql(f"CREATE DATABASE {name} OWNER {ROLE}")
-    return postgres_server.url.rsplit("/", 1)[0] + "/" + name
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

@@ -149,10 +149,10 @@ def test_two_processes_opening_an_old_file_migrate_it_once(db_path: Path) -> Non
 
 def test_read_only_store_does_not_migrate(db_path: Path) -> None:
     load_v1(db_path)
-    with HistoryStore(db_path, migrations=MIGRATIONS, read_only=True) as store:
+    with HistoryStore(db_path, migrations=MIGRATIONS[:1], read_only=True) as store:
         assert store.get_incident(1).kind == "host_frozen"
     with pytest.raises(StoreError, match="open it read-write once"):
-        HistoryStore(db_path, migrations=(*MIGRATIONS, V2_EXAMPLE), read_only=True)
+        HistoryStore(db_path, migrations=MIGRATIONS, read_only=True)
     assert header_of(db_path)[0] == 1
 
 

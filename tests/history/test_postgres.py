@@ -280,19 +280,48 @@ def test_the_cli_holds_and_lists_on_a_postgresql_history(
         assert store.active_hold("spark-1") is None
 
 
-def test_the_controller_refuses_a_postgresql_history_for_now(
-    postgres_server: PostgresServer, postgres_url: str, tmp_path: Path
-) -> None:
-    import subprocess
-    import sys
+def test_a_pair_config_is_checked_at_load(tmp_path: Path) -> None:
+    """A pair's timings must hold together, and no power socket may wait past the
+    send deadline (a command leaves within it)."""
+    import yaml
 
-    config = _controller_config(tmp_path, postgres_url, str(postgres_server.password_file))
-    done = subprocess.run(
-        [sys.executable, "-m", "spark_watchdog", "controller", "--config", str(config), "--check"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 2, done.stderr
-    assert "keeps its history in SQLite in this version" in done.stderr
+    from spark_watchdog.config.controller import load_controller_config
+    from spark_watchdog.errors import ConfigError
+
+    path = _controller_config(tmp_path, "postgresql://w@db:5432/h", "/etc/pw")
+    data = yaml.safe_load(path.read_text())
+    data["leadership"] = {"lease": 10, "give_up_after": 8, "send_deadline": 5}
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(ConfigError, match=r"leadership\.lease: must be at least"):
+        load_controller_config(path)
+    data["leadership"] = {}
+    data["nodes"][0]["power"] = [
+        {"type": "ipmi", "host": "10.0.0.9", "user": "admin", "password_file": "/etc/ipmi"}
+    ]
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(
+        ConfigError, match=r"nodes\[0\]\.power\[0\]\.timeout: a command may take 15s"
+    ):
+        load_controller_config(path)
+    data["nodes"][0]["power"][0]["timeout"] = 4
+    path.write_text(yaml.safe_dump(data))
+    assert load_controller_config(path).leadership.send_deadline == 5
+    # More than one request after the gate: refused in a pair.
+    for device, complaint in (
+        (
+            {"type": "redfish", "url": "https://bmc", "user": "a", "password_file": "/p"},
+            "a Redfish reset takes several requests",
+        ),
+        (
+            {"type": "snmp", "host": "pdu", "outlets": [1, 2], "community_file": "/c"},
+            "an outlet group",
+        ),
+        (
+            {"type": "snmp", "host": "pdu", "outlet": "spark-1", "community_file": "/c"},
+            "a named outlet",
+        ),
+    ):
+        data["nodes"][0]["power"] = [device]
+        path.write_text(yaml.safe_dump(data))
+        with pytest.raises(ConfigError, match=complaint):
+            load_controller_config(path)

@@ -1,0 +1,282 @@
+"""The controller pair's leadership: one row of the PostgreSQL history, taken
+and renewed by the database's own clock (docs/design.md, "Controller pair").
+
+A candidate takes the lease when there is none or it has expired, and bumps
+the epoch; the holder is host, process id and a token of this start, so a
+restarted controller is a new holder at a new epoch. The leader renews it;
+nobody else may touch it before it expires. Expiry is judged by the
+database's ``clock_timestamp()`` alone, never by a controller's clock.
+
+Fencing: the lease is also the store's ``WriteFence``. Every write of the
+leader's store checks, in its own transaction and after the write lock,
+that this process still holds the lease at its epoch with at least two send
+deadlines left; if not, the transaction rolls back and nothing of it is
+written (``NotLeader``). A power command may leave only within one send
+deadline of the start of its step's check (:meth:`Lease.send_refusal`, on
+the monotonic clock), and every device's socket timeout is within one more
+(config/controller.py), so every byte of it leaves before the lease the
+check saw could expire, and so before another controller could lead.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from spark_watchdog.config.controller import FENCE_MARGIN_S
+from spark_watchdog.errors import NotLeader
+from spark_watchdog.history.core import Connection
+from spark_watchdog.history.postgres import PostgresHistoryStore
+
+NAME = "controller"
+_NOW = "extract(epoch from clock_timestamp())::float8"
+
+
+def boot_clock() -> float:
+    """Seconds on CLOCK_BOOTTIME: unlike CLOCK_MONOTONIC it counts a suspend of
+    this host, after which a command checked before it must not leave."""
+    return time.clock_gettime(time.CLOCK_BOOTTIME)
+
+
+def new_holder() -> str:
+    """This process, as the lease names it: host, pid and a token of this start."""
+    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
+
+
+@dataclass(frozen=True)
+class Leader:
+    """The lease as the database sees it, at ``now`` (its clock)."""
+
+    holder: str
+    epoch: int
+    acquired_at: float
+    renewed_at: float
+    expires_at: float
+    now: float
+    released_at: float | None = None
+
+    @property
+    def left(self) -> float:
+        return self.expires_at - self.now
+
+    @property
+    def expired(self) -> bool:
+        return self.left <= 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "holder": self.holder,
+            "epoch": self.epoch,
+            "acquired_at": self.acquired_at,
+            "renewed_at": self.renewed_at,
+            "expires_at": self.expires_at,
+            "lease_left_s": round(self.left, 3),
+            "expired": self.expired,
+            "stepped_down_at": self.released_at,
+        }
+
+
+def _leader(row: Any, now: float) -> Leader:
+    holder, epoch, acquired, renewed, expires, released = row
+    return Leader(
+        holder,
+        int(epoch),
+        float(acquired),
+        float(renewed),
+        float(expires),
+        now,
+        None if released is None else float(released),
+    )
+
+
+def current(store: PostgresHistoryStore) -> Leader | None:
+    """Who leads, by the database's clock (None: nobody has yet)."""
+    with store._reading("reading the leadership") as conn:
+        return _read(conn)
+
+
+def _read(conn: Connection, *, lock: str = "") -> Leader | None:
+    (now,) = conn.execute(f"SELECT {_NOW}").fetchone()
+    row = conn.execute(
+        "SELECT holder, epoch, acquired_at, renewed_at, expires_at, released_at FROM leadership "
+        f"WHERE name = ? {lock}",
+        (NAME,),
+    ).fetchone()
+    return None if row is None else _leader(row, float(now))
+
+
+class Lease:
+    """This process's claim to lead, and the fence of its store's writes.
+
+    ``lease_s``: how long a take or renewal lasts; ``send_deadline_s``: within
+    how long of a step's check its command may leave. ``monotonic`` is the
+    clock the send deadline is measured on.
+    """
+
+    def __init__(
+        self,
+        store: PostgresHistoryStore,
+        *,
+        lease_s: float,
+        send_deadline_s: float,
+        holder: str | None = None,
+        monotonic: Callable[[], float] = boot_clock,
+    ) -> None:
+        self.store = store
+        self.holder = holder or new_holder()
+        self.lease_s = lease_s
+        self.send_deadline_s = send_deadline_s
+        self._monotonic = monotonic
+        self._epoch: int | None = None
+        self._checked_epoch: int | None = None  # what the last check let write
+        self._checked_at: float | None = None  # the last check's start (monotonic)
+        self._committed_at: float | None = None  # that of the last committed write
+
+    @property
+    def epoch(self) -> int | None:
+        """The epoch this process leads at (None: it does not)."""
+        return self._epoch
+
+    @property
+    def checked_epoch(self) -> int | None:
+        """The epoch the current write's check saw (what its steps record)."""
+        return self._checked_epoch
+
+    # -- take, renew, give up -------------------------------------------------------
+
+    def acquire(self) -> Leader:
+        """Take the lease if nobody holds it or it expired; the lease after trying."""
+        with self.store._writing("taking the leadership", fenced=False) as conn:
+            seen = _read(conn, lock="FOR UPDATE")
+            if seen is not None and not seen.expired:
+                if seen.holder == self.holder and seen.released_at is None:
+                    self._epoch = seen.epoch
+                else:
+                    self._epoch = None
+                return seen
+            epoch = 1 if seen is None else seen.epoch + 1
+            fence_s = 2 * self.send_deadline_s
+            if seen is None:
+                conn.execute(
+                    "INSERT INTO leadership (name, holder, epoch, acquired_at, renewed_at, "
+                    f"expires_at, fence_s) VALUES (?, ?, ?, {_NOW}, {_NOW}, {_NOW} + ?, ?)",
+                    (NAME, self.holder, epoch, self.lease_s, fence_s),
+                )
+            else:
+                conn.execute(
+                    f"UPDATE leadership SET holder = ?, epoch = ?, acquired_at = {_NOW}, "
+                    f"renewed_at = {_NOW}, expires_at = {_NOW} + ?, fence_s = ?, "
+                    "released_at = NULL WHERE name = ?",
+                    (self.holder, epoch, self.lease_s, fence_s, NAME),
+                )
+            taken = _read(conn)
+        assert taken is not None
+        self._epoch = epoch
+        return taken
+
+    def renew(self) -> bool:
+        """Extend the lease; False when it is not ours any more (expired or taken)."""
+        if self._epoch is None:
+            return False
+        with self.store._writing("renewing the leadership", fenced=False) as conn:
+            cursor = conn.execute(
+                f"UPDATE leadership SET renewed_at = {_NOW}, expires_at = {_NOW} + ? "
+                "WHERE name = ? AND holder = ? AND epoch = ? AND released_at IS NULL "
+                f"AND expires_at > {_NOW}",
+                (self.lease_s, NAME, self.holder, self._epoch),
+            )
+            renewed = cursor.rowcount == 1
+        if not renewed:
+            self._epoch = None
+        return renewed
+
+    def step_down(self) -> bool:
+        """End our lease: no write of ours from now, and a standby may take it
+        once what our last checked write was promised has run out (``fence_s``:
+        a command that write let out has left by then). False if not ours."""
+        epoch, self._epoch = self._epoch, None
+        if epoch is None:
+            return False
+        with self.store._writing("stepping down", fenced=False) as conn:
+            cursor = conn.execute(
+                f"UPDATE leadership SET released_at = {_NOW}, "
+                f"expires_at = LEAST(expires_at, {_NOW} + fence_s) "
+                "WHERE name = ? AND holder = ? AND epoch = ?",
+                (NAME, self.holder, epoch),
+            )
+            return cursor.rowcount == 1
+
+    def lost(self) -> None:
+        """This process gave up leading (its own deadline passed): no write, no send."""
+        self._epoch = None
+
+    # -- the fence (history/postgres.py's WriteFence) ---------------------------------
+
+    def check(self, conn: Connection) -> None:
+        started = self._monotonic()  # before the database reads its clock
+        if self._epoch is None:
+            raise NotLeader(self.store.path, "this controller does not lead: nothing written")
+        seen = _read(conn, lock="FOR SHARE")
+        ours = self._epoch
+        if seen is None or seen.holder != self.holder or seen.epoch != ours:
+            who = "nobody" if seen is None else f"{seen.holder} at epoch {seen.epoch}"
+            self._epoch = None
+            raise NotLeader(
+                self.store.path,
+                f"the leadership moved to {who} (ours was epoch {ours}): nothing written",
+            )
+        if seen.released_at is not None:
+            self._epoch = None
+            raise NotLeader(self.store.path, "this controller was stepped down: nothing written")
+        needed = 2 * self.send_deadline_s + FENCE_MARGIN_S
+        if seen.left < needed:
+            raise NotLeader(
+                self.store.path,
+                f"the lease has {seen.left:.1f}s left, less than two send deadlines and "
+                f"a margin ({needed:g}s): nothing written",
+            )
+        self._checked_at = started
+        self._checked_epoch = ours
+
+    def committed(self) -> None:
+        self._committed_at = self._checked_at
+
+    def send_refusal(self) -> str | None:
+        """Right before a command leaves: why it may not (None: it may)."""
+        if self._epoch is None:
+            return "this controller does not lead any more: nothing is sent"
+        at = self._committed_at
+        if at is None:
+            return "no step of this leadership is recorded yet: nothing is sent"
+        waited = self._monotonic() - at
+        if waited >= self.send_deadline_s:
+            return (
+                f"{waited:.1f}s since its step was checked, past the send deadline "
+                f"({self.send_deadline_s:g}s): not sent"
+            )
+        return None
+
+
+def end_lease(store: PostgresHistoryStore) -> Leader | None:
+    """End whoever's lease (``ha step-down``); the lease it ended.
+
+    The leader's next write and renewal are refused from now, so it stops
+    and exits; the lease itself runs on for the holder's ``fence_s`` (two
+    send deadlines), the time its last checked write was promised, so a
+    command that write let out has left before a standby can take over.
+    """
+    with store._writing("ending the lease", fenced=False) as conn:
+        seen = _read(conn, lock="FOR UPDATE")
+        if seen is None or seen.expired or seen.released_at is not None:
+            return seen
+        conn.execute(
+            f"UPDATE leadership SET released_at = {_NOW}, "
+            f"expires_at = LEAST(expires_at, {_NOW} + fence_s) WHERE name = ?",
+            (NAME,),
+        )
+        return _read(conn)
