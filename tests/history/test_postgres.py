@@ -199,7 +199,10 @@ def test_a_wrong_password_is_a_clear_error_without_the_password(
     assert "password authentication failed" in str(caught.value)
 
 
-def test_no_server_fails_within_the_connect_timeout(tmp_path: Path) -> None:
+def test_no_server_fails_within_the_connect_timeout(
+    postgres_server: PostgresServer, tmp_path: Path
+) -> None:
+    # The session's server is not asked; the fixture skips (or fails) without psycopg.
     from spark_watchdog.lab.ports import free_port
 
     started = time.monotonic()
