@@ -71,6 +71,12 @@ class Withdrawn(PowerError):
     (the host showed life after the step was recorded)."""
 
 
+class SendRefused(PowerError):
+    """The command was certainly not sent: a controller of a pair may not send
+    now (history/leadership.py, its send gate). Recorded as withdrawn, so
+    whoever leads resumes the rung from the top; never a false alarm."""
+
+
 class FoundOff(PowerError):
     """A cycle found the device already off (or mixed) before its off: not ours to undo.
 

@@ -88,6 +88,7 @@ OFF_SIDE = frozenset(
         StepName.ON_AWAITED,
         StepName.ON_NOT_BY_DEVICE,
         StepName.ON_SPACING,
+        StepName.ON_WITHDRAWN,  # a pair's send gate refused the on: the outlet is off
     }
 )
 # Steps after which an off may have left but was not read back.

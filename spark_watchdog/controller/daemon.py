@@ -55,7 +55,7 @@ from spark_watchdog.controller.recovery import (
     rungs_of,
 )
 from spark_watchdog.controller.serving_policy import BY, ServingRestarts
-from spark_watchdog.errors import IncidentAlreadyOpen, WatchdogError
+from spark_watchdog.errors import IncidentAlreadyOpen, SendRefused, WatchdogError
 from spark_watchdog.history.instance_lock import InstanceLock
 from spark_watchdog.history.records import CLUSTER, Incident
 from spark_watchdog.history.store import HistoryStore
@@ -158,16 +158,6 @@ class Controller:
 
         async def write_ahead(step: PowerStep) -> None:
             # Awaited by VerifiedPower *before* each command leaves.
-            if step.name == StepName.OFF_REQUESTED:
-                self.notifier.send(
-                    Event(
-                        "power_action",
-                        f"{node}: power cycle via {path.key_path}",
-                        node,
-                        incident_id,
-                        {"rung": rung + 1},
-                    )
-                )
             detail: dict[str, Any] = {"rung": rung, "device": path.key_path, "detail": step.detail}
             if step.on_after_s is not None:
                 detail["on_after_s"] = step.on_after_s  # a resume reads it: a self-timed off
@@ -176,8 +166,11 @@ class Controller:
                     ledger.store.add_step, incident_id, step.name, node=node, detail=detail
                 )
             except HistoryUnwritable as exc:
-                if step.name in _BEFORE_A_CUT:
-                    raise  # nothing unrecorded cuts power
+                if step.name in _BEFORE_A_CUT or self.send_refusal is not None:
+                    # Nothing unrecorded cuts power; in a pair nothing unrecorded
+                    # leaves at all: a deposed leader's on could cut the new
+                    # leader's hold short (docs/design.md, "Controller pair").
+                    raise
                 # The outlet may be off: the on goes out all the same.
                 log.error("%s: %s not recorded (%s); carrying on to power on", node, step.name, exc)
                 self.notifier.send(
@@ -188,11 +181,24 @@ class Controller:
                         incident_id,
                     )
                 )
+                return
+            if step.name == StepName.OFF_REQUESTED:
+                self.notifier.send(
+                    Event(
+                        "power_action",
+                        f"{node}: power cycle via {path.key_path}",
+                        node,
+                        incident_id,
+                        {"rung": rung + 1},
+                    )
+                )
 
         def gate(target: PowerState) -> str | None:
             why = self._may_cut(watch) if target is PowerState.OFF else None
             # Last, after the hold read: nothing leaves past the send deadline.
-            self.check_leading()
+            refused = None if self.send_refusal is None else self.send_refusal()
+            if refused is not None:
+                raise SendRefused(path.key_path, refused)
             return why
 
         return self.io.power_factory(path, write_ahead, gate)

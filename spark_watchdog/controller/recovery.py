@@ -33,7 +33,7 @@ from spark_watchdog.controller.ledger import HistoryUnwritable, Ledger
 from spark_watchdog.controller.node_states import NodeEvent, NodeState
 from spark_watchdog.controller.node_watch import NodeWatch
 from spark_watchdog.controller.notify import Event, Notifier
-from spark_watchdog.errors import Ambiguous, FoundOff, PowerError, Withdrawn
+from spark_watchdog.errors import Ambiguous, FoundOff, PowerError, SendRefused, Withdrawn
 from spark_watchdog.history.records import IncidentStep
 from spark_watchdog.power.base import HOLD_TOLERANCE_S, PowerState, VerifiedPower, close_quietly
 from spark_watchdog.power.paths import PowerPath, power_paths
@@ -253,10 +253,14 @@ async def _run_rung(
                 ).off_held_s
             else:
                 held_s = await _resume_cycle(host, watch, incident_id, power, plan)
-        except HistoryUnwritable as exc:
-            # Only a record before the off can fail this way: nothing was cut.
-            # Held in memory; resumed from the record once the history is back.
-            await host.hold_node(watch, f"history unwritable: {exc}", NodeEvent.HOLD, record=False)
+        except (HistoryUnwritable, SendRefused) as exc:
+            # A record before the off failed (in a pair: any record), or a pair's
+            # gate refused a command (recorded as withdrawn where it could be):
+            # nothing unrecorded was sent. Held in memory; resumed from the
+            # record once the history can be written, by this controller or by
+            # the one that leads.
+            why = "not sent" if isinstance(exc, SendRefused) else "history unwritable"
+            await host.hold_node(watch, f"{why}: {exc}", NodeEvent.HOLD, record=False)
             return RungOutcome.HELD
         except Withdrawn as exc:
             return await _false_alarm(host, watch, incident_id, action, exc.message)

@@ -832,6 +832,12 @@ class LabCluster:
                 + "".join(_agent_log_tail(n) for n in pending)
             )
 
+    def serving(self, profile: str = "plain") -> LabCluster:
+        """Every agent up, then serving started: what most tests begin from."""
+        self.wait_agents()
+        self.start_serving(profile)
+        return self
+
     def start_serving(self, profile: str = "plain", timeout: float | None = None) -> None:
         """Workers first, then the head (docs/facts.md, "Multi-node serving"); wait
         for progress. A real head steps only with requests: the lab's traffic starts

@@ -35,6 +35,7 @@ from spark_watchdog.errors import (
     Ambiguous,
     FoundOff,
     PowerError,
+    SendRefused,
     StateTimeout,
     Unreachable,
     Withdrawn,
@@ -436,7 +437,7 @@ class VerifiedPower:
         run.sent_at = self._clock()
         try:
             await self._bounded(run, self._send(target, plan), self.timing.command_timeout)
-        except Withdrawn as exc:
+        except (Withdrawn, SendRefused) as exc:
             await self._step(run, f"{word}_withdrawn", exc.message)
             raise
         except asyncio.TimeoutError:

@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+
+from spark_watchdog.lab.cluster import LabCluster
+from spark_watchdog.lab.controller_pair import ControllerPair, wait_for
+from spark_watchdog.lab.hardware.postgres_server import PostgresServer
 
 
 @pytest.fixture
@@ -17,3 +22,23 @@ def silent_listener() -> Iterator[int]:
     sock.listen(16)
     yield int(sock.getsockname()[1])
     sock.close()
+
+
+@pytest.fixture(scope="module")
+def pair_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabCluster]:
+    """A two-node lab cluster serving, for a module's controller-pair tests."""
+    with LabCluster(tmp_path_factory.mktemp("lab"), size=2) as cluster:
+        yield cluster.serving()
+
+
+@pytest.fixture
+def pair(
+    pair_lab: LabCluster, postgres_server: PostgresServer, postgres_url: str, tmp_path: Path
+) -> Iterator[ControllerPair]:
+    """Controllers of a pair on a fresh database; afterwards every node thawed and back."""
+    made = ControllerPair(pair_lab, postgres_server, postgres_url, tmp_path)
+    yield made
+    made.close()
+    for node in pair_lab.nodes:
+        pair_lab.thaw(node)
+    wait_for(lambda: all(pair_lab.agent_state(n) for n in pair_lab.nodes), 60, "agents back")

@@ -36,13 +36,8 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabCluster]:
-    cluster = LabCluster(tmp_path_factory.mktemp("lab"), size=4).start()
-    try:
-        cluster.wait_agents()
-        cluster.start_serving()
-        yield cluster
-    finally:
-        cluster.stop()
+    with LabCluster(tmp_path_factory.mktemp("lab"), size=4) as cluster:
+        yield cluster.serving()
 
 
 class Receiver:

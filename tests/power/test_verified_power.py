@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from spark_watchdog.errors import Ambiguous, Refused, StateTimeout, Unreachable
+from spark_watchdog.errors import Ambiguous, Refused, SendRefused, StateTimeout, Unreachable
 from spark_watchdog.power.base import (
     CommandSpacing,
     OutletGroup,
@@ -359,3 +359,20 @@ def test_failed_action_carries_its_steps() -> None:
     with pytest.raises(StateTimeout) as caught:
         asyncio.run(power.off())
     assert [s.name for s in caught.value.steps] == ["off_requested"]  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("target", ["off", "on"])
+def test_a_refused_send_is_recorded_as_withdrawn_and_nothing_leaves(target: str) -> None:
+    """A controller of a pair past its send deadline: the gate refuses after
+    the step was written; the step that says so follows it, no command goes."""
+    outlet = ScriptedOutlet(state=ON if target == "off" else OFF)
+
+    def gate(wanted: PowerState) -> str | None:
+        raise SendRefused("fake outlet 1", "past the send deadline: not sent")
+
+    power, steps = make(outlet, FakeClock(), gate=gate)
+    with pytest.raises(SendRefused):
+        asyncio.run(power.off() if target == "off" else power.on())
+    assert outlet.commands == []
+    assert names(steps)[-2:] == [f"{target}_requested", f"{target}_withdrawn"]
+    assert steps[-1].detail == "past the send deadline: not sent"

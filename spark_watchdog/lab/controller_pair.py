@@ -1,0 +1,131 @@
+"""Controller processes of a pair on the lab's cluster and one PostgreSQL history.
+
+What the pair's tests and the failover benchmark share: each controller is
+a real ``spark-watchdog controller`` process with the lab's config, short
+leadership timings (``LEADERSHIP``) and the PostgreSQL history, reached
+directly or through a ``TcpProxy`` of its own (the chaos tier cuts one
+controller's link, not the other's). Its output goes to ``<name>.log``.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import requests
+import yaml
+
+from spark_watchdog.history.leadership import Leader, current
+from spark_watchdog.history.postgres import PostgresHistoryStore
+from spark_watchdog.lab.cluster import LabCluster
+from spark_watchdog.lab.hardware.postgres_server import PostgresServer
+from spark_watchdog.lab.hardware.tcp_proxy import TcpProxy
+
+# Short, and holding together: give_up_after + 2 x send_deadline + 1 <= lease. The
+# lab's SNMP timeout (1 s, one retry) and SSH connect timeout (2 s) are within
+# the send deadline.
+LEADERSHIP: dict[str, float] = {
+    "lease": 7.0,
+    "renew_every": 0.5,
+    "give_up_after": 1.5,
+    "send_deadline": 2.0,
+    "settle": 0.5,
+}
+
+
+def wait_for(check: Callable[[], object], timeout: float, what: str) -> float:
+    """Poll ``check`` until it is true; the seconds it took (RuntimeError past ``timeout``)."""
+    started = time.monotonic()
+    while time.monotonic() - started < timeout:
+        if check():
+            return time.monotonic() - started
+        time.sleep(0.05)
+    raise RuntimeError(f"timed out after {timeout:g}s waiting for {what}")
+
+
+class ControllerPair:
+    """The controller processes of one run, on one database (``url``)."""
+
+    def __init__(self, lab: LabCluster, server: PostgresServer, url: str, tmp: Path) -> None:
+        self.lab = lab
+        self.server = server
+        self.url = url
+        self.tmp = tmp
+        self.processes: dict[str, subprocess.Popen[bytes]] = {}
+        self.store = PostgresHistoryStore(url, password_file=str(server.password_file))
+
+    def config_path(self, name: str) -> Path:
+        return self.tmp / f"{name}.yaml"
+
+    def start(self, name: str, *, via: TcpProxy | None = None) -> subprocess.Popen[bytes]:
+        """Start controller ``name``; ``via``: its history link goes through that proxy."""
+        config: dict[str, Any] = self.lab.controller_config(Path("unused"), leadership=LEADERSHIP)
+        url = self.url
+        if via is not None:
+            url = url.replace(f"127.0.0.1:{self.server.port}/", f"127.0.0.1:{via.port}/")
+        config["history"] = url
+        config["history_password_file"] = str(self.server.password_file)
+        self.config_path(name).write_text(yaml.safe_dump(config))
+        with (self.tmp / f"{name}.log").open("wb") as log:
+            process = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "spark_watchdog",
+                    "controller",
+                    "--config",
+                    str(self.config_path(name)),
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        self.processes[name] = process
+        return process
+
+    def log(self, name: str) -> str:
+        return (self.tmp / f"{name}.log").read_text(errors="replace")
+
+    def leader(self) -> Leader | None:
+        return current(self.store)
+
+    def leads(self, name: str, epoch: int | None = None) -> bool:
+        """Whether ``name`` holds an unexpired lease (at ``epoch``, if given)."""
+        leader = self.leader()
+        pid = self.processes[name].pid
+        return (
+            leader is not None
+            and not leader.expired
+            and leader.holder.split(":")[1] == str(pid)
+            and (epoch is None or leader.epoch == epoch)
+        )
+
+    def sees_every_node_healthy(self, name: str) -> bool:
+        """Whether controller ``name`` leads and has seen every node healthy
+        (so it knows each node's boot id before a fault)."""
+        port = yaml.safe_load(self.config_path(name).read_text())["listen"]["port"]
+        try:
+            status = requests.get(f"http://127.0.0.1:{port}/v1/status", timeout=2).json()
+        except (requests.RequestException, ValueError):
+            return False
+        nodes = status.get("nodes") or []
+        return len(nodes) == len(self.lab.nodes) and all(
+            n.get("verdict") == "healthy" for n in nodes
+        )
+
+    def standing_by(self, name: str) -> bool:
+        return "standby:" in self.log(name)
+
+    def close(self) -> None:
+        """Every process still running is woken and killed; the store closed."""
+        for process in self.processes.values():
+            if process.poll() is None:
+                for sig in (signal.SIGCONT, signal.SIGKILL):
+                    os.kill(process.pid, sig)
+                process.wait(30)
+        self.store.close()

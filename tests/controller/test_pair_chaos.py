@@ -1,0 +1,438 @@
+"""Chaos on a controller pair in the middle of a freeze recovery.
+
+Two real controller processes on one real PostgreSQL server, each through a
+TCP proxy of its own (tcp_proxy.py), the lab's SNMP PDU and cluster of real
+processes. A node freezes; when the leader's recovery reaches a write-ahead
+point (the incident opened, the off recorded, the hold begun, the on
+recorded, the boot awaited), the leader meets one fault: SIGKILL; SIGSTOP
+for half a lease, for a lease and a send deadline, for ten leases; its
+database link blackholed, reset or slowed; or the server itself restarted
+with ``pg_ctl restart -m immediate``.
+
+Then the invariants, from the PDU's own command log and the history:
+
+- every command has a recorded step before it (``off_requested`` before an
+  off, ``on_requested`` before an on), written at the epoch that led when the
+  command arrived, and arrived within the send deadline of it (plus what the
+  write itself took);
+- the history and the PDU log match one to one: no step stands for two
+  commands, and a step without a command is explained (withdrawn, or its
+  writer lost the lease and a later epoch took over);
+- at most one off per incident rung; every on at least the off hold after
+  the off before it;
+- epochs strictly increase, and each incident's steps never go back to an
+  older epoch;
+- the node is recovered within lease + settle + off hold + boot timeout +
+  detection.
+
+By default each fault meets one write-ahead point (they rotate, so every
+point is met by some fault); SPARK_WATCHDOG_CHAOS=all runs every fault at
+every point (40 runs).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+import pytest
+
+from spark_watchdog.errors import StoreError
+from spark_watchdog.history.leadership import current
+from spark_watchdog.history.postgres import PostgresHistoryStore
+from spark_watchdog.history.records import Incident, IncidentStep
+from spark_watchdog.lab.cluster import LAB_POWER_OFF_S, LabCluster, LabNode
+from spark_watchdog.lab.controller_pair import LEADERSHIP, ControllerPair, wait_for
+from spark_watchdog.lab.hardware.tcp_proxy import TcpProxy
+
+LEASE = LEADERSHIP["lease"]
+DEADLINE = LEADERSHIP["send_deadline"]
+DELAY_S = 0.25  # per chunk, each way, on the slowed link
+# The lab's detection (freeze_after 3 s, polls and banner checks) and boot.
+DETECTION_S = 3.0 + 5.0
+BOOT_TIMEOUT_S = 30.0
+RECOVERY_BOUND_S = LEASE + LEADERSHIP["settle"] + LAB_POWER_OFF_S + BOOT_TIMEOUT_S + DETECTION_S
+
+POINTS = ["opened", "off_requested", "hold_started", "on_requested", "boot_wait_started"]
+FAULTS = [
+    "kill",
+    "stop_half_lease",
+    "stop_lease_and_deadline",
+    "stop_ten_leases",
+    "blackhole",
+    "reset",
+    "delay",
+    "pg_restart",
+]
+
+
+def _cases() -> list[tuple[str, str]]:
+    if os.environ.get("SPARK_WATCHDOG_CHAOS") == "all":
+        return [(f, p) for f in FAULTS for p in POINTS]
+    return [(f, POINTS[i % len(POINTS)]) for i, f in enumerate(FAULTS)]
+
+
+# -- what the test watches ------------------------------------------------------------
+
+
+class EpochWatch:
+    """Every epoch the leadership row shows, with when it was taken (the
+    database's clock), read every 50 ms on a connection of the test's own."""
+
+    def __init__(self, store: PostgresHistoryStore) -> None:
+        self.store = store
+        self.taken: list[tuple[int, float]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+
+    def __enter__(self) -> EpochWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(30)
+
+    def _watch(self) -> None:
+        while not self._stop.wait(0.05):
+            try:
+                leader = current(self.store)
+            except StoreError:
+                continue  # the server restarting: the next read reconnects
+            if leader is not None and (not self.taken or self.taken[-1][0] != leader.epoch):
+                self.taken.append((leader.epoch, leader.acquired_at))
+
+    def epoch_at(self, wall: float) -> int | None:
+        """The epoch that led at ``wall`` (None: none yet)."""
+        led = [epoch for epoch, taken in self.taken if taken <= wall]
+        return led[-1] if led else None
+
+
+@dataclass(frozen=True)
+class Command:
+    target: int  # 2: off, 1: on (the lab PDU's values)
+    at: float  # wall clock
+
+
+@dataclass
+class Evidence:
+    commands: list[Command]
+    incidents: list[Incident]
+    steps: dict[int, list[IncidentStep]]
+    epochs: list[tuple[int, float]]
+    epoch_at: Callable[[float], int | None]
+    frozen_at: float
+    tolerance_s: float
+    problems: list[str] = field(default_factory=list)
+
+
+_REQUESTED = {"off_requested": 2, "on_requested": 1}
+_EXPLAINED = {"off_withdrawn", "on_withdrawn"}
+
+
+def violations(e: Evidence) -> list[str]:
+    """Every invariant of the module's docstring that the evidence breaks."""
+    problems: list[str] = []
+    requested = sorted(
+        (s for steps in e.steps.values() for s in steps if s.step in _REQUESTED),
+        key=lambda s: s.at,
+    )
+    matched: dict[tuple[int, int], Command] = {}
+    for command in sorted(e.commands, key=lambda c: c.at):
+        before = [
+            s
+            for s in requested
+            if _REQUESTED[s.step] == command.target
+            and s.at <= command.at
+            and (s.incident_id, s.seq) not in matched
+        ]
+        what = "off" if command.target == 2 else "on"
+        if not before:
+            problems.append(f"an {what} at {command.at:.3f} with no recorded step before it")
+            continue
+        step = before[-1]
+        matched[(step.incident_id, step.seq)] = command
+        waited = command.at - step.at
+        if waited > DEADLINE + e.tolerance_s:
+            problems.append(
+                f"the {what} arrived {waited:.2f}s after its step, past the send deadline"
+            )
+        led = e.epoch_at(command.at)
+        if step.epoch != led:
+            problems.append(
+                f"the {what} at {command.at:.3f} was written at epoch {step.epoch} "
+                f"while epoch {led} led"
+            )
+    for steps in e.steps.values():
+        for index, s in enumerate(steps):
+            if s.step not in _REQUESTED or (s.incident_id, s.seq) in matched:
+                continue
+            later = steps[index + 1 :]
+            if not later or not (
+                later[0].step in _EXPLAINED or any((x.epoch or 0) > (s.epoch or 0) for x in later)
+            ):
+                problems.append(
+                    f"incident {s.incident_id} step {s.seq} {s.step} (epoch {s.epoch}) "
+                    "has no command and nothing explains it"
+                )
+    offs: dict[tuple[int, object], int] = {}
+    for (incident_id, seq), command in matched.items():
+        if command.target != 2:
+            continue
+        step = next(s for s in e.steps[incident_id] if s.seq == seq)
+        rung = (incident_id, step.detail.get("rung"))
+        offs[rung] = offs.get(rung, 0) + 1
+    problems += [f"{n} offs for incident {i} rung {r}" for (i, r), n in offs.items() if n > 1]
+    ordered = sorted(e.commands, key=lambda c: c.at)
+    for index, command in enumerate(ordered):
+        if command.target != 1:
+            continue
+        off = next((c for c in reversed(ordered[:index]) if c.target == 2), None)
+        if off is not None and command.at - off.at < LAB_POWER_OFF_S - 0.01:
+            problems.append(f"an on {command.at - off.at:.2f}s after its off, inside the hold")
+    seen = [epoch for epoch, _ in e.epochs]
+    if seen != sorted(set(seen)):
+        problems.append(f"epochs did not strictly increase: {seen}")
+    for incident_id, steps in e.steps.items():
+        written = [s.epoch for s in steps]
+        if None in written or written != sorted(written):  # type: ignore[type-var]
+            problems.append(f"incident {incident_id} steps' epochs went back: {written}")
+    frozen = [i for i in e.incidents if i.kind == "host_frozen"]
+    if not frozen or frozen[0].status != "resolved" or frozen[0].resolution != "recovered":
+        problems.append(f"the freeze is not recovered: {frozen}")
+    elif frozen[0].resolved_at is not None:
+        took = frozen[0].resolved_at - e.frozen_at
+        if took > RECOVERY_BOUND_S:
+            problems.append(f"recovered {took:.1f}s after the freeze, past {RECOVERY_BOUND_S}s")
+    return problems
+
+
+# -- the faults ------------------------------------------------------------------------
+
+
+@dataclass
+class Chaos:
+    pair: ControllerPair
+    proxy: TcpProxy  # the first leader's link
+    wakers: list[threading.Timer] = field(default_factory=list)
+
+    def inject(self, fault: str) -> None:
+        a = self.pair.processes["a"]
+        pauses = {
+            "stop_half_lease": LEASE / 2,
+            "stop_lease_and_deadline": LEASE + DEADLINE,
+            "stop_ten_leases": 10 * LEASE,
+        }
+        if fault == "kill":
+            a.kill()
+        elif fault in pauses:
+            os.kill(a.pid, signal.SIGSTOP)
+            waker = threading.Timer(pauses[fault], os.kill, (a.pid, signal.SIGCONT))
+            waker.start()
+            self.wakers.append(waker)
+        elif fault == "blackhole":
+            self.proxy.blackhole()
+        elif fault == "reset":
+            assert self.proxy.reset() >= 1
+        elif fault == "delay":
+            self.proxy.delay(DELAY_S)
+        elif fault == "pg_restart":
+            self.pair.server.restart_immediate()
+        else:
+            raise AssertionError(fault)
+
+    def heal(self) -> None:
+        for waker in self.wakers:
+            waker.join()
+        self.proxy.heal()
+
+
+@pytest.fixture
+def proxies(pair: ControllerPair) -> Iterator[tuple[TcpProxy, TcpProxy]]:
+    with TcpProxy(pair.server.port) as a, TcpProxy(pair.server.port) as b:
+        yield a, b
+
+
+def _reached(pair: ControllerPair, node: LabNode, point: str) -> bool:
+    found = [i for i in pair.store.list_incidents() if i.kind == "host_frozen"]
+    if not found:
+        return False
+    return point == "opened" or point in {s.step for s in pair.store.steps(found[0].id)}
+
+
+def _someone_leads(pair: ControllerPair) -> bool:
+    leader = pair.leader()
+    return leader is not None and not leader.expired
+
+
+def _commands(lab: LabCluster, node: LabNode, before: int) -> list[Command]:
+    assert lab.pdu is not None
+    offset = time.time() - time.monotonic()
+    return [
+        Command(int(str(s.value)), s.at + offset)
+        for s in lab.pdu.standin.sets_for(node.outlet)[before:]
+    ]
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize(("fault", "point"), _cases())
+def test_the_pair_keeps_its_invariants(
+    pair: ControllerPair, proxies: tuple[TcpProxy, TcpProxy], fault: str, point: str
+) -> None:
+    lab = pair.lab
+    proxy_a, proxy_b = proxies
+    a = pair.start("a", via=proxy_a)
+    wait_for(lambda: pair.leads("a", 1), 60, "controller a leading at epoch 1")
+    # a knows every node's boot before the freeze: a takeover can tell the
+    # frozen boot from the next one only by what the leader recorded.
+    wait_for(lambda: pair.sees_every_node_healthy("a"), 60, "controller a seeing every node")
+    pair.start("b", via=proxy_b)
+    wait_for(lambda: pair.standing_by("b"), 60, "controller b standing by")
+    node = lab.node("spark-2")
+    assert lab.pdu is not None
+    before = len(lab.pdu.standin.sets_for(node.outlet))
+    boot_before = node.boot_id()
+    chaos = Chaos(pair, proxy_a)
+    watcher = PostgresHistoryStore(pair.url, password_file=str(pair.server.password_file))
+    with EpochWatch(watcher) as epochs:
+        frozen_at = time.time()
+        lab.freeze(node)
+        wait_for(lambda: _reached(pair, node, point), 60, f"the recovery at {point}")
+        chaos.inject(fault)
+        try:
+            wait_for(
+                lambda: any(i.status == "resolved" for i in pair.store.list_incidents()),
+                RECOVERY_BOUND_S + 30,
+                "the freeze recovered",
+            )
+        finally:
+            chaos.heal()
+        # Whoever leads now, the other is a standby or has exited: the deposed
+        # one exits with an error once it wakes (and sends nothing, below).
+        wait_for(lambda: _someone_leads(pair), 60, "a leader")
+        if a.poll() is None and not pair.leads("a"):
+            assert a.wait(60) == 1 or fault == "kill"
+        time.sleep(4 * LEADERSHIP["renew_every"])  # anything late would have arrived
+    watcher.close()
+    incidents = pair.store.list_incidents()
+    evidence = Evidence(
+        commands=_commands(lab, node, before),
+        incidents=incidents,
+        steps={i.id: pair.store.steps(i.id) for i in incidents if i.kind == "host_frozen"},
+        epochs=epochs.taken,
+        epoch_at=epochs.epoch_at,
+        frozen_at=frozen_at,
+        tolerance_s=1.0 + (8 * DELAY_S if fault == "delay" else 0.0),
+    )
+    problems = violations(evidence)
+    assert not problems, "\n".join(problems) + "\n" + _story(pair, evidence)
+    assert node.boot_id() != boot_before
+    assert [c.target for c in evidence.commands][-1] == 1  # the node ends powered
+
+
+def _story(pair: ControllerPair, e: Evidence) -> str:
+    lines = [f"epochs {e.epochs}"]
+    lines += [f"command {'off' if c.target == 2 else 'on'} at {c.at:.3f}" for c in e.commands]
+    for steps in e.steps.values():
+        lines += [f"step {s.seq} {s.step} epoch {s.epoch} at {s.at:.3f}" for s in steps]
+    for name in pair.processes:
+        lines.append(f"--- {name}.log (last 30 lines)")
+        lines += pair.log(name).splitlines()[-30:]
+    return "\n".join(lines)
+
+
+# -- the invariants themselves can fail -------------------------------------------------
+
+
+def _step(seq: int, step: str, at: float, epoch: int, rung: int = 0) -> IncidentStep:
+    return IncidentStep(1, seq, at, "spark-2", step, {"rung": rung}, epoch)
+
+
+def _evidence(commands: list[Command], steps: list[IncidentStep]) -> Evidence:
+    incident = Incident(
+        id=1,
+        kind="host_frozen",
+        nodes=("spark-2",),
+        opened_at=0.0,
+        detected_at=0.0,
+        fault_onset=None,
+        evidence={},
+        dry_run=False,
+        status="resolved",
+        resolution="recovered",
+        resolved_at=30.0,
+        time_to_detect_s=None,
+        time_to_recover_s=30.0,
+    )
+    return Evidence(
+        commands=commands,
+        incidents=[incident],
+        steps={1: steps},
+        epochs=[(1, 0.0), (2, 20.0)],
+        epoch_at=lambda t: 1 if t < 20.0 else 2,
+        frozen_at=0.0,
+        tolerance_s=0.0,
+    )
+
+
+def test_a_clean_cycle_keeps_the_invariants() -> None:
+    steps = [_step(1, "off_requested", 10.0, 1), _step(2, "on_requested", 12.5, 1)]
+    assert violations(_evidence([Command(2, 10.1), Command(1, 12.6)], steps)) == []
+
+
+@pytest.mark.parametrize(
+    ("commands", "steps", "expected"),
+    [
+        # an off with nothing recorded before it
+        ([Command(2, 9.0), Command(1, 12.6)], [_step(2, "on_requested", 12.5, 1)], "no recorded"),
+        # an old epoch's on arriving after the new leader took over
+        (
+            [Command(2, 10.1), Command(1, 21.0)],
+            [_step(1, "off_requested", 10.0, 1), _step(2, "on_requested", 19.5, 1)],
+            "while epoch 2 led",
+        ),
+        # an on sent long after its step
+        (
+            [Command(2, 10.1), Command(1, 16.0)],
+            [_step(1, "off_requested", 10.0, 1), _step(2, "on_requested", 12.5, 1)],
+            "past the send deadline",
+        ),
+        # two offs on one rung
+        (
+            [Command(2, 10.1), Command(2, 11.1), Command(1, 13.6)],
+            [
+                _step(1, "off_requested", 10.0, 1),
+                _step(2, "off_requested", 11.0, 1),
+                _step(3, "on_requested", 13.5, 1),
+            ],
+            "2 offs for incident 1 rung 0",
+        ),
+        # an on inside the hold
+        (
+            [Command(2, 10.1), Command(1, 11.0)],
+            [_step(1, "off_requested", 10.0, 1), _step(2, "on_requested", 10.9, 1)],
+            "inside the hold",
+        ),
+        # a step that stands for no command, unexplained
+        (
+            [Command(2, 10.1)],
+            [_step(1, "off_requested", 10.0, 1), _step(2, "on_requested", 12.5, 1)],
+            "nothing explains it",
+        ),
+        # a step of an older epoch after a newer one
+        (
+            [Command(2, 21.1), Command(1, 23.6)],
+            [_step(1, "off_requested", 21.0, 2), _step(2, "on_requested", 23.5, 1)],
+            "went back",
+        ),
+    ],
+)
+def test_the_invariants_catch_what_they_name(
+    commands: list[Command], steps: list[IncidentStep], expected: str
+) -> None:
+    problems = violations(_evidence(commands, steps))
+    assert any(expected in p for p in problems), problems
