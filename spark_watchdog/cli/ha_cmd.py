@@ -2,9 +2,10 @@
 history (docs/design.md, "Controller pair").
 
 ``ha status`` shows who leads, at which epoch, and how much of its lease is
-left by the database's clock; ``ha step-down`` ends the lease: the leader
-stops at once, and a standby takes over two send deadlines later (what the
-leader's last checked write was promised).
+left by the database's clock, and the standbys seen within a lease; ``ha
+step-down`` ends the lease: the leader stops at once, and a standby takes
+over two send deadlines later (what the leader's last checked write was
+promised).
 """
 
 from __future__ import annotations
@@ -12,15 +13,18 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from spark_watchdog.cli.history_cmd import DEFAULT_CONFIG, EXIT_FAILED, EXIT_OK, EXIT_USAGE
-from spark_watchdog.config.controller import load_controller_config
+from spark_watchdog.config.controller import ControllerConfig, load_controller_config
 from spark_watchdog.config.history_location import is_postgres_url
 from spark_watchdog.errors import ConfigError, WatchdogError
+from spark_watchdog.history.leadership import Leader, Standby, end_lease, standbys
 from spark_watchdog.history.leadership import current as current_leader
-from spark_watchdog.history.leadership import end_lease
 from spark_watchdog.history.postgres import PostgresHistoryStore
+
+T = TypeVar("T")
 
 
 def add_parser(commands: Any) -> None:
@@ -45,7 +49,8 @@ def _fail(message: str, code: int) -> int:
     return code
 
 
-def _open(args: argparse.Namespace, *, write: bool) -> PostgresHistoryStore:
+def _read(args: argparse.Namespace, fn: Callable[[ControllerConfig, PostgresHistoryStore], T]) -> T:
+    """``fn`` on the pair's history (raises ConfigError for an SQLite one)."""
     config = load_controller_config(args.config)
     if not is_postgres_url(config.history):
         raise ConfigError(
@@ -55,22 +60,45 @@ def _open(args: argparse.Namespace, *, write: bool) -> PostgresHistoryStore:
                 "a controller pair shares a postgresql:// history"
             ],
         )
-    return PostgresHistoryStore(
+    write = args.ha == "step-down"
+    with PostgresHistoryStore(
         config.history, password_file=config.history_password_file, read_only=not write
-    )
+    ) as store:
+        return fn(config, store)
 
 
-def run_status(args: argparse.Namespace) -> int:
+def _run(args: argparse.Namespace, show: Callable[[argparse.Namespace], int]) -> int:
     try:
-        with _open(args, write=False) as store:
-            leader = current_leader(store)
+        return show(args)
     except ConfigError as exc:
         return _fail(str(exc), EXIT_USAGE)
     except WatchdogError as exc:
         return _fail(str(exc), EXIT_FAILED)
+
+
+def run_status(args: argparse.Namespace) -> int:
+    return _run(args, _status)
+
+
+def _status(args: argparse.Namespace) -> int:
+    def read(
+        config: ControllerConfig, store: PostgresHistoryStore
+    ) -> tuple[Leader | None, list[Standby]]:
+        # A standby tries every renew_every; one not seen for a lease is gone.
+        return current_leader(store), standbys(store, config.leadership.lease)
+
+    leader, waiting = _read(args, read)
     if args.json:
-        print(json.dumps({"leader": None if leader is None else leader.to_json()}))
-    elif leader is None:
+        print(
+            json.dumps(
+                {
+                    "leader": None if leader is None else leader.to_json(),
+                    "standbys": [s.to_json() for s in waiting],
+                }
+            )
+        )
+        return EXIT_OK
+    if leader is None:
         print("no controller has led yet")
     elif leader.released_at is not None and not leader.expired:
         print(
@@ -84,17 +112,19 @@ def run_status(args: argparse.Namespace) -> int:
         )
     else:
         print(f"{leader.holder} leads at epoch {leader.epoch}, {leader.left:.1f}s of lease left")
+    for standby in waiting:
+        print(f"standing by: {standby.holder} (seen {standby.ago:.1f}s ago)")
+    if not waiting:
+        print("no standby seen: if the leader fails, a freeze waits for a person")
     return EXIT_OK
 
 
 def run_step_down(args: argparse.Namespace) -> int:
-    try:
-        with _open(args, write=True) as store:
-            ended = end_lease(store)
-    except ConfigError as exc:
-        return _fail(str(exc), EXIT_USAGE)
-    except WatchdogError as exc:
-        return _fail(str(exc), EXIT_FAILED)
+    return _run(args, _step_down)
+
+
+def _step_down(args: argparse.Namespace) -> int:
+    ended = _read(args, lambda _config, store: end_lease(store))
     if ended is None or ended.expired:
         message = "nobody leads: nothing to end"
         payload: dict[str, Any] = {"ended": None}

@@ -17,10 +17,12 @@ import contextlib
 import logging
 import signal
 import time
+from typing import Any
 
 from spark_watchdog.config.controller import ControllerConfig, LeadershipConfig
 from spark_watchdog.controller.daemon import Controller
 from spark_watchdog.controller.notify import Event, Notifier
+from spark_watchdog.controller.status_api import StandbyEndpoint, StatusEndpoint
 from spark_watchdog.errors import StoreError, WatchdogError
 from spark_watchdog.history.leadership import Leader, Lease
 from spark_watchdog.history.postgres import PostgresHistoryStore
@@ -39,11 +41,21 @@ async def _pause(stop: asyncio.Event, seconds: float) -> None:
 
 
 async def stand_by(
-    lease: Lease, timing: LeadershipConfig, stop: asyncio.Event, systemd: SystemdNotifier
+    lease: Lease,
+    timing: LeadershipConfig,
+    stop: asyncio.Event,
+    systemd: SystemdNotifier,
+    view: dict[str, Any] | None = None,
 ) -> Leader | None:
-    """Try to take the lease every ``renew_every`` until it is ours (None: stopped)."""
+    """Try to take the lease every ``renew_every`` until it is ours (None: stopped).
+
+    ``view``, when given, is kept up to date with what the standby last saw
+    (its ``/v1/status`` and ``/metrics``, controller/status_api.py).
+    """
     said: tuple[str, int] | None = None
     unreachable = False
+    seen = {} if view is None else view
+    seen.update(holder=lease.holder, leader=None, history="not read yet")
     while not stop.is_set():
         try:
             leader = await asyncio.to_thread(lease.acquire)
@@ -51,9 +63,11 @@ async def stand_by(
             if not unreachable:
                 log.warning("standby: the history cannot be reached: %s", exc)
             unreachable = True
+            seen.update(leader=None, history=f"unreachable: {exc}")
             systemd.status(f"standby: the history cannot be reached: {exc}")
         else:
             unreachable = False
+            seen.update(leader=leader.to_json(), history="ok")
             if lease.epoch is not None:
                 return leader
             if said != (leader.holder, leader.epoch):
@@ -127,7 +141,13 @@ async def serve_pair(config: ControllerConfig) -> None:
     try:
         store.set_fence(lease)
         systemd.ready(f"standby ({lease.holder})")
-        leader = await stand_by(lease, timing, stop, systemd)
+        view: dict[str, Any] = {}
+        standby = StandbyEndpoint(config.listen.address, config.listen.port, lambda: dict(view))
+        standby.start()
+        try:
+            leader = await stand_by(lease, timing, stop, systemd, view)
+        finally:
+            standby.stop()  # the leader's own endpoint takes the address
         if leader is None:
             return
         log.warning("leading at epoch %d as %s", leader.epoch, lease.holder)
@@ -145,8 +165,6 @@ async def serve_pair(config: ControllerConfig) -> None:
 async def _lead(
     config: ControllerConfig, lease: Lease, stop: asyncio.Event, systemd: SystemdNotifier
 ) -> None:
-    from spark_watchdog.controller.status_api import StatusEndpoint
-
     controller = Controller(config, lease.store)
     controller.systemd = systemd
     controller.send_refusal = lease.send_refusal

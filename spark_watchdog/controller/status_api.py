@@ -9,7 +9,7 @@ years long. docs/observability.md lists every family.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, generate_latest
@@ -131,12 +131,7 @@ class _Collector:
         yield history
         leadership = status.get("leadership")
         if isinstance(leadership, dict):  # one controller of a pair (controller/pair.py)
-            epoch = GaugeMetricFamily(
-                "spark_watchdog_controller_leader_epoch",
-                "The leadership epoch this controller of a pair leads at; 0 once it lost it.",
-            )
-            epoch.add_metric([], float(leadership.get("epoch") or 0))
-            yield epoch
+            yield _leader_epoch(leadership.get("epoch"))
         breaker = GaugeMetricFamily(
             "spark_watchdog_cluster_held",
             "1 while a cluster-wide hold (circuit breaker or an operator) is active.",
@@ -153,6 +148,15 @@ class _Collector:
             notifications.add_metric([result], float(sent.get(result, 0)))
         yield notifications
         yield from _tally_metrics(self._source.tallies)
+
+
+def _leader_epoch(epoch: object) -> Metric:
+    family = GaugeMetricFamily(
+        "spark_watchdog_controller_leader_epoch",
+        "The leadership epoch this controller of a pair leads at; 0 when it does not lead.",
+    )
+    family.add_metric([], float(epoch) if isinstance(epoch, int) else 0.0)
+    return family
 
 
 def _setting(name: str, doc: str, value: Any) -> Iterator[Metric]:
@@ -235,5 +239,47 @@ class StatusEndpoint(HttpEndpoint):
 
         def metrics() -> Response:
             return 200, PROMETHEUS_TEXT, bytes(generate_latest(registry))
+
+        super().__init__(address, port, {"/v1/status": status, "/metrics": metrics})
+
+
+class _StandbyCollector:
+    def __init__(self, view: Callable[[], dict[str, Any]]) -> None:
+        self._view = view
+
+    def collect(self) -> Iterator[Metric]:
+        seen = self._view().get("leader")
+        yield _leader_epoch(None)
+        family = GaugeMetricFamily(
+            "spark_watchdog_controller_seen_leader_epoch",
+            "A standby of a pair: the epoch it sees leading; 0 when none does or the "
+            "history cannot be read.",
+        )
+        leads = isinstance(seen, dict) and not seen.get("expired")
+        family.add_metric([], float(seen["epoch"]) if leads and seen else 0.0)
+        yield family
+
+
+def render_standby(view: Callable[[], dict[str, Any]]) -> bytes:
+    """A standby's ``/metrics`` body."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_StandbyCollector(view))
+    return bytes(generate_latest(registry))
+
+
+class StandbyEndpoint(HttpEndpoint):
+    """What a standby of a pair serves at the controller's address until it
+    leads: ``/v1/status`` says that it stands by and who leads, ``/metrics``
+    that it leads at no epoch. So both controllers of a pair answer their
+    scrapes (a dead standby is seen), and "nobody leads" is an alert
+    (deploy/prometheus/spark-watchdog-rules.yml). ``view`` is what the
+    standby loop last saw (controller/pair.py)."""
+
+    def __init__(self, address: str, port: int, view: Callable[[], dict[str, Any]]) -> None:
+        def status() -> Response:
+            return 200, JSON, json.dumps({"standby": view()}).encode() + b"\n"
+
+        def metrics() -> Response:
+            return 200, PROMETHEUS_TEXT, render_standby(view)
 
         super().__init__(address, port, {"/v1/status": status, "/metrics": metrics})

@@ -110,6 +110,41 @@ def _read(conn: Connection, *, lock: str = "") -> Leader | None:
     return None if row is None else _leader(row, float(now))
 
 
+# A standby not seen for this long is forgotten (each start is a new holder).
+STANDBY_FORGOTTEN_S = 86400.0
+
+
+def _seen_standing_by(conn: Connection, holder: str, now: float) -> None:
+    conn.execute(
+        "INSERT INTO standbys (holder, seen_at) VALUES (?, ?) "
+        "ON CONFLICT (holder) DO UPDATE SET seen_at = excluded.seen_at",
+        (holder, now),
+    )
+    conn.execute("DELETE FROM standbys WHERE seen_at < ?", (now - STANDBY_FORGOTTEN_S,))
+
+
+@dataclass(frozen=True)
+class Standby:
+    """A controller that last tried to take the lease ``ago`` seconds ago."""
+
+    holder: str
+    ago: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {"holder": self.holder, "seen_s_ago": round(self.ago, 3)}
+
+
+def standbys(store: PostgresHistoryStore, within: float) -> list[Standby]:
+    """The standbys seen within ``within`` seconds (the database's clock), latest first."""
+    with store._reading("reading the standbys") as conn:
+        (now,) = conn.execute(f"SELECT {_NOW}").fetchone()
+        rows = conn.execute(
+            "SELECT holder, seen_at FROM standbys WHERE seen_at >= ? ORDER BY seen_at DESC",
+            (float(now) - within,),
+        ).fetchall()
+    return [Standby(holder, float(now) - float(seen)) for holder, seen in rows]
+
+
 class Lease:
     """This process's claim to lead, and the fence of its store's writes.
 
@@ -158,7 +193,9 @@ class Lease:
                     self._epoch = seen.epoch
                 else:
                     self._epoch = None
+                    _seen_standing_by(conn, self.holder, seen.now)
                 return seen
+            conn.execute("DELETE FROM standbys WHERE holder = ?", (self.holder,))
             epoch = 1 if seen is None else seen.epoch + 1
             fence_s = 2 * self.send_deadline_s
             if seen is None:

@@ -163,8 +163,17 @@ CREATE TABLE leadership (
 ALTER TABLE incident_steps ADD COLUMN epoch INTEGER;
 """
 
+# Version 3: the standbys of a pair, each as it last tried to take the lease
+# (the database's clock), so `ha status` can say who would take over.
+_V3 = """
+CREATE TABLE standbys (
+    holder  TEXT PRIMARY KEY,
+    seen_at REAL NOT NULL
+);
+"""
+
 # MIGRATIONS[i] takes a file from version i to version i + 1.
-MIGRATIONS: tuple[str, ...] = (_V1, _V2)
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3)
 
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -25,6 +25,7 @@ import requests
 
 from spark_watchdog.agent.daemon import Agent
 from spark_watchdog.config.agent import parse_agent_config
+from spark_watchdog.controller.status_api import StandbyEndpoint
 from spark_watchdog.http_server import HttpEndpoint
 from spark_watchdog.lab.hardware import gpu_standin
 from spark_watchdog.lab.hardware.journal_writer import Ending, Fault, boot_entries, write_boot
@@ -238,3 +239,30 @@ def controller_server(
         yield RunningServer(base, controller.endpoint)
     finally:
         controller.stop()
+
+
+@pytest.fixture(scope="module")
+def standby_server() -> Iterator[RunningServer]:
+    """A standby of a controller pair's endpoint, with what a standby loop keeps
+    (controller/pair.py): the lease it last read, led by another controller."""
+    view = {
+        "holder": "mgmt-2:4242:0a1b2c3d",
+        "history": "ok",
+        "leader": {
+            "holder": "mgmt-1:1717:9f8e7d6c",
+            "epoch": 3,
+            "acquired_at": 1764670000.0,
+            "renewed_at": 1764670100.0,
+            "expires_at": 1764670120.0,
+            "lease_left_s": 18.5,
+            "expired": False,
+            "stepped_down_at": None,
+        },
+    }
+    port = free_port()
+    endpoint = StandbyEndpoint("127.0.0.1", port, lambda: dict(view))
+    endpoint.start()
+    try:
+        yield RunningServer(f"http://127.0.0.1:{port}", endpoint)
+    finally:
+        endpoint.stop()

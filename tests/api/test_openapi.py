@@ -104,6 +104,11 @@ def test_the_controller_answers_as_documented(case: Any, controller_server: Any)
     case.call_and_validate(base_url=controller_server.base_url)
 
 
+@controller_api.parametrize()
+def test_a_standby_of_a_pair_answers_as_documented(case: Any, standby_server: Any) -> None:
+    case.call_and_validate(base_url=standby_server.base_url)
+
+
 # --- the documents and the servers cannot drift apart ------------------------------
 
 
@@ -131,6 +136,15 @@ def test_the_controller_document_lists_exactly_the_routes_the_controller_serves(
     controller_server: Any,
 ) -> None:
     assert _served(controller_server.endpoint.operations()) == _documented(CONTROLLER_DOC)
+
+
+def test_a_standby_serves_the_controller_s_routes(standby_server: Any) -> None:
+    assert _served(standby_server.endpoint.operations()) == _documented(CONTROLLER_DOC)
+    status = requests.get(f"{standby_server.base_url}/v1/status", timeout=10).json()
+    assert status["standby"]["leader"]["epoch"] == 3
+    metrics = requests.get(f"{standby_server.base_url}/metrics", timeout=10).text
+    assert "\nspark_watchdog_controller_leader_epoch 0.0\n" in metrics
+    assert "\nspark_watchdog_controller_seen_leader_epoch 3.0\n" in metrics
 
 
 @pytest.mark.parametrize("doc", [AGENT_DOC, CONTROLLER_DOC], ids=["agent", "controller"])

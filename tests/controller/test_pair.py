@@ -19,118 +19,28 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 import requests
 import yaml
 
-from spark_watchdog.history.leadership import Leader, current
-from spark_watchdog.history.postgres import PostgresHistoryStore
 from spark_watchdog.lab.cluster import LabCluster, LabNode
-from spark_watchdog.lab.hardware.postgres_server import PostgresServer
+from spark_watchdog.lab.controller_pair import LEADERSHIP, ControllerPair, wait_for
 
 pytestmark = pytest.mark.integration
 
-# Short, and holding together: give_up_after + 2 x send_deadline + 1 <= lease. The
-# lab's SNMP timeout (1 s, one retry) and SSH connect timeout (2 s) are within
-# the send deadline.
 HA = [sys.executable, "-m", "spark_watchdog", "ha"]
-LEADERSHIP = {
-    "lease": 7.0,
-    "renew_every": 0.5,
-    "give_up_after": 1.5,
-    "send_deadline": 2.0,
-    "settle": 0.5,
-}
 
 
-@pytest.fixture(scope="module")
-def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabCluster]:
-    cluster = LabCluster(tmp_path_factory.mktemp("lab"), size=2).start()
-    try:
-        cluster.wait_agents()
-        cluster.start_serving()
-        yield cluster
-    finally:
-        cluster.stop()
-
-
-def wait_for(check: Callable[[], object], timeout: float, what: str) -> float:
-    started = time.monotonic()
-    while time.monotonic() - started < timeout:
-        if check():
-            return time.monotonic() - started
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
-
-
-class Pair:
-    """The controller processes of one test, on one database."""
-
-    def __init__(self, lab: LabCluster, server: PostgresServer, url: str, tmp: Path) -> None:
-        self.lab = lab
-        self.server = server
-        self.url = url
-        self.tmp = tmp
-        self.processes: dict[str, subprocess.Popen[bytes]] = {}
-        self.store = PostgresHistoryStore(url, password_file=str(server.password_file))
-
-    def start(self, name: str) -> subprocess.Popen[bytes]:
-        config: dict[str, Any] = self.lab.controller_config(
-            Path("unused"), leadership=LEADERSHIP, guards={"boot_timeout": 30.0}
-        )
-        config["history"] = self.url
-        config["history_password_file"] = str(self.server.password_file)
-        path = self.tmp / f"{name}.yaml"
-        path.write_text(yaml.safe_dump(config))
-        log = (self.tmp / f"{name}.log").open("wb")
-        process = subprocess.Popen(
-            [sys.executable, "-m", "spark_watchdog", "controller", "--config", str(path)],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        self.processes[name] = process
-        return process
-
-    def log(self, name: str) -> str:
-        return (self.tmp / f"{name}.log").read_text(errors="replace")
-
-    def leader(self) -> Leader | None:
-        return current(self.store)
-
-    def leads(self, name: str, epoch: int | None = None) -> bool:
-        leader = self.leader()
-        pid = self.processes[name].pid
-        return (
-            leader is not None
-            and not leader.expired
-            and leader.holder.split(":")[1] == str(pid)
-            and (epoch is None or leader.epoch == epoch)
-        )
-
-    def close(self) -> None:
-        for process in self.processes.values():
-            if process.poll() is None:
-                with_cont = [signal.SIGCONT, signal.SIGKILL]
-                for sig in with_cont:
-                    os.kill(process.pid, sig)
-                process.wait(30)
-        self.store.close()
-
-
-@pytest.fixture
-def pair(
-    lab: LabCluster, postgres_server: PostgresServer, postgres_url: str, tmp_path: Path
-) -> Iterator[Pair]:
-    made = Pair(lab, postgres_server, postgres_url, tmp_path)
-    yield made
-    made.close()
-    for node in lab.nodes:
-        lab.thaw(node)
-    wait_for(lambda: all(lab.agent_state(n) for n in lab.nodes), 60, "agents back")
+def _ha(pair: ControllerPair, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*HA, args[0], "--config", str(pair.config_path("b")), *args[1:]],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
 
 
 def sets(lab: LabCluster, node: LabNode) -> list[int]:
@@ -138,17 +48,26 @@ def sets(lab: LabCluster, node: LabNode) -> list[int]:
     return [int(str(s.value)) for s in lab.pdu.standin.sets_for(node.outlet)]
 
 
-def recovered(pair: Pair) -> Any:
+def recovered(pair: ControllerPair) -> Any:
     found = [i for i in pair.store.list_incidents() if i.kind == "host_frozen"]
     return found and found[0].status == "resolved" and found[0]
 
 
-def test_the_standby_takes_over_a_killed_leader_and_recovers_a_freeze(pair: Pair) -> None:
+def test_the_standby_takes_over_a_killed_leader_and_recovers_a_freeze(pair: ControllerPair) -> None:
     lab = pair.lab
     pair.start("a")
     wait_for(lambda: pair.leads("a", 1), 60, "controller a leading at epoch 1")
-    pair.start("b")
-    wait_for(lambda: "standby:" in pair.log("b"), 60, "controller b standing by")
+    b = pair.start("b")
+    wait_for(lambda: pair.standing_by("b"), 60, "controller b standing by")
+    # What an operator sees of the standby: ha status, and its own endpoint.
+    listed = json.loads(_ha(pair, "status", "--json").stdout)["standbys"]
+    assert [s["holder"].split(":")[1] for s in listed] == [str(b.pid)]
+    port = yaml.safe_load(pair.config_path("b").read_text())["listen"]["port"]
+    waiting = requests.get(f"http://127.0.0.1:{port}/v1/status", timeout=10).json()["standby"]
+    assert waiting["leader"]["epoch"] == 1 and waiting["history"] == "ok"
+    metrics = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
+    assert "\nspark_watchdog_controller_leader_epoch 0.0\n" in metrics
+    assert "\nspark_watchdog_controller_seen_leader_epoch 1.0\n" in metrics
     node = lab.node("spark-2")
     before = len(sets(lab, node))
     boot_before = node.boot_id()
@@ -167,56 +86,27 @@ def test_the_standby_takes_over_a_killed_leader_and_recovers_a_freeze(pair: Pair
     assert epochs == {2}, epochs
     print(f"failover: leader killed -> recovered in {time.monotonic() - killed_at:.1f}s")
     # What an operator sees: ha status, and the leader's own /v1/status.
-    b = pair.processes["b"]
-    shown = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "spark_watchdog",
-            "ha",
-            "status",
-            "--config",
-            str(pair.tmp / "b.yaml"),
-            "--json",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
-    leader = json.loads(shown.stdout)["leader"]
+    shown = json.loads(_ha(pair, "status", "--json").stdout)
+    leader = shown["leader"]
     assert leader["epoch"] == 2 and leader["holder"].split(":")[1] == str(b.pid)
-    port = yaml.safe_load((pair.tmp / "b.yaml").read_text())["listen"]["port"]
+    assert shown["standbys"] == []  # a is dead, b leads
+    assert "no standby seen" in _ha(pair, "status").stdout
     status = requests.get(f"http://127.0.0.1:{port}/v1/status", timeout=10).json()
     assert status["leadership"] == {"holder": leader["holder"], "epoch": 2}
     metrics = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
     assert "\nspark_watchdog_controller_leader_epoch 2.0\n" in metrics
     # ha step-down: the leader's next renewal fails; it stops and exits.
-    ended = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "spark_watchdog",
-            "ha",
-            "step-down",
-            "--config",
-            str(pair.tmp / "b.yaml"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
+    ended = _ha(pair, "step-down")
     assert "ended the lease of" in ended.stdout and "(epoch 2): it stops now" in ended.stdout
     assert b.wait(30) == 1 and "stopped leading" in pair.log("b")
 
 
-def steps_of_freeze(pair: Pair) -> list[str]:
+def steps_of_freeze(pair: ControllerPair) -> list[str]:
     found = [i for i in pair.store.list_incidents() if i.kind == "host_frozen"]
     return [s.step for s in pair.store.steps(found[0].id)] if found else []
 
 
-def test_a_leader_paused_mid_cycle_wakes_deposed_and_sends_nothing(pair: Pair) -> None:
+def test_a_leader_paused_mid_cycle_wakes_deposed_and_sends_nothing(pair: ControllerPair) -> None:
     """Paused in the off hold, after its off: the standby takes over, reads the
     outlet and finishes the cycle with the on; the old leader wakes with its on
     still to send, and sends nothing."""
@@ -224,7 +114,7 @@ def test_a_leader_paused_mid_cycle_wakes_deposed_and_sends_nothing(pair: Pair) -
     a = pair.start("a")
     wait_for(lambda: pair.leads("a", 1), 60, "controller a leading at epoch 1")
     pair.start("b")
-    wait_for(lambda: "standby:" in pair.log("b"), 60, "controller b standing by")
+    wait_for(lambda: pair.standing_by("b"), 60, "controller b standing by")
     node = lab.node("spark-1")
     before = len(sets(lab, node))
     lab.freeze(node)

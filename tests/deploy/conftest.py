@@ -47,6 +47,7 @@ from spark_watchdog.config.agent import MemoryGuardConfig
 from spark_watchdog.config.controller import parse_controller_config
 from spark_watchdog.controller.daemon import Controller
 from spark_watchdog.controller.status_api import render as render_controller
+from spark_watchdog.controller.status_api import render_standby
 from spark_watchdog.history.store import HistoryStore
 from spark_watchdog.lab.hardware.vllm_standin import VllmStandin
 from spark_watchdog.lab.ports import free_port as _closed_port
@@ -299,10 +300,20 @@ def controller_exposition(tmp_path_factory: pytest.TempPathFactory) -> Expositio
 
 
 @pytest.fixture(scope="session")
-def exposed(agent_exposition: Exposition, controller_exposition: Exposition) -> dict[str, Any]:
-    """Every sample name the agent and controller expose, with its label names."""
+def standby_exposition() -> Exposition:
+    """A standby of a pair, seeing another controller lead at epoch 3."""
+    leader = {"holder": "mgmt-1:4242:ab12cd34", "epoch": 3, "expired": False}
+    view = {"holder": "mgmt-2:77:0f0f0f0f", "leader": leader, "history": "ok"}
+    return parse_exposition(render_standby(lambda: view))
+
+
+@pytest.fixture(scope="session")
+def exposed(
+    agent_exposition: Exposition, controller_exposition: Exposition, standby_exposition: Exposition
+) -> dict[str, Any]:
+    """Every sample name the agent, controller and standby expose, with its label names."""
     names: dict[str, frozenset[str]] = {}
-    for exposition in (agent_exposition, controller_exposition):
+    for exposition in (agent_exposition, controller_exposition, standby_exposition):
         for name, labels in exposition.labels_by_sample.items():
             names[name] = names.get(name, frozenset()) | labels
     return names

@@ -51,6 +51,7 @@ UNITLESS = {
     "spark_watchdog_controller_witness_ok": "boolean",
     "spark_watchdog_controller_history_writable": "boolean",
     "spark_watchdog_controller_leader_epoch": "leadership epoch",
+    "spark_watchdog_controller_seen_leader_epoch": "leadership epoch",
     "spark_watchdog_cluster_held": "boolean",
     "spark_watchdog_notifications": "notifications",
     "spark_watchdog_incidents": "incidents",
@@ -59,7 +60,7 @@ UNITLESS = {
     "spark_watchdog_power_actions": "actions",
 }
 
-SOURCES = ("agent", "controller")
+SOURCES = ("agent", "controller", "standby")
 
 
 @pytest.fixture(params=SOURCES)
@@ -67,10 +68,17 @@ def exposition(request: pytest.FixtureRequest) -> Any:
     return request.getfixturevalue(f"{request.param}_exposition")
 
 
-def test_every_family_has_samples_so_the_checks_below_see_it(exposition: Any) -> None:
+# A standby of a pair says only who leads (status_api.StandbyEndpoint).
+MIN_FAMILIES = {"agent": 10, "controller": 10, "standby": 2}
+
+
+def test_every_family_has_samples_so_the_checks_below_see_it(
+    exposition: Any, request: pytest.FixtureRequest
+) -> None:
     empty = [f.name for f in exposition.families if not f.samples]
     assert not empty, f"families without a sample in the realistic exposition: {empty}"
-    assert len(exposition.families) >= 10
+    source = request.node.callspec.params["exposition"]
+    assert len(exposition.families) >= MIN_FAMILIES[source]
 
 
 def test_every_family_has_the_prefix_and_help(exposition: Any) -> None:
@@ -142,9 +150,10 @@ def test_ratios_are_between_zero_and_one(exposition: Any) -> None:
 
 
 def test_the_unitless_list_names_only_exposed_families(
-    agent_exposition: Any, controller_exposition: Any
+    agent_exposition: Any, controller_exposition: Any, standby_exposition: Any
 ) -> None:
-    exposed = {f.name for e in (agent_exposition, controller_exposition) for f in e.families}
+    expositions = (agent_exposition, controller_exposition, standby_exposition)
+    exposed = {f.name for e in expositions for f in e.families}
     stale = sorted(set(UNITLESS) - exposed)
     assert not stale, f"UNITLESS names families nobody exposes (renamed?): {stale}"
 

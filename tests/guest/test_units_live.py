@@ -357,7 +357,8 @@ def test_the_watchdog_restarts_an_agent_and_a_controller_that_stopped(
             shown = guest.show(unit, "MainPID", "ActiveState", "SubState")
             return shown["MainPID"] not in ("0", str(pid)) and shown["SubState"] == "running"
 
-        # WatchdogSec=30s, then the abort's own timeout, then RestartSec.
+        # WatchdogSec=30s, then (the agent) the abort's own timeout, then RestartSec;
+        # the controller is killed at once (WatchdogSignal=SIGKILL).
         guest.wait_for(restarted, 180, f"systemd to restart {unit} after its watchdog")
         journal = guest.journal(unit, lines=400)
         print(f"--- {guest.name}: journalctl -u {unit} (watchdog)\n{journal[-1500:]}")

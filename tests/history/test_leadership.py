@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from spark_watchdog.errors import NotLeader
-from spark_watchdog.history.leadership import Lease, current, end_lease
+from spark_watchdog.history.leadership import Lease, current, end_lease, standbys
 from spark_watchdog.history.postgres import PostgresHistoryStore
 from spark_watchdog.lab.hardware.postgres_server import PostgresServer
 
@@ -62,6 +62,28 @@ def test_the_first_candidate_leads_and_the_second_stands_by(stores: Stores) -> N
     seen = b.acquire()
     assert b.epoch is None and seen.holder == a.holder and seen.epoch == 1
     assert a.acquire().epoch == 1 and a.epoch == 1  # taking it again keeps the epoch
+
+
+def test_standbys_are_listed_as_they_last_tried_and_leave_the_list_when_they_lead(
+    stores: Stores,
+) -> None:
+    a, b, c = (
+        stores.candidate(lease_s=2.0, send_deadline_s=0.2),
+        stores.candidate(),
+        stores.candidate(),
+    )
+    assert standbys(a.store, 60) == []
+    a.acquire()
+    b.acquire()
+    time.sleep(0.3)
+    c.acquire()
+    seen = standbys(a.store, 60)
+    assert [s.holder for s in seen] == [c.holder, b.holder]  # the latest first
+    assert 0 <= seen[0].ago < seen[1].ago < 30
+    assert [s.holder for s in standbys(a.store, 0.2)] == [c.holder]  # b not within 0.2 s
+    time.sleep(2.3)  # a's lease runs out
+    assert b.acquire().holder == b.holder and b.epoch == 2
+    assert [s.holder for s in standbys(a.store, 60)] == [c.holder]
 
 
 def test_only_the_leader_writes_and_its_steps_carry_its_epoch(stores: Stores) -> None:
