@@ -686,6 +686,7 @@ class Controller:
             return
         watch.incident_id = incident.id
         watch.rungs_done.clear()
+        watch.send_refusals = 0
         watch.apply(NodeEvent.FROZEN_CONFIRMED)
         self._offenders_read_at = float("-inf")  # this freeze counts at the next tick
         self.notifier.send(

@@ -68,6 +68,8 @@ class NodeWatch:
     # Incident
     incident_id: int | None = None
     rungs_done: set[int] = field(default_factory=set)
+    # Commands a pair's send gate refused in a row (controller/recovery.py).
+    send_refusals: int = 0
     dry_run_incident: int | None = None
     last_agent_restart: float = float("-inf")
     held_reason: str | None = None

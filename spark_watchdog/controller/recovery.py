@@ -212,6 +212,12 @@ async def _recover(
         plan = None
 
 
+# A pair's gate refusing this many commands in a row for one node: the
+# history's link is too slow for leadership.send_deadline, and every retry
+# would be refused the same way. The node is held for a person.
+SEND_REFUSALS_BEFORE_HOLD = 3
+
+
 async def _run_rung(
     host: RecoveryHost, watch: NodeWatch, incident_id: int, path: PowerPath, plan: RungPlan
 ) -> RungOutcome:
@@ -259,6 +265,19 @@ async def _run_rung(
             # nothing unrecorded was sent. Held in memory; resumed from the
             # record once the history can be written, by this controller or by
             # the one that leads.
+            if isinstance(exc, SendRefused):
+                watch.send_refusals += 1
+                if watch.send_refusals >= SEND_REFUSALS_BEFORE_HOLD:
+                    # Every retry would be refused the same way: a person looks.
+                    watch.send_refusals = 0
+                    await host.hold_node(
+                        watch,
+                        f"{SEND_REFUSALS_BEFORE_HOLD} commands in a row not sent ({exc}): "
+                        "writes to the history take longer than leadership.send_deadline",
+                        NodeEvent.HOLD,
+                        by_controller=True,
+                    )
+                    return RungOutcome.HELD
             why = "not sent" if isinstance(exc, SendRefused) else "history unwritable"
             await host.hold_node(watch, f"{why}: {exc}", NodeEvent.HOLD, record=False)
             return RungOutcome.HELD
@@ -287,6 +306,7 @@ async def _run_rung(
         finally:
             # Every way out of the rung releases the device's sockets.
             await close_quietly(power.backend)
+    watch.send_refusals = 0  # a command went out (or none was needed)
     if held_s is None:
         # A resumed off whose fate is unknown, the outlet on (a device that times
         # its own on may have cycled it): not "power restored". Nothing is sent;
@@ -702,8 +722,12 @@ def resume_plan(steps: Sequence[IncidentStep], node: str) -> ResumeInfo:
         elif current is not None and name in _RUNG_PROGRESS:
             current.resume_from = name
             on_after = detail.get("on_after_s")
-            if name == StepName.OFF_REQUESTED and isinstance(on_after, (int, float)):
-                current.timed_on_after, current.off_requested_at = float(on_after), step.at
+            if name == StepName.OFF_REQUESTED:
+                # Each off says for itself whether it armed the device's own on
+                # (a retried rung's plain off must not inherit a withdrawn timed one).
+                timed = on_after if isinstance(on_after, (int, float)) else None
+                current.timed_on_after = None if timed is None else float(timed)
+                current.off_requested_at = step.at
             if name in (StepName.OFF_VERIFIED, StepName.ALREADY_OFF):
                 current.off_verified_at = step.at
     if info.phase is Phase.LADDER:
@@ -728,6 +752,7 @@ _RUNG_PROGRESS = frozenset(
         StepName.ON_NOT_BY_DEVICE,
         StepName.ON_SPACING,
         StepName.ON_REQUESTED,
+        StepName.ON_WITHDRAWN,
         StepName.ON_AMBIGUOUS,
         StepName.ON_VERIFIED,
         StepName.FOUND_OFF,

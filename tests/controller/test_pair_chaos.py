@@ -6,18 +6,20 @@ processes. A node freezes; when the leader's recovery reaches a write-ahead
 point (the incident opened, the off recorded, the hold begun, the on
 recorded, the boot awaited), the leader meets one fault: SIGKILL; SIGSTOP
 for half a lease, for a lease and a send deadline, for ten leases; its
-database link blackholed, reset or slowed; or the server itself restarted
-with ``pg_ctl restart -m immediate``.
+database link blackholed, reset or slowed; the standby's link blackholed;
+or the server itself restarted with ``pg_ctl restart -m immediate``.
 
 Then the invariants, from the PDU's own command log and the history:
 
 - every command has a recorded step before it (``off_requested`` before an
   off, ``on_requested`` before an on), written at the epoch that led when the
   command arrived, and arrived within the send deadline of it (plus what the
-  write itself took);
+  write itself took) and before that epoch's lease ended;
 - the history and the PDU log match one to one: no step stands for two
   commands, and a step without a command is explained (withdrawn, or its
-  writer lost the lease and a later epoch took over);
+  writer lost the lease and a later epoch took over); no command follows a
+  step that says it was withdrawn; no command reaches a node that did not
+  freeze;
 - at most one off per incident rung; every on at least the off hold after
   the off before it;
 - epochs strictly increase, and each incident's steps never go back to an
@@ -27,7 +29,7 @@ Then the invariants, from the PDU's own command log and the history:
 
 By default each fault meets one write-ahead point (they rotate, so every
 point is met by some fault); SPARK_WATCHDOG_CHAOS=all runs every fault at
-every point (40 runs).
+every point (45 runs).
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 
@@ -45,9 +48,11 @@ from spark_watchdog.errors import StoreError
 from spark_watchdog.history.leadership import current
 from spark_watchdog.history.postgres import PostgresHistoryStore
 from spark_watchdog.history.records import Incident, IncidentStep
+from spark_watchdog.history.store import HistoryStore
 from spark_watchdog.lab.cluster import LAB_POWER_OFF_S, LabCluster, LabNode
 from spark_watchdog.lab.controller_pair import LEADERSHIP, ControllerPair, wait_for
 from spark_watchdog.lab.hardware.tcp_proxy import TcpProxy
+from spark_watchdog.lab.lab_controller import ControllerThread
 
 LEASE = LEADERSHIP["lease"]
 DEADLINE = LEADERSHIP["send_deadline"]
@@ -66,6 +71,7 @@ FAULTS = [
     "blackhole",
     "reset",
     "delay",
+    "standby_blackhole",
     "pg_restart",
 ]
 
@@ -86,6 +92,7 @@ class EpochWatch:
     def __init__(self, store: PostgresHistoryStore) -> None:
         self.store = store
         self.taken: list[tuple[int, float]] = []
+        self.expires: dict[int, float] = {}  # each epoch's lease end, as last seen
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, daemon=True)
 
@@ -103,8 +110,11 @@ class EpochWatch:
                 leader = current(self.store)
             except StoreError:
                 continue  # the server restarting: the next read reconnects
-            if leader is not None and (not self.taken or self.taken[-1][0] != leader.epoch):
+            if leader is None:
+                continue
+            if not self.taken or self.taken[-1][0] != leader.epoch:
                 self.taken.append((leader.epoch, leader.acquired_at))
+            self.expires[leader.epoch] = leader.expires_at
 
     def epoch_at(self, wall: float) -> int | None:
         """The epoch that led at ``wall`` (None: none yet)."""
@@ -127,21 +137,44 @@ class Evidence:
     epoch_at: Callable[[float], int | None]
     frozen_at: float
     tolerance_s: float
-    problems: list[str] = field(default_factory=list)
+    expires: dict[int, float] = field(default_factory=dict)  # each epoch's lease end
+    # What reached the outlets of the nodes that did not freeze (must be nothing).
+    elsewhere: list[Command] = field(default_factory=list)
 
 
 _REQUESTED = {"off_requested": 2, "on_requested": 1}
 _EXPLAINED = {"off_withdrawn", "on_withdrawn"}
 
 
+Matched = dict[tuple[int, int], Command]  # (incident, seq) of a *_requested step
+
+
 def violations(e: Evidence) -> list[str]:
     """Every invariant of the module's docstring that the evidence breaks."""
+    problems: list[str] = [
+        f"a command ({c.target}) at {c.at:.3f} to a node that did not freeze" for c in e.elsewhere
+    ]
+    problems += [
+        f"a SET of {c.target} at {c.at:.3f}: neither an off (2) nor an on (1)"
+        for c in e.commands
+        if c.target not in (1, 2)
+    ]
+    matched: Matched = {}
+    problems += _match_commands(e, matched)
+    problems += _unexplained_steps(e, matched)
+    problems += _offs_and_holds(e, matched)
+    problems += _epochs(e)
+    problems += _recovered(e)
+    return problems
+
+
+def _match_commands(e: Evidence, matched: Matched) -> list[str]:
+    """Each command to its step: the latest unmatched one of its kind before it."""
     problems: list[str] = []
     requested = sorted(
         (s for steps in e.steps.values() for s in steps if s.step in _REQUESTED),
         key=lambda s: s.at,
     )
-    matched: dict[tuple[int, int], Command] = {}
     for command in sorted(e.commands, key=lambda c: c.at):
         before = [
             s
@@ -156,10 +189,19 @@ def violations(e: Evidence) -> list[str]:
             continue
         step = before[-1]
         matched[(step.incident_id, step.seq)] = command
+        after = [x for x in e.steps[step.incident_id] if x.seq == step.seq + 1]
+        if after and after[0].step in _EXPLAINED:
+            problems.append(f"the {what} at {command.at:.3f} left although its step was withdrawn")
         waited = command.at - step.at
         if waited > DEADLINE + e.tolerance_s:
             problems.append(
                 f"the {what} arrived {waited:.2f}s after its step, past the send deadline"
+            )
+        ended = e.expires.get(step.epoch or 0)
+        if ended is not None and command.at > ended:
+            problems.append(
+                f"the {what} at {command.at:.3f} arrived after its epoch's lease ended "
+                f"({ended:.3f})"
             )
         led = e.epoch_at(command.at)
         if step.epoch != led:
@@ -167,6 +209,12 @@ def violations(e: Evidence) -> list[str]:
                 f"the {what} at {command.at:.3f} was written at epoch {step.epoch} "
                 f"while epoch {led} led"
             )
+    return problems
+
+
+def _unexplained_steps(e: Evidence, matched: Matched) -> list[str]:
+    """A *_requested step with no command: withdrawn, or its writer was deposed."""
+    problems: list[str] = []
     for steps in e.steps.values():
         for index, s in enumerate(steps):
             if s.step not in _REQUESTED or (s.incident_id, s.seq) in matched:
@@ -179,6 +227,10 @@ def violations(e: Evidence) -> list[str]:
                     f"incident {s.incident_id} step {s.seq} {s.step} (epoch {s.epoch}) "
                     "has no command and nothing explains it"
                 )
+    return problems
+
+
+def _offs_and_holds(e: Evidence, matched: Matched) -> list[str]:
     offs: dict[tuple[int, object], int] = {}
     for (incident_id, seq), command in matched.items():
         if command.target != 2:
@@ -186,7 +238,7 @@ def violations(e: Evidence) -> list[str]:
         step = next(s for s in e.steps[incident_id] if s.seq == seq)
         rung = (incident_id, step.detail.get("rung"))
         offs[rung] = offs.get(rung, 0) + 1
-    problems += [f"{n} offs for incident {i} rung {r}" for (i, r), n in offs.items() if n > 1]
+    problems = [f"{n} offs for incident {i} rung {r}" for (i, r), n in offs.items() if n > 1]
     ordered = sorted(e.commands, key=lambda c: c.at)
     for index, command in enumerate(ordered):
         if command.target != 1:
@@ -194,6 +246,11 @@ def violations(e: Evidence) -> list[str]:
         off = next((c for c in reversed(ordered[:index]) if c.target == 2), None)
         if off is not None and command.at - off.at < LAB_POWER_OFF_S - 0.01:
             problems.append(f"an on {command.at - off.at:.2f}s after its off, inside the hold")
+    return problems
+
+
+def _epochs(e: Evidence) -> list[str]:
+    problems: list[str] = []
     seen = [epoch for epoch, _ in e.epochs]
     if seen != sorted(set(seen)):
         problems.append(f"epochs did not strictly increase: {seen}")
@@ -201,14 +258,18 @@ def violations(e: Evidence) -> list[str]:
         written = [s.epoch for s in steps]
         if None in written or written != sorted(written):  # type: ignore[type-var]
             problems.append(f"incident {incident_id} steps' epochs went back: {written}")
+    return problems
+
+
+def _recovered(e: Evidence) -> list[str]:
     frozen = [i for i in e.incidents if i.kind == "host_frozen"]
     if not frozen or frozen[0].status != "resolved" or frozen[0].resolution != "recovered":
-        problems.append(f"the freeze is not recovered: {frozen}")
-    elif frozen[0].resolved_at is not None:
+        return [f"the freeze is not recovered: {frozen}"]
+    if frozen[0].resolved_at is not None:
         took = frozen[0].resolved_at - e.frozen_at
         if took > RECOVERY_BOUND_S:
-            problems.append(f"recovered {took:.1f}s after the freeze, past {RECOVERY_BOUND_S}s")
-    return problems
+            return [f"recovered {took:.1f}s after the freeze, past {RECOVERY_BOUND_S}s"]
+    return []
 
 
 # -- the faults ------------------------------------------------------------------------
@@ -218,6 +279,7 @@ def violations(e: Evidence) -> list[str]:
 class Chaos:
     pair: ControllerPair
     proxy: TcpProxy  # the first leader's link
+    standby_proxy: TcpProxy  # the standby's
     wakers: list[threading.Timer] = field(default_factory=list)
 
     def inject(self, fault: str) -> None:
@@ -240,6 +302,8 @@ class Chaos:
             assert self.proxy.reset() >= 1
         elif fault == "delay":
             self.proxy.delay(DELAY_S)
+        elif fault == "standby_blackhole":
+            self.standby_proxy.blackhole()
         elif fault == "pg_restart":
             self.pair.server.restart_immediate()
         else:
@@ -249,6 +313,7 @@ class Chaos:
         for waker in self.wakers:
             waker.join()
         self.proxy.heal()
+        self.standby_proxy.heal()
 
 
 @pytest.fixture
@@ -270,12 +335,18 @@ def _someone_leads(pair: ControllerPair) -> bool:
 
 
 def _commands(lab: LabCluster, node: LabNode, before: int) -> list[Command]:
+    """The SETs for ``node``'s outlet from the ``before``-th on, on the wall clock."""
     assert lab.pdu is not None
     offset = time.time() - time.monotonic()
     return [
         Command(int(str(s.value)), s.at + offset)
         for s in lab.pdu.standin.sets_for(node.outlet)[before:]
     ]
+
+
+def _sets_so_far(lab: LabCluster) -> dict[str, int]:
+    assert lab.pdu is not None
+    return {n.name: len(lab.pdu.standin.sets_for(n.outlet)) for n in lab.nodes}
 
 
 @pytest.mark.integration
@@ -294,9 +365,9 @@ def test_the_pair_keeps_its_invariants(
     wait_for(lambda: pair.standing_by("b"), 60, "controller b standing by")
     node = lab.node("spark-2")
     assert lab.pdu is not None
-    before = len(lab.pdu.standin.sets_for(node.outlet))
+    before = _sets_so_far(lab)
     boot_before = node.boot_id()
-    chaos = Chaos(pair, proxy_a)
+    chaos = Chaos(pair, proxy_a, proxy_b)
     watcher = PostgresHistoryStore(pair.url, password_file=str(pair.server.password_file))
     with EpochWatch(watcher) as epochs:
         frozen_at = time.time()
@@ -320,10 +391,14 @@ def test_the_pair_keeps_its_invariants(
     watcher.close()
     incidents = pair.store.list_incidents()
     evidence = Evidence(
-        commands=_commands(lab, node, before),
+        commands=_commands(lab, node, before[node.name]),
+        elsewhere=[
+            c for n in lab.nodes if n is not node for c in _commands(lab, n, before[n.name])
+        ],
         incidents=incidents,
         steps={i.id: pair.store.steps(i.id) for i in incidents if i.kind == "host_frozen"},
         epochs=epochs.taken,
+        expires=dict(epochs.expires),
         epoch_at=epochs.epoch_at,
         frozen_at=frozen_at,
         tolerance_s=1.0 + (8 * DELAY_S if fault == "delay" else 0.0),
@@ -332,6 +407,50 @@ def test_the_pair_keeps_its_invariants(
     assert not problems, "\n".join(problems) + "\n" + _story(pair, evidence)
     assert node.boot_id() != boot_before
     assert [c.target for c in evidence.commands][-1] == 1  # the node ends powered
+
+
+@pytest.mark.integration
+def test_a_leader_whose_every_command_is_refused_holds_the_node_after_three(
+    pair_lab: LabCluster, tmp_path: Path
+) -> None:
+    """A leader whose writes always take past the send deadline: each off is
+    recorded, refused, recorded as withdrawn, retried; the third refusal holds
+    the node for a person instead of retrying for ever. Nothing reaches the PDU."""
+    lab = pair_lab
+    thread = ControllerThread(lab.controller_config(tmp_path / "history.db"))
+    thread.controller.send_refusal = lambda: "past the send deadline (this test's gate)"
+    node = lab.node("spark-2")
+    assert lab.pdu is not None
+    before = len(lab.pdu.standin.sets_for(node.outlet))
+    store = HistoryStore(thread.config.history, read_only=True)
+    thread.start()
+    try:
+        wait_for(lambda: _every_node_healthy(thread), 60, "the controller seeing every node")
+        lab.freeze(node)
+        held = wait_for(
+            lambda: [h for h in store.active_holds() if h.node == node.name],
+            120,
+            "the node held",
+        )
+        assert held
+        (hold,) = [h for h in store.active_holds() if h.node == node.name]
+        assert "3 commands in a row not sent" in hold.reason
+        assert "past the send deadline (this test's gate)" in hold.reason
+        (incident,) = store.list_incidents()
+        assert incident.status == "open"  # not a false alarm: whoever acts next resumes it
+        steps = [s.step for s in store.steps(incident.id)]
+        assert steps.count("off_requested") == 3 and steps.count("off_withdrawn") == 3
+        assert lab.pdu.standin.sets_for(node.outlet)[before:] == []
+    finally:
+        thread.stop()
+        store.close()
+        lab.thaw(node)
+        wait_for(lambda: all(lab.agent_state(n) for n in lab.nodes), 60, "agents back")
+
+
+def _every_node_healthy(thread: ControllerThread) -> bool:
+    nodes = (thread.status() or {}).get("nodes") or []
+    return bool(nodes) and all(n.get("verdict") == "healthy" for n in nodes)
 
 
 def _story(pair: ControllerPair, e: Evidence) -> str:
@@ -379,6 +498,20 @@ def _evidence(commands: list[Command], steps: list[IncidentStep]) -> Evidence:
     )
 
 
+def test_a_command_to_a_node_that_did_not_freeze_is_a_violation() -> None:
+    steps = [_step(1, "off_requested", 10.0, 1), _step(2, "on_requested", 12.5, 1)]
+    evidence = _evidence([Command(2, 10.1), Command(1, 12.6)], steps)
+    evidence.elsewhere = [Command(2, 11.0)]
+    assert any("did not freeze" in p for p in violations(evidence))
+
+
+def test_a_command_after_its_lease_ended_is_a_violation() -> None:
+    steps = [_step(1, "off_requested", 10.0, 1), _step(2, "on_requested", 12.5, 1)]
+    evidence = _evidence([Command(2, 10.1), Command(1, 12.6)], steps)
+    evidence.expires = {1: 12.55}
+    assert any("after its epoch's lease ended" in p for p in violations(evidence))
+
+
 def test_a_clean_cycle_keeps_the_invariants() -> None:
     steps = [_step(1, "off_requested", 10.0, 1), _step(2, "on_requested", 12.5, 1)]
     assert violations(_evidence([Command(2, 10.1), Command(1, 12.6)], steps)) == []
@@ -422,6 +555,22 @@ def test_a_clean_cycle_keeps_the_invariants() -> None:
             [Command(2, 10.1)],
             [_step(1, "off_requested", 10.0, 1), _step(2, "on_requested", 12.5, 1)],
             "nothing explains it",
+        ),
+        # a command that left although its step was withdrawn
+        (
+            [Command(2, 10.1), Command(1, 12.6)],
+            [
+                _step(1, "off_requested", 10.0, 1),
+                _step(2, "off_withdrawn", 10.05, 1),
+                _step(3, "on_requested", 12.5, 1),
+            ],
+            "although its step was withdrawn",
+        ),
+        # a reboot SET, which this tier never sends
+        (
+            [Command(3, 10.1)],
+            [_step(1, "off_requested", 10.0, 1)],
+            "neither an off (2) nor an on (1)",
         ),
         # a step of an older epoch after a newer one
         (

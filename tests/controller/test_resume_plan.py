@@ -1,0 +1,61 @@
+"""Reading an incident's log back (controller/recovery.resume_plan): what a
+controller that takes over, or restarts, resumes from."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from spark_watchdog.controller.recovery import resume_plan
+from spark_watchdog.history.records import IncidentStep
+from spark_watchdog.steps import OFF_SIDE
+
+
+def _log(*steps: tuple[str, dict[str, Any]]) -> list[IncidentStep]:
+    return [
+        IncidentStep(1, seq, 100.0 + seq, "spark-2", name, {"rung": 0, **detail}, 1)
+        for seq, (name, detail) in enumerate(steps, start=1)
+    ]
+
+
+def test_an_off_the_gate_withdrew_starts_the_rung_over() -> None:
+    info = resume_plan(
+        _log(("rung_started", {}), ("off_requested", {}), ("off_withdrawn", {})), "spark-2"
+    )
+    assert info.plan is not None and info.plan.resume_from == "off_withdrawn"
+    assert info.plan.fresh  # nothing left: the preflight and the off again
+
+
+def test_an_on_the_gate_withdrew_resumes_on_the_off_side() -> None:
+    log = _log(
+        ("rung_started", {}),
+        ("off_requested", {}),
+        ("off_verified", {}),
+        ("hold_started", {}),
+        ("hold_done", {}),
+        ("on_requested", {}),
+        ("on_withdrawn", {}),
+    )
+    info = resume_plan(log, "spark-2")
+    assert info.plan is not None and info.plan.resume_from == "on_withdrawn"
+    assert info.plan.resume_from in OFF_SIDE and not info.plan.fresh
+    assert info.plan.off_verified_at == log[2].at  # the hold counts from the verified off
+
+
+def test_a_retried_plain_off_does_not_inherit_a_withdrawn_timed_one() -> None:
+    log = _log(
+        ("rung_started", {}),
+        ("off_requested", {"on_after_s": 90.0}),
+        ("off_withdrawn", {}),
+        ("timed_on_unavailable", {}),
+        ("off_requested", {}),
+    )
+    info = resume_plan(log, "spark-2")
+    assert info.plan is not None and info.plan.resume_from == "off_requested"
+    assert info.plan.timed_on_after is None
+    assert info.plan.off_requested_at == log[4].at
+
+
+def test_a_timed_off_is_read_back_as_timed() -> None:
+    log = _log(("rung_started", {}), ("off_requested", {"on_after_s": 90.0}))
+    info = resume_plan(log, "spark-2")
+    assert info.plan is not None and info.plan.timed_on_after == 90.0
