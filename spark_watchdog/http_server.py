@@ -211,6 +211,9 @@ class HardenedHTTPServer(ThreadingHTTPServer):
         # Connections reading a request, with the monotonic time it must be in by.
         self._reading: dict[socket.socket, tuple[float, str]] = {}
         self._reading_lock = threading.Lock()
+        # Connections a handler thread serves (closed when the server closes).
+        self._open: set[socket.socket] = set()
+        self._open_lock = threading.Lock()
         super().__init__(address, _Handler)
 
     def allowed_methods(self, path: str) -> tuple[str, ...]:
@@ -244,9 +247,13 @@ class HardenedHTTPServer(ThreadingHTTPServer):
             raise
 
     def process_request_thread(self, request: Any, client_address: Any) -> None:
+        with self._open_lock:
+            self._open.add(request)
         try:
             super().process_request_thread(request, client_address)
         finally:
+            with self._open_lock:
+                self._open.discard(request)
             self._slots.release()
 
     def _refuse(self, sock: socket.socket) -> None:
@@ -316,6 +323,13 @@ class HardenedHTTPServer(ThreadingHTTPServer):
         super().server_close()
         while self._lingering:
             _close(self._lingering.popleft()[1])
+        # A kept-alive connection would otherwise go on being answered by this
+        # server after it stopped (a scraper reusing it every few seconds).
+        with self._open_lock:
+            still_open = list(self._open)
+        for sock in still_open:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
 
     # -- errors ----------------------------------------------------------------
 

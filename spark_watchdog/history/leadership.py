@@ -139,7 +139,9 @@ def standbys(store: PostgresHistoryStore, within: float) -> list[Standby]:
     with store._reading("reading the standbys") as conn:
         (now,) = conn.execute(f"SELECT {_NOW}").fetchone()
         rows = conn.execute(
-            "SELECT holder, seen_at FROM standbys WHERE seen_at >= ? ORDER BY seen_at DESC",
+            # The leader is not a standby, whatever it last did as one.
+            "SELECT holder, seen_at FROM standbys WHERE seen_at >= ? "
+            "AND holder NOT IN (SELECT holder FROM leadership) ORDER BY seen_at DESC",
             (float(now) - within,),
         ).fetchall()
     return [Standby(holder, float(now) - float(seen)) for holder, seen in rows]
@@ -185,7 +187,18 @@ class Lease:
     # -- take, renew, give up -------------------------------------------------------
 
     def acquire(self) -> Leader:
-        """Take the lease if nobody holds it or it expired; the lease after trying."""
+        """Take the lease if nobody holds it or it expired; the lease after trying.
+
+        While another holds it, a standby only reads it and notes itself in
+        ``standbys``, without the history's write lock: a standby whose link
+        stalls mid-transaction then holds nothing the leader waits for.
+        """
+        seen = current(self.store)
+        if seen is not None and not seen.expired and seen.holder != self.holder:
+            self._epoch = None
+            with self.store._writing("noting this standby", fenced=False, serialized=False) as c:
+                _seen_standing_by(c, self.holder, seen.now)
+            return seen
         with self.store._writing("taking the leadership", fenced=False) as conn:
             seen = _read(conn, lock="FOR UPDATE")
             if seen is not None and not seen.expired:
@@ -195,7 +208,6 @@ class Lease:
                     self._epoch = None
                     _seen_standing_by(conn, self.holder, seen.now)
                 return seen
-            conn.execute("DELETE FROM standbys WHERE holder = ?", (self.holder,))
             epoch = 1 if seen is None else seen.epoch + 1
             fence_s = 2 * self.send_deadline_s
             if seen is None:

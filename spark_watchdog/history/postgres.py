@@ -417,10 +417,14 @@ class PostgresCore(StoreCore):
         return None if self._fence is None else self._fence.checked_epoch
 
     @contextlib.contextmanager
-    def _writing(self, doing: str, *, fenced: bool = True) -> Iterator[Connection]:
+    def _writing(
+        self, doing: str, *, fenced: bool = True, serialized: bool = True
+    ) -> Iterator[Connection]:
         """One write transaction, durable on the server before the caller goes on.
 
-        ``fenced=False`` is for the lease's own writes (history/leadership.py).
+        ``fenced=False`` is for the lease's own writes (history/leadership.py);
+        ``serialized=False`` leaves out the history's write lock, for a write
+        that touches no table of the history's own (a standby's own row).
         """
         with self._lock, self._guard(doing):
             if self._read_only:
@@ -430,7 +434,8 @@ class PostgresCore(StoreCore):
             fence = self._fence if fenced else None
             pg = self._begin("BEGIN")
             try:
-                pg.execute("SELECT pg_advisory_xact_lock(%s)", (WRITE_LOCK_KEY,))
+                if serialized:
+                    pg.execute("SELECT pg_advisory_xact_lock(%s)", (WRITE_LOCK_KEY,))
                 if fence is not None:
                     fence.check(_PgConnection(pg))
                 yield _PgConnection(pg)

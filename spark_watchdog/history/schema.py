@@ -145,7 +145,8 @@ CREATE TABLE settings (
 # Version 2: the controller pair (docs/design.md, "Controller pair"). One row
 # per leadership (name 'controller'): who holds it, at which epoch, until when
 # by the database's own clock; every step records the epoch of the leader that
-# wrote it (NULL: a controller without a lease, on SQLite, or the CLI).
+# wrote it (NULL: a controller without a lease, on SQLite, or the CLI); the
+# standbys seen.
 _V2 = """
 CREATE TABLE leadership (
     name        TEXT PRIMARY KEY,
@@ -161,11 +162,9 @@ CREATE TABLE leadership (
 );
 
 ALTER TABLE incident_steps ADD COLUMN epoch INTEGER;
-"""
 
-# Version 3: the standbys of a pair, each as it last tried to take the lease
-# (the database's clock), so `ha status` can say who would take over.
-_V3 = """
+-- The standbys of a pair, each as it last tried to take the lease (the
+-- database's clock), so `ha status` can say who would take over.
 CREATE TABLE standbys (
     holder  TEXT PRIMARY KEY,
     seen_at REAL NOT NULL
@@ -173,7 +172,7 @@ CREATE TABLE standbys (
 """
 
 # MIGRATIONS[i] takes a file from version i to version i + 1.
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3)
+MIGRATIONS: tuple[str, ...] = (_V1, _V2)
 
 SCHEMA_VERSION = len(MIGRATIONS)
 

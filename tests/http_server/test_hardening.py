@@ -4,6 +4,7 @@ clients: real servers on loopback, real sockets, the real log records."""
 from __future__ import annotations
 
 import contextlib
+import http.client
 import json
 import logging
 import socket
@@ -422,3 +423,20 @@ def test_post_errors_are_json(endpoint: HttpEndpoint) -> None:
     )
     assert status_line.startswith("HTTP/1.1 400 ")
     assert json.loads(body) == {"error": "Content-Length: expected a byte count, got 'lots'"}
+
+
+def test_a_stopped_endpoint_answers_no_kept_alive_connection() -> None:
+    """A scraper reusing one connection must not go on being answered by an
+    endpoint that stopped (a standby's, once its controller leads)."""
+    served = HttpEndpoint("127.0.0.1", 0, {"/v1/state": lambda: json_response({"who": "old"})})
+    served.start()
+    conn = http.client.HTTPConnection("127.0.0.1", served.port, timeout=10)
+    conn.request("GET", "/v1/state")
+    first = conn.getresponse()
+    assert json.loads(first.read()) == {"who": "old"}
+    assert not first.will_close  # kept alive
+    served.stop()
+    with pytest.raises((http.client.HTTPException, OSError)):
+        conn.request("GET", "/v1/state")
+        conn.getresponse().read()
+    conn.close()
