@@ -73,6 +73,8 @@ OFFENDERS_REFRESH_S = 300.0
 _BEFORE_A_CUT = frozenset(
     {StepName.TIMED_ON_UNAVAILABLE, StepName.OFF_SPACING, StepName.OFF_REQUESTED}
 )
+# Steps that say a command did not leave.
+_NOTHING_LEFT = frozenset({StepName.OFF_WITHDRAWN, StepName.ON_WITHDRAWN})
 
 
 class Controller:
@@ -138,6 +140,9 @@ class Controller:
         # A controller of a pair (controller/pair.py): why a command may not leave
         # now (history/leadership.py, Lease.send_refusal), and what status shows of it.
         self.send_refusal: Callable[[], str | None] | None = None
+        # ... and how it writes a step that says a command did not leave
+        # (Lease.recording_only: fenced without the send margin).
+        self.recording_only: Callable[[Callable[..., Any]], Callable[..., Any]] | None = None
         self.leadership: Callable[[], dict[str, Any]] | None = None
 
     # -- RecoveryHost -------------------------------------------------------
@@ -161,10 +166,12 @@ class Controller:
             detail: dict[str, Any] = {"rung": rung, "device": path.key_path, "detail": step.detail}
             if step.on_after_s is not None:
                 detail["on_after_s"] = step.on_after_s  # a resume reads it: a self-timed off
+            add_step = ledger.store.add_step
+            if step.name in _NOTHING_LEFT and self.recording_only is not None:
+                # It lets nothing out: written on a lease too short for a command.
+                add_step = self.recording_only(add_step)
             try:
-                await ledger.write(
-                    ledger.store.add_step, incident_id, step.name, node=node, detail=detail
-                )
+                await ledger.write(add_step, incident_id, step.name, node=node, detail=detail)
             except HistoryUnwritable as exc:
                 if step.name in _BEFORE_A_CUT or self.send_refusal is not None:
                     # Nothing unrecorded cuts power; in a pair nothing unrecorded

@@ -168,6 +168,7 @@ async def _lead(
     controller = Controller(config, lease.store)
     controller.systemd = systemd
     controller.send_refusal = lease.send_refusal
+    controller.recording_only = lease.recording_only
     controller.leadership = lambda: {"holder": lease.holder, "epoch": lease.epoch}
     controller.notifier.send(
         Event("leadership_taken", f"{lease.holder} leads at epoch {lease.epoch}")

@@ -23,15 +23,19 @@ from __future__ import annotations
 import os
 import secrets
 import socket
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 from spark_watchdog.config.controller import FENCE_MARGIN_S
 from spark_watchdog.errors import NotLeader
 from spark_watchdog.history.core import Connection
 from spark_watchdog.history.postgres import PostgresHistoryStore
+
+P = ParamSpec("P")
+T = TypeVar("T")
 
 NAME = "controller"
 _NOW = "extract(epoch from clock_timestamp())::float8"
@@ -170,6 +174,8 @@ class Lease:
         self.send_deadline_s = send_deadline_s
         self._monotonic = monotonic
         self._epoch: int | None = None
+        # A write that only records that nothing left (recording_only).
+        self._recording = threading.local()
         self._checked_epoch: int | None = None  # what the last check let write
         self._checked_at: float | None = None  # the last check's start (monotonic)
         self._committed_at: float | None = None  # that of the last committed write
@@ -266,6 +272,22 @@ class Lease:
 
     # -- the fence (history/postgres.py's WriteFence) ---------------------------------
 
+    def recording_only(self, fn: Callable[P, T]) -> Callable[P, T]:
+        """``fn`` (a store write), fenced by holder, epoch and an unexpired lease
+        only, without the two send deadlines of margin: for a record that says
+        a command did *not* leave (``*_withdrawn``), which lets nothing out, so
+        it may be written when the lease is too short for a command. Such a
+        check opens no send window."""
+
+        def call(*args: P.args, **kwargs: P.kwargs) -> T:
+            self._recording.on = True
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self._recording.on = False
+
+        return call
+
     def check(self, conn: Connection) -> None:
         started = self._monotonic()  # before the database reads its clock
         if self._epoch is None:
@@ -282,6 +304,12 @@ class Lease:
         if seen.released_at is not None:
             self._epoch = None
             raise NotLeader(self.store.path, "this controller was stepped down: nothing written")
+        if getattr(self._recording, "on", False):
+            if seen.expired:
+                raise NotLeader(self.store.path, "the lease has run out: nothing written")
+            self._checked_at = None  # lets no command out: no send window from it
+            self._checked_epoch = ours
+            return
         needed = 2 * self.send_deadline_s + FENCE_MARGIN_S
         if seen.left < needed:
             raise NotLeader(
@@ -293,7 +321,8 @@ class Lease:
         self._checked_epoch = ours
 
     def committed(self) -> None:
-        self._committed_at = self._checked_at
+        if self._checked_at is not None:  # a recording-only write opens no window
+            self._committed_at = self._checked_at
 
     def send_refusal(self) -> str | None:
         """Right before a command leaves: why it may not (None: it may)."""

@@ -401,7 +401,9 @@ def test_the_pair_keeps_its_invariants(
         expires=dict(epochs.expires),
         epoch_at=epochs.epoch_at,
         frozen_at=frozen_at,
-        tolerance_s=1.0 + (8 * DELAY_S if fault == "delay" else 0.0),
+        # step.at is taken before the write waits for the store, its lock and the
+        # fence; on a loaded machine that can be a second or more.
+        tolerance_s=2.0 + (8 * DELAY_S if fault == "delay" else 0.0),
     )
     problems = violations(evidence)
     assert not problems, "\n".join(problems) + "\n" + _story(pair, evidence)

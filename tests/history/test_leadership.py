@@ -134,6 +134,28 @@ def test_a_write_needs_two_send_deadlines_of_lease_left(stores: Stores) -> None:
     a.store.add_step(incident_id, "off_requested", node="spark-1")
 
 
+def test_a_record_that_nothing_left_needs_only_an_unexpired_lease_and_opens_no_window(
+    stores: Stores,
+) -> None:
+    a = stores.candidate(lease_s=4.0, send_deadline_s=1.0, monotonic=time.monotonic)
+    a.acquire()
+    incident_id = open_frozen(a)
+    a.store.add_step(incident_id, "off_requested", node="spark-1")
+    time.sleep(1.5)  # about 2.5 s left: too little for a command's write
+    assert a.send_refusal() is not None  # 1.5 s since the off's check: past the deadline
+    with pytest.raises(NotLeader, match="less than two send deadlines"):
+        a.store.add_step(incident_id, "off_verified", node="spark-1")
+    withdraw = a.recording_only(a.store.add_step)
+    withdraw(incident_id, "off_withdrawn", node="spark-1")
+    assert [s for s, _ in steps_of(a, incident_id)][-2:] == ["off_requested", "off_withdrawn"]
+    assert a.send_refusal() is not None  # the withdrawn record opened no send window
+    with pytest.raises(NotLeader, match="less than two send deadlines"):
+        a.store.add_step(incident_id, "on_requested", node="spark-1")  # not relaxed after it
+    time.sleep(3.0)  # the lease has run out
+    with pytest.raises(NotLeader, match="run out"):
+        withdraw(incident_id, "on_withdrawn", node="spark-1")
+
+
 def test_a_command_may_leave_only_within_the_send_deadline_of_a_checked_write(
     stores: Stores,
 ) -> None:
