@@ -208,7 +208,8 @@ class Controller:
                 raise SendRefused(path.key_path, refused)
             return why
 
-        return self.io.power_factory(path, write_ahead, gate)
+        # The lease's send window once more, from inside the backend (power/send_window.py).
+        return self.io.power_factory(path, write_ahead, gate, self.send_refusal)
 
     def _may_cut(self, watch: NodeWatch) -> str | None:
         """Right before an off leaves: any reason not to send it (None: send).

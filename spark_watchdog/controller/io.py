@@ -28,6 +28,7 @@ from spark_watchdog.controller.wedged import ForcedReboot, RebootAttempt
 from spark_watchdog.controller.witness import WitnessReport, check_witness
 from spark_watchdog.power.base import SendGate, StepHook, VerifiedPower
 from spark_watchdog.power.paths import PowerPath, build_backend, read_device_secrets, timing_for
+from spark_watchdog.power.send_window import SendWindow
 from spark_watchdog.power.ssh_banner import BannerResult, check_ssh_banner
 
 T = TypeVar("T")
@@ -47,7 +48,7 @@ class Blocking(Protocol):
 
 BannerCheck = Callable[[str, int, float], Awaitable[BannerResult]]
 WitnessCheck = Callable[[Sequence[str], float], Awaitable[WitnessReport]]
-PowerFactory = Callable[[PowerPath, StepHook, SendGate], VerifiedPower]
+PowerFactory = Callable[[PowerPath, StepHook, SendGate, SendWindow | None], VerifiedPower]
 ServingRunner = Callable[
     [ServingNode, Sequence[ServingNode], str, float, str], Awaitable[ServingRestartReport]
 ]
@@ -94,7 +95,9 @@ async def in_thread(fn: Callable[[], T]) -> T:
 
 
 def device_power_factory(config: ControllerConfig, clock: Clock) -> PowerFactory:
-    def make(path: PowerPath, on_step: StepHook, gate: SendGate) -> VerifiedPower:
+    def make(
+        path: PowerPath, on_step: StepHook, gate: SendGate, window: SendWindow | None
+    ) -> VerifiedPower:
         backend = build_backend(path, read_device_secrets(path))
         return VerifiedPower(
             backend,
@@ -102,6 +105,7 @@ def device_power_factory(config: ControllerConfig, clock: Clock) -> PowerFactory
             dry_run=config.guards.dry_run,
             on_step=on_step,
             gate=gate,
+            send_window=window,
             clock=clock.monotonic,
             sleep=clock.sleep,
         )

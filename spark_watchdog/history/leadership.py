@@ -13,9 +13,11 @@ that this process still holds the lease at its epoch with at least two send
 deadlines left; if not, the transaction rolls back and nothing of it is
 written (``NotLeader``). A power command may leave only within one send
 deadline of the start of its step's check (:meth:`Lease.send_refusal`, on
-the monotonic clock), and every device's socket timeout is within one more
-(config/controller.py), so every byte of it leaves before the lease the
-check saw could expire, and so before another controller could lead.
+the monotonic clock), asked at the gate and again by the backend right
+before its bytes leave (power/send_window.py), and every device's socket
+timeout is within one more (config/controller.py), so every byte of it
+leaves before the lease the check saw could expire, and so before another
+controller could lead.
 """
 
 from __future__ import annotations

@@ -40,6 +40,8 @@ from spark_watchdog.errors import (
     Unreachable,
     Withdrawn,
 )
+from spark_watchdog.power import send_window
+from spark_watchdog.power.send_window import SendWindow
 
 log = logging.getLogger("spark_watchdog.power")
 
@@ -231,6 +233,7 @@ class VerifiedPower:
         dry_run: bool = False,
         on_step: StepHook | None = None,
         gate: SendGate | None = None,
+        send_window: SendWindow | None = None,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         spacing: CommandSpacing = COMMAND_SPACING,
@@ -240,6 +243,7 @@ class VerifiedPower:
         self.dry_run = dry_run
         self._on_step = on_step
         self._gate = gate
+        self._send_window = send_window
         self._clock = clock
         self._sleep = sleep
         self._spacing = spacing
@@ -463,18 +467,21 @@ class VerifiedPower:
             ) from exc
 
     async def _send(self, target: PowerState, plan: TimedOn | None = None) -> None:
-        # The gate runs here, inside the bounded task, so nothing else of the
-        # event loop runs between its answer and the backend's first byte.
+        # The gate runs here, inside the bounded task, after the write-ahead
+        # step. The backend still awaits before its first byte (a lookup, a
+        # socket opening), so it asks the send window once more right before
+        # its bytes leave (power/send_window.py).
         if self._gate is not None:
             why = self._gate(target)
             if why is not None:
                 raise Withdrawn(self.name, why)
-        if plan is not None and plan.on_after_s is not None:
-            backend = self.backend
-            assert isinstance(backend, SelfTimingBackend)
-            await backend.command_timed_off(plan.on_after_s)
-            return
-        await self.backend.command(target)
+        with send_window.checking(self._send_window):
+            if plan is not None and plan.on_after_s is not None:
+                backend = self.backend
+                assert isinstance(backend, SelfTimingBackend)
+                await backend.command_timed_off(plan.on_after_s)
+                return
+            await self.backend.command(target)
 
     async def _after_ambiguous(self, run: _Run, target: PowerState, why: str) -> None:
         """The command may or may not have landed: read, never resend."""

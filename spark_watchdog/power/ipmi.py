@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from spark_watchdog.config.controller import IpmiDevice
 from spark_watchdog.config.secrets import Secret
 from spark_watchdog.errors import Ambiguous, ConfigError, PowerError, Refused, Unreachable
+from spark_watchdog.power import send_window
 from spark_watchdog.power.base import PowerState
 
 log = logging.getLogger("spark_watchdog.power.ipmi")
@@ -502,6 +503,8 @@ class IpmiBmc:
         # "off" is Chassis Control 0h, an immediate hard off; "soft" would
         # only ask the OS (ACPI), which a frozen host never answers.
         action = _ACTION[target]
+        # Right before ipmitool starts: the send window once more (power/send_window.py).
+        send_window.enforce(self.name)
         try:
             run = await self._run(action)
         except asyncio.TimeoutError:

@@ -44,6 +44,7 @@ from requests.auth import HTTPDigestAuth
 from spark_watchdog.config.controller import ShellyDevice, TasmotaDevice
 from spark_watchdog.config.secrets import Secret
 from spark_watchdog.errors import Ambiguous, ConfigError, PowerError, Refused, Unreachable
+from spark_watchdog.power import send_window
 from spark_watchdog.power._http import (
     drop_idle_connections,
     excerpt,
@@ -111,15 +112,22 @@ class _HttpPlug:
         """GET ``url``; transport failures mapped (Unreachable / Ambiguous). Never logs the URL."""
         if command:
             drop_idle_connections(self._session)
-        try:
-            return await asyncio.to_thread(
-                self._session.get,
+
+        def get() -> requests.Response:
+            if command:
+                # In the worker thread, right before the request: the send
+                # window once more (power/send_window.py).
+                send_window.enforce(self.name)
+            return self._session.get(
                 url,
                 timeout=self._timeout,
                 # A redirected command is not followed: whatever answers
                 # there is not the plug we were configured to switch.
                 allow_redirects=not command,
             )
+
+        try:
+            return await asyncio.to_thread(get)
         except requests.RequestException as exc:
             # from None: the chained exception would carry the URL (and, for
             # Tasmota, the password) into any traceback that gets logged.

@@ -33,6 +33,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from pyasn1.type import univ
+from pysnmp.carrier.asyncio.dgram import udp
+from pysnmp.entity import config as snmp_config
 from pysnmp.error import PySnmpError
 from pysnmp.hlapi.v3arch.asyncio import (
     CommunityData,
@@ -71,9 +73,12 @@ from spark_watchdog.errors import (
     ConfigError,
     PowerError,
     Refused,
+    SendRefused,
     Unreachable,
 )
+from spark_watchdog.power import send_window
 from spark_watchdog.power.base import OutletGroup, PowerBackend, PowerState, TimedOn
+from spark_watchdog.power.snmp_command import CommandSocket
 from spark_watchdog.power.snmp_profiles import (
     SYS_OBJECT_ID,
     PduProfile,
@@ -268,6 +273,7 @@ class SnmpPdu:
         self._clock = clock
         self._engine_instance: SnmpEngine | None = None
         self._engine_loop: asyncio.AbstractEventLoop | None = None
+        self._command: tuple[asyncio.AbstractEventLoop, SnmpEngine, CommandSocket] | None = None
 
     @property
     def address(self) -> str:
@@ -390,36 +396,63 @@ class SnmpPdu:
             raise DeviceMismatch(
                 device, f"{oid} does not exist on this device ({_describe(value)})"
             )
+        await self._prime_command_engine(device)
         return value
 
+    async def _prime_command_engine(self, device: str) -> None:
+        """Once per command engine, after a read the PDU answered: one GET
+        through it, so that what a first request costs (about 50 ms of engine
+        set-up, an SNMPv3 discovery) is paid now, not between a command's
+        step and its datagram. Its outcome does not matter."""
+        engine, socket = self._command_engine()
+        if socket.primed:
+            return
+        socket.primed = True
+        async with socket.lock:
+            socket.arm(None)
+            try:
+                target = await self._target(device, retries=0)
+                call = get_cmd(
+                    engine,
+                    self.credentials.auth_data(),
+                    target,
+                    ContextData(),
+                    ObjectType(ObjectIdentity(SYS_OBJECT_ID)),
+                    lookupMib=False,
+                )
+                await asyncio.wait_for(call, 2 * self.timeout + 1.0)
+            except (asyncio.TimeoutError, PySnmpError, Unreachable) as exc:
+                log.debug("%s: the command engine's first GET: %s", device, exc)
+            finally:
+                socket.disarm()
+
     async def set_integer(self, device: str, oid: str, value: int) -> None:
-        """SET one INTEGER, sent exactly once (no pysnmp retries)."""
+        """SET one INTEGER, sent exactly once (no pysnmp retries), each of its
+        datagrams checked against the caller's send window right before it
+        leaves (power/snmp_command.py)."""
         oid = normalize_oid(oid)
         what = f"SET {oid} = {value}"
-        engine = self._engine()
-        target = await self._target(device, retries=0)  # Unreachable: nothing sent yet
-        call = set_cmd(
-            engine,
-            self.credentials.auth_data(),
-            target,
-            ContextData(),
-            ObjectType(ObjectIdentity(oid), Integer32(value)),
-            lookupMib=False,
-        )
-        # One try: timeout plus slack for the v3 engine discovery round trip.
-        limit = 2 * self.timeout + 1.0
-        try:
-            indication, status, _, var_binds = await asyncio.wait_for(call, limit)
-        except asyncio.TimeoutError:
-            raise Ambiguous(
-                device,
-                f"{what} sent, no answer within {limit:g}s; it may have been applied "
-                "(not resent: read the state)",
-            ) from None
-        except PySnmpError as exc:
-            raise Ambiguous(
-                device, f"{what}: the SNMP engine failed while sending ({exc}); not resent"
-            ) from None
+        window = send_window.current()  # the caller's, read in its own task
+        engine, socket = self._command_engine()
+        async with socket.lock:
+            target = await self._target(device, retries=0)  # Unreachable: nothing sent yet
+            withheld = socket.arm(window)
+            answer = None
+            try:
+                answer = await self._set_once(device, what, engine, target, oid, value, withheld)
+                if answer is None:
+                    why = withheld.result()
+                    if socket.left:
+                        # A datagram of it left before (a v3 discovery, say): it may have landed.
+                        raise Ambiguous(
+                            device, f"{what}: stopped part-way ({why}); it may have been applied"
+                        )
+                    raise SendRefused(device, f"{what} not sent: {why}")
+            finally:
+                socket.disarm()
+                if answer is None:
+                    self._renew_command_engine()
+        indication, status, _, var_binds = answer
         if indication:
             if isinstance(indication, _NOT_PROCESSED):
                 raise Unreachable(
@@ -448,6 +481,49 @@ class SnmpPdu:
                     f"{what} not applied: the device answered {_describe(answer)} "
                     "(no writable outlet command at that OID; check the vendor profile)",
                 )
+
+    async def _set_once(
+        self,
+        device: str,
+        what: str,
+        engine: SnmpEngine,
+        target: UdpTransportTarget,
+        oid: str,
+        value: int,
+        withheld: asyncio.Future[str],
+    ) -> Any:
+        """The SET's answer, or None when the command socket held it back."""
+        call = asyncio.ensure_future(
+            set_cmd(
+                engine,
+                self.credentials.auth_data(),
+                target,
+                ContextData(),
+                ObjectType(ObjectIdentity(oid), Integer32(value)),
+                lookupMib=False,
+            )
+        )
+        # One try: timeout plus slack for the v3 engine discovery round trip.
+        limit = 2 * self.timeout + 1.0
+        try:
+            await asyncio.wait({call, withheld}, timeout=limit, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            if not call.done():
+                call.cancel()
+        if call.done() and not call.cancelled():
+            try:
+                return call.result()
+            except PySnmpError as exc:
+                raise Ambiguous(
+                    device, f"{what}: the SNMP engine failed while sending ({exc}); not resent"
+                ) from None
+        if withheld.done():
+            return None
+        raise Ambiguous(
+            device,
+            f"{what} sent, no answer within {limit:g}s; it may have been applied "
+            "(not resent: read the state)",
+        )
 
     async def walk(self, device: str, root: str) -> list[tuple[tuple[int, ...], Any]]:
         """GETNEXT under ``root``: (index suffix, value) pairs, bounded in rows."""
@@ -496,6 +572,9 @@ class SnmpPdu:
             self._engine_instance.close_dispatcher()
         self._engine_instance = None
         self._engine_loop = None
+        if self._command is not None and self._command[0] is asyncio.get_running_loop():
+            self._command[1].close_dispatcher()
+        self._command = None
 
     # -- internals ------------------------------------------------------------
 
@@ -511,7 +590,28 @@ class SnmpPdu:
         if self._engine_instance is None or self._engine_loop is not loop:
             self._engine_instance = _new_engine()
             self._engine_loop = loop
+            # The SETs' engine too, now: building one takes about 0.1 s, which
+            # would otherwise fall between a command's step and its datagram.
+            self._command_engine()
         return self._engine_instance
+
+    def _command_engine(self) -> tuple[SnmpEngine, CommandSocket]:
+        """The engine of this PDU's SETs on the running loop, and its checked socket."""
+        loop = asyncio.get_running_loop()
+        if self._command is None or self._command[0] is not loop:
+            engine = _new_engine()
+            socket = CommandSocket()
+            snmp_config.add_transport(engine, udp.DOMAIN_NAME, socket.open_client_mode())
+            self._command = (loop, engine, socket)
+        return self._command[1], self._command[2]
+
+    def _renew_command_engine(self) -> None:
+        """After a SET without an answer: its engine may still hold the request
+        (and resend it on a late SNMPv3 report); a new one takes over at once."""
+        if self._command is not None:
+            self._command[1].close_dispatcher()
+            self._command = None
+        self._command_engine()
 
     async def _target(self, device: str, retries: int) -> UdpTransportTarget:
         try:

@@ -31,6 +31,7 @@ from spark_watchdog.history.records import CLUSTER
 from spark_watchdog.history.store import HistoryStore
 from spark_watchdog.power.base import CommandSpacing, PowerState, SendGate, StepHook, VerifiedPower
 from spark_watchdog.power.paths import PowerPath, timing_for
+from spark_watchdog.power.send_window import SendWindow
 from spark_watchdog.sdnotify import SystemdNotifier
 from spark_watchdog.simulation.loop import run_virtual
 from spark_watchdog.simulation.world import (
@@ -316,7 +317,9 @@ class _Run:
     def io(self, incarnation: Incarnation) -> ControllerIO:
         world, config = self.world, self.config
 
-        def power(path: PowerPath, on_step: StepHook, gate: SendGate) -> VerifiedPower:
+        def power(
+            path: PowerPath, on_step: StepHook, gate: SendGate, window: SendWindow | None
+        ) -> VerifiedPower:
             outlet = world.outlets[path.node][0]
             outlet.incarnation = incarnation
             return VerifiedPower(
@@ -325,6 +328,7 @@ class _Run:
                 dry_run=config.guards.dry_run,
                 on_step=on_step,
                 gate=gate,
+                send_window=window,
                 clock=self.clock.monotonic,
                 sleep=self.clock.sleep,
                 spacing=self.spacing,  # per run: virtual time starts at 0 in each

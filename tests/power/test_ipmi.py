@@ -28,7 +28,15 @@ import pytest
 
 from spark_watchdog.config.controller import IpmiDevice
 from spark_watchdog.config.secrets import Secret
-from spark_watchdog.errors import Ambiguous, ConfigError, PowerError, Refused, Unreachable
+from spark_watchdog.errors import (
+    Ambiguous,
+    ConfigError,
+    PowerError,
+    Refused,
+    SendRefused,
+    Unreachable,
+)
+from spark_watchdog.power import send_window
 from spark_watchdog.power.base import PowerState, PowerStep, PowerTiming, VerifiedPower
 from spark_watchdog.power.ipmi import (
     KNOWN_FAILURES,
@@ -309,6 +317,20 @@ def test_plain_on_and_off_commands_switch_the_host_process(sim_off: IpmiSim) -> 
     asyncio.run(bmc.command(OFF))
     wait_for(lambda: sim_off.host_pids() == set(), 5, "power off to kill the host")
     assert asyncio.run(bmc.read_state()) is OFF
+
+
+@pytest.mark.integration
+@needs_ipmi
+def test_a_command_past_its_send_window_never_starts_ipmitool(sim_on: IpmiSim) -> None:
+    async def main() -> None:
+        with send_window.checking(lambda: "past the send deadline"):
+            await sim_on.backend().command(OFF)
+
+    with pytest.raises(SendRefused, match="past the send deadline"):
+        asyncio.run(main())
+    time.sleep(1.0)  # an off that did leave kills the host within this
+    assert len(sim_on.host_pids()) == 1
+    assert asyncio.run(sim_on.backend().read_state()) is ON
 
 
 @pytest.mark.integration

@@ -21,7 +21,7 @@ import pytest
 
 from spark_watchdog.config.controller import ShellyDevice, TasmotaDevice
 from spark_watchdog.config.secrets import Secret
-from spark_watchdog.errors import Ambiguous, ConfigError, Refused, Unreachable
+from spark_watchdog.errors import Ambiguous, ConfigError, Refused, SendRefused, Unreachable
 from spark_watchdog.lab.hardware.plug_standin import AppliedCommand, PlugStandin
 from spark_watchdog.power.base import CommandSpacing, PowerState, PowerTiming, VerifiedPower
 from spark_watchdog.power.plugs import (
@@ -337,3 +337,22 @@ def test_build_backends_from_config() -> None:
         build_tasmota_backend(
             TasmotaDevice(type="tasmota", url="http://10.0.0.8", password_file="/run/pw"), {}
         )
+
+
+@pytest.mark.integration
+def test_a_command_past_its_send_window_never_reaches_the_plug(standin: PlugStandin) -> None:
+    # The window is asked in the worker thread, right before the request
+    # (power/send_window.py): a pair's deadline that ran out after the gate.
+    steps: list[str] = []
+    plug = plug_for(standin, PASSWORD)
+    power = VerifiedPower(
+        plug,
+        timing(),
+        on_step=lambda step: _record_steps(steps, step),
+        send_window=lambda: "past the send deadline",
+        spacing=CommandSpacing(),
+    )
+    with pytest.raises(SendRefused, match="past the send deadline"):
+        run(power.off())
+    assert steps == ["off_requested", "off_withdrawn"]
+    assert standin.commands == [] and standin.is_on()

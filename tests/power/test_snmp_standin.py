@@ -25,7 +25,7 @@ import pytest
 
 from spark_watchdog.config.controller import SnmpDevice
 from spark_watchdog.config.secrets import Secret
-from spark_watchdog.errors import Ambiguous, PowerError, Refused, Unreachable
+from spark_watchdog.errors import Ambiguous, PowerError, Refused, SendRefused, Unreachable
 from spark_watchdog.lab.hardware.host_process import HostProcess
 from spark_watchdog.lab.hardware.pdu_standin import (
     PduStandin,
@@ -33,6 +33,7 @@ from spark_watchdog.lab.hardware.pdu_standin import (
     StandinConfig,
     StandinUser,
 )
+from spark_watchdog.power import send_window
 from spark_watchdog.power.base import (
     CommandSpacing,
     OutletGroup,
@@ -319,6 +320,76 @@ def test_silent_pdu_reads_unreachable_and_a_set_is_ambiguous(standin: PduStandin
     # Nothing says whether a SET into silence landed: never report it as not sent.
     with pytest.raises(Ambiguous, match="may have been applied"):
         run(outlet(standin, 1, vendor="apc_rpdu2").command(OFF))
+
+
+# -- the send window, asked at the socket (power/snmp_command.py) -----------------
+
+
+def paused_after_its_gate(pause: float, window_s: float) -> tuple[Any, Any]:
+    """A gate that says yes and then the process stalls (the loop blocked, as
+    a SIGSTOP would), and the window of a pair: ``window_s`` from the gate."""
+    checked = [0.0]
+
+    def gate(target: PowerState) -> str | None:
+        checked[0] = time.monotonic()
+        time.sleep(pause)
+        return None
+
+    def window() -> str | None:
+        waited = time.monotonic() - checked[0]
+        return None if waited < window_s else f"{waited:.1f}s since the gate: not sent"
+
+    return gate, window
+
+
+def test_a_set_past_its_send_window_never_leaves(standin: PduStandinThread) -> None:
+    backend = outlet(standin, 1, vendor="apc_rpdu2")
+    gate, window = paused_after_its_gate(0.6, 0.3)
+    power = VerifiedPower(backend, FAST, gate=gate, send_window=window, spacing=CommandSpacing())
+
+    async def main() -> None:
+        for _ in range(2):  # the first and a later SET: neither leaves
+            with pytest.raises(SendRefused, match="since the gate: not sent") as info:
+                await power.off()
+            assert step_names(info.value.steps)[-2:] == ["off_requested", "off_withdrawn"]
+        assert standin.standin.sets_for(1) == []
+        assert await backend.read_state() is ON
+        # The same socket lets a command out while the window is open.
+        quick, open_window = paused_after_its_gate(0.0, 5.0)
+        result = await VerifiedPower(
+            backend, FAST, gate=quick, send_window=open_window, spacing=CommandSpacing()
+        ).off()
+        assert result.verified and result.state_after is OFF
+
+    run(main())
+    assert [s.outcome for s in standin.standin.sets_for(1)] == ["applied"]
+
+
+def test_a_v3_set_stopped_after_its_discovery_is_ambiguous(standin: PduStandinThread) -> None:
+    # The engine discovery left, the SET itself was held back: "not sent" could
+    # be wrong in general (a datagram of it did leave), so it is ambiguous.
+    backend = outlet(standin, 2, v3(V3_USER), vendor="apc_rpdu2")
+    let_out = [1]
+
+    def window() -> str | None:
+        let_out[0] -= 1
+        return None if let_out[0] >= 0 else "past the send deadline"
+
+    async def main() -> None:
+        with send_window.checking(window), pytest.raises(Ambiguous, match="stopped part-way"):
+            await backend.command(OFF)
+
+    run(main())
+    assert let_out[0] < 0, "the window was never asked twice"
+    assert standin.standin.sets_for(2) == []
+
+
+def test_reads_are_never_held_back(standin: PduStandinThread) -> None:
+    async def main() -> PowerState:
+        with send_window.checking(lambda: "closed"):
+            return await outlet(standin, 3).read_state()
+
+    assert run(main()) is ON
 
 
 # -- (g) several outlets feed one node ---------------------------------------------
