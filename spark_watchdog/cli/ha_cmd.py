@@ -49,8 +49,14 @@ def _fail(message: str, code: int) -> int:
     return code
 
 
-def _read(args: argparse.Namespace, fn: Callable[[ControllerConfig, PostgresHistoryStore], T]) -> T:
-    """``fn`` on the pair's history (raises ConfigError for an SQLite one)."""
+def _on_pair_history(
+    args: argparse.Namespace,
+    fn: Callable[[ControllerConfig, PostgresHistoryStore], T],
+    *,
+    write: bool = False,
+) -> T:
+    """``fn`` on the pair's history, opened read-only unless ``write`` (raises
+    ConfigError for an SQLite one)."""
     config = load_controller_config(args.config)
     if not is_postgres_url(config.history):
         raise ConfigError(
@@ -60,7 +66,6 @@ def _read(args: argparse.Namespace, fn: Callable[[ControllerConfig, PostgresHist
                 "a controller pair shares a postgresql:// history"
             ],
         )
-    write = args.ha == "step-down"
     with PostgresHistoryStore(
         config.history, password_file=config.history_password_file, read_only=not write
     ) as store:
@@ -87,7 +92,7 @@ def _status(args: argparse.Namespace) -> int:
         # A standby tries every renew_every; one not seen for a lease is gone.
         return current_leader(store), standbys(store, config.leadership.lease)
 
-    leader, waiting = _read(args, read)
+    leader, waiting = _on_pair_history(args, read)
     if args.json:
         print(
             json.dumps(
@@ -124,7 +129,7 @@ def run_step_down(args: argparse.Namespace) -> int:
 
 
 def _step_down(args: argparse.Namespace) -> int:
-    ended = _read(args, lambda _config, store: end_lease(store))
+    ended = _on_pair_history(args, lambda _config, store: end_lease(store), write=True)
     if ended is None or ended.expired:
         message = "nobody leads: nothing to end"
         payload: dict[str, Any] = {"ended": None}

@@ -25,7 +25,7 @@ import contextlib
 import logging
 import signal
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ParamSpec, Protocol, TypeVar
 
 from spark_watchdog.config.controller import ControllerConfig, SshDevice
 from spark_watchdog.config.history_location import is_postgres_url
@@ -75,6 +75,15 @@ _BEFORE_A_CUT = frozenset(
 )
 # Steps that say a command did not leave.
 _NOTHING_LEFT = frozenset({StepName.OFF_WITHDRAWN, StepName.ON_WITHDRAWN})
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+class RecordingOnly(Protocol):
+    """A pair's ``Lease.recording_only``: a store write, fenced without the send margin."""
+
+    def __call__(self, fn: Callable[P, T], /) -> Callable[P, T]: ...
 
 
 class Controller:
@@ -142,8 +151,17 @@ class Controller:
         self.send_refusal: Callable[[], str | None] | None = None
         # ... and how it writes a step that says a command did not leave
         # (Lease.recording_only: fenced without the send margin).
-        self.recording_only: Callable[[Callable[..., Any]], Callable[..., Any]] | None = None
+        self.recording_only: RecordingOnly | None = None
         self.leadership: Callable[[], dict[str, Any]] | None = None
+
+    @property
+    def in_pair(self) -> bool:
+        """One of a controller pair: whatever leaves is fenced by the lease."""
+        return self.send_refusal is not None
+
+    def _send_refused(self) -> str | None:
+        """Why nothing may leave now (None: it may, or this is a lone controller)."""
+        return None if self.send_refusal is None else self.send_refusal()
 
     # -- RecoveryHost -------------------------------------------------------
 
@@ -173,7 +191,7 @@ class Controller:
             try:
                 await ledger.write(add_step, incident_id, step.name, node=node, detail=detail)
             except HistoryUnwritable as exc:
-                if step.name in _BEFORE_A_CUT or self.send_refusal is not None:
+                if step.name in _BEFORE_A_CUT or self.in_pair:
                     # Nothing unrecorded cuts power; in a pair nothing unrecorded
                     # leaves at all: a deposed leader's on could cut the new
                     # leader's hold short (docs/design.md, "Controller pair").
@@ -203,7 +221,7 @@ class Controller:
         def gate(target: PowerState) -> str | None:
             why = self._may_cut(watch) if target is PowerState.OFF else None
             # Last, after the hold read: nothing leaves past the send deadline.
-            refused = None if self.send_refusal is None else self.send_refusal()
+            refused = self._send_refused()
             if refused is not None:
                 raise SendRefused(path.key_path, refused)
             return why
@@ -365,7 +383,7 @@ class Controller:
     def check_leading(self) -> None:
         """Right before anything leaves: a controller of a pair that may not send
         now raises NotLeading (the action does not happen, the incident stays open)."""
-        refused = None if self.send_refusal is None else self.send_refusal()
+        refused = self._send_refused()
         if refused is not None:
             raise NotLeading(refused)
 

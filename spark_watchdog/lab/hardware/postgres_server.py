@@ -101,19 +101,7 @@ class PostgresServer:
             f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 "
             f"-c fsync={'on' if self.fsync else 'off'} -c max_connections=50"
         )
-        done = self._run(
-            str(self.bindir / "pg_ctl"),
-            "-D",
-            str(self.data),
-            "-l",
-            str(self.root / "server.log"),
-            "-o",
-            options,
-            "-w",
-            "-t",
-            "60",
-            "start",
-        )
+        done = self._pg_ctl("-l", str(self.root / "server.log"), "-o", options, "-t", "60", "start")
         if done.returncode != 0:
             raise RuntimeError(f"pg_ctl start failed: {done.stderr.strip()} {self.log_tail()}")
         self.started = True
@@ -143,19 +131,13 @@ class PostgresServer:
         """``pg_ctl restart -m immediate``: the server dies without a checkpoint and comes back."""
         # -l: the new server's output goes to the log, not to our pipes (which
         # would then never close).
-        done = self._run(
-            str(self.bindir / "pg_ctl"),
-            "-D",
-            str(self.data),
-            "-l",
-            str(self.root / "server.log"),
-            "-m",
-            "immediate",
-            "-w",
-            "restart",
-        )
+        done = self._pg_ctl("-l", str(self.root / "server.log"), "-m", "immediate", "restart")
         if done.returncode != 0:
             raise RuntimeError(f"pg_ctl restart failed: {done.stderr.strip()}")
+
+    def _pg_ctl(self, *args: str) -> subprocess.CompletedProcess[str]:
+        """``pg_ctl`` on this server's data directory, waiting for it to finish (-w)."""
+        return self._run(str(self.bindir / "pg_ctl"), "-D", str(self.data), "-w", *args)
 
     def log_tail(self, lines: int = 20) -> str:
         try:
@@ -165,7 +147,7 @@ class PostgresServer:
 
     def stop(self) -> None:
         if self.started:
-            self._run(str(self.bindir / "pg_ctl"), "-D", str(self.data), "-m", "fast", "-w", "stop")
+            self._pg_ctl("-m", "fast", "stop")
             self.started = False
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
