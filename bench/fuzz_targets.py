@@ -459,6 +459,9 @@ def _fuzz_pdu_class() -> type[Any]:
         async def _target(self, device: str, retries: int) -> Any:
             return None
 
+        async def _prime_command_engine(self, device: str) -> None:
+            return None  # no command engine: nothing is sent
+
         async def _bounded_read(self, device: str, call: Any) -> Any:
             call.close()  # the pysnmp request coroutine is never sent
             if self.source.left() <= 0:
