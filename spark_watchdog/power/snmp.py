@@ -370,14 +370,7 @@ class SnmpPdu:
         engine = self._engine()
         try:
             target = await self._target(device, self.retries)
-            call = get_cmd(
-                engine,
-                self.credentials.auth_data(),
-                target,
-                ContextData(),
-                ObjectType(ObjectIdentity(oid)),
-                lookupMib=False,
-            )
+            call = self._get_request(engine, target, oid)
             indication, status, index, var_binds = await self._bounded_read(device, call)
         except PySnmpError as exc:
             raise Unreachable(device, f"GET {oid} failed before an answer: {exc}") from None
@@ -399,11 +392,23 @@ class SnmpPdu:
         await self._prime_command_engine(device)
         return value
 
+    def _get_request(self, engine: SnmpEngine, target: Any, oid: str) -> Any:
+        """A GET of one instance through ``engine``, as a coroutine to await."""
+        return get_cmd(
+            engine,
+            self.credentials.auth_data(),
+            target,
+            ContextData(),
+            ObjectType(ObjectIdentity(oid)),
+            lookupMib=False,
+        )
+
     async def _prime_command_engine(self, device: str) -> None:
         """Once per command engine, after a read the PDU answered: one GET
         through it, so that what a first request costs (about 50 ms of engine
         set-up, an SNMPv3 discovery) is paid now, not between a command's
-        step and its datagram. Its outcome does not matter."""
+        step and its datagram. Its outcome does not matter, and it takes at
+        most one ``timeout`` (a single try) on top of the read."""
         engine, socket = self._command_engine()
         if socket.primed:
             return
@@ -412,15 +417,8 @@ class SnmpPdu:
             socket.arm(None)
             try:
                 target = await self._target(device, retries=0)
-                call = get_cmd(
-                    engine,
-                    self.credentials.auth_data(),
-                    target,
-                    ContextData(),
-                    ObjectType(ObjectIdentity(SYS_OBJECT_ID)),
-                    lookupMib=False,
-                )
-                await asyncio.wait_for(call, 2 * self.timeout + 1.0)
+                call = self._get_request(engine, target, SYS_OBJECT_ID)
+                await asyncio.wait_for(call, self.timeout)
             except (asyncio.TimeoutError, PySnmpError, Unreachable) as exc:
                 log.debug("%s: the command engine's first GET: %s", device, exc)
             finally:
@@ -451,7 +449,7 @@ class SnmpPdu:
             finally:
                 socket.disarm()
                 if answer is None:
-                    self._renew_command_engine()
+                    self._renew_command_engine(engine)
         indication, status, _, var_binds = answer
         if indication:
             if isinstance(indication, _NOT_PROCESSED):
@@ -605,12 +603,14 @@ class SnmpPdu:
             self._command = (loop, engine, socket)
         return self._command[1], self._command[2]
 
-    def _renew_command_engine(self) -> None:
+    def _renew_command_engine(self, used: SnmpEngine) -> None:
         """After a SET without an answer: its engine may still hold the request
-        (and resend it on a late SNMPv3 report); a new one takes over at once."""
-        if self._command is not None:
-            self._command[1].close_dispatcher()
-            self._command = None
+        (and resend it on a late SNMPv3 report); a new one takes over at once.
+        Unless ``aclose`` closed it meanwhile: then nothing is opened again."""
+        if self._command is None or self._command[1] is not used:
+            return
+        self._command[1].close_dispatcher()
+        self._command = None
         self._command_engine()
 
     async def _target(self, device: str, retries: int) -> UdpTransportTarget:

@@ -14,6 +14,7 @@ import contextlib
 import os
 import queue
 import signal
+import socket as sockets
 import subprocess
 import sys
 import threading
@@ -390,6 +391,32 @@ def test_reads_are_never_held_back(standin: PduStandinThread) -> None:
             return await outlet(standin, 3).read_state()
 
     assert run(main()) is ON
+
+
+def test_a_set_cut_short_by_aclose_opens_no_socket_again() -> None:
+    """A SET to a PDU that never answers, its sockets closed meanwhile (the rung
+    ends): the SET ends ambiguous, and the PDU keeps no command engine open."""
+    with sockets.socket(sockets.AF_INET, sockets.SOCK_DGRAM) as silent:
+        silent.bind(("127.0.0.1", 0))  # takes every datagram, answers none
+        silent.settimeout(10.0)
+        pdu = SnmpPdu(
+            host="127.0.0.1", port=silent.getsockname()[1], credentials=community(), timeout=1.0
+        )
+
+        async def main() -> None:
+            pdu._command_engine()
+            sending = asyncio.create_task(
+                pdu.set_integer("t", "1.3.6.1.4.1.318.1.1.4.4.2.1.3.1", 2)
+            )
+            await asyncio.sleep(0.3)
+            assert silent.recv(4096)  # the SET left
+            await pdu.aclose()
+            with pytest.raises(Ambiguous):
+                await sending
+            assert pdu._command is None  # nothing left open by the SET's end
+            await pdu.aclose()
+
+        asyncio.run(main())
 
 
 # -- (g) several outlets feed one node ---------------------------------------------
