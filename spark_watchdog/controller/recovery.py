@@ -53,12 +53,24 @@ class RungOutcome(enum.Enum):
     FALSE_ALARM = "false_alarm"  # the host showed life before anything was cut
     NEXT = "next"  # this rung failed or the boot never came: the next rung, if any
     HELD = "held"  # a person decides (ambiguity, a guard, the ladder ran out)
+    # A resumed off never seen to land (the outlet on, no new boot within
+    # boot_timeout): the same rung once more, fresh, through its preflight.
+    AGAIN = "again"
 
 
 class Phase(enum.Enum):
     LADDER = "ladder"  # resume or continue the ladder
     BOOT_WAIT = "boot_wait"  # power was restored; wait for the new boot
     SERVING = "serving"  # the node is back; finish
+
+
+class Unsettled(enum.Enum):
+    """An off of unknown fate, the outlet on: the boot wait settles it. With no
+    new boot, the rung is tried once more (the off may never have left), or
+    (its second try) the ladder goes on to the next rung."""
+
+    THEN_NEXT = "then_next"
+    THEN_AGAIN = "then_again"
 
 
 class RecoveryHost(Protocol):
@@ -110,6 +122,16 @@ class RungPlan:
     # The rung's off armed the device's own on this long after it (from the record).
     timed_on_after: float | None = None
     off_requested_at: float | None = None  # wall clock of that off_requested
+    # 2: the rung's second try, after its first off was never seen to land.
+    attempt: int = 1
+    # The resume chose the boot wait, then this rung once more (Unsettled.THEN_AGAIN).
+    again_after_wait: bool = False
+
+    def again(self) -> RungPlan:
+        """This rung's second try: from the top, as a new action."""
+        return RungPlan(
+            self.rung, boot_before=self.boot_before, off_seconds=self.off_seconds, attempt=2
+        )
 
     @property
     def fresh(self) -> bool:
@@ -203,6 +225,10 @@ async def _recover(
                 )
             plan = RungPlan(left_rungs[0])
         outcome = await _run_rung(host, watch, incident_id, paths[plan.rung], plan)
+        if outcome is RungOutcome.AGAIN:
+            watch.apply(NodeEvent.BOOT_TIMEOUT)
+            plan = plan.again()
+            continue
         if outcome is not RungOutcome.NEXT:
             if outcome is not RungOutcome.HELD:
                 # The incident is over: the node's next freeze starts from the first rung.
@@ -235,13 +261,16 @@ async def _run_rung(
                         return stop
                     if action is None:
                         # The rung counts against the budgets from here on.
-                        plan.off_seconds = watch.off_seconds_override
+                        if plan.off_seconds is None:  # a second try keeps the first's
+                            plan.off_seconds = watch.off_seconds_override
                         detail: dict[str, Any] = {
                             "rung": plan.rung,
                             "boot_id_before": plan.boot_before,
                         }
                         if plan.off_seconds is not None:
                             detail["off_seconds"] = plan.off_seconds  # for a resume
+                        if plan.attempt > 1:
+                            detail["attempt"] = plan.attempt  # a resume tries it no third time
                         action = await ledger.write(
                             ledger.store.record_action,
                             node,
@@ -254,9 +283,8 @@ async def _run_rung(
                         )
                         host.note_cycle(node, action.id)
                 off_seconds = _off_seconds(host, plan)
-                held_s = (
-                    await power.cycle(off_seconds, timed=host.config.policy.self_timed_on)
-                ).off_held_s
+                cycled = await power.cycle(off_seconds, timed=host.config.policy.self_timed_on)
+                held_s = Unsettled.THEN_NEXT if cycled.off_held_s is None else cycled.off_held_s
             else:
                 held_s = await _resume_cycle(host, watch, incident_id, power, plan)
         except (HistoryUnwritable, SendRefused) as exc:
@@ -307,15 +335,18 @@ async def _run_rung(
             # Every way out of the rung releases the device's sockets.
             await close_quietly(power.backend)
     watch.send_refusals = 0  # a command went out (or none was needed)
-    if held_s is None:
-        # A resumed off whose fate is unknown, the outlet on (a device that times
-        # its own on may have cycled it): not "power restored". Nothing is sent;
-        # a new boot settles it, or boot_timeout and the next rung.
+    if isinstance(held_s, Unsettled):
+        # A resumed off whose fate is unknown, the outlet on: not "power
+        # restored". Nothing is sent; a new boot settles it, or boot_timeout:
+        # the next rung, or (an off never seen to land) this rung once more.
         await _finish(ledger, action, "ambiguous", "resumed: the off's outcome is unknown")
         watch.apply(NodeEvent.POWER_RESTORED)
-        return await await_new_boot(
+        outcome = await await_new_boot(
             host, watch, incident_id, plan.boot_before, host.config.guards.boot_timeout
         )
+        if outcome is RungOutcome.NEXT and held_s is Unsettled.THEN_AGAIN:
+            return RungOutcome.AGAIN
+        return outcome
     # Power is back on: what follows is bookkeeping, then the wait for a new boot.
     try:
         await _finish(
@@ -337,7 +368,7 @@ async def _run_rung(
         Event("power_restored", f"{node}: power restored via {power.name}", node, incident_id)
     )
     off_seconds = _off_seconds(host, plan)
-    if held_s is not None and held_s < off_seconds - HOLD_TOLERANCE_S:
+    if held_s < off_seconds - HOLD_TOLERANCE_S:
         # A device that timed its own on came back early: the GPU may still be latched.
         host.notifier.send(
             Event(
@@ -429,11 +460,11 @@ async def _resume_cycle(
     incident_id: int,
     power: VerifiedPower,
     plan: RungPlan,
-) -> float | None:
+) -> float | Unsettled:
     """Finish a cycle a killed controller left after its off may have left.
 
-    The hold it restored, or None: a timed off of unknown fate with the outlet
-    on, for the boot wait to settle.
+    The hold it restored, or how the boot wait is to settle an off of unknown
+    fate with the outlet on.
     """
     node, last = watch.name, plan.resume_from
     off_seconds = _off_seconds(host, plan)
@@ -443,18 +474,41 @@ async def _resume_cycle(
     )
     off_verified_at = plan.off_verified_at
     if last in OFF_UNSETTLED:
-        if state is PowerState.ON and (
-            _booted_since(watch, plan) or plan.timed_on_after is not None
-        ):
-            # The off may have landed and power come back by the device's own
-            # timer: nothing is sent, and the boot wait settles it (a new boot
-            # id, or boot_timeout and the next rung, never this off again).
-            booted = _booted_since(watch, plan)
-            settled = "new boot id" if booted else "the boot wait (nothing is sent)"
+        booted = _booted_since(watch, plan)
+        if state is PowerState.ON and booted:
             await _note(
-                host, incident_id, node, StepName.RESUMED, settled_by=settled, off_side=True
+                host, incident_id, node, StepName.RESUMED, settled_by="new boot id", off_side=True
             )
-            return off_seconds if booted else None
+            return off_seconds
+        # A second try only for an off that may never have left (an off_ambiguous
+        # did leave), against the recorded boot of the frozen host (without it,
+        # the old boot answering again would pass for a new one).
+        again = (
+            last == StepName.OFF_REQUESTED and plan.attempt == 1 and plan.boot_before is not None
+        )
+        if state is PowerState.ON and (plan.timed_on_after is not None or again):
+            # Nothing is sent now, and the boot wait settles it: a new boot id,
+            # or boot_timeout. The off may have landed and power come back by
+            # the device's own timer (a timed off), or by a person: the node may
+            # be booting. Or it never left: a controller killed (or deposed, its
+            # datagram held back at the socket) between its record and the send.
+            # A node silent for all of boot_timeout is still frozen: the rung
+            # runs once more as a new action, through the preflight (last look,
+            # holds, budgets) and the gate like any other; otherwise (a timed
+            # off) the ladder goes on to the next rung. This off is never sent
+            # again (docs/design.md, "Restart and resume").
+            await _note(
+                host,
+                incident_id,
+                node,
+                StepName.RESUMED,
+                settled_by="the boot wait, then "
+                + ("the rung once more" if again else "the next rung")
+                + " (nothing is sent now)",
+                again=again,
+                off_side=True,
+            )
+            return Unsettled.THEN_AGAIN if again else Unsettled.THEN_NEXT
         if state is not PowerState.OFF:
             # The off may or may not have landed; a second off is never sent.
             raise Ambiguous(
@@ -699,6 +753,7 @@ def resume_plan(steps: Sequence[IncidentStep], node: str) -> ResumeInfo:
             before = detail.get("boot_id_before")
             info.boot_before = before if isinstance(before, str) else None
             off = detail.get("off_seconds")
+            attempt = detail.get("attempt")
             current = RungPlan(
                 rung,
                 StepName.RUNG_STARTED,
@@ -706,11 +761,17 @@ def resume_plan(steps: Sequence[IncidentStep], node: str) -> ResumeInfo:
                 action_id if isinstance(action_id, int) else None,
                 info.boot_before,
                 off_seconds=float(off) if isinstance(off, (int, float)) else None,
+                attempt=attempt if isinstance(attempt, int) and attempt > 1 else 1,
             )
             info.phase = Phase.LADDER
+        elif name == StepName.BOOT_TIMEOUT and current is not None and current.again_after_wait:
+            # Killed after the boot wait that settles an unsent off: its second try is due.
+            current, info.phase = current.again(), Phase.LADDER
         elif name in (StepName.RUNG_FAILED, StepName.BOOT_TIMEOUT) and current is not None:
             info.rungs_done.add(current.rung)
             current, info.phase = None, Phase.LADDER
+        elif name == StepName.RESUMED and current is not None and detail.get("again") is True:
+            current.again_after_wait = True
         elif name == StepName.BOOT_TIMEOUT:
             info.phase = Phase.LADDER
         elif name == StepName.POWER_RESTORED:

@@ -27,7 +27,7 @@ from spark_watchdog.controller.io import ControllerIO
 from spark_watchdog.controller.node_states import NodeState
 from spark_watchdog.controller.notify import Event, Notifier
 from spark_watchdog.errors import StoreFull, StoreLocked
-from spark_watchdog.history.records import CLUSTER
+from spark_watchdog.history.records import CLUSTER, IncidentStep
 from spark_watchdog.history.store import HistoryStore
 from spark_watchdog.power.base import CommandSpacing, PowerState, SendGate, StepHook, VerifiedPower
 from spark_watchdog.power.paths import PowerPath, timing_for
@@ -49,6 +49,7 @@ from spark_watchdog.simulation.world import (
     sim_serving,
     sim_witness,
 )
+from spark_watchdog.steps import StepName
 
 _INCARNATION: contextvars.ContextVar[int] = contextvars.ContextVar("incarnation", default=0)
 _WRITES = (
@@ -129,14 +130,17 @@ class Report:
     crashes: int = 0
     dry_run: bool = False
     writes: int = 0
-    # (node, target) of every command the controller sent, in order.
+    # (node, target) of every command the controller sent, in order, and when.
     sent: list[tuple[str, str]] = field(default_factory=list)
+    sent_at: list[float] = field(default_factory=list)
     # Kinds of the alerts sent, in order, and the final verdict of each node.
     alerts: list[str] = field(default_factory=list)
     verdicts: dict[str, str] = field(default_factory=dict)
     resolutions: list[str] = field(default_factory=list)
     # Outlets switched on by their own timer (a self-timed cycle), not by a command.
     timed_ons: int = 0
+    # Rungs run a second time: a resumed off never seen to land (recovery.Unsettled).
+    second_tries: int = 0
 
     @property
     def node_hours(self) -> float:
@@ -242,7 +246,7 @@ class _Run:
         self.tasks: dict[int, set[asyncio.Task[Any]]] = {}
         self.crashes = 0
         self.faults: dict[str, int] = {}
-        self.off_counts: dict[tuple[int, int], int] = {}
+        self.off_counts: dict[tuple[int, int, int], int] = {}
         self.errors: list[str] = []
         self.crash_after_command: int | None = None
         self.final_verdicts: dict[str, str] = {}
@@ -441,10 +445,15 @@ class _Run:
             if (last is None or last.step != wanted) and not excused:
                 self.violate(f"I7 {where}: last step {last and last.step}, not {wanted}")
             if target is PowerState.OFF and last is not None and isinstance(last.detail, dict):
-                key = (incident.id, int(last.detail.get("rung", -1)))
+                key = (incident.id, int(last.detail.get("rung", -1)), _attempt(mine))
                 self.off_counts[key] = self.off_counts.get(key, 0) + 1
+                if key[2] > 2:
+                    self.violate(f"I2 {where}: try {key[2]} of incident #{key[0]} rung {key[1]}")
                 if self.off_counts[key] > 1:
-                    self.violate(f"I2 {where}: a second off in incident #{key[0]} rung {key[1]}")
+                    self.violate(
+                        f"I2 {where}: a second off in incident #{key[0]} rung {key[1]} "
+                        f"(try {key[2]})"
+                    )
         if self.crash_after_command is not None and len(self.world.truth.commands) + 1 == (
             self.crash_after_command
         ):
@@ -487,6 +496,8 @@ class _Run:
             node.clock_latched = True
         elif fault == "freeze_thaw":
             node.freeze(rng.uniform(1.0, 40.0))
+        elif fault == "thaw":  # scripted only: a frozen node comes back by itself
+            node.thaw_at = min(node.thaw_at, now)
         elif fault == "reboot":
             node.planned_reboot(rng.uniform(1.0, 40.0), hang=False)
         elif fault == "reboot_hang":
@@ -560,6 +571,8 @@ class _Run:
             # 15 minutes, the largest swing this allows (docs/design.md, "Guards").
             step = rng.choice([-600.0, 600.0])
             self.clock.offset = max(-450.0, min(450.0, self.clock.offset + step))
+        elif fault == "person_on":  # scripted only: a person switches the outlet on
+            world.person_switch(node.name, PowerState.ON)
         elif fault == "person_off":
             world.person_switch(node.name, PowerState.OFF)
             # The person switches it back on later (or a hold says they handle it).
@@ -783,10 +796,17 @@ class _Run:
             dry_run=self.dry_run,
             writes=self.writes,
             sent=[(c.node, c.target.value) for c in self.world.truth.commands],
+            sent_at=[c.at for c in self.world.truth.commands],
             alerts=[e.kind for e in self.events],
             verdicts=self.final_verdicts,
             resolutions=[str(i.resolution) for i in incidents],
             timed_ons=len(self.world.truth.timed_ons),
+            second_tries=sum(
+                1
+                for i in incidents
+                for s in self.store.steps(i.id)
+                if s.step == StepName.RUNG_STARTED and _attempt([s]) == 2
+            ),
         )
 
 
@@ -798,6 +818,7 @@ _FAULT_GROUPS: tuple[tuple[_FaultPlay, tuple[str, ...]], ...] = (
             "freeze",
             "clock_latch",
             "freeze_thaw",
+            "thaw",
             "reboot",
             "reboot_hang",
             "agent_crash",
@@ -832,12 +853,22 @@ _FAULT_GROUPS: tuple[tuple[_FaultPlay, tuple[str, ...]], ...] = (
             "crash",
             "clock_step",
             "person_off",
+            "person_on",
             "hold",
         ),
     ),
 )
 # Every fault a run or a script can name, and what plays it.
 FAULT_PLAYS: dict[str, _FaultPlay] = {name: play for play, names in _FAULT_GROUPS for name in names}
+
+
+def _attempt(steps: list[IncidentStep]) -> int:
+    """Which try of its rung the latest ``rung_started`` is: a rung runs a second
+    time only after its first off was never seen to land (recovery.Unsettled)."""
+    started = [s for s in steps if s.step == StepName.RUNG_STARTED]
+    detail = started[-1].detail if started else None
+    attempt = detail.get("attempt", 1) if isinstance(detail, dict) else 1
+    return attempt if isinstance(attempt, int) else 1
 
 
 class _ErrorTrap(logging.Handler):

@@ -25,6 +25,7 @@ import pytest
 import requests
 import yaml
 
+from spark_watchdog.history.leadership import Lease
 from spark_watchdog.lab.cluster import LabCluster, LabNode
 from spark_watchdog.lab.controller_pair import LEADERSHIP, ControllerPair, wait_for
 
@@ -138,3 +139,59 @@ def test_a_leader_paused_mid_cycle_wakes_deposed_and_sends_nothing(pair: Control
     assert "off_requested" in by_epoch[1] and "off_requested" not in by_epoch[2]
     assert "on_requested" in by_epoch[2] and "on_requested" not in by_epoch[1]
     assert all(s.epoch in (1, 2) for s in steps)
+
+
+def test_a_new_leader_tries_again_an_off_its_predecessor_recorded_but_never_sent(
+    pair: ControllerPair,
+) -> None:
+    """A leader recorded its off and died before the datagram left (epoch 1,
+    written here through a lease of the test's own). The next leader finds the
+    outlet on and no new boot: it sends nothing for the boot timeout (the off
+    may have landed and the node be booting), then tries the rung once more
+    through its preflight. One off and one on in all, and the node recovered."""
+    lab = pair.lab
+    node = lab.node("spark-2")
+    before = len(sets(lab, node))
+    boot_before = node.boot_id()
+    lease = Lease(
+        pair.store, lease_s=LEADERSHIP["lease"], send_deadline_s=LEADERSHIP["send_deadline"]
+    )
+    assert lease.acquire().epoch == 1
+    lab.freeze(node)
+    pair.store.set_fence(lease)
+    try:
+        opened = pair.store.open_incident(
+            "host_frozen", [node.name], detected_at=time.time(), evidence={"test": "a dead leader"}
+        )
+        pair.store.record_action(
+            node.name,
+            "cycle",
+            device="lab pdu",
+            incident_id=opened.id,
+            rung=0,
+            step="rung_started",
+            step_detail={"rung": 0, "boot_id_before": boot_before},
+        )
+        pair.store.add_step(
+            opened.id, "off_requested", node=node.name, detail={"rung": 0, "detail": ""}
+        )
+    finally:
+        pair.store.set_fence(None)  # the leader dies: its lease runs out
+    pair.start("b")
+    wait_for(lambda: pair.leads("b", 2), 60, "controller b leading at epoch 2")
+    wait_for(lambda: recovered(pair), 180, "the freeze recovered by b")
+    (found,) = [i for i in pair.store.list_incidents() if i.kind == "host_frozen"]
+    assert found.id == opened.id and found.resolution == "recovered"
+    assert node.boot_id() != boot_before
+    assert sets(lab, node)[before:] == [2, 1]  # the second try's off and on, nothing else
+    steps = pair.store.steps(opened.id)
+    names = [s.step for s in steps]
+    resumed = next(s for s in steps if s.step == "resumed")
+    assert resumed.detail == {"last_step": "off_requested", "state": "on"}
+    timed_out = next(s for s in steps if s.step == "boot_timeout")
+    second = next(s for s in steps if s.step == "rung_started" and s.epoch == 2)
+    assert second.detail.get("attempt") == 2 and second.seq > timed_out.seq
+    config = yaml.safe_load(pair.config_path("b").read_text())
+    assert timed_out.at - resumed.at >= config["guards"]["boot_timeout"] - 1.0
+    assert names.count("off_requested") == 2 and names.count("on_requested") == 1
+    assert {s.epoch for s in steps if s.seq > resumed.seq - 1} == {2}

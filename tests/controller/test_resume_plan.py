@@ -59,3 +59,38 @@ def test_a_timed_off_is_read_back_as_timed() -> None:
     log = _log(("rung_started", {}), ("off_requested", {"on_after_s": 90.0}))
     info = resume_plan(log, "spark-2")
     assert info.plan is not None and info.plan.timed_on_after == 90.0
+
+
+def _unsent_off_waited_out(*, again: bool) -> list[IncidentStep]:
+    return _log(
+        ("rung_started", {"boot_id_before": "b0", "off_seconds": 180.0}),
+        ("off_requested", {}),
+        ("resumed", {"last_step": "off_requested", "state": "on"}),
+        ("resumed", {"settled_by": "the boot wait, then ...", "again": again}),
+        ("boot_wait_started", {}),
+        ("boot_timeout", {}),
+    )
+
+
+def test_a_controller_killed_after_the_boot_wait_of_an_unsent_off_owes_its_second_try() -> None:
+    info = resume_plan(_unsent_off_waited_out(again=True), "spark-2")
+    assert info.plan is not None and info.plan.fresh and info.plan.attempt == 2
+    assert info.plan.rung == 0 and info.rungs_done == set()
+    # The second try is a rung like the first: the frozen boot, the long cut.
+    assert info.plan.boot_before == "b0" and info.plan.off_seconds == 180.0
+    assert info.plan.action_id is None  # a new action, counted by the budgets
+
+
+def test_a_timed_off_waited_out_goes_on_to_the_next_rung() -> None:
+    info = resume_plan(_unsent_off_waited_out(again=False), "spark-2")
+    assert info.plan is None and info.rungs_done == {0}
+
+
+def test_a_second_try_resumes_as_the_second() -> None:
+    log = [
+        *_unsent_off_waited_out(again=True),
+        *_log(("rung_started", {"attempt": 2}), ("off_requested", {})),
+    ]
+    info = resume_plan(log, "spark-2")
+    assert info.plan is not None and info.plan.attempt == 2
+    assert info.plan.resume_from == "off_requested"

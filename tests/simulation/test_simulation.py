@@ -36,6 +36,7 @@ def test_random_runs_keep_every_invariant() -> None:
         f"{sum(r.commands for r in reports)} power commands, "
         f"{sum(r.recovered for r in reports)} recoveries, {sum(r.crashes for r in reports)} "
         f"controller crashes, {sum(r.timed_ons for r in reports)} self-timed ons, "
+        f"{sum(r.second_tries for r in reports)} second tries of a rung, "
         f"{len(violations)} violations"
     )
     assert all(r.simulated_s >= MINUTES * 60 for r in reports)
@@ -103,9 +104,97 @@ def test_a_crash_after_any_write_of_a_recovery_keeps_every_invariant(
     assert report.crashes >= 1
     offs = [s for s in report.sent if s == ("spark-2", "off")]
     assert len(offs) <= 1
-    assert report.verdicts["spark-2"] in ("healthy", "held")
-    if report.verdicts["spark-2"] == "held":
-        assert "held" in report.alerts
+    assert report.second_tries <= 1
+    # Every crash point ends recovered: none leaves the node for a person.
+    assert report.verdicts["spark-2"] == "healthy"
+    assert report.resolutions == ["recovered"]
+
+
+# Longer than the simulated controller's restart: an off sent after it waited.
+BOOT_WAIT_S = 200.0
+
+
+def _crash_after_write(after: int, timed: SelfTimed, *script: Scripted) -> Report:
+    return simulate(
+        1,
+        2.0,
+        script=[(30.0, "freeze", "spark-2"), *script],
+        crash_after_write=after,
+        overrides={"guards": {"boot_timeout": BOOT_WAIT_S}},
+        self_timed=timed,
+    )
+
+
+@pytest.mark.parametrize("self_timed", TIMED_KINDS)
+def test_an_off_recorded_but_never_sent_is_tried_once_more_after_the_boot_wait(
+    self_timed: SelfTimed,
+) -> None:
+    """Killed between the off's record and its command: the restarted
+    controller reads the outlet on. It sends nothing for boot_timeout (the off
+    may have landed and the node be booting), then runs the rung once more
+    through its preflight: one off in all, and the node recovered."""
+    undisturbed = simulate(
+        1,
+        2.0,
+        script=[(30.0, "freeze", "spark-2")],
+        overrides={"guards": {"boot_timeout": BOOT_WAIT_S}},
+        self_timed=self_timed,
+    )
+    retried = [
+        (after, report)
+        for after in range(1, RECOVERY_WRITES + 1)
+        if (report := _crash_after_write(after, self_timed)).second_tries
+    ]
+    assert len(retried) == 1, [after for after, _ in retried]
+    _, report = retried[0]
+    assert report.violations == []
+    assert report.sent.count(("spark-2", "off")) == 1
+    # After the whole boot wait (the restart itself takes less than that).
+    assert report.sent_at[0] - undisturbed.sent_at[0] >= BOOT_WAIT_S
+    assert report.resolutions == ["recovered"]
+    assert report.verdicts["spark-2"] == "healthy"
+
+
+def test_an_off_that_landed_and_a_person_switched_on_again_is_not_sent_twice() -> None:
+    """Killed right after the off: while no controller runs, a person switches
+    the outlet on again and the node boots. The restarted controller reads the
+    outlet on and has seen no new boot yet; the boot wait finds the new boot,
+    and the booting node is never cut again."""
+    script: list[Scripted] = [(30.0, "freeze", "spark-2")]
+    hold = {"policy": {"power_off_seconds": 5.0}}
+    first = simulate(
+        1, 2.0, script=script, crash_after_command=1, overrides=hold, self_timed="never"
+    )
+    # Undisturbed, the restarted controller finds the outlet off and sends the
+    # on after the hold: it restarted one hold before that on.
+    assert first.sent == [("spark-2", "off"), ("spark-2", "on")]
+    restarted = first.sent_at[1] - 5.0
+    # A person's on just before the restart: the node is still booting at the resume.
+    person = (restarted - 2.0, "person_on", "spark-2")
+    report = simulate(
+        1, 2.0, script=[*script, person], crash_after_command=1, overrides=hold, self_timed="never"
+    )
+    assert report.violations == []
+    assert report.sent == [("spark-2", "off")]
+    assert report.second_tries == 0
+    assert report.resolutions == ["recovered"]
+    assert report.verdicts["spark-2"] == "healthy"
+
+
+def test_an_unsent_off_of_a_node_that_came_back_meanwhile_is_a_false_alarm() -> None:
+    """Killed between the off's record and its command, and the node thaws
+    by itself while no controller runs: after the boot wait the second try's
+    preflight finds it alive. Nothing is ever sent."""
+    unsent = next(
+        after
+        for after in range(1, RECOVERY_WRITES + 1)
+        if _crash_after_write(after, "never").second_tries
+    )
+    report = _crash_after_write(unsent, "never", (42.0, "thaw", "spark-2"))
+    assert report.violations == []
+    assert report.sent == []
+    assert report.resolutions == ["false_alarm"]
+    assert report.verdicts["spark-2"] == "healthy"
 
 
 @pytest.mark.parametrize("self_timed", TIMED_KINDS)
