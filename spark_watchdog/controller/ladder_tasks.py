@@ -10,7 +10,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import Protocol
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, Protocol
 
 from spark_watchdog.controller import unlatch, wedged
 from spark_watchdog.controller.detector import Verdict
@@ -71,22 +72,13 @@ class WedgedLadders:
         host, ledger = self.host, self.host.ledger
         if watch.dry_run_incident is not None:
             return
-        try:
-            incident = await ledger.write(
-                ledger.store.open_incident,
-                wedged.KIND,
-                [watch.name],
-                detected_at=host.clock.time(),
-                evidence={
-                    "reasons": list(watch.finding.reasons),
-                    "agent_state": watch.snapshot,
-                    "flight_recorder": host.recorder.evidence(watch.name),
-                },
-                fault_onset=watch.gpu_timeout_wall,
-                dry_run=host.config.guards.dry_run,
-            )
-        except IncidentAlreadyOpen as exc:
-            log.info("%s: gpu_wedged incident not opened: %s", watch.name, exc)
+        evidence = {
+            "reasons": list(watch.finding.reasons),
+            "agent_state": watch.snapshot,
+            "flight_recorder": host.recorder.evidence(watch.name),
+        }
+        incident = await _open(host, wedged.KIND, watch, evidence, watch.gpu_timeout_wall)
+        if incident is None:
             return
         host.notifier.send(
             Event(
@@ -106,25 +98,21 @@ class WedgedLadders:
 
     async def _run(self, watch: NodeWatch, incident_id: int) -> str:
         host = self.host
-        try:
-            return await wedged.unwedge(host, watch, incident_id)
-        except HistoryUnwritable as exc:
-            log.warning("%s: gpu_wedged ladder stopped: %s", watch.name, exc)
-            return "unrecorded"
-        except Exception as exc:
-            # Never guess after an unexpected error: hold, record, a person decides.
-            log.exception("%s: gpu_wedged ladder failed", watch.name)
-            with contextlib.suppress(HistoryUnwritable):
-                await host.hold_node(
-                    watch, f"gpu_wedged ladder failed: {exc}", NodeEvent.HOLD, by_controller=True
-                )
-                await host.ledger.write(
-                    host.ledger.store.resolve_incident,
-                    incident_id,
-                    "gave_up",
-                    detail={"why": f"the ladder failed: {exc}"},
-                )
-            return "gave_up"
+
+        async def failed(exc: Exception) -> None:
+            # Hold, record, a person decides.
+            await host.hold_node(
+                watch, f"gpu_wedged ladder failed: {exc}", NodeEvent.HOLD, by_controller=True
+            )
+
+        return await _guarded(
+            host,
+            watch,
+            incident_id,
+            "gpu_wedged ladder",
+            wedged.unwedge(host, watch, incident_id),
+            failed,
+        )
 
     async def resume(self, incident: Incident) -> None:
         """A ladder cut short after its forced reboot may have left: the node's
@@ -213,25 +201,16 @@ class UnlatchLadders:
 
     async def _start(self, watch: NodeWatch) -> None:
         host, ledger = self.host, self.host.ledger
-        dry_run = host.config.guards.dry_run
         check = (watch.snapshot or {}).get("gpu_clock_check")
-        try:
-            incident = await ledger.write(
-                ledger.store.open_incident,
-                unlatch.KIND,
-                [watch.name],
-                detected_at=host.clock.time(),
-                evidence={
-                    "gpu_clock_check": dict(check) if isinstance(check, dict) else {},
-                    "boot_id": watch.clock_latched_boot,
-                    "flight_recorder": host.recorder.evidence(watch.name),
-                },
-                dry_run=dry_run,
-            )
-        except IncidentAlreadyOpen as exc:
-            log.info("%s: clock_latched incident not opened: %s", watch.name, exc)
+        evidence = {
+            "gpu_clock_check": dict(check) if isinstance(check, dict) else {},
+            "boot_id": watch.clock_latched_boot,
+            "flight_recorder": host.recorder.evidence(watch.name),
+        }
+        incident = await _open(host, unlatch.KIND, watch, evidence, None)
+        if incident is None:
             return
-        if dry_run:
+        if host.config.guards.dry_run:
             await close_dry_run(
                 ledger,
                 incident.id,
@@ -244,16 +223,9 @@ class UnlatchLadders:
 
     async def _run(self, watch: NodeWatch, incident_id: int) -> str:
         host = self.host
-        try:
-            return await unlatch.unlatch(host, watch, incident_id)
-        except HistoryUnwritable as exc:
-            # A halt that may have left keeps the node's silence expected and the
-            # long cut armed (the freeze path takes a silent host with it).
-            log.warning("%s: clock latch ladder stopped: %s", watch.name, exc)
-            return "unrecorded"
-        except Exception as exc:
-            # Never guess after an unexpected error: record, alert, a person decides.
-            log.exception("%s: clock latch ladder failed", watch.name)
+
+        async def failed(exc: Exception) -> None:
+            # Alert; a person decides.
             host.notifier.send(
                 Event(
                     "clock_latch_not_cleared",
@@ -262,14 +234,15 @@ class UnlatchLadders:
                     incident_id,
                 )
             )
-            with contextlib.suppress(HistoryUnwritable):
-                await host.ledger.write(
-                    host.ledger.store.resolve_incident,
-                    incident_id,
-                    "gave_up",
-                    detail={"why": f"failed: {exc!r}"},
-                )
-            return "gave_up"
+
+        return await _guarded(
+            host,
+            watch,
+            incident_id,
+            "clock latch ladder",
+            unlatch.unlatch(host, watch, incident_id),
+            failed,
+        )
 
     async def resume(self, incident: Incident) -> None:
         """A halt for a clock latch may have left before a restart: the node's
@@ -293,3 +266,62 @@ class UnlatchLadders:
             watch.clock_latch_answered = boot  # this boot: not again
             if StepName.HANDED_TO_POWER_PATH not in names:
                 host.expect_reboot(watch, "a halt for the clock latch may have left")
+
+
+async def _open(
+    host: LadderTasksHost,
+    kind: str,
+    watch: NodeWatch,
+    evidence: dict[str, Any],
+    fault_onset: float | None,
+) -> Incident | None:
+    """Open a gentle ladder's incident (in dry run too); None when one is open."""
+    ledger = host.ledger
+    try:
+        incident: Incident = await ledger.write(
+            ledger.store.open_incident,
+            kind,
+            [watch.name],
+            detected_at=host.clock.time(),
+            evidence=evidence,
+            fault_onset=fault_onset,
+            dry_run=host.config.guards.dry_run,
+        )
+    except IncidentAlreadyOpen as exc:
+        log.info("%s: %s incident not opened: %s", watch.name, kind, exc)
+        return None
+    return incident
+
+
+async def _guarded(
+    host: LadderTasksHost,
+    watch: NodeWatch,
+    incident_id: int,
+    what: str,
+    ladder: Coroutine[Any, Any, str],
+    failed: Callable[[Exception], Awaitable[None]],
+) -> str:
+    """Run a gentle ladder to its outcome.
+
+    The history unwritable stops it (``unrecorded``): a forced reboot or halt
+    that may have left keeps the node's silence expected (and a halt's long
+    cut armed), and the freeze path takes a host that stays silent. An
+    unexpected error is never guessed past: ``failed`` (a hold, an alert),
+    then the incident closed as ``gave_up``.
+    """
+    try:
+        return await ladder
+    except HistoryUnwritable as exc:
+        log.warning("%s: %s stopped: %s", watch.name, what, exc)
+        return "unrecorded"
+    except Exception as exc:
+        log.exception("%s: %s failed", watch.name, what)
+        with contextlib.suppress(HistoryUnwritable):
+            await failed(exc)
+            await host.ledger.write(
+                host.ledger.store.resolve_incident,
+                incident_id,
+                "gave_up",
+                detail={"why": f"the ladder failed: {exc!r}"},
+            )
+        return "gave_up"

@@ -498,6 +498,8 @@ class _Run:
             node.freeze(rng.uniform(1.0, 40.0))
         elif fault == "thaw":  # scripted only: a frozen node comes back by itself
             node.thaw_at = min(node.thaw_at, now)
+        elif fault == "ssh_bug":  # scripted only: its next reboot or halt raises
+            node.ssh_bug = True
         elif fault == "reboot":
             node.planned_reboot(rng.uniform(1.0, 40.0), hang=False)
         elif fault == "reboot_hang":
@@ -819,6 +821,7 @@ _FAULT_GROUPS: tuple[tuple[_FaultPlay, tuple[str, ...]], ...] = (
             "clock_latch",
             "freeze_thaw",
             "thaw",
+            "ssh_bug",
             "reboot",
             "reboot_hang",
             "agent_crash",

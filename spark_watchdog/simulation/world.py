@@ -113,6 +113,7 @@ class SimNode:
         self.hang_after_shutdown = False
         self.halt_after_shutdown = False
         self.gpu_wedged = False  # NVML reads time out until the next boot
+        self.ssh_bug = False  # the next reboot or halt over SSH raises (a planted bug)
         # The GPU clock latch: survives reboots and short cuts; LATCH_CLEAR_S off clears it.
         self.clock_latched = False
         self.off_since = 0.0
@@ -498,6 +499,7 @@ def sim_forced_reboot(world: World, incarnation: Incarnation) -> Any:
     async def reboot(device: SshDevice) -> RebootAttempt:
         incarnation.check()
         node = world.nodes[device.host]
+        _planted_ssh_bug(node)
         fate = world.rng.random()
         await world.sleep(world.rng.uniform(0.5, 3.0))
         incarnation.check()
@@ -513,6 +515,12 @@ def sim_forced_reboot(world: World, incarnation: Incarnation) -> Any:
     return reboot
 
 
+def _planted_ssh_bug(node: SimNode) -> None:
+    if node.ssh_bug:
+        node.ssh_bug = False
+        raise InjectedBug(f"{node.name}: a planted bug in the ssh session")
+
+
 def sim_halt(world: World, incarnation: Incarnation) -> Any:
     """A clean halt over SSH: the host shuts down and stays down, silent (its
     outlet still on), until its power is cut; sometimes SSH cannot get in."""
@@ -520,6 +528,7 @@ def sim_halt(world: World, incarnation: Incarnation) -> Any:
     async def halt(device: SshDevice) -> RebootAttempt:
         incarnation.check()
         node = world.nodes[device.host]
+        _planted_ssh_bug(node)
         fate = world.rng.random()
         await world.sleep(world.rng.uniform(0.5, 2.0))
         incarnation.check()

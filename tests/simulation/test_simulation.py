@@ -497,6 +497,25 @@ def test_a_guard_kill_without_auto_restart_is_told_once_and_restarts_nothing() -
     assert report.verdicts["spark-3"] == "healthy"  # not memory_exhausted for ever
 
 
+def test_an_unexpected_error_in_the_wedged_ladder_holds_the_node_and_sends_nothing() -> None:
+    script: list[Scripted] = [(29.0, "ssh_bug", "spark-2"), (30.0, "gpu_wedge", "spark-2")]
+    report = simulate(1, 6.0, script=script)
+    assert report.violations == []
+    assert report.sent == []
+    assert report.verdicts["spark-2"] == "held"
+    assert report.resolutions == ["gave_up"]
+
+
+def test_an_unexpected_error_in_the_unlatch_ladder_is_alerted_and_sends_nothing() -> None:
+    script: list[Scripted] = [(29.0, "ssh_bug", "spark-2"), (30.0, "clock_latch", "spark-2")]
+    overrides = {"guards": {"dry_run": False}, "policy": {"clock_latch_off_seconds": 180.0}}
+    report = simulate(3, 8.0, script=script, overrides=overrides, self_timed="never")
+    assert report.violations == []
+    assert report.sent == []
+    assert "clock_latch_not_cleared" in report.alerts
+    assert report.resolutions == ["gave_up"]
+
+
 def test_a_clock_latched_gpu_is_halted_then_cut_once_for_the_long_hold() -> None:
     """The latch survives a reboot; the controller halts the node over SSH, and
     once it is silent the power path cuts it for clock_latch_off_seconds."""
