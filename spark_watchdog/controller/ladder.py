@@ -1,19 +1,22 @@
 """What the gentler ladders share (a wedged GPU: controller/wedged.py; a
 clock-latched one: controller/unlatch.py): the part of the running
-controller they use, a poll-until-done wait, and how an incident ends
-(also in dry run, which every incident path shares)."""
+controller they use, a poll-until-done wait, and how an incident opens and
+ends (also in dry run, which every incident path shares; the serving
+faults' incidents too)."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from typing import Protocol
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
 
 from spark_watchdog.config.controller import ControllerConfig
 from spark_watchdog.controller.clock import Clock, wait_until
 from spark_watchdog.controller.ledger import Ledger
 from spark_watchdog.controller.node_watch import NodeWatch
 from spark_watchdog.controller.notify import Notifier
+from spark_watchdog.errors import IncidentAlreadyOpen
+from spark_watchdog.history.records import Incident
 from spark_watchdog.steps import StepName
 
 log = logging.getLogger("spark_watchdog.controller.ladder")
@@ -34,6 +37,39 @@ class LadderHost(Protocol):
     def shows_life(self, watch: NodeWatch) -> bool: ...
 
     def node_held(self, watch: NodeWatch) -> bool: ...
+
+
+class IncidentHost(Protocol):
+    """What opening an incident needs of the running controller."""
+
+    config: ControllerConfig
+    ledger: Ledger
+    clock: Clock
+
+
+async def open_incident(
+    host: IncidentHost,
+    kind: str,
+    watch: NodeWatch,
+    evidence: Mapping[str, Any],
+    fault_onset: float | None,
+) -> Incident | None:
+    """Open an incident of one node (flagged in dry run); None when one is open."""
+    ledger = host.ledger
+    try:
+        incident: Incident = await ledger.write(
+            ledger.store.open_incident,
+            kind,
+            [watch.name],
+            detected_at=host.clock.time(),
+            evidence=evidence,
+            fault_onset=fault_onset,
+            dry_run=host.config.guards.dry_run,
+        )
+    except IncidentAlreadyOpen as exc:
+        log.info("%s: %s incident not opened: %s", watch.name, kind, exc)
+        return None
+    return incident
 
 
 async def wait_for(host: LadderHost, done: Callable[[], bool], seconds: float) -> bool:

@@ -16,12 +16,11 @@ from typing import Any, Protocol
 from spark_watchdog.controller import unlatch, wedged
 from spark_watchdog.controller.detector import Verdict
 from spark_watchdog.controller.flight_recorder import FlightRecorder
-from spark_watchdog.controller.ladder import close_dry_run
+from spark_watchdog.controller.ladder import close_dry_run, open_incident
 from spark_watchdog.controller.ledger import HistoryUnwritable
 from spark_watchdog.controller.node_states import NodeEvent, NodeState
 from spark_watchdog.controller.node_watch import NodeWatch
 from spark_watchdog.controller.notify import Event
-from spark_watchdog.errors import IncidentAlreadyOpen
 from spark_watchdog.history.records import Incident
 from spark_watchdog.steps import StepName
 
@@ -77,7 +76,7 @@ class WedgedLadders:
             "agent_state": watch.snapshot,
             "flight_recorder": host.recorder.evidence(watch.name),
         }
-        incident = await _open(host, wedged.KIND, watch, evidence, watch.gpu_timeout_wall)
+        incident = await open_incident(host, wedged.KIND, watch, evidence, watch.gpu_timeout_wall)
         if incident is None:
             return
         host.notifier.send(
@@ -207,7 +206,7 @@ class UnlatchLadders:
             "boot_id": watch.clock_latched_boot,
             "flight_recorder": host.recorder.evidence(watch.name),
         }
-        incident = await _open(host, unlatch.KIND, watch, evidence, None)
+        incident = await open_incident(host, unlatch.KIND, watch, evidence, None)
         if incident is None:
             return
         if host.config.guards.dry_run:
@@ -266,31 +265,6 @@ class UnlatchLadders:
             watch.clock_latch_answered = boot  # this boot: not again
             if StepName.HANDED_TO_POWER_PATH not in names:
                 host.expect_reboot(watch, "a halt for the clock latch may have left")
-
-
-async def _open(
-    host: LadderTasksHost,
-    kind: str,
-    watch: NodeWatch,
-    evidence: dict[str, Any],
-    fault_onset: float | None,
-) -> Incident | None:
-    """Open a gentle ladder's incident (in dry run too); None when one is open."""
-    ledger = host.ledger
-    try:
-        incident: Incident = await ledger.write(
-            ledger.store.open_incident,
-            kind,
-            [watch.name],
-            detected_at=host.clock.time(),
-            evidence=evidence,
-            fault_onset=fault_onset,
-            dry_run=host.config.guards.dry_run,
-        )
-    except IncidentAlreadyOpen as exc:
-        log.info("%s: %s incident not opened: %s", watch.name, kind, exc)
-        return None
-    return incident
 
 
 async def _guarded(

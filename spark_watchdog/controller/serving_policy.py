@@ -24,13 +24,13 @@ from spark_watchdog.controller.clock import Clock
 from spark_watchdog.controller.detector import Verdict
 from spark_watchdog.controller.flight_recorder import FlightRecorder
 from spark_watchdog.controller.io import ControllerIO
-from spark_watchdog.controller.ladder import close_dry_run
+from spark_watchdog.controller.ladder import close_dry_run, open_incident
 from spark_watchdog.controller.ledger import HistoryUnwritable, Ledger
 from spark_watchdog.controller.node_states import NodeState
 from spark_watchdog.controller.node_watch import GUARD_KILL_FRESH_S, NodeWatch
 from spark_watchdog.controller.notify import Event, Notifier
 from spark_watchdog.controller.serving_restart import ServingNode
-from spark_watchdog.errors import ConfigError, IncidentAlreadyOpen
+from spark_watchdog.errors import ConfigError
 from spark_watchdog.steps import StepName
 
 log = logging.getLogger("spark_watchdog.controller")
@@ -284,18 +284,8 @@ class ServingRestarts:
             # The rank died when the guard killed it.
             at = kill.get("at_unix")
             onset = float(at) if isinstance(at, (int, float)) else onset
-        try:
-            incident = await ledger.write(
-                ledger.store.open_incident,
-                kind,
-                [watch.name],
-                detected_at=host.clock.time(),
-                evidence=evidence,
-                fault_onset=onset,
-                dry_run=host.config.guards.dry_run,
-            )
-        except IncidentAlreadyOpen as exc:
-            log.info("%s: serving incident not opened: %s", watch.name, exc)
+        incident = await open_incident(host, kind, watch, evidence, onset)
+        if incident is None:
             return False
         if finding.verdict is Verdict.MEMORY_EXHAUSTED:
             watch.answer_guard_kill()
