@@ -398,19 +398,24 @@ def test_a_set_cut_short_by_aclose_opens_no_socket_again() -> None:
     ends): the SET ends ambiguous, and the PDU keeps no command engine open."""
     with sockets.socket(sockets.AF_INET, sockets.SOCK_DGRAM) as silent:
         silent.bind(("127.0.0.1", 0))  # takes every datagram, answers none
-        silent.settimeout(10.0)
+        silent.setblocking(False)
         pdu = SnmpPdu(
-            host="127.0.0.1", port=silent.getsockname()[1], credentials=community(), timeout=1.0
+            host="127.0.0.1", port=silent.getsockname()[1], credentials=community(), timeout=3.0
         )
+
+        async def left() -> bytes:
+            while True:  # polled, so the loop keeps sending while the test waits
+                with contextlib.suppress(BlockingIOError):
+                    return silent.recv(4096)
+                await asyncio.sleep(0.02)
 
         async def main() -> None:
             pdu._command_engine()
             sending = asyncio.create_task(
                 pdu.set_integer("t", "1.3.6.1.4.1.318.1.1.4.4.2.1.3.1", 2)
             )
-            await asyncio.sleep(0.3)
-            assert silent.recv(4096)  # the SET left
-            await pdu.aclose()
+            assert await asyncio.wait_for(left(), 30.0)  # the SET left
+            await pdu.aclose()  # while it waits for its answer
             with pytest.raises(Ambiguous):
                 await sending
             assert pdu._command is None  # nothing left open by the SET's end
