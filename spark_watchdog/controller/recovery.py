@@ -126,6 +126,9 @@ class RungPlan:
     attempt: int = 1
     # The resume chose the boot wait, then this rung once more (Unsettled.THEN_AGAIN).
     again_after_wait: bool = False
+    # Wall clock of the first resume that chose that boot wait (from the record):
+    # a controller restarted during the wait goes on with it, not over again.
+    boot_wait_from: float | None = None
 
     def again(self) -> RungPlan:
         """This rung's second try: from the top, as a new action."""
@@ -199,11 +202,7 @@ async def _recover(
         if resume.phase is Phase.SERVING:
             return await finish_recovery(host, watch, incident_id)
         if resume.phase is Phase.BOOT_WAIT:
-            left = remaining(host.config.guards.boot_timeout, resume.restored_at, host.clock.time())
-            # A controller back after the whole wait still gives the agent a few
-            # polls: the boot it waited for may well have come while it was down.
-            detection = host.config.detection
-            left = max(left, 3 * detection.poll_interval + detection.agent_timeout)
+            left = _boot_wait_left(host, resume.restored_at)
             outcome = await await_new_boot(
                 host, watch, incident_id, resume.boot_before, left, resumed=True
             )
@@ -342,7 +341,7 @@ async def _run_rung(
         await _finish(ledger, action, "ambiguous", "resumed: the off's outcome is unknown")
         watch.apply(NodeEvent.POWER_RESTORED)
         outcome = await await_new_boot(
-            host, watch, incident_id, plan.boot_before, host.config.guards.boot_timeout
+            host, watch, incident_id, plan.boot_before, _boot_wait_left(host, plan.boot_wait_from)
         )
         if outcome is RungOutcome.NEXT and held_s is Unsettled.THEN_AGAIN:
             return RungOutcome.AGAIN
@@ -383,6 +382,16 @@ async def _run_rung(
     return await await_new_boot(
         host, watch, incident_id, plan.boot_before, host.config.guards.boot_timeout
     )
+
+
+def _boot_wait_left(host: RecoveryHost, started_at: float | None) -> float:
+    """What is left of a boot wait a record says began at ``started_at`` (all
+    of it when none did). A controller back after the whole wait still gives
+    the agent a few polls: the boot it waited for may well have come while it
+    was down."""
+    left = remaining(host.config.guards.boot_timeout, started_at, host.clock.time())
+    detection = host.config.detection
+    return max(left, 3 * detection.poll_interval + detection.agent_timeout)
 
 
 async def _preflight(
@@ -770,8 +779,11 @@ def resume_plan(steps: Sequence[IncidentStep], node: str) -> ResumeInfo:
         elif name in (StepName.RUNG_FAILED, StepName.BOOT_TIMEOUT) and current is not None:
             info.rungs_done.add(current.rung)
             current, info.phase = None, Phase.LADDER
-        elif name == StepName.RESUMED and current is not None and detail.get("again") is True:
-            current.again_after_wait = True
+        elif name == StepName.RESUMED and current is not None and "again" in detail:
+            # A resume that chose the boot wait: the first one started it.
+            current.again_after_wait = detail["again"] is True
+            if current.boot_wait_from is None:
+                current.boot_wait_from = step.at
         elif name == StepName.BOOT_TIMEOUT:
             info.phase = Phase.LADDER
         elif name == StepName.POWER_RESTORED:

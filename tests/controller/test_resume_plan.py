@@ -94,3 +94,21 @@ def test_a_second_try_resumes_as_the_second() -> None:
     info = resume_plan(log, "spark-2")
     assert info.plan is not None and info.plan.attempt == 2
     assert info.plan.resume_from == "off_requested"
+
+
+def test_a_controller_killed_during_that_boot_wait_goes_on_with_it() -> None:
+    """Restarts during the wait each note their resume; the wait counts from the first."""
+    log = _log(
+        ("rung_started", {"boot_id_before": "b0"}),
+        ("off_requested", {}),
+        ("resumed", {"last_step": "off_requested", "state": "on"}),
+        ("resumed", {"settled_by": "the boot wait, then ...", "again": True}),
+        ("resumed", {"last_step": "off_requested", "state": "on"}),
+        ("resumed", {"settled_by": "the boot wait, then ...", "again": True}),
+    )
+    info = resume_plan(log, "spark-2")
+    assert info.plan is not None and info.plan.resume_from == "off_requested"
+    assert info.plan.again_after_wait and info.plan.attempt == 1
+    assert info.plan.boot_wait_from == log[3].at
+    # The second try starts a wait of its own.
+    assert info.plan.again().boot_wait_from is None

@@ -197,6 +197,30 @@ def test_an_unsent_off_of_a_node_that_came_back_meanwhile_is_a_false_alarm() -> 
     assert report.verdicts["spark-2"] == "healthy"
 
 
+def test_a_controller_restarting_during_the_boot_wait_goes_on_with_it() -> None:
+    """Killed between the off's record and its command, then killed again
+    every 90 s for 20 minutes: each restart goes on with the boot wait the
+    first resume began (its record), neither over again (which would leave the
+    node frozen for as long as the crashes last) nor cut short."""
+    unsent = next(
+        after
+        for after in range(1, RECOVERY_WRITES + 1)
+        if _crash_after_write(after, "never").second_tries
+    )
+    once = _crash_after_write(unsent, "never")
+    crashes: list[Scripted] = [(60.0 + 90.0 * k, "crash", "spark-2") for k in range(14)]
+    report = _crash_after_write(unsent, "never", *crashes)
+    assert report.violations == []
+    assert report.crashes >= 5
+    assert report.second_tries == 1
+    assert report.sent.count(("spark-2", "off")) == 1
+    # The second try's off goes out when it would have without the later
+    # crashes: a few polls more at most, and never sooner.
+    assert once.sent_at[0] - 10.0 <= report.sent_at[0] <= once.sent_at[0] + 60.0
+    assert report.resolutions == ["recovered"]
+    assert report.verdicts["spark-2"] == "healthy"
+
+
 @pytest.mark.parametrize("self_timed", TIMED_KINDS)
 @pytest.mark.parametrize("after", [1, 2])
 def test_a_crash_right_after_a_command_keeps_every_invariant(
