@@ -7,6 +7,7 @@ the controller getting wrong, each with the behaviour that closes it.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import multiprocessing
 import os
@@ -181,15 +182,21 @@ def test_an_off_that_landed_and_a_person_switched_on_again_is_not_sent_twice() -
     assert report.verdicts["spark-2"] == "healthy"
 
 
-def test_an_unsent_off_of_a_node_that_came_back_meanwhile_is_a_false_alarm() -> None:
-    """Killed between the off's record and its command, and the node thaws
-    by itself while no controller runs: after the boot wait the second try's
-    preflight finds it alive. Nothing is ever sent."""
-    unsent = next(
+@functools.cache
+def _unsent_off_write() -> int:
+    """The crash point between the off's record and its command (a plain outlet)."""
+    return next(
         after
         for after in range(1, RECOVERY_WRITES + 1)
         if _crash_after_write(after, "never").second_tries
     )
+
+
+def test_an_unsent_off_of_a_node_that_came_back_meanwhile_is_a_false_alarm() -> None:
+    """Killed between the off's record and its command, and the node thaws
+    by itself while no controller runs: after the boot wait the second try's
+    preflight finds it alive. Nothing is ever sent."""
+    unsent = _unsent_off_write()
     report = _crash_after_write(unsent, "never", (42.0, "thaw", "spark-2"))
     assert report.violations == []
     assert report.sent == []
@@ -202,11 +209,7 @@ def test_a_controller_restarting_during_the_boot_wait_goes_on_with_it() -> None:
     every 90 s for 20 minutes: each restart goes on with the boot wait the
     first resume began (its record), neither over again (which would leave the
     node frozen for as long as the crashes last) nor cut short."""
-    unsent = next(
-        after
-        for after in range(1, RECOVERY_WRITES + 1)
-        if _crash_after_write(after, "never").second_tries
-    )
+    unsent = _unsent_off_write()
     once = _crash_after_write(unsent, "never")
     crashes: list[Scripted] = [(60.0 + 90.0 * k, "crash", "spark-2") for k in range(14)]
     report = _crash_after_write(unsent, "never", *crashes)
