@@ -17,6 +17,7 @@ APT_PACKAGES=(
     groff-base                                       # renders the man page in its test
     debootstrap systemd-container                    # the systemd guest tier (tests/guest)
     postgresql                                       # the history in PostgreSQL, a real server in tests
+    faketime                                         # a controller of a pair with its clock ahead, in tests
 )
 
 missing=()

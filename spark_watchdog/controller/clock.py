@@ -5,7 +5,10 @@ a wall-clock step (NTP, an operator's ``date``) can neither end a wait early
 nor stretch it. ``time`` (UNIX seconds) is only for what is recorded. Across
 a restart a resumed wait is computed from recorded wall times and clamped to
 ``[0, configured]`` by ``remaining``, so no step shortens or stretches it
-beyond that. The simulation passes a clock of virtual time.
+beyond that. A controller of a pair records and resumes on the database's
+clock (``SharedWallClock``), so the skew between two management hosts
+cannot shorten a wait the other began. The simulation passes a clock of
+virtual time.
 """
 
 from __future__ import annotations
@@ -35,6 +38,17 @@ class SystemClock:
 
     async def sleep(self, seconds: float) -> None:
         await asyncio.sleep(seconds)
+
+
+class SharedWallClock(SystemClock):
+    """The system's monotonic clock and sleep, and ``time`` from ``wall``: a
+    controller pair's one wall clock (history/database_time.py)."""
+
+    def __init__(self, wall: Callable[[], float]) -> None:
+        self._wall = wall
+
+    def time(self) -> float:
+        return self._wall()
 
 
 def remaining(configured: float, started_wall: float | None, now_wall: float) -> float:

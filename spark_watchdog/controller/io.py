@@ -69,8 +69,9 @@ class ControllerIO:
     halt: ForcedReboot
 
     @classmethod
-    def production(cls, config: ControllerConfig) -> ControllerIO:
-        clock = SystemClock()
+    def production(cls, config: ControllerConfig, clock: Clock | None = None) -> ControllerIO:
+        """The real seams; ``clock`` defaults to the system's."""
+        clock = clock or SystemClock()
         return cls(
             clock=clock,
             agents=HttpAgents(),

@@ -20,10 +20,13 @@ import time
 from typing import Any
 
 from spark_watchdog.config.controller import ControllerConfig, LeadershipConfig
+from spark_watchdog.controller.clock import SharedWallClock
 from spark_watchdog.controller.daemon import Controller
+from spark_watchdog.controller.io import ControllerIO
 from spark_watchdog.controller.notify import Event, Notifier
 from spark_watchdog.controller.status_api import StandbyEndpoint, StatusEndpoint
 from spark_watchdog.errors import StoreError, WatchdogError
+from spark_watchdog.history.database_time import DatabaseTime
 from spark_watchdog.history.leadership import Leader, Lease
 from spark_watchdog.history.postgres import PostgresHistoryStore
 from spark_watchdog.sdnotify import SystemdNotifier
@@ -133,10 +136,17 @@ async def serve_pair(config: ControllerConfig) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    # One wall clock for the pair: the database's (history/database_time.py).
+    database_time = DatabaseTime()
     store = await asyncio.to_thread(
-        PostgresHistoryStore, config.history, password_file=config.history_password_file
+        PostgresHistoryStore,
+        config.history,
+        password_file=config.history_password_file,
+        clock=database_time.now,
     )
-    lease = Lease(store, lease_s=timing.lease, send_deadline_s=timing.send_deadline)
+    lease = Lease(
+        store, lease_s=timing.lease, send_deadline_s=timing.send_deadline, clock=database_time
+    )
     systemd = SystemdNotifier()
     try:
         store.set_fence(lease)
@@ -165,7 +175,9 @@ async def serve_pair(config: ControllerConfig) -> None:
 async def _lead(
     config: ControllerConfig, lease: Lease, stop: asyncio.Event, systemd: SystemdNotifier
 ) -> None:
-    controller = Controller(config, lease.store)
+    # Steps are stamped, and resumed waits measured, on the database's clock.
+    io = ControllerIO.production(config, SharedWallClock(lease.clock.now))
+    controller = Controller(config, lease.store, io=io)
     controller.systemd = systemd
     controller.send_refusal = lease.send_refusal
     controller.recording_only = lease.recording_only

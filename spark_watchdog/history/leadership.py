@@ -26,7 +26,6 @@ import os
 import secrets
 import socket
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ParamSpec, TypeVar
@@ -34,19 +33,14 @@ from typing import Any, ParamSpec, TypeVar
 from spark_watchdog.config.controller import FENCE_MARGIN_S
 from spark_watchdog.errors import NotLeader
 from spark_watchdog.history.core import Connection
+from spark_watchdog.history.database_time import NOW_SQL, DatabaseTime, boot_clock
 from spark_watchdog.history.postgres import PostgresHistoryStore
 
 P = ParamSpec("P")
 T = TypeVar("T")
 
 NAME = "controller"
-_NOW = "extract(epoch from clock_timestamp())::float8"
-
-
-def boot_clock() -> float:
-    """Seconds on CLOCK_BOOTTIME: unlike CLOCK_MONOTONIC it counts a suspend of
-    this host, after which a command checked before it must not leave."""
-    return time.clock_gettime(time.CLOCK_BOOTTIME)
+_NOW = NOW_SQL
 
 
 def new_holder() -> str:
@@ -100,14 +94,17 @@ def _leader(row: Any, now: float) -> Leader:
     )
 
 
-def current(store: PostgresHistoryStore) -> Leader | None:
+def current(store: PostgresHistoryStore, clock: DatabaseTime | None = None) -> Leader | None:
     """Who leads, by the database's clock (None: nobody has yet)."""
     with store._reading("reading the leadership") as conn:
-        return _read(conn)
+        return _read(conn, clock=clock)
 
 
-def _read(conn: Connection, *, lock: str = "") -> Leader | None:
-    (now,) = conn.execute(f"SELECT {_NOW}").fetchone()
+def _read(conn: Connection, *, lock: str = "", clock: DatabaseTime | None = None) -> Leader | None:
+    if clock is None:
+        (now,) = conn.execute(f"SELECT {_NOW}").fetchone()
+    else:
+        now = clock.read(conn)
     row = conn.execute(
         "SELECT holder, epoch, acquired_at, renewed_at, expires_at, released_at FROM leadership "
         f"WHERE name = ? {lock}",
@@ -158,7 +155,8 @@ class Lease:
 
     ``lease_s``: how long a take or renewal lasts; ``send_deadline_s``: within
     how long of a step's check its command may leave. ``monotonic`` is the
-    clock the send deadline is measured on.
+    clock the send deadline is measured on. ``clock``: the database's time,
+    read on every take, renewal and check (the pair's wall clock).
     """
 
     def __init__(
@@ -169,12 +167,14 @@ class Lease:
         send_deadline_s: float,
         holder: str | None = None,
         monotonic: Callable[[], float] = boot_clock,
+        clock: DatabaseTime | None = None,
     ) -> None:
         self.store = store
         self.holder = holder or new_holder()
         self.lease_s = lease_s
         self.send_deadline_s = send_deadline_s
         self._monotonic = monotonic
+        self.clock = clock or DatabaseTime(monotonic=monotonic)
         self._epoch: int | None = None
         # A write that only records that nothing left (recording_only).
         self._recording = threading.local()
@@ -201,14 +201,14 @@ class Lease:
         ``standbys``, without the history's write lock: a standby whose link
         stalls mid-transaction then holds nothing the leader waits for.
         """
-        seen = current(self.store)
+        seen = current(self.store, self.clock)
         if seen is not None and not seen.expired and seen.holder != self.holder:
             self._epoch = None
             with self.store._writing("noting this standby", fenced=False, serialized=False) as c:
                 _seen_standing_by(c, self.holder, seen.now)
             return seen
         with self.store._writing("taking the leadership", fenced=False) as conn:
-            seen = _read(conn, lock="FOR UPDATE")
+            seen = _read(conn, lock="FOR UPDATE", clock=self.clock)
             if seen is not None and not seen.expired:
                 if seen.holder == self.holder and seen.released_at is None:
                     self._epoch = seen.epoch
@@ -241,6 +241,7 @@ class Lease:
         if self._epoch is None:
             return False
         with self.store._writing("renewing the leadership", fenced=False) as conn:
+            self.clock.read(conn)
             cursor = conn.execute(
                 f"UPDATE leadership SET renewed_at = {_NOW}, expires_at = {_NOW} + ? "
                 "WHERE name = ? AND holder = ? AND epoch = ? AND released_at IS NULL "
@@ -294,7 +295,7 @@ class Lease:
         started = self._monotonic()  # before the database reads its clock
         if self._epoch is None:
             raise NotLeader(self.store.path, "this controller does not lead: nothing written")
-        seen = _read(conn, lock="FOR SHARE")
+        seen = _read(conn, lock="FOR SHARE", clock=self.clock)
         ours = self._epoch
         if seen is None or seen.holder != self.holder or seen.epoch != ours:
             who = "nobody" if seen is None else f"{seen.holder} at epoch {seen.epoch}"

@@ -14,7 +14,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -63,9 +63,19 @@ class ControllerPair:
     def config_path(self, name: str) -> Path:
         return self.tmp / f"{name}.yaml"
 
-    def start(self, name: str, *, via: TcpProxy | None = None) -> subprocess.Popen[bytes]:
-        """Start controller ``name``; ``via``: its history link goes through that proxy."""
-        config: dict[str, Any] = self.lab.controller_config(Path("unused"), leadership=LEADERSHIP)
+    def start(
+        self,
+        name: str,
+        *,
+        via: TcpProxy | None = None,
+        env: Mapping[str, str] | None = None,
+        **overrides: Any,
+    ) -> subprocess.Popen[bytes]:
+        """Start controller ``name``; ``via``: its history link goes through that
+        proxy; ``env``: added to its environment; ``overrides``: of its config."""
+        config: dict[str, Any] = self.lab.controller_config(
+            Path("unused"), leadership=LEADERSHIP, **overrides
+        )
         url = self.url
         if via is not None:
             url = url.replace(f"127.0.0.1:{self.server.port}/", f"127.0.0.1:{via.port}/")
@@ -84,6 +94,7 @@ class ControllerPair:
                 ],
                 stdout=log,
                 stderr=subprocess.STDOUT,
+                env=None if env is None else {**os.environ, **env},
             )
         self.processes[name] = process
         return process

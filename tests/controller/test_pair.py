@@ -19,6 +19,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -195,3 +196,49 @@ def test_a_new_leader_tries_again_an_off_its_predecessor_recorded_but_never_sent
     assert timed_out.at - resumed.at >= config["guards"]["boot_timeout"] - 1.0
     assert names.count("off_requested") == 2 and names.count("on_requested") == 1
     assert {s.epoch for s in steps if s.seq > resumed.seq - 1} == {2}
+
+
+def _faketime_library() -> Path:
+    """Debian's libfaketime (package faketime): it moves a process's clocks."""
+    found = sorted(Path("/usr/lib").glob("*/faketime/libfaketimeMT.so.1"))
+    if not found:
+        why = "libfaketime is not installed (apt-get install faketime; scripts/setup.sh does)"
+        if os.environ.get("SPARK_WATCHDOG_REQUIRE_POSTGRES") == "1":
+            pytest.fail(f"PostgreSQL tier required but {why}")
+        pytest.skip(why)
+    return found[0]
+
+
+def test_a_new_leader_with_a_clock_ahead_holds_the_off_for_all_of_the_hold(
+    pair: ControllerPair,
+) -> None:
+    """The standby's host clock runs SKEW seconds ahead of the leader's (libfaketime).
+    The leader is killed in the off hold; the new leader resumes that hold from the
+    recorded off. Both record and measure on the database's clock, so the on comes
+    no sooner than the whole hold after the off (on the host clock the hold would
+    look over at once). The new leader's steps carry database times too."""
+    skew, hold = 120.0, 25.0
+    lab = pair.lab
+    policy = {"power_off_seconds": hold}
+    a = pair.start("a", policy=policy)
+    wait_for(lambda: pair.leads("a", 1), 60, "controller a leading at epoch 1")
+    ahead = {"LD_PRELOAD": str(_faketime_library()), "FAKETIME": f"+{skew:g}s"}
+    pair.start("b", env=ahead, policy=policy)
+    wait_for(lambda: pair.standing_by("b"), 60, "controller b standing by")
+    node = lab.node("spark-1")
+    before = len(sets(lab, node))
+    lab.freeze(node)
+    wait_for(lambda: "hold_started" in steps_of_freeze(pair), 60, "a's off verified, in the hold")
+    a.kill()
+    wait_for(lambda: pair.leads("b", 2), 60, "controller b leading at epoch 2")
+    wait_for(lambda: recovered(pair), 120, "the cycle finished by b")
+    assert lab.pdu is not None
+    off, on = lab.pdu.standin.sets_for(node.outlet)[before:]
+    assert (off.value, on.value) == (2, 1)  # a's off, b's on, nothing else
+    assert on.at - off.at >= hold, f"the outlet was off for {on.at - off.at:.1f}s"
+    (found,) = [i for i in pair.store.list_incidents() if i.kind == "host_frozen"]
+    steps = pair.store.steps(found.id)
+    resumed = next(s for s in steps if s.step == "hold_started" and s.epoch == 2)
+    assert resumed.detail["resumed"] is True
+    assert 0 < resumed.detail["remaining_s"] < hold
+    assert all(abs(s.at - time.time()) < skew / 2 for s in steps if s.epoch == 2)

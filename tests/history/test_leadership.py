@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
 from spark_watchdog.errors import NotLeader
+from spark_watchdog.history.database_time import DatabaseTime
 from spark_watchdog.history.leadership import Lease, current, end_lease, standbys
 from spark_watchdog.history.postgres import PostgresHistoryStore
 from spark_watchdog.lab.hardware.postgres_server import PostgresServer
@@ -238,3 +239,38 @@ def test_an_ended_lease_stops_the_leader_now_and_frees_after_its_promise(stores:
     b.acquire()
     assert b.epoch == 2
     assert [s for s, _ in steps_of(b, incident_id)] == ["incident_opened"]
+
+
+class CountedTime(DatabaseTime):
+    """The database's clock, counting how often it was read."""
+
+    reads = 0
+
+    def read(self, conn: Any) -> float:
+        self.reads += 1
+        return super().read(conn)
+
+
+def test_the_lease_reads_the_database_clock_on_taking_renewing_and_checking(
+    stores: Stores,
+) -> None:
+    """The pair's wall clock (history/database_time.py): read on every take,
+    renewal and write check, never the host's (here an hour off)."""
+    database_time = CountedTime(fallback=lambda: time.time() + 3600.0)
+    a = stores.candidate(clock=database_time)
+    assert database_time.error() is None
+    a.acquire()
+    error = database_time.error()
+    assert error is not None and error < 1.0
+
+    def database_now() -> float:
+        with a.store._reading("reading the clock") as conn:
+            (now,) = conn.execute("SELECT extract(epoch from clock_timestamp())").fetchone()
+            return float(now)
+
+    renewed_or_checked: list[Callable[[], object]] = [a.renew, lambda: open_frozen(a)]
+    for write in renewed_or_checked:
+        reads = database_time.reads
+        write()
+        assert database_time.reads == reads + 1
+        assert abs(database_time.now() - database_now()) < 1.0
