@@ -41,14 +41,23 @@ class SystemClock:
 
 
 class SharedWallClock(SystemClock):
-    """The system's monotonic clock and sleep, and ``time`` from ``wall``: a
-    controller pair's one wall clock (history/database_time.py)."""
+    """A controller pair's wall clock: the system's monotonic clock and sleep,
+    and as ``time`` the earlier of ``shared`` (the earliest the database's
+    time may be, history/database_time.py) and the host's own clock.
 
-    def __init__(self, wall: Callable[[], float]) -> None:
-        self._wall = wall
+    The earlier of two clocks is the safe side of every use of ``time``: a
+    resumed wait is what is left since its record, so an earlier now leaves
+    more of it (never more than all of it), and a budget counts the cuts
+    since now minus its window, so an earlier now counts more. A resumed
+    wait is cut short only if both clocks run ahead.
+    """
+
+    def __init__(self, shared: Callable[[], float], host: Callable[[], float] = time.time) -> None:
+        self._shared = shared
+        self._host = host
 
     def time(self) -> float:
-        return self._wall()
+        return min(self._shared(), self._host())
 
 
 def remaining(configured: float, started_wall: float | None, now_wall: float) -> float:

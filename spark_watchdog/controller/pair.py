@@ -142,7 +142,7 @@ async def serve_pair(config: ControllerConfig) -> None:
         PostgresHistoryStore,
         config.history,
         password_file=config.history_password_file,
-        clock=database_time.now,
+        clock=database_time.latest,
     )
     lease = Lease(
         store, lease_s=timing.lease, send_deadline_s=timing.send_deadline, clock=database_time
@@ -176,7 +176,7 @@ async def _lead(
     config: ControllerConfig, lease: Lease, stop: asyncio.Event, systemd: SystemdNotifier
 ) -> None:
     # Steps are stamped, and resumed waits measured, on the database's clock.
-    io = ControllerIO.production(config, SharedWallClock(lease.clock.now))
+    io = ControllerIO.production(config, SharedWallClock(lease.clock.earliest))
     controller = Controller(config, lease.store, io=io)
     controller.systemd = systemd
     controller.send_refusal = lease.send_refusal

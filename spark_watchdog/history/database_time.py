@@ -14,10 +14,12 @@ Each reading is taken between two readings of the monotonic clock; the
 database's time now is that reading carried forward on the monotonic clock,
 so a step of the host's own clock moves nothing. Its error is half the round
 trip of the reading it came from, plus the drift of the two clocks since
-(``DRIFT``, generous); a new reading replaces the kept one when it is
-closer. Before the first reading (a standby that has not reached the
-database yet) it is the host's clock: a standby records nothing that a
-resumed wait reads.
+(``DRIFT``); a new reading replaces the kept one when it is closer. A
+record is stamped with the latest the database's time may be (``latest``)
+and a wait measured against the earliest (``earliest``), so the error can
+only make a resumed wait longer, never shorter. Before the first reading (a
+standby that has not reached the database yet) it is the host's clock: a
+standby records nothing that a resumed wait reads.
 """
 
 from __future__ import annotations
@@ -72,8 +74,11 @@ class DatabaseTime:
         return float(now)
 
     def note(self, database_now: float, before: float, after: float) -> None:
-        """A reading of the database's clock taken between ``before`` and ``after``."""
-        half = max(0.0, after - before) / 2
+        """A reading of the database's clock taken between ``before`` and ``after``
+        (one whose round trip ran backwards says nothing, and is dropped)."""
+        if after < before:
+            return
+        half = (after - before) / 2
         reading = _Reading(database_now, before + half, half)
         with self._lock:
             kept = self._kept
@@ -87,6 +92,14 @@ class DatabaseTime:
         if kept is None:
             return self._fallback()
         return kept.database + (self._monotonic() - kept.at)
+
+    def latest(self) -> float:
+        """The latest the database's time may be now: what a record is stamped with."""
+        return self.now() + (self.error() or 0.0)
+
+    def earliest(self) -> float:
+        """The earliest it may be now: what a resumed wait is measured against."""
+        return self.now() - (self.error() or 0.0)
 
     def error(self) -> float | None:
         """How far ``now`` may be from the database's clock (None: never read)."""

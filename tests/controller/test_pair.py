@@ -223,6 +223,15 @@ def test_a_new_leader_with_a_clock_ahead_holds_the_off_for_all_of_the_hold(
     a = pair.start("a", policy=policy)
     wait_for(lambda: pair.leads("a", 1), 60, "controller a leading at epoch 1")
     ahead = {"LD_PRELOAD": str(_faketime_library()), "FAKETIME": f"+{skew:g}s"}
+    seen = subprocess.run(
+        [sys.executable, "-c", "import time; print(time.time())"],
+        env={**os.environ, **ahead},
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    assert float(seen.stdout) - time.time() > skew - 10  # the standby's clock is ahead
     pair.start("b", env=ahead, policy=policy)
     wait_for(lambda: pair.standing_by("b"), 60, "controller b standing by")
     node = lab.node("spark-1")

@@ -79,7 +79,24 @@ def test_the_closest_reading_is_kept() -> None:
     assert database_time.error() == pytest.approx(0.1 + 0.1 * DRIFT)
 
 
-def test_a_reading_whose_round_trip_went_backwards_counts_as_instant() -> None:
-    _, database_time = made()
+def test_a_reading_whose_round_trip_went_backwards_is_dropped() -> None:
+    clocks, database_time = made()
     database_time.note(2_000.0, 100.0, 99.0)
-    assert database_time.now() == 2_000.0 and database_time.error() == 0.0
+    assert database_time.error() is None and database_time.now() == 5_000.0
+    database_time.note(1_000.0, 100.0, 101.0)
+    clocks.mono = 101.0
+    database_time.note(9_000.0, 101.0, 100.5)
+    assert database_time.now() == pytest.approx(1_000.5)
+
+
+def test_records_are_stamped_late_and_waits_measured_early() -> None:
+    """The error only lengthens a resumed wait: a record stamped at the latest the
+    database's time may be, measured against the earliest it may be now."""
+    clocks, database_time = made()
+    assert database_time.latest() == database_time.earliest() == 5_000.0  # never read
+    database_time.read(Database(clocks, 1_000.0, 2.0))  # type: ignore[arg-type]
+    stamped = database_time.latest()
+    assert stamped == pytest.approx(1_001.0 + 1.0 + 1.0 * DRIFT)
+    clocks.mono += 10.0
+    waited = database_time.earliest() - stamped
+    assert waited == pytest.approx(10.0 - 2.0 - 12.0 * DRIFT)
