@@ -728,7 +728,6 @@ class Controller:
                 self.ledger.store.open_incident,
                 "host_frozen",
                 [watch.name],
-                detected_at=self.clock.time(),
                 evidence={
                     "reasons": list(watch.finding.reasons),
                     "last_agent_state": watch.snapshot,
@@ -780,7 +779,6 @@ class Controller:
             self.ledger.store.open_incident,
             "host_frozen",
             [watch.name],
-            detected_at=self.clock.time(),
             evidence={
                 "reasons": list(watch.finding.reasons),
                 "last_agent_state": watch.snapshot,

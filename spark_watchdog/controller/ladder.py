@@ -61,7 +61,6 @@ async def open_incident(
             ledger.store.open_incident,
             kind,
             [watch.name],
-            detected_at=host.clock.time(),
             evidence=evidence,
             fault_onset=fault_onset,
             dry_run=host.config.guards.dry_run,

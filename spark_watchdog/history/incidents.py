@@ -36,7 +36,7 @@ class IncidentTables(StoreCore):
         kind: str,
         nodes: Sequence[str],
         *,
-        detected_at: float,
+        detected_at: float | None = None,
         evidence: Mapping[str, Any],
         fault_onset: float | None = None,
         dry_run: bool = False,
@@ -44,8 +44,10 @@ class IncidentTables(StoreCore):
     ) -> Incident:
         """Open an incident and write its first step, ``incident_opened``, in one commit.
 
-        ``fault_onset`` is the last time the node(s) were seen healthy;
-        ``time_to_detect_s`` is ``detected_at - fault_onset`` when it is known.
+        ``detected_at`` defaults to now by the store's clock (a pair's: the
+        database's, history/database_time.py). ``fault_onset`` is the last
+        time the node(s) were seen healthy; ``time_to_detect_s`` is
+        ``detected_at - fault_onset`` when it is known.
         """
         kind = checks.snake(kind, "incident kind", self._path)
         if isinstance(nodes, str) or not nodes:
@@ -55,7 +57,9 @@ class IncidentTables(StoreCore):
         names = [checks.node_name(n, self._path) for n in nodes]
         if len(set(names)) != len(names):
             raise InvalidRecord(self._path, f"incident nodes repeat a node: {names}")
-        detected = checks.seconds(detected_at, "detected_at", self._path)
+        detected = checks.seconds(
+            self._clock() if detected_at is None else detected_at, "detected_at", self._path
+        )
         onset = checks.optional_seconds(fault_onset, "fault_onset", self._path)
         evidence_json = self._dump(evidence, "incident evidence")
         now = self._now(at)

@@ -60,6 +60,18 @@ def store_now(store: HistoryStore) -> float:
 # -- times ---------------------------------------------------------------------------
 
 
+def test_an_incident_opened_without_a_detection_time_is_detected_by_the_store_clock(
+    store: HistoryStore,
+) -> None:
+    """What the controller does: a pair's store clock is the database's (docs/design.md,
+    "One clock for the pair"), so detection times are on it too."""
+    now = store_now(store)
+    incident = store.open_incident("host_frozen", ["spark-2"], evidence={})
+    assert incident.detected_at == now
+    given = store.open_incident("host_frozen", ["spark-3"], detected_at=now - 5, evidence={})
+    assert given.detected_at == now - 5
+
+
 def test_iso_utc_renders_unix_seconds_as_utc() -> None:
     assert iso_utc(0.0) == "1970-01-01T00:00:00.000+00:00"
     assert iso_utc(1_750_000_000.25) == "2025-06-15T15:06:40.250+00:00"
