@@ -63,8 +63,8 @@ def store_now(store: HistoryStore) -> float:
 def test_an_incident_opened_without_a_detection_time_is_detected_by_the_store_clock(
     store: HistoryStore,
 ) -> None:
-    """What the controller does: a pair's store clock is the database's (docs/design.md,
-    "One clock for the pair"), so detection times are on it too."""
+    """What the controller does: a pair's store clock is the database's
+    (docs/design.md, "One clock for the pair"), so detection times are on it too."""
     now = store_now(store)
     incident = store.open_incident("host_frozen", ["spark-2"], evidence={})
     assert incident.detected_at == now
