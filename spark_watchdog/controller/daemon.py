@@ -761,6 +761,8 @@ class Controller:
     def _recovery_done(self, watch: NodeWatch, task: asyncio.Task[RungOutcome]) -> None:
         if task.cancelled():
             return
+        # The cycles it took count at the next tick, not OFFENDERS_REFRESH_S later.
+        self._offenders_read_at = float("-inf")
         error = task.exception()
         if error is not None:
             # recover_frozen_host holds on every error it sees; this is the last net.

@@ -85,6 +85,11 @@ class RunningController:
     def verdicts(self) -> dict[str, str]:
         return {n["name"]: n["verdict"] for n in self.controller.published.get("nodes", [])}
 
+    def node_status(self, name: str) -> dict[str, Any]:
+        """The node as ``GET /v1/status`` shows it."""
+        nodes = self.controller.published.get("nodes", [])
+        return next((n for n in nodes if n["name"] == name), {})
+
     def close(self) -> None:
         self.loop.call_soon_threadsafe(self.stop_event.set)
         self.thread.join(30)
@@ -160,6 +165,13 @@ def test_a_frozen_host_is_cycled_once_and_serving_comes_back_safe(
     assert steps.index("off_requested") < steps.index("off_verified") < steps.index("on_requested")
     actions = running.store.actions(incident_id=incident.id)
     assert [(a.operation, a.result) for a in actions] == [("cycle", "verified")]
+    # The status counts the cycle within a few polls, not at the next periodic
+    # refresh (minutes later).
+    wait_for(
+        lambda: running.node_status("spark-3").get("power_cycles_total") == 1,
+        10,
+        "the cycle counted in the status",
+    )
     # The previous boot, as the rebooted agent's journal tells it: unclean, with its Xid.
     boots = {b.boot_id: b for b in running.store.boots("spark-3")}
     assert boot_before is not None
