@@ -18,6 +18,9 @@ import pytest
 
 from spark_watchdog.lab.hardware.postgres_server import ROLE, PostgresServer, PostgresUnavailable
 
+# Groups, order and timing of the parallel run (tests/support/suite_plan.py).
+pytest_plugins = ["suite_plan"]
+
 
 @pytest.fixture(autouse=True)
 def _no_log_handler_outlives_its_test() -> Iterator[None]:

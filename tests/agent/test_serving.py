@@ -10,7 +10,6 @@ import json
 import logging
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -37,6 +36,7 @@ from spark_watchdog.agent.serving import (
 )
 from spark_watchdog.config.agent import parse_agent_config
 from spark_watchdog.errors import ConfigError
+from spark_watchdog.lab.ports import free_port
 from spark_watchdog.profiles import EffectiveConfig, effective_matches, effective_safe
 from spark_watchdog.sdnotify import SystemdNotifier
 
@@ -573,9 +573,7 @@ def test_secret_flags_are_hidden_everywhere_but_the_rank_gets_them(
     token = tmp_path / "token"
     token.write_text("t0ken\n")
     token.chmod(0o600)
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = int(sock.getsockname()[1])
+    port = free_port()
     config = parse_agent_config(
         {
             "node": "spark-1",

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import socket
 from collections.abc import Iterator
 
 import pytest
 
 from spark_watchdog.cli import probe_vllm
 from spark_watchdog.lab.hardware.vllm_standin import VllmStandin
+from spark_watchdog.lab.ports import free_port
 
 CONTRACT_KEYS = {
     "url",
@@ -126,10 +126,7 @@ def test_dead_exits_1(standin: VllmStandin, capsys: pytest.CaptureFixture[str]) 
 
 @pytest.mark.integration
 def test_nothing_listening_exits_1(capsys: pytest.CaptureFixture[str]) -> None:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-
+    port = free_port()
     code = run("--url", f"http://127.0.0.1:{port}", "--watch", "1", "--json")
 
     report = json.loads(capsys.readouterr().out)

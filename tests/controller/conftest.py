@@ -11,6 +11,7 @@ import pytest
 from spark_watchdog.lab.cluster import LabCluster
 from spark_watchdog.lab.controller_pair import ControllerPair, wait_for
 from spark_watchdog.lab.hardware.postgres_server import PostgresServer
+from spark_watchdog.power.base import PowerState
 
 
 @pytest.fixture
@@ -35,10 +36,15 @@ def pair_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabCluster]:
 def pair(
     pair_lab: LabCluster, postgres_server: PostgresServer, postgres_url: str, tmp_path: Path
 ) -> Iterator[ControllerPair]:
-    """Controllers of a pair on a fresh database; afterwards every node thawed and back."""
+    """Controllers of a pair on a fresh database; afterwards every node thawed,
+    powered and back, also after a test that failed with an outlet off: the
+    module's next test starts on a whole cluster, not on what this one left."""
     made = ControllerPair(pair_lab, postgres_server, postgres_url, tmp_path)
     yield made
     made.close()
+    assert pair_lab.pdu is not None
     for node in pair_lab.nodes:
         pair_lab.thaw(node)
+        if pair_lab.pdu.standin.state(node.outlet) is PowerState.OFF:
+            pair_lab.switch_by_hand(node, on=True)
     wait_for(lambda: all(pair_lab.agent_state(n) for n in pair_lab.nodes), 60, "agents back")

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import errno
 import json
-import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -29,6 +28,7 @@ from spark_watchdog.controller.notify import Event, Notifier
 from spark_watchdog.controller.status_api import StatusEndpoint
 from spark_watchdog.controller.tallies import Tallies
 from spark_watchdog.controller.witness import check_witness
+from spark_watchdog.lab.ports import free_port
 
 pytestmark = pytest.mark.integration
 
@@ -129,9 +129,7 @@ def test_http_client_bounds_a_silent_server(silent_listener: int) -> None:
 def test_http_client_says_how_a_request_failed() -> None:
     """The detector counts only silence toward a freeze: refusals are a live kernel,
     a name that does not resolve means the controller cannot look."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     with pytest.raises(HttpError) as refused:
         asyncio.run(request(f"http://127.0.0.1:{port}/", timeout=2.0))
     assert refused.value.kind == REFUSED
@@ -143,9 +141,7 @@ def test_http_client_says_how_a_request_failed() -> None:
 
 
 def test_http_client_refused_and_non_json(receiver: Receiver) -> None:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     with pytest.raises(HttpError):
         asyncio.run(request(f"http://127.0.0.1:{port}/", timeout=1.0))
     answer = asyncio.run(request(f"{receiver.base}/nothing", timeout=2.0))
@@ -155,9 +151,7 @@ def test_http_client_refused_and_non_json(receiver: Receiver) -> None:
 
 
 def test_witness(silent_listener: int) -> None:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        dead = sock.getsockname()[1]
+    dead = free_port()
     up = f"tcp://127.0.0.1:{silent_listener}"
     down = f"tcp://127.0.0.1:{dead}"
     assert asyncio.run(check_witness([up, down])).ok

@@ -43,6 +43,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -78,10 +79,20 @@ FAULTS = [
 ]
 
 
-def _cases() -> list[tuple[str, str]]:
+# Side by side (tests/support/suite_plan.py): the runs fall into this many
+# groups, each on a pair lab of its own.
+CHAOS_GROUPS = 3
+
+
+def _cases() -> list[Any]:
     if os.environ.get("SPARK_WATCHDOG_CHAOS") == "all":
-        return [(f, p) for f in FAULTS for p in POINTS]
-    return [(f, POINTS[i % len(POINTS)]) for i, f in enumerate(FAULTS)]
+        cases = [(f, p) for f in FAULTS for p in POINTS]
+    else:
+        cases = [(f, POINTS[i % len(POINTS)]) for i, f in enumerate(FAULTS)]
+    return [
+        pytest.param(*case, marks=pytest.mark.xdist_group(f"pair-chaos-{i % CHAOS_GROUPS + 1}"))
+        for i, case in enumerate(cases)
+    ]
 
 
 # -- what the test watches ------------------------------------------------------------

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import ctypes.util
 import shutil
-import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -19,6 +18,7 @@ from spark_watchdog.config.agent import AgentConfig, parse_agent_config
 from spark_watchdog.doctor.node_checks import check_gpu, check_vllm
 from spark_watchdog.lab.hardware import gpu_standin
 from spark_watchdog.lab.hardware.vllm_standin import VllmStandin
+from spark_watchdog.lab.ports import free_port
 
 pytestmark = pytest.mark.integration
 
@@ -116,9 +116,7 @@ def test_a_dead_engine_fails(vllm: VllmStandin) -> None:
 
 
 def test_nothing_listening_fails() -> None:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     found = check_vllm(_agent(vllm={"url": f"http://127.0.0.1:{port}"}))
     assert found.status == "fail" and "connection refused" in found.detail
 

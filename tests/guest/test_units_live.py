@@ -36,10 +36,16 @@ RELEASE_PYTHON = "/opt/spark-watchdog/bin/python"
 
 
 class Ports:
-    agent = free_port()
-    vllm = free_port()
-    controller = free_port()
-    banner = free_port()
+    """The guests' ports (they share this machine's network), picked when the
+    module's tests begin: every worker imports this module, and a port picked
+    at import would be bound minutes later."""
+
+    agent = vllm = controller = banner = 0
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _ports() -> None:
+    Ports.agent, Ports.vllm, Ports.controller, Ports.banner = (free_port() for _ in range(4))
 
 
 # The node's SSH banner for the controller's check (the image has no sshd):
@@ -55,7 +61,10 @@ while True:
         pass
     peer.close()
 """
-BANNER_SERVICE = f"""[Unit]
+
+
+def _banner_service() -> str:
+    return f"""[Unit]
 Description=An SSH banner on the guest's SSH port (the controller's check)
 [Service]
 ExecStart=/usr/bin/python3 /usr/local/bin/guest-ssh-banner {Ports.banner}
@@ -180,7 +189,7 @@ def node(guests: dict[str, Guest], wheels: dict[str, Path]) -> Guest:
     guest.write("/etc/spark-watchdog/credentials/serving-token", TOKEN + "\n", 0o600)
     guest.write("/etc/spark-watchdog/agent.yaml", yaml.safe_dump(_agent_config()))
     guest.write("/usr/local/bin/guest-ssh-banner", BANNER_SCRIPT)
-    guest.write("/etc/systemd/system/guest-ssh-banner.service", BANNER_SERVICE)
+    guest.write("/etc/systemd/system/guest-ssh-banner.service", _banner_service())
     guest.run("systemctl", "daemon-reload")
     guest.run("systemctl", "enable", "--now", "guest-ssh-banner.service")
     # A node that only watches first (the agent's own sandbox, a dynamic user);

@@ -29,7 +29,8 @@ pytestmark = pytest.mark.integration
 
 # One fresh lab per scenario; 4 nodes (TP=4), as deployed.
 NODES = 4
-# Each scenario runs once per session; a second test about it reads the same run.
+# Each scenario runs once per session; a second test about it reads the same run
+# (so the tests of one scenario share its xdist group: tests/support/suite_plan.py).
 _RUNS: dict[str, ScenarioResult] = {}
 CONTRACT_KEYS = {
     "scenario",
@@ -134,6 +135,7 @@ def _safe_restart(store: HistoryStore) -> None:
     assert restarts[0].result == "succeeded"
 
 
+@pytest.mark.xdist_group("scenario-freeze")
 def test_freeze_is_recovered_with_one_verified_cycle(scenario: Any) -> None:
     report, store = scenario("freeze")
     assert report["outcome"] == "recovered"
@@ -160,10 +162,13 @@ def test_freeze_is_recovered_with_one_verified_cycle(scenario: Any) -> None:
 @pytest.mark.parametrize(
     ("name", "kind"),
     [
-        ("wedge", "serving_stalled"),
-        ("crash", "serving_dead"),
-        ("crash-exit", "serving_dead"),
-        ("idle-wedge", "serving_stalled"),
+        pytest.param(name, kind, marks=pytest.mark.xdist_group(f"scenario-{name}"))
+        for name, kind in (
+            ("wedge", "serving_stalled"),
+            ("crash", "serving_dead"),
+            ("crash-exit", "serving_dead"),
+            ("idle-wedge", "serving_stalled"),
+        )
     ],
 )
 def test_serving_faults_restart_serving_without_power(scenario: Any, name: str, kind: str) -> None:
@@ -185,6 +190,7 @@ def test_serving_faults_restart_serving_without_power(scenario: Any, name: str, 
     assert all(r["processes"] or r.get("note") for r in stacks.detail["nodes"].values())
 
 
+@pytest.mark.xdist_group("scenario-pdu-down")
 def test_pdu_down_gives_up_with_an_alert_and_no_command(scenario: Any) -> None:
     report, store = scenario("pdu-down")
     assert report["outcome"] in ("gave_up", "held")
@@ -200,6 +206,7 @@ def test_pdu_down_gives_up_with_an_alert_and_no_command(scenario: Any) -> None:
     _no_action_against(store, ["spark-1", "spark-2", "spark-4"])
 
 
+@pytest.mark.xdist_group("scenario-controller-kill")
 def test_controller_killed_mid_cycle_resumes_with_one_off_and_one_on(scenario: Any) -> None:
     report, store = scenario("controller-kill")
     assert report["outcome"] == "recovered"
@@ -214,12 +221,14 @@ def test_controller_killed_mid_cycle_resumes_with_one_off_and_one_on(scenario: A
     _no_action_against(store, ["spark-1", "spark-2", "spark-4"])
 
 
+@pytest.mark.xdist_group("scenario-controller-kill")
 def test_a_resumed_controller_compares_against_the_frozen_boot(scenario: Any) -> None:
     report, store = scenario("controller-kill")
     seen = [s for s in store.steps(report["incident_ids"][0]) if s.step == "new_boot_seen"]
     assert seen and seen[0].detail.get("boot_id_before") is not None
 
 
+@pytest.mark.xdist_group("scenario-double-freeze")
 def test_double_freeze_is_recovered_one_after_another(scenario: Any) -> None:
     report, store = scenario("double-freeze")
     assert report["outcome"] == "recovered"
@@ -238,6 +247,7 @@ def test_double_freeze_is_recovered_one_after_another(scenario: Any) -> None:
     _no_action_against(store, ["spark-1", "spark-3"])
 
 
+@pytest.mark.xdist_group("scenario-mem-collapse")
 def test_mem_collapse_is_stopped_by_the_memory_guard_without_power(scenario: Any) -> None:
     report, store = scenario("mem-collapse")
     assert report["outcome"] == "recovered", report
@@ -259,6 +269,7 @@ def test_mem_collapse_is_stopped_by_the_memory_guard_without_power(scenario: Any
     _no_action_against(store, ["spark-1", "spark-3", "spark-4"])
 
 
+@pytest.mark.xdist_group("scenario-gpu-hang")
 def test_gpu_hang_is_recovered_by_a_forced_reboot_over_ssh_without_power(scenario: Any) -> None:
     report, store = scenario("gpu-hang")
     if report["outcome"] == "not_available":
@@ -284,6 +295,7 @@ def test_gpu_hang_is_recovered_by_a_forced_reboot_over_ssh_without_power(scenari
     _no_action_against(store, ["spark-1", "spark-3", "spark-4"])
 
 
+@pytest.mark.xdist_group("scenario-clock-latch")
 def test_a_clock_latch_is_cleared_by_a_halt_and_one_long_cut(scenario: Any) -> None:
     report, store = scenario("clock-latch")
     if report["outcome"] == "not_available":
@@ -302,6 +314,8 @@ def test_a_clock_latch_is_cleared_by_a_halt_and_one_long_cut(scenario: Any) -> N
     _no_action_against(store, ["spark-1", "spark-3", "spark-4"])
 
 
+# The lab's network namespaces take fixed addresses: one such lab at a time.
+@pytest.mark.xdist_group("lab-netns")
 def test_partition_is_cycled_once_then_held(scenario: Any, tmp_path: Path) -> None:
     why = netns_unavailable()
     if why is not None:
@@ -320,6 +334,7 @@ def test_partition_is_cycled_once_then_held(scenario: Any, tmp_path: Path) -> No
     _no_action_against(store, ["spark-1", "spark-2", "spark-4"])
 
 
+@pytest.mark.xdist_group("scenario-reboot")
 def test_a_planned_reboot_is_ridden_out_without_power(scenario: Any) -> None:
     """SIGTERM to the agent, SSH refusing for longer than freeze_after, a new boot:
     a live kernel going down is `rebooting`, never fenced."""
@@ -335,6 +350,7 @@ def test_a_planned_reboot_is_ridden_out_without_power(scenario: Any) -> None:
     assert "rebooting" in verdicts and "host_frozen" not in verdicts
 
 
+@pytest.mark.xdist_group("scenario-stuck-agent")
 def test_a_stuck_agent_is_agent_down_never_a_power_action(scenario: Any) -> None:
     """HTTP 200 with a seq that never advances: userland is alive."""
     report, store = scenario("stuck-agent")
@@ -350,6 +366,7 @@ def test_a_stuck_agent_is_agent_down_never_a_power_action(scenario: Any) -> None
     assert verdicts.endswith("agent_down -> healthy"), verdicts
 
 
+@pytest.mark.xdist_group("scenario-outlet-off")
 def test_an_outlet_switched_off_by_hand_is_held_and_never_switched_on(scenario: Any) -> None:
     report, store = scenario("outlet-off")
     assert report["outcome"] == "gave_up"

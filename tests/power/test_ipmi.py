@@ -16,7 +16,6 @@ import contextlib
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -36,6 +35,7 @@ from spark_watchdog.errors import (
     SendRefused,
     Unreachable,
 )
+from spark_watchdog.lab.ports import free_port
 from spark_watchdog.power import send_window
 from spark_watchdog.power.base import PowerState, PowerStep, PowerTiming, VerifiedPower
 from spark_watchdog.power.ipmi import (
@@ -61,18 +61,8 @@ needs_ipmi = pytest.mark.skipif(
 )
 
 
-def free_udp_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def free_tcp_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+# Ports outside the kernel's ephemeral range, in this worker's slice (lab.ports).
+free_udp_port = free_tcp_port = free_port
 
 
 # ipmi_sim's LAN config (ipmi_lan(5)). Chassis power only works when MC 0x20

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -23,6 +22,7 @@ from spark_watchdog.config.controller import ShellyDevice, TasmotaDevice
 from spark_watchdog.config.secrets import Secret
 from spark_watchdog.errors import Ambiguous, ConfigError, Refused, SendRefused, Unreachable
 from spark_watchdog.lab.hardware.plug_standin import AppliedCommand, PlugStandin
+from spark_watchdog.lab.ports import free_port
 from spark_watchdog.power.base import CommandSpacing, PowerState, PowerTiming, VerifiedPower
 from spark_watchdog.power.plugs import (
     ShellyPlug,
@@ -268,9 +268,7 @@ def test_tasmota_indexed_keys_and_several_relays() -> None:
 @pytest.mark.integration
 @pytest.mark.parametrize("kind", KINDS)
 def test_nothing_listening_is_unreachable_and_nothing_was_sent(kind: str) -> None:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    url = f"http://127.0.0.1:{free_port()}"
     plug: Plug = ShellyPlug(url) if kind == "shelly" else TasmotaPlug(url)
     with pytest.raises(Unreachable, match=r"cannot connect .*; nothing was sent"):
         run(plug.read_state())

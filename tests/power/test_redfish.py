@@ -19,7 +19,6 @@ import json
 import logging
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import threading
@@ -37,6 +36,7 @@ import requests
 from spark_watchdog.config.controller import RedfishDevice
 from spark_watchdog.config.secrets import Secret
 from spark_watchdog.errors import Ambiguous, ConfigError, Refused, Unreachable
+from spark_watchdog.lab.ports import free_port
 from spark_watchdog.power.base import CommandSpacing, PowerState, PowerTiming, VerifiedPower
 from spark_watchdog.power.redfish import (
     RedfishSystem,
@@ -54,12 +54,6 @@ FIXTURES = Path(__file__).parent.parent / "fixtures" / "redfish"
 
 def run(coro: Any) -> Any:
     return asyncio.run(coro)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 # --- the real emulator --------------------------------------------------------------

@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -26,6 +25,7 @@ import pytest
 
 from spark_watchdog.config.secrets import Secret
 from spark_watchdog.errors import Refused, StateTimeout, Unreachable
+from spark_watchdog.lab.ports import free_port
 from spark_watchdog.power.base import CommandSpacing, PowerState, PowerTiming, VerifiedPower
 from spark_watchdog.power.snmp import DeviceMismatch, SnmpCredentials, SnmpOutlet, SnmpPdu
 
@@ -36,11 +36,8 @@ ON, OFF = PowerState.ON, PowerState.OFF
 T = TypeVar("T")
 
 
-def _free_udp_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+# A port outside the kernel's ephemeral range, in this worker's slice (lab.ports).
+_free_udp_port = free_port
 
 
 def _responder() -> str:

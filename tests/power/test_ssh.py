@@ -38,6 +38,7 @@ import pytest
 from spark_watchdog.config.controller import SshDevice
 from spark_watchdog.errors import Ambiguous, Refused, Unreachable
 from spark_watchdog.lab.hardware.lab_sshd import use_pam
+from spark_watchdog.lab.ports import free_port
 from spark_watchdog.power.ssh_banner import (
     CLIENT_VERSION_LINE,
     MAX_READ_BYTES,
@@ -102,13 +103,6 @@ if command == "hang":
 print(f"stand-in: unknown command {command!r}", file=sys.stderr)
 sys.exit(127)
 """
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-    return port
 
 
 def keygen(path: Path, comment: str) -> Path:
