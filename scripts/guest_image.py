@@ -5,9 +5,11 @@ directory this script makes with ``debootstrap``: Debian 12's minimal base
 (bookworm, Python 3.11), with systemd, D-Bus, python3 with venv, and the
 distro's python3-systemd (what deploy/install.sh expects on a node). A
 second image, Debian 13 (trixie, Python 3.13), only runs the unit tests on
-its Python. Each image is cached per user and keyed by the suite and the
-package list, so building it again is free while neither changes; the tests
-work on copies, never on the image.
+its Python: it carries a venv (``/opt/unit-tests``) with the project's
+dependencies and the test runner, so that the tests run offline. Each image
+is cached per user and keyed by the suite, the package list and (trixie) the
+Python requirements, so building it again is free while none changes; the
+tests boot it through an overlay, never write to it.
 
 Standard library only: it runs under the system Python before any venv exists.
 
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -44,6 +47,14 @@ SUITES: dict[str, tuple[str, ...]] = {
     "trixie": ("python3", "python3-venv", "ca-certificates"),
 }
 DEFAULT_SUITE = "bookworm"
+ROOT = Path(__file__).resolve().parents[1]
+# The trixie image's venv for the unit suite on Python 3.13 (tests/guest/test_pythons.py):
+# the project's dependencies (pyproject.toml) and these, so that /src installs
+# without an index (--no-build-isolation) and its tests run.
+UNIT_TEST_VENV = "/opt/unit-tests"
+UNIT_TEST_REQUIREMENTS = ("pytest>=8,<9.2", "hypothesis>=6", "setuptools>=77", "wheel")
+# pip in the image trusts this machine's CA bundle (bound in while it installs).
+HOST_CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
 # The serving drop-in runs the rank as this user (systemd/...service.d/serving.conf).
 SERVING_USER = "vllm"
 COMPLETE = ".complete"
@@ -59,8 +70,27 @@ def cache_root() -> Path:
     return (Path(xdg) if xdg else Path.home() / ".cache") / "spark-watchdog"
 
 
+def python_requirements(suite: str = DEFAULT_SUITE) -> tuple[str, ...]:
+    """What the image's unit-test venv holds (none but in trixie)."""
+    if suite != "trixie":
+        return ()
+    return (*_project_dependencies(), *UNIT_TEST_REQUIREMENTS)
+
+
+def _project_dependencies() -> list[str]:
+    text = (ROOT / "pyproject.toml").read_text()
+    if sys.version_info >= (3, 11):
+        import tomllib
+
+        return [str(d) for d in tomllib.loads(text)["project"]["dependencies"]]
+    # Python 3.10 (Ubuntu 22.04's python3) has no tomllib: the array's strings.
+    block = re.search(r"^dependencies = \[(.*?)^\]", text, re.S | re.M)
+    return re.findall(r'^\s*"([^"]+)"', block.group(1), re.M) if block else []
+
+
 def image_key(suite: str = DEFAULT_SUITE) -> str:
-    recipe = "\0".join((suite, SERVING_USER, *SUITES[suite])).encode()
+    parts = (suite, SERVING_USER, *SUITES[suite], *python_requirements(suite))
+    recipe = "\0".join(parts).encode()
     return f"debian-{suite}-{hashlib.sha256(recipe).hexdigest()[:12]}"
 
 
@@ -100,6 +130,8 @@ def build(suite: str = DEFAULT_SUITE) -> Path:
     _say(f"debootstrap {suite} from {mirror} into {scratch} (a minute or two, about 300 MB)")
     try:
         _bootstrap(suite, scratch, mirror)
+        if python_requirements(suite):
+            _unit_test_venv(suite, scratch)
     except BaseException:
         _remove(scratch)  # nothing half-built stays in the cache
         raise
@@ -144,6 +176,40 @@ def _bootstrap(suite: str, scratch: Path, mirror: str) -> None:
     (scratch / "etc/machine-id").write_text("")
     (scratch / "var/log/journal").mkdir(parents=True, exist_ok=True)
     shutil.rmtree(scratch / "var/cache/apt/archives", ignore_errors=True)
+
+
+def _unit_test_venv(suite: str, scratch: Path) -> None:
+    """The venv the unit suite runs from, made inside the image (its Python),
+    with this machine's network and CA bundle for pip."""
+    _say(f"{suite}: {UNIT_TEST_VENV} with the project's dependencies and the test runner")
+    script = (
+        "set -eu\n"
+        f"python3 -m venv {UNIT_TEST_VENV}\n"
+        f"{UNIT_TEST_VENV}/bin/pip install -q --disable-pip-version-check "
+        '--cert /etc/ssl/certs/host-ca.crt "$@"\n'
+    )
+    (scratch / "make-unit-test-venv.sh").write_text(script)
+    try:
+        subprocess.run(
+            [
+                "systemd-nspawn",
+                "--quiet",
+                "-D",
+                str(scratch),
+                "--register=no",
+                "--keep-unit",
+                "--as-pid2",
+                f"--bind-ro={HOST_CA_BUNDLE}:/etc/ssl/certs/host-ca.crt",
+                "/bin/sh",
+                "/make-unit-test-venv.sh",
+                *python_requirements(suite),
+            ],
+            check=True,
+            stdout=sys.stderr.fileno(),
+            timeout=1800,
+        )
+    finally:
+        (scratch / "make-unit-test-venv.sh").unlink(missing_ok=True)
 
 
 def main(argv: list[str]) -> int:

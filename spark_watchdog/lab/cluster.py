@@ -411,7 +411,7 @@ class LabCluster:
     def start(self) -> LabCluster:
         self.root.mkdir(parents=True, exist_ok=True)
         if self.vllm == "real":
-            self.real_head = RealHead.prepare(self.root / "tiny-model")
+            self.real_head = RealHead.prepare()
         elif self.vllm != "standin":
             raise ValueError(f"vllm must be standin or real, not {self.vllm!r}")
         self.token_file = self._secret("serving-token", secrets.token_hex(16))

@@ -1,7 +1,8 @@
 """The systemd guest tier: the units under a real systemd as PID 1.
 
-Each guest is a copy of the Debian image from ``scripts/guest_image.py``
-booted with ``systemd-nspawn -b``: its own PID 1, journald, D-Bus, machine
+Each guest is the Debian image from ``scripts/guest_image.py`` under an
+overlay of its own (the image stays as built; what the guest writes goes to
+its upper layer) booted with ``systemd-nspawn -b``: its own PID 1, journald, D-Bus, machine
 id and (nspawn's) boot id, sharing the test machine's kernel and network, so
 that the agent in one guest and the controller in another talk over
 loopback like two hosts. Commands run inside with ``nsenter`` into the
@@ -17,14 +18,17 @@ image is there): then it fails.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import importlib.util
 import os
+import platform
 import shutil
 import signal
 import subprocess
 import sys
 import time
 import uuid
+import zipfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -86,12 +90,36 @@ def trixie_image() -> Path:
 
 @pytest.fixture
 def trixie_root(trixie_image: Path, tmp_path: Path) -> Iterator[Path]:
-    """A copy of the trixie image with a copy of the checkout at /src."""
-    root = tmp_path / "trixie"
-    subprocess.run(["cp", "-a", "--reflink=auto", str(trixie_image), str(root)], check=True)
-    _copy_tree(ROOT, root / "src")
-    yield root
-    shutil.rmtree(root, ignore_errors=True)
+    """The trixie image under an overlay, with a copy of the checkout at /src."""
+    with overlay(trixie_image, tmp_path / "trixie") as root:
+        _copy_tree(ROOT, root / "src")
+        yield root
+
+
+@pytest.fixture(scope="session")
+def unit_test_venv() -> str:
+    """Where the trixie image keeps its venv for the unit suite."""
+    return str(_image_script().UNIT_TEST_VENV)
+
+
+@contextlib.contextmanager
+def overlay(image: Path, where: Path) -> Iterator[Path]:
+    """``where`` shows the image, and takes every write in a layer of its own
+    (``where``.upper) that goes when the context ends: a guest of its own for
+    the price of what it writes, not of a copy of the image (about 400 MB)."""
+    upper, work = where.with_name(f"{where.name}.upper"), where.with_name(f"{where.name}.work")
+    for directory in (where, upper, work):
+        directory.mkdir(parents=True)
+    options = f"lowerdir={image},upperdir={upper},workdir={work}"
+    subprocess.run(["mount", "-t", "overlay", "overlay", "-o", options, str(where)], check=True)
+    try:
+        yield where
+    finally:
+        # Lazily: a process of a guest that has not quite gone yet keeps no layer.
+        done = subprocess.run(["umount", "--lazy", str(where)], check=False)
+        if done.returncode == 0:
+            for directory in (where, upper, work):
+                shutil.rmtree(directory, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
@@ -118,12 +146,50 @@ def wheels(source: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, 
     later = _wheel(later_tree, out / "later")
     # Everything the wheel depends on, for the guest's pip to install offline
     # (PIP_NO_INDEX, PIP_FIND_LINKS): the guests reach no package index.
+    deps = out / "deps"
+    deps.mkdir()
+    for wheel in _dependency_wheels(current).iterdir():
+        os.link(wheel, deps / wheel.name)
+    return {"current": current, "later": later}
+
+
+def _dependency_wheels(project_wheel: Path) -> Path:
+    """The wheels of what ``project_wheel`` requires, downloaded once and kept
+    in the cache under a key of its requirements and this Python and machine."""
+    with zipfile.ZipFile(project_wheel) as wheel:
+        (metadata,) = [n for n in wheel.namelist() if n.endswith(".dist-info/METADATA")]
+        lines = wheel.read(metadata).decode().splitlines()
+    requires = sorted(line for line in lines if line.startswith("Requires-Dist:"))
+    recipe = "\n".join((sys.version.split()[0], platform.machine(), *requires)).encode()
+    cache = Path(_image_script().cache_root()) / "wheelhouse"
+    kept = (
+        cache / f"py{sys.version_info[0]}{sys.version_info[1]}-{platform.machine()}-"
+        f"{hashlib.sha256(recipe).hexdigest()[:12]}"
+    )
+    if (kept / ".complete").is_file():
+        return kept / "wheels"
+    scratch = cache / f"{kept.name}.building-{os.getpid()}"
+    shutil.rmtree(scratch, ignore_errors=True)
     subprocess.run(
-        [sys.executable, "-m", "pip", "download", "-q", "-d", str(out / "deps"), str(current)],
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "-q",
+            "-d",
+            str(scratch / "wheels"),
+            str(project_wheel),
+        ],
         check=True,
         timeout=900,
     )
-    return {"current": current, "later": later}
+    for own in (scratch / "wheels").glob("spark_watchdog-*"):
+        own.unlink()  # the project's own wheel is built anew every session
+    (scratch / ".complete").write_text("")
+    shutil.rmtree(kept, ignore_errors=True)
+    scratch.rename(kept)
+    return kept / "wheels"
 
 
 def _copy_tree(source: Path, target: Path) -> None:
@@ -349,9 +415,7 @@ class Guest:
         return self.run("env", *offline, "bash", "/src/deploy/install.sh", *args, timeout=600)
 
 
-def _boot_guest(image: Path, where: Path, name: str, binds: dict[Path, str]) -> Guest:
-    root = where / name
-    subprocess.run(["cp", "-a", "--reflink=auto", str(image), str(root)], check=True)
+def _boot_guest(root: Path, name: str, binds: dict[Path, str]) -> Guest:
     (root / "etc/machine-id").write_text(uuid.uuid4().hex + "\n")
     return Guest(name=name, root=root, binds=binds)
 
@@ -367,14 +431,14 @@ def guests(
     where = tmp_path_factory.mktemp("guests")
     binds = {source: "/src", wheels["current"].parent.parent: "/wheels"}
     started: dict[str, Guest] = {}
-    try:
-        for name in ("swnode", "swcontrol"):
-            # Known before it boots: a boot that fails is stopped all the same.
-            started[name] = _boot_guest(guest_image, where, name, binds)
-            started[name].start()
-        yield started
-    finally:
-        for guest in started.values():
-            guest.stop()
-        # Each root is a copy of the image (about 400 MB).
-        shutil.rmtree(where, ignore_errors=True)
+    with contextlib.ExitStack() as layers:
+        try:
+            for name in ("swnode", "swcontrol"):
+                root = layers.enter_context(overlay(guest_image, where / name))
+                # Known before it boots: a boot that fails is stopped all the same.
+                started[name] = _boot_guest(root, name, binds)
+                started[name].start()
+            yield started
+        finally:
+            for guest in started.values():
+                guest.stop()

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from spark_watchdog.lab.hardware.real_vllm import RealVllmMissing, find_python
+from spark_watchdog.lab.hardware.real_vllm import RealVllmMissing, find_python, tiny_model
 
 
 def test_the_built_environment_is_found_through_its_current_link(tmp_path: Path) -> None:
@@ -51,3 +51,34 @@ def test_lab_with_real_vllm_and_none_installed_says_how_to_get_it(
     assert "--vllm real: real vLLM is not installed here" in done.stderr
     assert "python3 scripts/real_vllm_env.py build" in done.stderr
     assert not list(tmp_path.iterdir())  # nothing was started or written
+
+
+def _fake_build(tmp_path: Path, name: str) -> tuple[Path, Path]:
+    """A venv whose python writes a model's two files and counts its runs."""
+    env = tmp_path / name
+    (env / "bin").mkdir(parents=True)
+    runs = env / "runs"
+    python = env / "bin" / "python"
+    python.write_text(
+        f'#!/bin/sh\necho run >> {runs}\nmkdir -p "$2"\n'
+        'echo {{}} > "$2/config.json"\necho {{}} > "$2/tokenizer.json"\n'
+    )
+    python.chmod(0o755)
+    return python, runs
+
+
+def test_the_tiny_model_is_made_once_per_build_and_kept(tmp_path: Path) -> None:
+    cache = {"SPARK_WATCHDOG_CACHE": str(tmp_path / "cache")}
+    python, runs = _fake_build(tmp_path, "vllm-cpu-a")
+    first = tiny_model(python, cache)
+    assert (first / "config.json").is_file() and (first / ".complete").is_file()
+    assert tiny_model(python, cache) == first
+    assert runs.read_text().count("run") == 1  # the second call built nothing
+    # Another build (another torch) gets a model of its own.
+    other, other_runs = _fake_build(tmp_path, "vllm-cpu-b")
+    assert tiny_model(other, cache) != first
+    assert other_runs.read_text().count("run") == 1
+    # Nothing half-built is left beside the kept models.
+    assert sorted(p.name for p in (tmp_path / "cache" / "tiny-model").iterdir()) == sorted(
+        [first.name, tiny_model(other, cache).name]
+    )

@@ -70,8 +70,9 @@ def vllm_python() -> Path:
 
 
 @pytest.fixture(scope="session")
-def tiny_model(vllm_python: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return real_vllm.build_tiny_model(vllm_python, tmp_path_factory.mktemp("tiny-model"))
+def tiny_model(vllm_python: Path) -> Path:
+    """Made once per machine and kept in the cache (real_vllm.tiny_model)."""
+    return real_vllm.tiny_model(vllm_python)
 
 
 class VllmServer:

