@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import requests
 import yaml
 
 from spark_watchdog.config.controller import parse_controller_config
@@ -85,6 +86,17 @@ class RunningController:
     def verdicts(self) -> dict[str, str]:
         return {n["name"]: n["verdict"] for n in self.controller.published.get("nodes", [])}
 
+    def ticks(self) -> int:
+        """How many polls the controller has finished."""
+        return int(self.controller.ticks)
+
+    def quiet_for(self, polls: int) -> None:
+        """Until the controller has polled ``polls`` more times: a window in which
+        it had every chance to act, counted in its decisions, not in seconds (on
+        a loaded machine a second may hold no poll at all)."""
+        until = self.ticks() + polls
+        wait_for(lambda: self.ticks() >= until, 30 + 10 * polls, f"{polls} more polls")
+
     def node_status(self, name: str) -> dict[str, Any]:
         """The node as ``GET /v1/status`` shows it."""
         nodes = self.controller.published.get("nodes", [])
@@ -122,6 +134,26 @@ def controller(lab: LabCluster, tmp_path: Path) -> Iterator[Callable[..., Runnin
         lab.thaw(node)
     lab.vllm_mode("progressing")
     wait_for(lambda: all(lab.agent_state(n) for n in lab.nodes), 60, "agents back")
+
+
+def _wait_every_node_healthy(config: dict[str, Any]) -> None:
+    """Until the controller started with ``config`` says every node is healthy
+    (its ``GET /v1/status``): it has seen each node's boot before a fault."""
+    url = f"http://127.0.0.1:{config['listen']['port']}/v1/status"
+
+    def healthy() -> bool:
+        try:
+            nodes = requests.get(url, timeout=2).json()["nodes"]
+        except (requests.RequestException, ValueError, KeyError):
+            return False
+        return bool(nodes) and all(n["verdict"] == "healthy" for n in nodes)
+
+    wait_for(healthy, 60, "every node healthy")
+
+
+def _steps_of_first_incident(store: HistoryStore) -> list[str]:
+    incidents = store.list_incidents()
+    return [s.step for s in store.steps(incidents[0].id)] if incidents else []
 
 
 def sets(lab: LabCluster, node: LabNode) -> list[int]:
@@ -268,7 +300,7 @@ def test_witness_unreachable_means_no_fencing(
     before = len(sets(lab, node))
     lab.freeze(node, with_kernel_lines=False)
     wait_for(lambda: running.verdicts().get("spark-2") == "isolated", 20, "isolated")
-    time.sleep(3)
+    running.quiet_for(3)
     assert len(sets(lab, node)) == before
     assert running.store.actions() == []
 
@@ -297,7 +329,7 @@ def test_operator_hold_means_no_action(
     before = len(sets(lab, node))
     lab.freeze(node, with_kernel_lines=False)
     wait_for(lambda: running.verdicts().get("spark-2") == "held", 10, "held")
-    time.sleep(6)
+    running.quiet_for(6)
     assert len(sets(lab, node)) == before
     assert running.store.list_incidents() == []
 
@@ -314,7 +346,7 @@ def test_dry_run_records_the_decision_and_sends_nothing(
     assert incident.dry_run and incident.kind == "host_frozen"
     actions = running.store.actions(incident_id=incident.id)
     assert [(a.operation, a.result, a.dry_run) for a in actions] == [("cycle", "dry_run", True)]
-    time.sleep(2)
+    running.quiet_for(2)
     assert len(sets(lab, node)) == before
 
 
@@ -356,14 +388,15 @@ def test_controller_killed_during_the_off_hold_resumes_without_a_second_cycle(
     first = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
     second: subprocess.Popen[bytes] | None = None
     try:
-        time.sleep(4)  # every agent seen healthy
+        _wait_every_node_healthy(config)
         lab.freeze(node, with_kernel_lines=False)
         wait_for(lambda: sets(lab, node)[before:] == [2], 30, "the off")
-        time.sleep(1)  # inside the 6 s hold
+        store = HistoryStore(config["history"], read_only=True)
+        # Inside the 6 s hold: the off verified and the hold recorded.
+        wait_for(lambda: _steps_of_first_incident(store)[-1:] == ["hold_started"], 10, "the hold")
         first.send_signal(signal.SIGKILL)
         first.wait(10)
         second = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
-        store = HistoryStore(config["history"], read_only=True)
         wait_for(
             lambda: bool(store.list_incidents()) and store.list_incidents()[0].status == "resolved",
             60,
@@ -408,7 +441,7 @@ def test_a_controller_dead_through_a_self_timed_hold_leaves_no_node_dark(
     first = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
     second: subprocess.Popen[bytes] | None = None
     try:
-        time.sleep(4)  # every agent seen healthy
+        _wait_every_node_healthy(config)
         lab.freeze(node, with_kernel_lines=False)
         wait_for(lambda: sets(lab, node)[before:] == [3], 30, "the outlet reboot")
         first.send_signal(signal.SIGKILL)
@@ -480,7 +513,7 @@ def test_a_locked_history_means_hold_not_blind_action(
         lab.freeze(node, with_kernel_lines=False)
         wait_for(lambda: running.verdicts().get("spark-2") == "held", 30, "held")
         wait_for(lambda: "history_unwritable" in receiver.kinds(), 10, "an alert")
-        time.sleep(2)
+        running.quiet_for(2)
         assert len(sets(lab, node)) == before, "no power action that could not be recorded"
     finally:
         blocker.rollback()

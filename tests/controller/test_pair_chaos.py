@@ -306,7 +306,7 @@ class Chaos:
     pair: ControllerPair
     proxy: TcpProxy  # the first leader's link
     standby_proxy: TcpProxy  # the standby's
-    wakers: list[threading.Timer] = field(default_factory=list)
+    wakers: list[threading.Thread] = field(default_factory=list)
 
     def inject(self, fault: str) -> None:
         a = self.pair.processes["a"]
@@ -317,11 +317,20 @@ class Chaos:
         }
         if fault == "kill":
             a.kill()
-        elif fault in pauses:
+        elif fault == "stop_ten_leases":
+            # The long pause: the leader wakes to a later epoch that has finished
+            # its recovery. It wakes one lease after the incident is resolved (ten
+            # leases at most): the same branch as ten leases of sleep, without
+            # waiting them all out when the new leader is done sooner.
             os.kill(a.pid, signal.SIGSTOP)
-            waker = threading.Timer(pauses[fault], os.kill, (a.pid, signal.SIGCONT))
+            waker = threading.Thread(target=self._wake_after_resolution, args=(a.pid,))
             waker.start()
             self.wakers.append(waker)
+        elif fault in pauses:
+            os.kill(a.pid, signal.SIGSTOP)
+            timer = threading.Timer(pauses[fault], os.kill, (a.pid, signal.SIGCONT))
+            timer.start()
+            self.wakers.append(timer)
         elif fault == "blackhole":
             self.proxy.blackhole()
         elif fault == "reset":
@@ -335,11 +344,36 @@ class Chaos:
         else:
             raise AssertionError(fault)
 
+    def _wake_after_resolution(self, pid: int) -> None:
+        latest = time.monotonic() + 10 * LEASE
+        resolved_at: float | None = None
+        # A connection of its own: the test's thread reads through the pair's.
+        store = PostgresHistoryStore(
+            self.pair.url, password_file=str(self.pair.server.password_file)
+        )
+        try:
+            while time.monotonic() < latest:
+                if resolved_at is None and _resolved(store):
+                    resolved_at = time.monotonic()
+                if resolved_at is not None and time.monotonic() >= resolved_at + LEASE:
+                    break
+                time.sleep(0.2)
+        finally:
+            os.kill(pid, signal.SIGCONT)
+            store.close()
+
     def heal(self) -> None:
         for waker in self.wakers:
             waker.join()
         self.proxy.heal()
         self.standby_proxy.heal()
+
+
+def _resolved(store: PostgresHistoryStore) -> bool:
+    try:
+        return any(i.status == "resolved" for i in store.list_incidents())
+    except StoreError:
+        return False  # the server restarting: the next read reconnects
 
 
 @pytest.fixture

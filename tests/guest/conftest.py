@@ -267,7 +267,10 @@ class Guest:
             )
         if self.leader() is None:
             return False
-        state = self.run("systemctl", "is-system-running", check=False).stdout.strip()
+        # Blocks until the boot is done, once PID 1 answers on its bus at all.
+        state = self.run(
+            "systemctl", "is-system-running", "--wait", check=False, timeout=BOOT_TIMEOUT
+        ).stdout.strip()
         return state in ("running", "degraded")
 
     def leader(self) -> int | None:

@@ -32,6 +32,9 @@ ROOT = Path(__file__).resolve().parents[2]
 # A start here takes 30-60 s (model load, KV cache, warm-up); on a loaded
 # machine more.
 START_TIMEOUT = 420.0
+# How often a start asks /health: a refused connection costs nothing, and a
+# server seen up a second late is a second every test waits.
+HEALTH_POLL_S = 0.2
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -110,7 +113,7 @@ class VllmServer:
             with contextlib.suppress(requests.RequestException):
                 if requests.get(f"{self.url}/health", timeout=2).status_code == 200:
                     return self
-            time.sleep(1.0)
+            time.sleep(HEALTH_POLL_S)
         pytest.fail(f"vLLM not healthy after {START_TIMEOUT:.0f} s:\n{self.tail()}")
 
     def processes(self) -> real_vllm.ServerProcesses:
