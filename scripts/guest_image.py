@@ -52,7 +52,13 @@ ROOT = Path(__file__).resolve().parents[1]
 # the project's dependencies (pyproject.toml) and these, so that /src installs
 # without an index (--no-build-isolation) and its tests run.
 UNIT_TEST_VENV = "/opt/unit-tests"
-UNIT_TEST_REQUIREMENTS = ("pytest>=8,<9.2", "hypothesis>=6", "setuptools>=77", "wheel")
+UNIT_TEST_REQUIREMENTS = (
+    "pytest>=8,<9.2",
+    "pytest-xdist>=3.6",  # tests/suite runs the suite's own plan for workers
+    "hypothesis>=6",
+    "setuptools>=77",
+    "wheel",
+)
 # pip in the image trusts this machine's CA bundle (bound in while it installs).
 HOST_CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
 # The serving drop-in runs the rank as this user (systemd/...service.d/serving.conf).
