@@ -23,16 +23,20 @@ pytest_plugins = ["suite_plan"]
 
 
 @pytest.fixture(autouse=True)
-def _no_log_handler_outlives_its_test() -> Iterator[None]:
+def _no_log_state_outlives_its_test() -> Iterator[None]:
     """A CLI command run in-process installs spark_watchdog's root handler
     (spark_watchdog.logs.configure) on the stream pytest captured for that
     test; once the test ends the stream is closed, and a later test's log
-    line would end in logging's "--- Logging error ---" traceback."""
-    yield
+    line would end in logging's "--- Logging error ---" traceback. It also sets
+    the root logger's level (``doctor``: CRITICAL only), which would keep a later
+    test's warning from reaching ``caplog``: that goes back too."""
     root = logging.getLogger()
+    level = root.level
+    yield
     for handler in list(root.handlers):
         if getattr(handler, "_spark_watchdog", False):
             root.removeHandler(handler)
+    root.setLevel(level)
 
 
 @pytest.fixture(scope="session")
