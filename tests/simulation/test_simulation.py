@@ -18,6 +18,10 @@ from spark_watchdog.history.store import HistoryStore
 from spark_watchdog.simulation.run import Report, Scripted, SelfTimed, simulate
 
 SEEDS = int(os.environ.get("SPARK_WATCHDOG_SIM_SEEDS", "500"))
+# Below the tests beside it that wait on real clocks, and not so far below that
+# a machine kept busy by another job starves it (nice 19 gets 1.5 % of a core
+# against a nice-0 job; nice 5 a quarter).
+BACKGROUND_NICE = 5
 MINUTES = 10.0
 
 
@@ -27,10 +31,10 @@ def _run(seed: int) -> Report:
 
 def test_random_runs_keep_every_invariant() -> None:
     """At least 500 seeds x 10 simulated minutes of a 4-node cluster, on both cores.
-    The runs are on virtual time: at the lowest CPU priority they give way to
-    the tests beside them that wait on real clocks, and end the same."""
+    The runs are on virtual time: at a lower CPU priority they give way to the
+    tests beside them that wait on real clocks, and end the same."""
     context = multiprocessing.get_context("spawn")
-    with context.Pool(2, initializer=os.nice, initargs=(19,)) as pool:
+    with context.Pool(2, initializer=os.nice, initargs=(BACKGROUND_NICE,)) as pool:
         reports = pool.map(_run, range(SEEDS), chunksize=10)
     violations = [v for r in reports for v in r.violations]
     hours = sum(r.node_hours for r in reports)
