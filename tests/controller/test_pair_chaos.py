@@ -440,6 +440,8 @@ def test_the_pair_keeps_its_invariants(
                 RECOVERY_BOUND_S + 30,
                 "the freeze recovered",
             )
+        except RuntimeError as late:
+            raise AssertionError(f"{late}\n{_story_so_far(pair, lab, node, before)}") from None
         finally:
             chaos.heal()
         # Whoever leads now, the other is a standby or has exited: the deposed
@@ -513,6 +515,22 @@ def test_a_leader_whose_every_command_is_refused_holds_the_node_after_three(
 def _every_node_healthy(thread: ControllerThread) -> bool:
     nodes = (thread.status() or {}).get("nodes") or []
     return bool(nodes) and all(n.get("verdict") == "healthy" for n in nodes)
+
+
+def _story_so_far(
+    pair: ControllerPair, lab: LabCluster, node: LabNode, before: dict[str, int]
+) -> str:
+    """What the PDU, the history and both controllers say, for a recovery that did not end."""
+    incidents = pair.store.list_incidents()
+    lines = [f"now {time.time():.3f}", f"incidents {incidents}"]
+    lines += [f"command {c.target} at {c.at:.3f}" for c in _commands(lab, node, before[node.name])]
+    for incident in incidents:
+        steps = pair.store.steps(incident.id)
+        lines += [f"step {s.seq} {s.step} epoch {s.epoch} at {s.at:.3f} {s.detail}" for s in steps]
+    for name in pair.processes:
+        lines.append(f"--- {name}.log (last 40 lines)")
+        lines += pair.log(name).splitlines()[-40:]
+    return "\n".join(lines)
 
 
 def _story(pair: ControllerPair, e: Evidence) -> str:
