@@ -17,6 +17,7 @@ import contextlib
 import logging
 import signal
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from spark_watchdog.config.controller import ControllerConfig, LeadershipConfig
@@ -108,25 +109,34 @@ async def keep_leading(
 
 
 async def _renew_until_lost(lease: Lease, timing: LeadershipConfig) -> str:
+    # A thread of its own: the default pool's threads carry the controller's own
+    # blocking work (history writes, reads), and a renewal queued behind them
+    # would miss its time on a busy machine while the link is healthy.
+    renewer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lease-renewal")
+    loop = asyncio.get_running_loop()
     last_renewed = time.monotonic()
     problem = "no renewal yet"
-    while True:
-        await asyncio.sleep(timing.renew_every)
-        began = time.monotonic()
-        # Never wait past give_up_after since the last renewal, whatever this one does.
-        left = max(0.1, timing.give_up_after - (began - last_renewed))
-        try:
-            renewed = await asyncio.wait_for(asyncio.to_thread(lease.renew), left)
-        except (StoreError, asyncio.TimeoutError) as exc:
-            problem = str(exc) or "the renewal did not answer"
-        else:
-            if renewed:
-                last_renewed = began
-                continue
-            return "the lease expired, was stepped down or another controller took it"
-        silent = time.monotonic() - last_renewed
-        if silent >= timing.give_up_after:
-            return f"no renewal for {silent:.1f}s (last problem: {problem})"
+    try:
+        while True:
+            await asyncio.sleep(timing.renew_every)
+            began = time.monotonic()
+            # Never wait past give_up_after since the last renewal, whatever this one does.
+            left = max(0.1, timing.give_up_after - (began - last_renewed))
+            try:
+                renewing = loop.run_in_executor(renewer, lease.renew)
+                renewed = await asyncio.wait_for(renewing, left)
+            except (StoreError, asyncio.TimeoutError) as exc:
+                problem = str(exc) or "the renewal did not answer"
+            else:
+                if renewed:
+                    last_renewed = began
+                    continue
+                return "the lease expired, was stepped down or another controller took it"
+            silent = time.monotonic() - last_renewed
+            if silent >= timing.give_up_after:
+                return f"no renewal for {silent:.1f}s (last problem: {problem})"
+    finally:
+        renewer.shutdown(wait=False, cancel_futures=True)
 
 
 async def serve_pair(config: ControllerConfig) -> None:
@@ -144,8 +154,19 @@ async def serve_pair(config: ControllerConfig) -> None:
         password_file=config.history_password_file,
         clock=database_time.latest,
     )
+    # The lease's renewals on a connection of their own (history/leadership.py).
+    renewals = await asyncio.to_thread(
+        PostgresHistoryStore,
+        config.history,
+        password_file=config.history_password_file,
+        clock=database_time.latest,
+    )
     lease = Lease(
-        store, lease_s=timing.lease, send_deadline_s=timing.send_deadline, clock=database_time
+        store,
+        lease_s=timing.lease,
+        send_deadline_s=timing.send_deadline,
+        clock=database_time,
+        renewals=renewals,
     )
     systemd = SystemdNotifier()
     try:
@@ -169,6 +190,7 @@ async def serve_pair(config: ControllerConfig) -> None:
             with contextlib.suppress(StoreError):
                 await asyncio.to_thread(lease.step_down)
         systemd.stopping()
+        renewals.close()
         store.close()
 
 

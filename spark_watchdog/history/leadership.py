@@ -168,8 +168,13 @@ class Lease:
         holder: str | None = None,
         monotonic: Callable[[], float] = boot_clock,
         clock: DatabaseTime | None = None,
+        renewals: PostgresHistoryStore | None = None,
     ) -> None:
         self.store = store
+        # The connection renewals go through: one of their own in a controller
+        # (controller/pair.py), so a renewal never waits behind this process's
+        # own writes on the store's connection.
+        self.renewals = renewals or store
         self.holder = holder or new_holder()
         self.lease_s = lease_s
         self.send_deadline_s = send_deadline_s
@@ -237,10 +242,19 @@ class Lease:
         return taken
 
     def renew(self) -> bool:
-        """Extend the lease; False when it is not ours any more (expired or taken)."""
+        """Extend the lease; False when it is not ours any more (expired or taken).
+
+        Without the history's write lock: a renewal only extends a lease that is
+        still ours, by one statement on the leadership row, and the row's own lock
+        orders it against a take (which holds the write lock, so that no checked
+        write is in flight when an epoch begins). So a renewal never waits for a
+        deposed leader stalled mid-transaction, nor for this leader's own writes.
+        """
         if self._epoch is None:
             return False
-        with self.store._writing("renewing the leadership", fenced=False) as conn:
+        with self.renewals._writing(
+            "renewing the leadership", fenced=False, serialized=False
+        ) as conn:
             self.clock.read(conn)
             cursor = conn.execute(
                 f"UPDATE leadership SET renewed_at = {_NOW}, expires_at = {_NOW} + ? "

@@ -17,7 +17,7 @@ import pytest
 from spark_watchdog.errors import NotLeader
 from spark_watchdog.history.database_time import DatabaseTime
 from spark_watchdog.history.leadership import Lease, current, end_lease, standbys
-from spark_watchdog.history.postgres import PostgresHistoryStore
+from spark_watchdog.history.postgres import WRITE_LOCK_KEY, PostgresHistoryStore
 from spark_watchdog.lab.hardware.postgres_server import PostgresServer
 
 
@@ -274,3 +274,30 @@ def test_the_lease_reads_the_database_clock_on_taking_renewing_and_checking(
         write()
         assert database_time.reads == reads + 1
         assert abs(database_time.now() - database_now()) < 1.0
+
+
+def test_a_renewal_does_not_wait_for_the_history_write_lock(stores: Stores) -> None:
+    """A deposed leader stalled mid-transaction (a slow link, SIGSTOP) holds the
+    history's write lock; the leader's renewals must go on without it, or the
+    healthy leader gives up too and nobody leads."""
+    import psycopg
+
+    leader = stores.candidate()
+    assert leader.acquire().holder == leader.holder
+    password = stores.server.password_file.read_text().strip()
+    stalled = psycopg.connect(stores.url, password=password, autocommit=True)
+    try:
+        stalled.execute("BEGIN")
+        stalled.execute("SELECT pg_advisory_xact_lock(%s)", (WRITE_LOCK_KEY,))
+        renewed: list[bool] = []
+        # Another transaction holds the write lock (its own try would wait forever).
+        worker = threading.Thread(target=lambda: renewed.append(leader.renew()), daemon=True)
+        started = time.monotonic()
+        worker.start()
+        worker.join(10)
+        took = time.monotonic() - started
+        assert renewed == [True], f"the renewal waited {took:.1f}s for the write lock"
+        assert current(leader.store) is not None
+    finally:
+        stalled.rollback()
+        stalled.close()
