@@ -131,7 +131,7 @@ class Agent:
             assert config.serving.token_file is not None  # checked by the config
             self._auth = BearerAuth.from_file(config.serving.token_file)
             self.serving = ServingLauncher(
-                config.serving, process_match=config.probes.vllm.process_match
+                config.serving, process_match=config.probes.vllm.process_match, node=config.node
             )
 
         self.clock_check: ClockCheck | None = None

@@ -111,7 +111,8 @@ class MemoryWatch:
         if self.process_match:
             groups = matching_groups(self.process_match)
             for done in killed:
-                groups.pop(done["pgid"], None)
+                if "pgid" in done:  # a container's processes are in no group of ours
+                    groups.pop(done["pgid"], None)
             killed.extend({**k, "by": "process_match"} for k in kill_groups(groups))
         signalled = [k for k in killed if "error" not in k]
         result = "killed" if signalled else ("failed" if killed else "nothing_to_kill")
@@ -134,7 +135,7 @@ class MemoryWatch:
             "memory guard: %s; %s the rank (%s)",
             "; ".join(assessment.reasons),
             {"killed": "SIGKILL to", "failed": "could not kill", "nothing_to_kill": "no"}[result],
-            ", ".join(f"group {k['pgid']}" for k in killed) or "nothing of it runs",
+            ", ".join(_what(k) for k in killed) or "nothing of it runs",
             extra={"memory_guard": result},
         )
 
@@ -167,3 +168,10 @@ def _reading_json(sample: MemorySample, now: float) -> dict[str, Any]:
     body = sample.to_json()
     del body["at"]
     return {"ago_s": round(now - sample.at, 2), **body}
+
+
+def _what(killed: dict[str, Any]) -> str:
+    """One kill as a log line names it: a process group, or the rank's container."""
+    if "pgid" in killed:
+        return f"group {killed['pgid']}"
+    return f"container {(killed.get('container') or {}).get('name')}"

@@ -25,14 +25,16 @@ import requests
 
 from spark_watchdog.agent.auth import BearerAuth
 from spark_watchdog.agent.daemon import Agent
+from spark_watchdog.agent.effective_config import (
+    LogScanner,
+    normalise_cudagraph_mode,
+    parse_effective,
+)
 from spark_watchdog.agent.serving import (
     LaunchFailed,
-    LogScanner,
     ServingConflict,
     ServingLauncher,
     UnknownProfile,
-    normalise_cudagraph_mode,
-    parse_effective,
 )
 from spark_watchdog.config.agent import parse_agent_config
 from spark_watchdog.errors import ConfigError
