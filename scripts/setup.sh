@@ -18,6 +18,7 @@ APT_PACKAGES=(
     debootstrap systemd-container                    # the systemd guest tier (tests/guest)
     postgresql                                       # the history in PostgreSQL, a real server in tests
     faketime                                         # a controller of a pair with its clock ahead, in tests
+    docker.io                                        # serving.runtime docker: a dockerd of the tests' own
 )
 
 missing=()
@@ -33,14 +34,18 @@ if ((${#missing[@]})); then
     $sudo apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends \
         "${missing[@]}" >/dev/null
-    # The tests start their own Prometheus tools and PostgreSQL on loopback; the packages'
-    # services (:9090, :9093, :5432) are not wanted on a development machine.
+    # The tests start their own Prometheus tools, PostgreSQL and dockerd; the packages'
+    # services (:9090, :9093, :5432, the system's Docker) are not wanted on a development
+    # machine that did not have them.
     if [ -d /run/systemd/system ]; then
         for service in prometheus prometheus-alertmanager postgresql; do
             if [[ " ${missing[*]} " == *" $service "* ]]; then
                 $sudo systemctl disable --now "$service" >/dev/null 2>&1 || true
             fi
         done
+        if [[ " ${missing[*]} " == *" docker.io "* ]]; then
+            $sudo systemctl disable --now docker.socket docker containerd >/dev/null 2>&1 || true
+        fi
     fi
 fi
 
@@ -56,6 +61,6 @@ want=$(sha256sum pyproject.toml | cut -d' ' -f1)
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
     echo "setup: installing spark-watchdog and its dependencies into .venv" >&2
     .venv/bin/python -m pip install -q --upgrade pip
-    .venv/bin/python -m pip install -q -e '.[journal,dev,postgres]'
+    .venv/bin/python -m pip install -q -e '.[journal,dev,postgres,docker]'
     echo "$want" >"$stamp"
 fi

@@ -109,6 +109,11 @@ fi
 # setup.sh installed PostgreSQL and psycopg: the history's PostgreSQL tier
 # runs (tests/history), and fails rather than skips if it cannot.
 export SPARK_WATCHDOG_REQUIRE_POSTGRES=1
+# setup.sh installed docker.io: as root, the Docker tier (tests/docker) starts
+# a dockerd of its own, and fails rather than skips if it cannot.
+if [ "${SPARK_WATCHDOG_DOCKER:-1}" != "0" ] && [ "$(id -u)" -eq 0 ] && command -v dockerd >/dev/null; then
+    export SPARK_WATCHDOG_REQUIRE_DOCKER=1
+fi
 
 # mypy beside pytest: the run fails if either fails.
 echo "== mypy (spark_watchdog, bench, scripts, tests), beside pytest" >&2

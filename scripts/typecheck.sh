@@ -20,7 +20,7 @@ for dir in tests tests/*/; do
     else
         files=("${dir%/}")
     fi
-    MYPYPATH="${dir%/}" $mypy --explicit-package-bases --no-warn-unreachable "${files[@]}" \
+    MYPYPATH="${dir%/}:tests/support" $mypy --explicit-package-bases --no-warn-unreachable "${files[@]}" \
         > "$out" 2>&1 || { cat "$out"; status=1; }
 done
 rm -f "$out"

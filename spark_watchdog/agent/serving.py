@@ -96,7 +96,11 @@ class _Run:
 def default_runtime(
     config: ServingConfig, process_match: str | None, node: str | None = None
 ) -> RankRuntime:
-    """The runtime that holds the rank: a process group the agent forks."""
+    """The runtime ``serving.runtime`` names. The Docker SDK is imported only here."""
+    if config.runtime == "docker":
+        from spark_watchdog.agent.rank_container import ContainerRuntime
+
+        return ContainerRuntime(config, process_match, node)
     return ProcessRuntime(config.working_directory, process_match)
 
 

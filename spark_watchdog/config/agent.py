@@ -7,7 +7,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from spark_watchdog.config.addresses import check_bind_address, check_http_url
 from spark_watchdog.config.files import read_yaml
@@ -147,9 +147,78 @@ class ServingProfileConfig:
     extra_args: tuple[str, ...] = setting(())
 
 
+_CONTAINER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+_LABEL_KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,127}$")
+
+
+@dataclass(frozen=True)
+class DockerServingConfig:
+    """``serving.runtime: docker``: the rank as one container of the local
+    Docker Engine, created from ``image`` with ``serving.command`` as its
+    command (docs/serving.md)."""
+
+    image: str | None = setting(None)
+    # The one container of this node's rank: the agent creates, stops, kills and
+    # removes it, and adopts one of this name that it finds already there.
+    name: str = setting("spark-watchdog-rank")
+    # Or adopt a container by its labels (a compose service, a launcher's container).
+    adopt_labels: dict[str, str] = setting(default_factory=dict)
+    socket: str = setting("/var/run/docker.sock")
+    # Seconds for one call of the Engine API (create, kill, inspect).
+    api_timeout: int = setting(10, minimum=1, maximum=120)
+    privileged: bool = setting(False)
+    gpus: Literal["all", "none"] = setting("all")
+    ipc: Literal["host", "private"] = setting("host")
+    shm_size: str | None = setting(None)
+    # HOST:CONTAINER[:ro|rw], both absolute: the model files and vLLM's compile
+    # cache belong here, so that a restart does not pay for them again.
+    volumes: tuple[str, ...] = setting(())
+    user: str | None = setting(None)
+    # Only "no": a daemon restarting the rank behind the watchdog's back undoes
+    # every safe restart (and brought rank 0 back against a stale rank 1).
+    restart_policy: str = setting("no")
+
+    def __post_init__(self) -> None:
+        if self.image is not None and not self.image.strip():
+            raise InvalidSetting("image", "expected an image reference, got an empty string")
+        if not _CONTAINER_NAME.match(self.name):
+            raise InvalidSetting(
+                "name",
+                "expected a container name (letters, digits, '_', '.', '-'; "
+                f'starting with a letter or digit), got "{self.name}"',
+            )
+        for key in self.adopt_labels:
+            if not _LABEL_KEY.match(key):
+                raise InvalidSetting(f"adopt_labels.{key}", "expected a label key")
+        if not os.path.isabs(self.socket):
+            raise InvalidSetting("socket", f'expected an absolute path, got "{self.socket}"')
+        if self.restart_policy != "no":
+            raise InvalidSetting(
+                "restart_policy",
+                f'"{self.restart_policy}" would let the Docker daemon restart the rank behind '
+                'the watchdog\'s back and undo every safe restart; set it to "no" (and drop '
+                "restart: from a compose file whose container the agent adopts)",
+            )
+        for i, volume in enumerate(self.volumes):
+            parts = volume.split(":")
+            if (
+                len(parts) not in (2, 3)
+                or not all(os.path.isabs(part) for part in parts[:2])
+                or (len(parts) == 3 and parts[2] not in ("ro", "rw"))
+            ):
+                raise InvalidSetting(
+                    f"volumes[{i}]",
+                    "expected HOST:CONTAINER or HOST:CONTAINER:ro (absolute paths), "
+                    f'got "{volume}"',
+                )
+
+
 @dataclass(frozen=True)
 class ServingConfig:
     enabled: bool = setting(False)
+    # What holds the rank: a process group the agent forks, or a Docker container.
+    runtime: Literal["process", "docker"] = setting("process")
+    docker: DockerServingConfig = setting(default_factory=DockerServingConfig)
     command: tuple[str, ...] = setting(())
     profiles: dict[str, ServingProfileConfig] = setting(default_factory=dict)
     default_profile: str = setting(SAFE)
@@ -203,6 +272,12 @@ class ServingConfig:
             )
         if not os.path.isabs(self.log_file):
             raise InvalidSetting("log_file", f'expected an absolute path, got "{self.log_file}"')
+        if self.runtime == "docker" and self.docker.image is None:
+            raise InvalidSetting(
+                "docker.image",
+                "required when serving.runtime is docker: the image the rank's container "
+                "is created from (the one your docker run or compose file names)",
+            )
         if self.working_directory is not None and not os.path.isabs(self.working_directory):
             raise InvalidSetting(
                 "working_directory", f'expected an absolute path, got "{self.working_directory}"'

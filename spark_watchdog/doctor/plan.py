@@ -20,6 +20,7 @@ from spark_watchdog.doctor.controller_checks import (
     check_banner,
     check_witness_targets,
 )
+from spark_watchdog.doctor.docker_checks import check_docker
 from spark_watchdog.doctor.journal_checks import (
     check_persistent,
     check_previous_boot,
@@ -115,6 +116,12 @@ def node_plan(config: AgentConfig, host: NodeHost | None = None) -> list[Planned
             _blocking(partial(check_vllm, config)),
         ),
         _constant("node.serving.restart_policy", check_restart_policy(config.serving.command)),
+        PlannedCheck(
+            "node.serving.docker",
+            "the rank's container",
+            config.serving.docker.api_timeout * 3 + 5.0,  # ping, inspect, image
+            _blocking(partial(check_docker, config)),
+        ),
     ]
     secrets = agent_secrets(config)
     if not secrets:

@@ -8,8 +8,9 @@ every test its group and orders the groups:
   its own (``@pytest.mark.xdist_group("...")``). A module's tests then share
   its module-scoped labs and servers on one worker, built once.
 - What must not overlap has one group: the real-vLLM tier (one vLLM at a time
-  on a 2-core machine) and the labs on the fixed network-namespace
-  addresses (``lab-netns``). Each live guest is one module, so one group.
+  on a 2-core machine), the Docker tier (one dockerd of its own) and the labs
+  on the fixed network-namespace addresses (``lab-netns``). Each live guest
+  is one module, so one group.
 - Groups are handed out longest first, from ``group_times.json`` (seconds per
   group from an earlier run; a group not listed counts as ``UNKNOWN_S``), so
   that the long ones do not start last.
@@ -38,7 +39,8 @@ GROUP_TIMES_VARIABLE = "SPARK_WATCHDOG_GROUP_TIMES"  # another file (the plugin'
 UNKNOWN_S = 5.0
 SLOWEST = 20
 # Directories whose tests form one group, wherever their modules are.
-DIRECTORY_GROUPS = {"real_vllm": "real-vllm"}
+# One vLLM at a time; one dockerd and one image for the Docker tier.
+DIRECTORY_GROUPS = {"real_vllm": "real-vllm", "docker": "docker"}
 CPU_PROPERTY = "cpu_s"
 _CPU_AT_START = pytest.StashKey[float]()
 

@@ -16,6 +16,7 @@ UNITS = REPO / "systemd"
 AGENT = UNITS / "spark-watchdog-agent.service"
 CONTROLLER = UNITS / "spark-watchdog-controller.service"
 SERVING = UNITS / "spark-watchdog-agent.service.d" / "serving.conf"
+DOCKER = UNITS / "spark-watchdog-agent.service.d" / "docker.conf"
 INSTALLED = "/opt/spark-watchdog/bin/spark-watchdog"
 # systemd-analyze takes the threshold in tenths of the exposure score:
 # 25 means "fail above 2.5" (checked: an exposure of 1.8 fails at 17, passes at 18).
@@ -28,6 +29,7 @@ VARIANTS = {
     "agent": (AGENT, ()),
     "controller": (CONTROLLER, ()),
     "agent+serving": (AGENT, (SERVING,)),
+    "agent+docker": (AGENT, (DOCKER,)),
 }
 
 

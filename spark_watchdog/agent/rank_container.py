@@ -1,0 +1,426 @@
+"""The rank as a container of the local Docker Engine (``serving.runtime: docker``).
+
+How Spark clusters run vLLM (docs/serving.md): in a container, privileged,
+on the host's network. A ``docker run`` client as ``serving.command`` would
+leave the container running when the client is killed, and the memory
+guard's signal would reach the client only. So the agent drives the Engine
+API itself, through the Docker SDK (no parsing of CLI output):
+
+- One container per node (``serving.docker.name``), labelled with the node
+  and the profile: start = remove the old one, create from
+  ``serving.docker.image`` with ``serving.command`` (the profile merged, as
+  for a process), host networking, restart policy ``no``, and start it;
+  SIGTERM, SIGKILL and the memory guard's kill go through the API, which
+  reaches a root process in a privileged container that no signal of the
+  agent could.
+- Its state comes from inspect and the daemon's event stream (a thread of
+  its own, one inspect per event): nothing polls while nothing happens. A
+  daemon that goes away leaves the state ``unknown`` (so nothing is called
+  gone that was not seen gone) until it answers again.
+- Its output (``docker logs --follow``) is appended to
+  ``serving.log_file``, where the effective config is read as for a process.
+- A container of that name (or with ``serving.docker.adopt_labels``) that
+  the agent finds at its start is adopted: watched, stopped and killed like
+  its own; a start after it creates the rank anew from the config.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import docker
+import docker.errors
+from docker.types import DeviceRequest
+
+from spark_watchdog.agent.rank import LaunchFailed
+from spark_watchdog.config.agent import ServingConfig
+from spark_watchdog.probes.vllm import rank_process_alive
+
+log = logging.getLogger("spark_watchdog.agent.rank_container")
+
+LABEL_NODE = "spark-watchdog.node"
+LABEL_PROFILE = "spark-watchdog.profile"
+# Docker's states in which processes of the container may live.
+_LIVE = frozenset({"running", "restarting", "paused", "removing"})
+_ENDED = frozenset({"exited", "dead"})
+_RECONNECT_S = (1.0, 2.0, 5.0, 10.0)
+
+
+class DockerUnavailable(LaunchFailed):
+    """The Docker Engine cannot be asked (socket missing, refused, garbage)."""
+
+
+def engine_error(socket: str, exc: Exception) -> str:
+    """What went wrong with the Engine API, with the fix where there is one."""
+    text = str(exc).strip() or type(exc).__name__
+    if not Path(socket).exists():
+        return (
+            f"serving.docker.socket {socket}: no such socket (is dockerd running? "
+            "is this the socket it listens on?)"
+        )
+    if "Permission denied" in text:
+        return (
+            f"serving.docker.socket {socket}: permission denied; the agent needs the "
+            "socket's group (the unit's docker drop-in, docs/serving.md)"
+        )
+    return f"Docker Engine at {socket}: {text[:300]}"
+
+
+class ContainerState:
+    """The container as the daemon last said, kept current by its events."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.attrs: dict[str, Any] | None = None  # inspect's answer; None: no such container
+        self.reachable = True
+        self.error: str | None = None
+
+    def set(self, attrs: dict[str, Any] | None) -> None:
+        with self._lock:
+            self.attrs, self.reachable, self.error = attrs, True, None
+
+    def lost(self, error: str) -> None:
+        with self._lock:
+            self.reachable, self.error = False, error
+
+    def status(self) -> str:
+        """Docker's status, ``gone`` (no such container) or ``unknown`` (no daemon)."""
+        with self._lock:
+            if not self.reachable:
+                return "unknown"
+            if self.attrs is None:
+                return "gone"
+            return str(self.attrs.get("State", {}).get("Status", "unknown"))
+
+    def state(self) -> dict[str, Any]:
+        with self._lock:
+            return dict((self.attrs or {}).get("State", {}))
+
+    def snapshot(self) -> tuple[dict[str, Any] | None, bool, str | None]:
+        with self._lock:
+            return self.attrs, self.reachable, self.error
+
+
+class ContainerRank:
+    """One container, watched through the daemon's events."""
+
+    def __init__(
+        self,
+        runtime: ContainerRuntime,
+        container_id: str,
+        *,
+        adopted: bool,
+        log_file: Path,
+        since: float,
+    ) -> None:
+        self.runtime = runtime
+        self.id = container_id
+        self.adopted = adopted
+        self.log_file = log_file
+        self.state = ContainerState()
+        self._stop = threading.Event()
+        self._log_since = since
+        self._follower: threading.Thread | None = None
+        self.state.set(runtime.inspect(container_id))
+        self._watcher = threading.Thread(
+            target=self._watch, name=f"docker-events-{container_id[:12]}", daemon=True
+        )
+        self._watcher.start()
+        self._follow_logs()
+
+    # -- the Rank protocol ---------------------------------------------------------
+
+    @property
+    def pid(self) -> int | None:
+        pid = self.state.state().get("Pid")
+        return int(pid) if isinstance(pid, int) and pid > 0 else None
+
+    def alive(self) -> bool:
+        # Unknown (no daemon) counts as alive: nothing is called gone unseen.
+        return self.state.status() in _LIVE | {"unknown"}
+
+    def exit_code(self) -> int | None:
+        status = self.state.status()
+        if status in ("exited", "dead", "gone", "created"):
+            code = self.state.state().get("ExitCode")
+            if not isinstance(code, int):
+                return 0 if status == "created" else None
+            # 128 + n: the main process ended on signal n (docker kill, OOM).
+            return -(code - 128) if 128 < code < 160 else code
+        return None
+
+    def pids(self) -> list[int]:
+        if self.state.status() not in _LIVE:
+            return []
+        try:
+            top = self.runtime.client().api.top(self.id, ps_args="-eo pid")
+        except docker.errors.NotFound:
+            return []
+        except (docker.errors.DockerException, OSError):
+            pid = self.pid
+            return [pid] if pid is not None else []
+        return [int(row[0]) for row in top.get("Processes") or [] if row and row[0].isdigit()]
+
+    def signal(self, signum: signal.Signals) -> None:
+        try:
+            self.runtime.client().api.kill(self.id, signal=signum.name)
+        except docker.errors.NotFound:
+            self.state.set(None)
+        except docker.errors.APIError as exc:
+            if exc.status_code != 409:  # 409: not running, nothing to signal
+                log.warning("serving: %s to container %s: %s", signum.name, self.id[:12], exc)
+        except (docker.errors.DockerException, OSError) as exc:
+            log.warning("serving: %s to container %s: %s", signum.name, self.id[:12], exc)
+
+    def describe(self) -> dict[str, Any]:
+        attrs, reachable, error = self.state.snapshot()
+        state = (attrs or {}).get("State", {})
+        config = (attrs or {}).get("Config", {})
+        host = (attrs or {}).get("HostConfig", {})
+        return {
+            "container": {
+                "id": self.id[:12],
+                "name": str((attrs or {}).get("Name", "")).lstrip("/") or None,
+                "image": config.get("Image"),
+                "status": self.state.status(),
+                "exit_code": state.get("ExitCode") if self.state.status() in _ENDED else None,
+                "oom_killed": bool(state.get("OOMKilled")),
+                "restart_policy": (host.get("RestartPolicy") or {}).get("Name") or "no",
+                "adopted": self.adopted,
+                "engine_reachable": reachable,
+                "engine_error": error,
+            }
+        }
+
+    def close(self) -> None:
+        self._stop.set()
+
+    # -- watching ----------------------------------------------------------------------
+
+    def _watch(self) -> None:
+        """Follow the daemon's events for this container; one inspect per event.
+        Reconnects when the daemon goes away (and says so in the state)."""
+        backoff = 0
+        while not self._stop.is_set():
+            try:
+                client = self.runtime.new_client()
+                events = client.api.events(
+                    decode=True, filters={"type": "container", "container": self.id}
+                )
+                # Whatever happened while the stream was down.
+                self.state.set(self.runtime.inspect(self.id, client))
+                backoff = 0
+                for event in events:
+                    if self._stop.is_set():
+                        break
+                    self.state.set(self.runtime.inspect(self.id, client))
+                    if event.get("status") in ("start", "restart"):
+                        self._follow_logs()
+                with contextlib.suppress(Exception):
+                    events.close()
+            except (docker.errors.DockerException, OSError, ValueError) as exc:
+                self.state.lost(engine_error(self.runtime.socket, exc))
+            if self._stop.wait(_RECONNECT_S[min(backoff, len(_RECONNECT_S) - 1)]):
+                return
+            backoff += 1
+
+    def _follow_logs(self) -> None:
+        if self._follower is not None and self._follower.is_alive():
+            return
+        self._follower = threading.Thread(
+            target=self._copy_logs, name=f"docker-logs-{self.id[:12]}", daemon=True
+        )
+        self._follower.start()
+
+    def _copy_logs(self) -> None:
+        """``docker logs --follow`` from where it left off, appended to the serving log."""
+        try:
+            client = self.runtime.new_client()
+            stream = client.api.logs(self.id, stream=True, follow=True, since=int(self._log_since))
+            with self.log_file.open("ab") as sink:
+                for chunk in stream:
+                    sink.write(chunk)
+                    sink.flush()
+                    self._log_since = time.time()
+                    if self._stop.is_set():
+                        break
+        except (docker.errors.DockerException, OSError, ValueError) as exc:
+            log.debug("serving: the logs of container %s: %s", self.id[:12], exc)
+
+
+class ContainerRuntime:
+    """Creates the rank's container, and knows what an earlier rank left."""
+
+    kind = "docker"
+
+    def __init__(
+        self, config: ServingConfig, process_match: str | None, node: str | None = None
+    ) -> None:
+        self.config = config
+        self.docker = config.docker
+        self.socket = config.docker.socket
+        self.process_match = process_match
+        self.node = node
+        self._client: docker.DockerClient | None = None
+        self._lock = threading.Lock()
+
+    def new_client(self) -> docker.DockerClient:
+        """A client of its own (for a thread that streams)."""
+        return docker.DockerClient(
+            base_url=f"unix://{self.socket}",
+            timeout=self.docker.api_timeout,
+            version="auto",
+        )
+
+    def client(self) -> docker.DockerClient:
+        """The shared client for short calls.
+
+        :raises DockerUnavailable: the daemon cannot be asked.
+        """
+        with self._lock:
+            if self._client is None:
+                try:
+                    self._client = self.new_client()
+                except (docker.errors.DockerException, OSError, ValueError) as exc:
+                    raise DockerUnavailable(engine_error(self.socket, exc)) from None
+            return self._client
+
+    def inspect(self, ref: str, client: docker.DockerClient | None = None) -> dict[str, Any] | None:
+        """The container's inspect, or None when there is no such container."""
+        try:
+            attrs: dict[str, Any] = (client or self.client()).api.inspect_container(ref)
+        except docker.errors.NotFound:
+            return None
+        return attrs
+
+    def found(self) -> dict[str, Any] | None:
+        """The rank's container if there is one: by name, else by the adopt labels.
+
+        :raises DockerUnavailable: the daemon cannot be asked.
+        :raises LaunchFailed: the labels match more than one container.
+        """
+        try:
+            by_name = self.inspect(self.docker.name)
+            if by_name is not None or not self.docker.adopt_labels:
+                return by_name
+            filters = {"label": [f"{k}={v}" for k, v in sorted(self.docker.adopt_labels.items())]}
+            matches = self.client().api.containers(all=True, filters=filters)
+        except docker.errors.DockerException as exc:
+            raise DockerUnavailable(engine_error(self.socket, exc)) from None
+        if len(matches) > 1:
+            names = ", ".join(
+                sorted(str((m.get("Names") or ["?"])[0]).lstrip("/") for m in matches)
+            )
+            raise LaunchFailed(
+                f"serving.docker.adopt_labels match {len(matches)} containers ({names}); "
+                "name one container (serving.docker.name) or narrow the labels"
+            )
+        return self.inspect(matches[0]["Id"]) if matches else None
+
+    def adopt(self, log_file: Path) -> tuple[ContainerRank, list[str], str | None] | None:
+        """The running container of an earlier agent or of the operator: watched from
+        now on, with its command and (where this agent made it) its profile."""
+        try:
+            attrs = self.found()
+        except LaunchFailed as exc:
+            log.warning("serving: not adopting a container: %s", exc)
+            return None
+        if attrs is None or attrs.get("State", {}).get("Status") not in _LIVE:
+            return None
+        config = attrs.get("Config") or {}
+        argv = [*(config.get("Entrypoint") or []), *(config.get("Cmd") or [])]
+        profile = (config.get("Labels") or {}).get(LABEL_PROFILE)
+        rank = ContainerRank(
+            self, str(attrs["Id"]), adopted=True, log_file=log_file, since=time.time()
+        )
+        log.info(
+            "serving: adopted container %s (%s), profile %s",
+            str(attrs.get("Name", "")).lstrip("/"),
+            str(attrs["Id"])[:12],
+            profile or "unknown",
+        )
+        return rank, [str(a) for a in argv], profile
+
+    def leftover(self) -> str | None:
+        """:raises DockerUnavailable: the daemon cannot be asked."""
+        try:
+            attrs = self.found()
+        except DockerUnavailable:
+            raise
+        except LaunchFailed as exc:
+            return str(exc)
+        if attrs is not None and attrs.get("State", {}).get("Status") in _LIVE:
+            name = str(attrs.get("Name", "")).lstrip("/")
+            return f"container {name} ({str(attrs['Id'])[:12]}) still runs; stop it first"
+        if self.process_match and rank_process_alive(self.process_match):
+            return (
+                f'a process matching probes.vllm.process_match "{self.process_match}" '
+                "still runs (a rank outside the container?); stop it first"
+            )
+        return None
+
+    def launch(
+        self, argv: list[str], environment: dict[str, str], log_file: Path, profile: str
+    ) -> ContainerRank:
+        image = self.docker.image
+        if image is None:  # the config requires it with this runtime
+            raise LaunchFailed("serving.docker.image: not set")
+        client = self.client()
+        self._remove_old(client)
+        labels = {LABEL_PROFILE: profile}
+        if self.node:
+            labels[LABEL_NODE] = self.node
+        options: dict[str, Any] = {
+            "command": argv,
+            "name": self.docker.name,
+            "labels": labels,
+            "environment": environment,
+            "network_mode": "host",
+            "ipc_mode": self.docker.ipc,
+            "privileged": self.docker.privileged,
+            "restart_policy": {"Name": "no"},
+            "volumes": list(self.docker.volumes),
+            "detach": True,
+        }
+        if self.docker.gpus == "all":
+            options["device_requests"] = [DeviceRequest(count=-1, capabilities=[["gpu"]])]
+        if self.docker.shm_size:
+            options["shm_size"] = self.docker.shm_size
+        if self.docker.user:
+            options["user"] = self.docker.user
+        if self.config.working_directory:
+            options["working_dir"] = self.config.working_directory
+        since = time.time()
+        try:
+            container = client.containers.create(image, **options)
+        except docker.errors.ImageNotFound:
+            raise LaunchFailed(
+                f"serving.docker.image {self.docker.image}: no such image in the Docker Engine "
+                f"at {self.socket} (docker pull {self.docker.image}, or build it there)"
+            ) from None
+        except docker.errors.DockerException as exc:
+            raise LaunchFailed(f"creating container {self.docker.name}: {exc}") from None
+        try:
+            container.start()
+        except docker.errors.DockerException as exc:
+            with contextlib.suppress(docker.errors.DockerException):
+                container.remove(force=True)
+            raise LaunchFailed(f"starting container {self.docker.name}: {exc}") from None
+        return ContainerRank(self, str(container.id), adopted=False, log_file=log_file, since=since)
+
+    def _remove_old(self, client: docker.DockerClient) -> None:
+        """The previous container (ended: leftover() refused a live one), so the name is free."""
+        try:
+            client.api.remove_container(self.docker.name, v=False, force=False)
+        except docker.errors.NotFound:
+            return
+        except docker.errors.DockerException as exc:
+            raise LaunchFailed(
+                f"removing the previous container {self.docker.name}: {exc}"
+            ) from None
