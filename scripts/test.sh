@@ -9,6 +9,7 @@
 #                              (not -m integration), for every change: about 2 min
 #
 # Extra arguments go to pytest, e.g. scripts/test.sh -k journal.
+# SPARK_WATCHDOG_DOCKER=0 skips the Docker tier (tests/docker).
 # SPARK_WATCHDOG_TEST_WORKERS sets the number of workers (default: 6 for the
 # whole suite, 4 for --fast; docs/benchmarks.md says why).
 #
@@ -110,8 +111,10 @@ fi
 # runs (tests/history), and fails rather than skips if it cannot.
 export SPARK_WATCHDOG_REQUIRE_POSTGRES=1
 # setup.sh installed docker.io: as root, the Docker tier (tests/docker) starts
-# a dockerd of its own, and fails rather than skips if it cannot.
-if [ "${SPARK_WATCHDOG_DOCKER:-1}" != "0" ] && [ "$(id -u)" -eq 0 ] && command -v dockerd >/dev/null; then
+# a dockerd of its own, and fails rather than skips if it cannot. Its image is
+# the guest tier's root file system, so it needs that tier's image too.
+if [ "${SPARK_WATCHDOG_DOCKER:-1}" != "0" ] && [ -n "${SPARK_WATCHDOG_REQUIRE_GUEST:-}" ] &&
+    [ "$(id -u)" -eq 0 ] && command -v dockerd >/dev/null; then
     export SPARK_WATCHDOG_REQUIRE_DOCKER=1
 fi
 

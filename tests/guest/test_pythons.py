@@ -12,7 +12,8 @@ from pathlib import Path
 
 # The simulation runs 50 random seeds here, not 500: this run is about the
 # interpreter, and the host's suite covers the seeds (tests/simulation). The
-# OpenAPI tests (schemathesis) are integration tests and not part of the unit suite.
+# OpenAPI tests (schemathesis) and the Docker tier (the docker extra) are
+# integration tests and not part of the unit suite.
 SCRIPT = """set -eu
 python3 --version
 export SPARK_WATCHDOG_SIM_SEEDS=50 PIP_DISABLE_PIP_VERSION_CHECK=1
@@ -20,7 +21,7 @@ venv={venv}
 $venv/bin/pip install -q --no-index --no-deps --no-build-isolation /src
 cd /src
 $venv/bin/python -m pytest -q -p no:cacheprovider --color=no -m "not integration" \\
-    --ignore tests/api/test_openapi.py --ignore tests/guest
+    --ignore tests/api/test_openapi.py --ignore tests/guest --ignore tests/docker
 """
 
 
