@@ -53,7 +53,8 @@ from spark_watchdog.agent.serving import (
     disabled_status,
 )
 from spark_watchdog.agent.shutdown import SystemStopping, system_shutting_down
-from spark_watchdog.config.agent import AgentConfig
+from spark_watchdog.config.agent import AgentConfig, CanaryConfig
+from spark_watchdog.config.secrets import read_secret
 from spark_watchdog.errors import ProbeError
 from spark_watchdog.http_server import (
     JSON,
@@ -160,11 +161,16 @@ class Agent:
             self._tracker = ProgressTracker(vcfg.stall_after, dead_after=vcfg.dead_after)
             if vcfg.url is not None:
                 self._scraper = VllmScraper(vcfg.url, vcfg.timeout, vcfg.max_body_bytes)
+                api_key = canary_api_key(vcfg.canary)
                 if vcfg.canary.enabled:
-                    self._canary = Canary(vcfg.url, vcfg.canary.model, vcfg.canary.timeout)
+                    self._canary = Canary(
+                        vcfg.url, vcfg.canary.model, vcfg.canary.timeout, api_key=api_key
+                    )
                 # The one the controller asks for (POST /v1/serving/canary), sent
                 # whether or not automatic canaries are on.
-                self._asked_canary = Canary(vcfg.url, vcfg.canary.model, vcfg.canary.timeout)
+                self._asked_canary = Canary(
+                    vcfg.url, vcfg.canary.model, vcfg.canary.timeout, api_key=api_key
+                )
             self._runners["vllm"] = ProbeRunner(
                 "vllm", vcfg.interval, vcfg.timeout + 1.0, blocking_probe=self._read_vllm
             )
@@ -644,6 +650,16 @@ class Agent:
 
 
 _SERVING_POSTS = ("/v1/serving/start", "/v1/serving/stop", "/v1/serving/canary")
+
+
+def canary_api_key(config: CanaryConfig) -> str | None:
+    """The vLLM server's API key for the canary, read from its file now.
+
+    :raises ConfigError: the file is missing, unreadable, open to others or blank.
+    """
+    if config.api_key_file is None:
+        return None
+    return read_secret("probes.vllm.canary.api_key_file", config.api_key_file).reveal()
 
 
 def _unexpected_keys(body: dict[str, Any], allowed: tuple[str, ...]) -> str | None:

@@ -48,6 +48,10 @@ class CanaryConfig:
     min_interval: float = setting(30.0, minimum=0)
     # Seconds of a quiet head (no request, no engine step) before a canary; 0 = never.
     idle_after: float = setting(10.0, minimum=0)
+    # File (or credential name) holding the server's API key (vLLM's --api-key or
+    # VLLM_API_KEY): sent as a bearer token with the canary; /health and /metrics
+    # need none.
+    api_key_file: str | None = setting(None)
 
 
 @dataclass(frozen=True)
@@ -338,14 +342,20 @@ def parse_agent_config(data: object, source: str = "agent config") -> AgentConfi
 
 
 def load_agent_config(path: str | Path, environ: Mapping[str, str] | None = None) -> AgentConfig:
-    """Load and validate for a start: the token file, when named, must be a private,
-    non-blank file now (a missing token is a config error, exit 2, not a 401 at the
+    """Load and validate for a start: the token and API key files, when named, must be
+    private, non-blank files now (a missing token is a config error, exit 2, not a 401 at the
     first restart). ``agent --check`` checks it with
     :func:`spark_watchdog.config.secret_refs.check_secrets` instead."""
     config = parse_agent_config(read_yaml(path), str(path))
-    if config.serving.token_file is not None:
+    named = {
+        "serving.token_file": config.serving.token_file,
+        "probes.vllm.canary.api_key_file": config.probes.vllm.canary.api_key_file,
+    }
+    for key, reference in named.items():
+        if reference is None:
+            continue
         try:
-            check_secret("serving.token_file", config.serving.token_file, environ)
+            check_secret(key, reference, environ)
         except ConfigError as exc:
             raise ConfigError(str(path), exc.problems) from None
     return config

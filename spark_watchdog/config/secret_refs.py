@@ -46,8 +46,13 @@ class SecretReference:
 
 
 def agent_secrets(config: AgentConfig) -> list[SecretReference]:
-    token = config.serving.token_file
-    return [] if token is None else [SecretReference("serving.token_file", token)]
+    found: list[SecretReference] = []
+    if config.serving.token_file is not None:
+        found.append(SecretReference("serving.token_file", config.serving.token_file))
+    api_key = config.probes.vllm.canary.api_key_file
+    if api_key is not None:
+        found.append(SecretReference("probes.vllm.canary.api_key_file", api_key))
+    return found
 
 
 def controller_secrets(config: ControllerConfig) -> list[SecretReference]:

@@ -140,13 +140,22 @@ class Canary:
     (passed to :meth:`run`), else the first id from ``GET /v1/models``.
     """
 
-    def __init__(self, url: str, model: str | None, timeout: float) -> None:
+    def __init__(
+        self, url: str, model: str | None, timeout: float, *, api_key: str | None = None
+    ) -> None:
         check_base_url(url)
         if timeout <= 0:
             raise ValueError(f"timeout: expected seconds > 0, got {timeout!r}")
         self.url = url
         self.model = model
         self.timeout = timeout
+        # The server's --api-key (probes.vllm.canary.api_key_file): vLLM wants it on
+        # every /v1 route; /health and /metrics answer without it.
+        self._authorization = None if api_key is None else f"Bearer {api_key}"
+
+    def __repr__(self) -> str:
+        key = "set" if self._authorization else "none"
+        return f"Canary(url={self.url!r}, model={self.model!r}, api key {key})"
 
     def run(self, known_models: Sequence[str] = ()) -> CanaryResult:
         started = time.monotonic()
@@ -168,9 +177,12 @@ class Canary:
                 1024 * 1024,
                 body=body,
                 accept="application/json",
+                authorization=self._authorization,
             )
         except HttpExchangeError as exc:
             return result("timeout" if exc.timed_out else "error", str(exc))
+        if reply.status == 401:
+            return result("error", self._unauthorized())
         if reply.status != 200:
             return result("error", f"HTTP {reply.status}: {_error_message(reply.body)}")
         try:
@@ -182,13 +194,32 @@ class Canary:
         return result("ok", None)
 
     def _first_served_model(self, deadline: float) -> str:
-        reply = _request("GET", _endpoint(self.url, "/v1/models"), deadline, 1024 * 1024)
+        reply = _request(
+            "GET",
+            _endpoint(self.url, "/v1/models"),
+            deadline,
+            1024 * 1024,
+            authorization=self._authorization,
+        )
+        if reply.status == 401:
+            raise HttpExchangeError(self._unauthorized())
         try:
             return str(json.loads(reply.body)["data"][0]["id"])
         except (ValueError, KeyError, IndexError, TypeError) as exc:
             raise HttpExchangeError(
                 f"no model to ask: /v1/models gave HTTP {reply.status} {_excerpt(reply.body)}"
             ) from exc
+
+    def _unauthorized(self) -> str:
+        if self._authorization is None:
+            return (
+                "HTTP 401: the server wants an API key (vLLM's --api-key); give it to the "
+                "agent in probes.vllm.canary.api_key_file"
+            )
+        return (
+            "HTTP 401: the server refused the API key of probes.vllm.canary.api_key_file "
+            "(not the key of its --api-key)"
+        )
 
 
 class _ProcessEntry(Protocol):
@@ -247,11 +278,12 @@ def _request(
     *,
     body: bytes | None = None,
     accept: str = "*/*",
+    authorization: str | None = None,
 ) -> _Reply:
     """One request within ``deadline``. A redirect is an answer that is not
     followed: the probe talks to the vLLM it was given, never to whatever host a
     ``Location`` names, so a 3xx raises HttpExchangeError saying where it pointed."""
-    reply = _exchange(method, url, deadline, max_body_bytes, body, accept)
+    reply = _exchange(method, url, deadline, max_body_bytes, body, accept, authorization)
     if 300 <= reply.status < 400:
         where = urljoin(url, reply.location)[:200] if reply.location else None
         target = f"to {where}" if where else "without a Location"
@@ -293,6 +325,7 @@ def _exchange(
     max_body_bytes: int,
     body: bytes | None,
     accept: str,
+    authorization: str | None = None,
 ) -> _Reply:
     parts = urlsplit(url)
     try:
@@ -319,6 +352,8 @@ def _exchange(
     }
     if body is not None:
         headers["Content-Type"] = "application/json"
+    if authorization is not None:
+        headers["Authorization"] = authorization
     cut = _DeadlineCut(connection, budget)
     try:
         connection.connect()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import re
 import socket
 import sys
@@ -537,3 +538,29 @@ def test_an_unreadable_token_file_stops_the_agent_at_start(tmp_path: Path) -> No
     with pytest.raises(ConfigError) as caught:
         Agent(config, notifier=SystemdNotifier({}))
     assert "serving.token_file" in str(caught.value)
+
+
+def test_the_canary_carries_the_servers_api_key_from_its_file(
+    node_tree: tuple[Path, Path, list[str]], tmp_path: Path
+) -> None:
+    key_file = tmp_path / "vllm-api-key"
+    key_file.write_text("k3y-of-the-server\n")
+    key_file.chmod(0o600)
+    journal, proc, _ = node_tree
+    canary = {"timeout": 1.0, "idle_after": 0.5, "api_key_file": str(key_file)}
+    with VllmStandin(mode="idle", api_key="k3y-of-the-server") as keyed:
+        config = _config(keyed.url, journal, proc, 5.0, False, {"canary": canary})
+        agent = RunningAgent(Agent(config, notifier=SystemdNotifier({})))
+        try:
+            assert agent.wait(lambda: agent.agent.ready.is_set(), 30)
+
+            def outcome() -> str | None:
+                found = agent.state()["probes"]["vllm"]["canary"]
+                return None if found is None else str(found["outcome"])
+
+            assert agent.wait(lambda: outcome() is not None, 15)
+            assert outcome() == "ok", agent.state()["probes"]["vllm"]["canary"]
+            assert keyed.snapshot()["completions"] >= 1
+            assert "k3y-of-the-server" not in json.dumps(agent.state())
+        finally:
+            agent.close()

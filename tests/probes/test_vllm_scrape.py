@@ -350,6 +350,41 @@ def test_canary_refused_is_an_error_not_a_timeout() -> None:
     assert result.outcome == "error"
 
 
+@pytest.fixture
+def keyed_standin() -> Iterator[VllmStandin]:
+    """A server started with vLLM's --api-key: its /v1 routes want the key."""
+    with VllmStandin(step_rate=40.0, api_key="k3y-of-the-server") as server:
+        yield server
+
+
+def test_canary_sends_the_servers_api_key(keyed_standin: VllmStandin) -> None:
+    result = Canary(keyed_standin.url, None, timeout=2.0, api_key="k3y-of-the-server").run()
+
+    assert result.outcome == "ok", result.error
+
+
+def test_canary_without_the_key_names_the_setting(keyed_standin: VllmStandin) -> None:
+    asked_models = Canary(keyed_standin.url, None, timeout=2.0).run()
+    named_model = Canary(keyed_standin.url, "standin-model", timeout=2.0).run()
+
+    for result in (asked_models, named_model):
+        assert result.outcome == "error"
+        assert result.error is not None
+        assert "401" in result.error and "api_key_file" in result.error
+    # /health and /metrics need no key: the probe itself still reads the server.
+    assert VllmScraper(keyed_standin.url, 1.0, MAX_BODY).scrape().health_status == 200
+
+
+def test_canary_with_a_wrong_key_says_it_was_refused(keyed_standin: VllmStandin) -> None:
+    canary = Canary(keyed_standin.url, "standin-model", timeout=2.0, api_key="not-the-key")
+
+    result = canary.run()
+
+    assert result.outcome == "error"
+    assert result.error is not None and "refused the API key" in result.error
+    assert "not-the-key" not in result.error and "not-the-key" not in repr(canary)
+
+
 def test_answered_canary_feeds_the_tracker(standin: VllmStandin) -> None:
     standin.set_mode("idle")
     scraper = VllmScraper(standin.url, 1.0, MAX_BODY)

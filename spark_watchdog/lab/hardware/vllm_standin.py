@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import signal
 import sys
@@ -138,6 +139,7 @@ class VllmStandin:
         step_rate: float = 30.0,
         drip_interval: float = 0.2,
         seed: int | None = None,
+        api_key: str | None = None,
     ) -> None:
         if engines < 1:
             raise ValueError(f"engines: expected ≥ 1, got {engines}")
@@ -146,6 +148,8 @@ class VllmStandin:
         if step_rate <= 0:
             raise ValueError(f"step_rate: expected steps per second > 0, got {step_rate}")
         self.model = model
+        # vLLM's --api-key: every /v1 route wants "Authorization: Bearer KEY".
+        self.api_key = api_key
         self.old_names = old_names
         self.step_rate = step_rate
         self.drip_interval = drip_interval
@@ -454,7 +458,9 @@ class _StandinHandler(BaseHTTPRequestHandler):
         if self.standin._fault_now() == "drop":
             return  # request read; close without a word
         standin = self.standin
-        if path.startswith(REDIRECT_PREFIX):
+        if path.startswith("/v1") and not self._authorized():
+            self._send_json(HTTPStatus.UNAUTHORIZED, {"error": "Unauthorized"})
+        elif path.startswith(REDIRECT_PREFIX):
             self._send(HTTPStatus.FOUND, b"", location="/" + path[len(REDIRECT_PREFIX) :])
         elif method == "GET" and path == "/health":
             dead = standin._fault_now() == "dead"
@@ -467,6 +473,10 @@ class _StandinHandler(BaseHTTPRequestHandler):
             self._completion(body)
         else:
             self._send_json(HTTPStatus.NOT_FOUND, {"detail": "Not Found"})
+
+    def _authorized(self) -> bool:
+        key = self.standin.api_key
+        return key is None or self.headers.get("Authorization") == f"Bearer {key}"
 
     def _completion(self, body: bytes) -> None:
         try:
@@ -591,6 +601,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--drip-interval", type=float, default=0.2, help="seconds per byte in slow mode"
     )
     parser.add_argument("--headless", action="store_true", help="worker rank: serve nothing")
+    parser.add_argument(
+        "--api-key",
+        default=os.environ.get("VLLM_API_KEY"),
+        help="as vLLM's: /v1 routes want this bearer token (default: $VLLM_API_KEY)",
+    )
     parser.add_argument("--speculative-config", type=_json_object, default=None)
     parser.add_argument("--compilation-config", type=_json_object, default=None)
     parser.add_argument(
@@ -660,6 +675,7 @@ def main(argv: list[str] | None = None) -> int:
             mode=args.mode,
             step_rate=args.step_rate,
             drip_interval=args.drip_interval,
+            api_key=args.api_key,
         )
     except (ValueError, OSError) as exc:
         print(f"vllm_standin: {exc}", file=sys.stderr)
