@@ -611,6 +611,8 @@ class Agent:
                 self._canary_task.cancel()
             if self._gpu is not None:
                 await self._gpu.close()
+            if self.serving is not None:
+                self.serving.close()  # the rank runs on: only its watchers stop
             self.http.stop()
             log.info("agent %s stopped", self.config.node)
 

@@ -8,6 +8,7 @@ container of the local Docker Engine (:mod:`.rank_container`).
 from __future__ import annotations
 
 import signal
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -76,6 +77,23 @@ class RankRuntime(Protocol):
         """A live rank this agent did not start (an earlier agent's, the operator's)
         that it can watch, stop and kill: with its command and its profile where
         known. None when there is none, or the runtime cannot take one over."""
+
+    def base_command(self, configured: list[str]) -> list[str]:
+        """The argv a profile is merged into: ``serving.command``, or where the
+        runtime re-creates a rank it found (the launcher's container), that one's.
+
+        :raises LaunchFailed: there is nothing to start from.
+        """
+
+    def creates_from(self) -> dict[str, Any]:
+        """What a start creates the rank from (``source``, ``detail``), for status."""
+
+    def watch_arrivals(self, arrived: Callable[[], None]) -> None:
+        """Call ``arrived`` (on a thread of the runtime's) whenever a rank this
+        agent may adopt starts outside it (the cluster's launcher); or never."""
+
+    def close(self) -> None:
+        """Stop watching for arrivals; nothing it started is touched."""
 
     def launch(
         self, argv: list[str], environment: dict[str, str], log_file: Path, profile: str

@@ -20,8 +20,14 @@ API itself, through the Docker SDK (no parsing of CLI output):
 - Its output (``docker logs --follow``) is appended to
   ``serving.log_file``, where the effective config is read as for a process.
 - A container of that name (or with ``serving.docker.adopt_labels``) that
-  the agent finds at its start is adopted: watched, stopped and killed like
-  its own; a start after it creates the rank anew from the config.
+  the agent finds at its start, or that starts later while no rank of the
+  agent's lives (the cluster's launcher brought it up: a ``start`` event), is
+  adopted: watched, stopped and killed like its own; a start after it creates
+  the rank anew from the config.
+- With neither ``serving.command`` nor ``serving.docker.image`` configured,
+  the rank is the launcher's container, and a start re-creates it from its
+  own spec as inspect read it (image, command, environment, labels, host
+  config), the profile merged into its command and the restart policy ``no``.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ import logging
 import signal
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -269,6 +276,10 @@ class ContainerRuntime:
         self.node = node
         self._client: docker.DockerClient | None = None
         self._lock = threading.Lock()
+        # The last container found to adopt, as inspect read it: what a start
+        # re-creates when the config names no image and command of its own.
+        self._spec: dict[str, Any] | None = None
+        self._closed = threading.Event()
 
     def new_client(self) -> docker.DockerClient:
         """A client of its own (for a thread that streams)."""
@@ -333,8 +344,9 @@ class ContainerRuntime:
             return None
         if attrs is None or attrs.get("State", {}).get("Status") not in _LIVE:
             return None
+        self._spec = attrs
         config = attrs.get("Config") or {}
-        argv = [*(config.get("Entrypoint") or []), *(config.get("Cmd") or [])]
+        argv = _spec_argv(attrs)
         profile = (config.get("Labels") or {}).get(LABEL_PROFILE)
         rank = ContainerRank(
             self, str(attrs["Id"]), adopted=True, log_file=log_file, since=time.time()
@@ -365,9 +377,102 @@ class ContainerRuntime:
             )
         return None
 
+    # -- what a start creates ----------------------------------------------------------
+
+    def _found_spec(self) -> dict[str, Any] | None:
+        """The container to re-create: the last one adopted, else whatever of that
+        name or labels the Engine still has (an ended one holds its spec too)."""
+        if self._spec is not None:
+            return self._spec
+        try:
+            attrs = self.found()
+        except LaunchFailed:
+            return None
+        if attrs is not None:
+            self._spec = attrs
+        return attrs
+
+    def base_command(self, configured: list[str]) -> list[str]:
+        if not self.config.recreates_found_container:
+            return configured
+        spec = self._found_spec()
+        if spec is None:
+            raise LaunchFailed(self._nothing_to_recreate())
+        return _spec_argv(spec)
+
+    def _nothing_to_recreate(self) -> str:
+        wanted = f"container {self.docker.name}" + (
+            " or one labelled "
+            + ", ".join(f"{k}={v}" for k, v in sorted(self.docker.adopt_labels.items()))
+            if self.docker.adopt_labels
+            else ""
+        )
+        return (
+            f"no {wanted} to re-create: this agent has not seen the launcher's container "
+            "and the Docker Engine has none; start serving with the cluster's launcher "
+            "(the agent adopts the container as it starts), or give serving.command and "
+            "serving.docker.image"
+        )
+
+    def creates_from(self) -> dict[str, Any]:
+        if not self.config.recreates_found_container:
+            return {"source": "config", "detail": f"image {self.docker.image}"}
+        spec = self._spec
+        if spec is None:
+            return {"source": None, "detail": self._nothing_to_recreate()}
+        name = str(spec.get("Name", "")).lstrip("/")
+        image = (spec.get("Config") or {}).get("Image")
+        return {"source": "found_container", "detail": f"container {name} (image {image})"}
+
+    # -- arrivals -----------------------------------------------------------------------
+
+    def watch_arrivals(self, arrived: Callable[[], None]) -> None:
+        threading.Thread(
+            target=self._follow_arrivals, args=(arrived,), name="docker-arrivals", daemon=True
+        ).start()
+
+    def close(self) -> None:
+        """Stop following arrivals (at the next event or reconnect)."""
+        self._closed.set()
+
+    def _matches(self, attributes: dict[str, Any]) -> bool:
+        if attributes.get("name") == self.docker.name:
+            return True
+        labels = self.docker.adopt_labels
+        return bool(labels) and all(attributes.get(k) == v for k, v in labels.items())
+
+    def _follow_arrivals(self, arrived: Callable[[], None]) -> None:
+        """The daemon's ``start`` events of containers named or labelled as the rank:
+        one stream, nothing polled while nothing starts."""
+        backoff = 0
+        while not self._closed.is_set():
+            try:
+                client = self.new_client()
+                events = client.api.events(
+                    decode=True, filters={"type": "container", "event": "start"}
+                )
+                backoff = 0
+                for event in events:
+                    if self._closed.is_set():
+                        break
+                    actor = event.get("Actor") or {}
+                    if self._matches(actor.get("Attributes") or {}):
+                        arrived()
+                with contextlib.suppress(Exception):
+                    events.close()
+            except (docker.errors.DockerException, OSError, ValueError) as exc:
+                log.debug("serving: following container starts: %s", exc)
+            if self._closed.wait(_RECONNECT_S[min(backoff, len(_RECONNECT_S) - 1)]):
+                return
+            backoff += 1
+
+    # -- starting -------------------------------------------------------------------------
+
     def launch(
         self, argv: list[str], environment: dict[str, str], log_file: Path, profile: str
     ) -> ContainerRank:
+        if self.config.recreates_found_container:
+            return self._recreate(argv, environment, log_file, profile)
         image = self.docker.image
         if image is None:  # the config requires it with this runtime
             raise LaunchFailed("serving.docker.image: not set")
@@ -414,13 +519,71 @@ class ContainerRuntime:
             raise LaunchFailed(f"starting container {self.docker.name}: {exc}") from None
         return ContainerRank(self, str(container.id), adopted=False, log_file=log_file, since=since)
 
-    def _remove_old(self, client: docker.DockerClient) -> None:
+    def _recreate(
+        self, argv: list[str], environment: dict[str, str], log_file: Path, profile: str
+    ) -> ContainerRank:
+        """The launcher's container made anew from its spec, ``argv`` (its command
+        with the profile merged) in place of its command."""
+        spec = self._found_spec()
+        if spec is None:
+            raise LaunchFailed(self._nothing_to_recreate())
+        config = spec.get("Config") or {}
+        name = str(spec.get("Name", "")).lstrip("/") or self.docker.name
+        entrypoint = [str(a) for a in config.get("Entrypoint") or []]
+        # A profile rewrites flag values in place or appends: the split holds.
+        split = len(entrypoint)
+        env = dict(str(item).partition("=")[::2] for item in config.get("Env") or [])
+        env.update(environment)
+        labels = dict(config.get("Labels") or {})
+        labels[LABEL_PROFILE] = profile
+        if self.node:
+            labels[LABEL_NODE] = self.node
+        host_config = dict(spec.get("HostConfig") or {})
+        host_config["RestartPolicy"] = {"Name": "no", "MaximumRetryCount": 0}
+        client = self.client()
+        self._remove_old(client, name)
+        since = time.time()
+        try:
+            created = client.api.create_container(
+                str(config.get("Image")),
+                command=argv[split:],
+                entrypoint=argv[:split] if split else None,
+                name=name,
+                labels=labels,
+                environment=[f"{k}={v}" for k, v in env.items()],
+                user=config.get("User") or None,
+                working_dir=config.get("WorkingDir") or None,
+                stop_signal=config.get("StopSignal") or None,
+                tty=bool(config.get("Tty")),
+                host_config=host_config,
+            )
+            client.api.start(created["Id"])
+        except docker.errors.ImageNotFound:
+            raise LaunchFailed(
+                f"re-creating container {name}: its image {config.get('Image')} is no longer "
+                f"in the Docker Engine at {self.socket} (pull it again)"
+            ) from None
+        except docker.errors.DockerException as exc:
+            with contextlib.suppress(docker.errors.DockerException):
+                client.api.remove_container(name, force=True)
+            raise LaunchFailed(f"re-creating container {name}: {exc}") from None
+        cid = str(created["Id"])
+        self._spec = self.inspect(cid, client) or spec
+        return ContainerRank(self, cid, adopted=False, log_file=log_file, since=since)
+
+    def _remove_old(self, client: docker.DockerClient, name: str | None = None) -> None:
         """The previous container (ended: leftover() refused a live one), so the name is free."""
         try:
-            client.api.remove_container(self.docker.name, v=False, force=False)
+            client.api.remove_container(name or self.docker.name, v=False, force=False)
         except docker.errors.NotFound:
             return
         except docker.errors.DockerException as exc:
             raise LaunchFailed(
-                f"removing the previous container {self.docker.name}: {exc}"
+                f"removing the previous container {name or self.docker.name}: {exc}"
             ) from None
+
+
+def _spec_argv(attrs: dict[str, Any]) -> list[str]:
+    """A container's command as its main process got it: entrypoint, then command."""
+    config = attrs.get("Config") or {}
+    return [str(a) for a in (*(config.get("Entrypoint") or []), *(config.get("Cmd") or []))]

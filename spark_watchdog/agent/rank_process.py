@@ -15,6 +15,7 @@ import contextlib
 import os
 import signal
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -126,6 +127,20 @@ class ProcessRuntime:
         """A process group of an earlier agent is no child of this one: it is found
         (``process_match``) and refused, never adopted."""
         return None
+
+    def base_command(self, configured: list[str]) -> list[str]:
+        if not configured:  # the config requires one with this runtime
+            raise LaunchFailed("serving.command: not set")
+        return configured
+
+    def creates_from(self) -> dict[str, Any]:
+        return {"source": "serving.command", "detail": None}
+
+    def watch_arrivals(self, arrived: Callable[[], None]) -> None:
+        """A process started by someone else is refused, never adopted: nothing to watch."""
+
+    def close(self) -> None:
+        """Nothing to let go of."""
 
     def launch(
         self, argv: list[str], environment: dict[str, str], log_file: Path, profile: str

@@ -127,6 +127,7 @@ class ServingLauncher:
         self._operation = threading.Lock()
         self._state = threading.Lock()
         self._run: _Run | None = self._adopt()
+        self.runtime.watch_arrivals(self._arrived)
 
     def _adopt(self) -> _Run | None:
         """A live rank found at start (a container of this node's name): watched,
@@ -153,6 +154,31 @@ class ServingLauncher:
             scanner=LogScanner(path, offset),
             requested=requested_config(argv),
         )
+
+    def _arrived(self) -> None:
+        """A rank started outside this agent (the cluster's launcher): adopted
+        while no rank of this agent's lives. Waits for a start or stop under way,
+        so the agent's own start is seen as its own."""
+        with self._operation:
+            with self._state:
+                run = self._run
+            if run is not None and run.rank.alive():
+                return
+            found = self._adopt()
+            if found is None:
+                return
+            with self._state:
+                previous, self._run = self._run, found
+        if previous is not None:
+            previous.rank.close()
+
+    def close(self) -> None:
+        """Let go of what watches the rank and the runtime; the rank keeps running."""
+        self.runtime.close()
+        with self._state:
+            run = self._run
+        if run is not None:
+            run.rank.close()
 
     @property
     def profile_names(self) -> list[str]:
@@ -181,7 +207,9 @@ class ServingLauncher:
         try:
             self._refuse_if_alive()
             try:
-                argv = apply_profile(self.config.command, self.profiles[name])
+                argv = apply_profile(
+                    self.runtime.base_command(list(self.config.command)), self.profiles[name]
+                )
             except ProfileError as exc:  # checked at config load; kept for safety
                 raise LaunchFailed(f"profile {name}: {exc}") from None
             run = self._launch(argv, name)
@@ -365,6 +393,7 @@ class ServingLauncher:
             "default_profile": self.config.default_profile,
             "profiles": self.profile_names,
             "log_file": self.config.log_file,
+            "creates_from": self.runtime.creates_from(),
         }
         with self._state:
             run = self._run

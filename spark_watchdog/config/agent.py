@@ -264,9 +264,12 @@ class ServingConfig:
                 )
         if not self.enabled:
             return
-        if not self.command:
+        if not self.command and not self.recreates_found_container:
             raise InvalidSetting(
-                "command", "required when serving is enabled: the rank's launch argv as a list"
+                "command",
+                "required when serving is enabled: the rank's launch argv as a list "
+                "(with runtime docker, leave out both command and docker.image to re-create "
+                "the container the cluster's launcher started from its own spec)",
             )
         if self.token_file is None:
             raise InvalidSetting(
@@ -276,11 +279,12 @@ class ServingConfig:
             )
         if not os.path.isabs(self.log_file):
             raise InvalidSetting("log_file", f'expected an absolute path, got "{self.log_file}"')
-        if self.runtime == "docker" and self.docker.image is None:
+        if self.runtime == "docker" and self.docker.image is None and self.command:
             raise InvalidSetting(
                 "docker.image",
-                "required when serving.runtime is docker: the image the rank's container "
-                "is created from (the one your docker run or compose file names)",
+                "required with serving.command when serving.runtime is docker: the image the "
+                "rank's container is created from (the one your docker run or compose file "
+                "names); or leave out both to re-create the launcher's container from its spec",
             )
         if self.working_directory is not None and not os.path.isabs(self.working_directory):
             raise InvalidSetting(
@@ -293,6 +297,13 @@ class ServingConfig:
                 apply_profile(self.command, profile)
             except ProfileError as exc:
                 raise InvalidSetting("command", f"profile {name}: {exc}") from None
+
+    @property
+    def recreates_found_container(self) -> bool:
+        """The rank is the container the cluster's launcher started (found by
+        ``docker.name`` or ``docker.adopt_labels``); a start re-creates it from
+        its own spec with the profile merged (docs/serving.md)."""
+        return self.runtime == "docker" and not self.command and self.docker.image is None
 
     def all_profiles(self) -> dict[str, Profile]:
         """Built-in profiles (safe, plain) overlaid by the configured ones."""

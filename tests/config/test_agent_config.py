@@ -145,3 +145,42 @@ def test_agent_check_accepts_the_example() -> None:
     )
     assert result.returncode == 0, result.stderr
     assert "ok (node spark-1)" in result.stdout
+
+
+def _docker_serving(**serving: object) -> dict[str, object]:
+    base: dict[str, object] = {
+        "enabled": True,
+        "runtime": "docker",
+        "token_file": "/etc/spark-watchdog/serving-token",
+        "log_file": "/var/lib/spark-watchdog/serving.log",
+    }
+    base.update(serving)
+    return {"node": "spark-1", "serving": base}
+
+
+def test_the_launchers_container_needs_neither_command_nor_image() -> None:
+    launchers = parse_agent_config(_docker_serving(docker={"adopt_labels": {"app": "vllm"}}))
+    own = parse_agent_config(_docker_serving(command=["vllm", "serve"], docker={"image": "v:1"}))
+
+    assert launchers.serving.recreates_found_container
+    assert not own.serving.recreates_found_container
+
+
+@pytest.mark.parametrize(
+    ("serving", "expected"),
+    [
+        ({"command": ["vllm", "serve"]}, "serving.docker.image: required with serving.command"),
+        ({"docker": {"image": "v:1"}}, "leave out both command and docker.image to re-create"),
+        ({"docker": {"image": "v:1"}, "runtime": "process"}, "serving.command: required when"),
+        (
+            {"command": ["vllm"], "docker": {"image": "v:1", "restart_policy": "always"}},
+            'serving.docker.restart_policy: "always" would let the Docker daemon restart',
+        ),
+    ],
+)
+def test_half_a_docker_rank_is_refused_with_the_fix(
+    serving: dict[str, object], expected: str
+) -> None:
+    with pytest.raises(ConfigError) as raised:
+        parse_agent_config(_docker_serving(**serving))
+    assert expected in str(raised.value)

@@ -6,6 +6,8 @@ a daemon restart, and every way the Engine can be missing or wrong."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import json
 import socket
 import threading
 import time
@@ -71,6 +73,7 @@ def launchers() -> Iterator[list[ServingLauncher]]:
     for launcher in made:
         with contextlib.suppress(Exception):
             launcher.stop()
+        launcher.close()
 
 
 def _launcher(made: list[ServingLauncher], config: ServingConfig) -> ServingLauncher:
@@ -242,6 +245,80 @@ def test_a_detached_container_of_the_operator_is_adopted_by_its_labels(
     )
     with pytest.raises(ServingConflict, match=r"match 2 containers \(twin-a, twin-b\)"):
         _launcher(launchers, twins).start("safe")
+
+
+def test_the_launchers_container_is_adopted_as_it_starts_and_recreated_with_the_profile(
+    dockerd: Dockerd,
+    rank_image: str,
+    docker_client: docker.DockerClient,
+    tmp_path: Path,
+    launchers: list[ServingLauncher],
+) -> None:
+    """A cluster launcher (spark-vllm-docker, sparkrun) starts the rank's container
+    after the agent; the agent is configured with neither command nor image."""
+    port = free_port()
+    config = _serving(
+        tmp_path,
+        dockerd.socket,
+        rank_image,
+        port,
+        name="nobody",
+        adopt_labels={"com.example.cluster": "head"},
+    )
+    config = dataclasses.replace(
+        config, command=(), docker=dataclasses.replace(config.docker, image=None)
+    )
+    assert config.recreates_found_container
+    launcher = _launcher(launchers, config)
+    before = launcher.status()
+    assert before["state"] == "not_started" and before["creates_from"]["source"] is None
+    with pytest.raises(LaunchFailed, match="no container nobody or one labelled"):
+        launcher.start("safe")
+
+    volumes, environment = bound_code()
+    docker_client.containers.run(
+        rank_image,
+        standin_command(port, "--compilation-config", '{"cudagraph_mode": "PIECEWISE"}'),
+        name="vllm_node",
+        labels={"com.example.cluster": "head"},
+        environment={**environment, "OPERATOR_SETTING": "kept"},
+        volumes=volumes,
+        network_mode="host",
+        restart_policy={"Name": "always"},
+        detach=True,
+    )
+    wait_for(
+        lambda: launcher.status().get("container", {}).get("name") == "vllm_node",
+        30,
+        "the agent to adopt the container the launcher started",
+    )
+    adopted = launcher.status()
+    assert adopted["state"] == "running" and adopted["container"]["adopted"]
+    assert adopted["container"]["restart_policy"] == "always"
+    assert adopted["creates_from"]["source"] == "found_container"
+    wait_for(lambda: _healthy(port), 60, "the launcher's rank")
+
+    assert launcher.stop()["state"] == "stopped"
+    remade = launcher.start("safe")
+    assert remade["container"]["name"] == "vllm_node" and not remade["container"]["adopted"]
+    wait_for(
+        lambda: launcher.status()["effective"]["cudagraph_mode"] == "FULL_DECODE_ONLY",
+        60,
+        "the safe profile merged into the launcher's command",
+    )
+    made = docker_client.containers.get("vllm_node")
+    assert made.attrs["HostConfig"]["RestartPolicy"]["Name"] == "no"
+    assert made.attrs["HostConfig"]["NetworkMode"] == "host"
+    assert made.labels["com.example.cluster"] == "head"  # still found by its labels
+    assert made.labels["spark-watchdog.profile"] == "safe"
+    assert "OPERATOR_SETTING=kept" in made.attrs["Config"]["Env"]
+    command = made.attrs["Config"]["Cmd"]
+    merged = json.loads(command[command.index("--compilation-config") + 1])
+    assert merged == {"cudagraph_mode": "FULL_DECODE_ONLY"}
+    wait_for(lambda: _healthy(port), 60, "the re-created rank")
+    # The agent's own start is its own: the container's start event adopted nothing.
+    time.sleep(1.0)
+    assert not launcher.status()["container"]["adopted"]
 
 
 def test_a_dockerd_restart_under_the_rank_is_followed(
