@@ -5,6 +5,7 @@ from __future__ import annotations
 import socket
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -12,6 +13,21 @@ from spark_watchdog.lab.cluster import LabCluster
 from spark_watchdog.lab.controller_pair import ControllerPair, wait_for
 from spark_watchdog.lab.hardware.postgres_server import PostgresServer
 from spark_watchdog.power.base import PowerState
+
+LOG_LINES_SHOWN = 80
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """A failed pair test shows what each controller logged (they run as
+    processes of their own, whose output pytest does not capture)."""
+    report: pytest.TestReport = yield
+    made = getattr(item, "funcargs", {}).get("pair")
+    if report.failed and call.when == "call" and isinstance(made, ControllerPair):
+        for name in made.processes:
+            lines = made.log(name).splitlines()[-LOG_LINES_SHOWN:]
+            report.sections.append((f"controller {name} (last lines)", "\n".join(lines)))
+    return report
 
 
 @pytest.fixture
