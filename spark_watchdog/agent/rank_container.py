@@ -87,9 +87,13 @@ class ContainerState:
         self.attrs: dict[str, Any] | None = None  # inspect's answer; None: no such container
         self.reachable = True
         self.error: str | None = None
+        self.last_state: dict[str, Any] = {}
 
     def set(self, attrs: dict[str, Any] | None) -> None:
         with self._lock:
+            if attrs is None and self.attrs is not None:
+                # Removed: what it last said (its exit code) is all there is now.
+                self.last_state = dict(self.attrs.get("State") or {})
             self.attrs, self.reachable, self.error = attrs, True, None
 
     def lost(self, error: str) -> None:
@@ -106,8 +110,11 @@ class ContainerState:
             return str(self.attrs.get("State", {}).get("Status", "unknown"))
 
     def state(self) -> dict[str, Any]:
+        """Docker's State of the container, or the last one seen once it was removed."""
         with self._lock:
-            return dict((self.attrs or {}).get("State", {}))
+            if self.attrs is None:
+                return dict(self.last_state)
+            return dict(self.attrs.get("State", {}))
 
     def snapshot(self) -> tuple[dict[str, Any] | None, bool, str | None]:
         with self._lock:
@@ -145,6 +152,8 @@ class ContainerRank:
 
     @property
     def pid(self) -> int | None:
+        if self.state.status() not in _LIVE:
+            return None
         pid = self.state.state().get("Pid")
         return int(pid) if isinstance(pid, int) and pid > 0 else None
 
@@ -155,9 +164,13 @@ class ContainerRank:
     def exit_code(self) -> int | None:
         status = self.state.status()
         if status in ("exited", "dead", "gone", "created"):
-            code = self.state.state().get("ExitCode")
+            state = self.state.state()
+            code = state.get("ExitCode")
+            if status == "gone" and state.get("Running"):
+                code = None  # removed before its end was seen (a launcher's stop and rm)
             if not isinstance(code, int):
-                return 0 if status == "created" else None
+                # Never ran, or gone with its code unknown: ended all the same.
+                return 0 if status in ("created", "gone") else None
             # 128 + n: the main process ended on signal n (docker kill, OOM).
             return -(code - 128) if 128 < code < 160 else code
         return None
