@@ -197,6 +197,34 @@ def flag_json(argv: Sequence[str], flag: str) -> dict[str, Any] | None:
 
 # --- what a running config says about a profile -----------------------------------
 
+# vLLM's CUDAGraphMode (vllm/config/compilation.py): NONE=0, PIECEWISE=1, FULL=2,
+# FULL_DECODE_ONLY=(FULL, NONE), FULL_AND_PIECEWISE=(FULL, PIECEWISE).
+CUDAGRAPH_MODE_BY_VALUE = {
+    "0": "NONE",
+    "1": "PIECEWISE",
+    "2": "FULL",
+    "2,0": "FULL_DECODE_ONLY",
+    "2,1": "FULL_AND_PIECEWISE",
+}
+
+
+def normalise_cudagraph_mode(value: object) -> str | None:
+    """A cudagraph_mode as vLLM accepts it (name in any case, value, [2, 0]) → its name."""
+    if isinstance(value, str):
+        text = value.strip()
+        if text.isdigit():
+            return CUDAGRAPH_MODE_BY_VALUE.get(text)
+        return text.upper() or None
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return CUDAGRAPH_MODE_BY_VALUE.get(str(value))
+    if isinstance(value, (list, tuple)) and all(
+        isinstance(v, int) and not isinstance(v, bool) for v in value
+    ):
+        return CUDAGRAPH_MODE_BY_VALUE.get(",".join(str(v) for v in value))
+    return None
+
 
 @dataclass(frozen=True)
 class EffectiveConfig:

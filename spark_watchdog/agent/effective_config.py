@@ -18,9 +18,11 @@ from pathlib import Path
 
 from spark_watchdog.profiles import (
     COMPILATION_FLAG,
+    CUDAGRAPH_MODE_BY_VALUE,
     SPECULATIVE_FLAG,
     EffectiveConfig,
     flag_json,
+    normalise_cudagraph_mode,
 )
 
 # Bounds on reading the serving log: per status call, and for one line. vLLM's
@@ -30,15 +32,6 @@ LOG_LINE_LIMIT = 1024 * 1024
 
 # --- the effective config, from the rank's startup line ------------------------
 
-# vLLM's CUDAGraphMode (vllm/config/compilation.py): NONE=0, PIECEWISE=1, FULL=2,
-# FULL_DECODE_ONLY=(FULL, NONE), FULL_AND_PIECEWISE=(FULL, PIECEWISE).
-_MODE_BY_VALUE = {
-    "0": "NONE",
-    "1": "PIECEWISE",
-    "2": "FULL",
-    "2,0": "FULL_DECODE_ONLY",
-    "2,1": "FULL_AND_PIECEWISE",
-}
 # The line that carries the engine's resolved config. V1 prints "Initializing a
 # V1 LLM engine (v0.10.0) with config: ...", V0 "Initializing an LLM engine ...".
 _CONFIG_LINE = "with config:"
@@ -60,24 +53,6 @@ _MODE_VALUE = re.compile(
 _ADAPTIVE = re.compile(_KEY.format("enable_adaptive_verification") + r"(True|False|true|false)\b")
 
 
-def normalise_cudagraph_mode(value: object) -> str | None:
-    """A cudagraph_mode as vLLM accepts it (name in any case, value, [2, 0]) → its name."""
-    if isinstance(value, str):
-        text = value.strip()
-        if text.isdigit():
-            return _MODE_BY_VALUE.get(text)
-        return text.upper() or None
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return _MODE_BY_VALUE.get(str(value))
-    if isinstance(value, (list, tuple)) and all(
-        isinstance(v, int) and not isinstance(v, bool) for v in value
-    ):
-        return _MODE_BY_VALUE.get(",".join(str(v) for v in value))
-    return None
-
-
 def parse_effective(line: str) -> EffectiveConfig | None:
     """The effective config in one log line, or None if it is not a config line."""
     if _CONFIG_LINE not in line:
@@ -91,7 +66,7 @@ def parse_effective(line: str) -> EffectiveConfig | None:
     else:
         valued = _MODE_VALUE.search(where)
         if valued is not None:
-            mode = _MODE_BY_VALUE.get(re.sub(r"[\s\[\]()]", "", valued.group(1)))
+            mode = CUDAGRAPH_MODE_BY_VALUE.get(re.sub(r"[\s\[\]()]", "", valued.group(1)))
     adaptive_match = _ADAPTIVE.search(line)
     adaptive = None if adaptive_match is None else adaptive_match.group(1).lower() == "true"
     return EffectiveConfig(mode, adaptive)

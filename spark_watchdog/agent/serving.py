@@ -392,6 +392,7 @@ class ServingLauncher:
             "runtime": self.runtime.kind,
             "default_profile": self.config.default_profile,
             "profiles": self.profile_names,
+            "profile_settings": {n: self.profiles[n].to_json() for n in self.profile_names},
             "log_file": self.config.log_file,
             "creates_from": self.runtime.creates_from(),
         }

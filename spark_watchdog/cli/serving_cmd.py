@@ -122,11 +122,8 @@ def run_profile(args: argparse.Namespace) -> int:
 
 
 def run_restart(args: argparse.Namespace) -> int:
-    from spark_watchdog.controller.serving_restart import (
-        PreflightFailed,
-        ServingNode,
-        ServingRestart,
-    )
+    from spark_watchdog.controller.io import serving_restart_for
+    from spark_watchdog.controller.serving_restart import PreflightFailed, ServingNode
 
     try:
         config = load_controller_config(args.config)
@@ -145,7 +142,7 @@ def run_restart(args: argparse.Namespace) -> int:
         nodes = [ServingNode(n.name, n.agent) for n in config.nodes]
         head = next(n for n in nodes if n.name == serving.head)
         workers = [n for n in nodes if n is not head]
-        restart = ServingRestart(head, workers, token, timeout=serving.start_timeout)
+        restart = serving_restart_for(config, head, workers, token, serving.start_timeout)
         # Every agent must answer and offer the profile before any rank is stopped.
         try:
             asyncio.run(restart.preflight(profile))
@@ -165,7 +162,7 @@ def run_restart(args: argparse.Namespace) -> int:
         "error": report.error,
         "note": report.note,
         "steps": report.step_durations,
-    }
+    } | ({"launcher": report.launcher} if report.launcher else {})
     if args.json:
         print(json.dumps(body, indent=2))
     else:
@@ -174,4 +171,6 @@ def run_restart(args: argparse.Namespace) -> int:
         for line in (report.error, report.note):
             if line:
                 print(f"  {line}")
+        for command in (report.launcher or {}).get("commands", []):
+            print(f"  launcher {command['detail']} ({command['duration_s']:.1f}s)")
     return EXIT_OK if report.result == "succeeded" else EXIT_FAILED

@@ -303,6 +303,101 @@ class GuardsConfig:
     dry_run: bool = setting(False)
 
 
+# What the launcher's commands may name, each as ``{name}`` (docs/serving.md,
+# "The cluster's own launcher"); ``{vllm_args}`` alone in an argument expands
+# to several.
+LAUNCHER_PLACEHOLDERS = (
+    "profile",
+    "vllm_args",
+    "compilation_config",
+    "speculative_config",
+    "extra_args",
+)
+_PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+@dataclass(frozen=True, kw_only=True)
+class LauncherSshConfig:
+    """How the controller logs in to ``launcher.run_on``'s node (its ``ssh_host``)."""
+
+    user: str = setting()
+    # A private key file (or credential name); ssh reads it, the controller never does.
+    key_file: str = setting()
+    # The node's host key, pinned: an unknown or changed key is refused.
+    known_hosts_file: str = setting()
+    connect_timeout: float = setting(5.0, above=0)
+
+
+@dataclass(frozen=True, kw_only=True)
+class LauncherConfig:
+    """Who stops and starts the ranks in a serving restart (docs/serving.md)."""
+
+    # agents: each node's agent (POST /v1/serving/stop|start), in vLLM's order.
+    # command: the cluster's own launcher (spark-vllm-docker, sparkrun, a script).
+    type: Literal["agents", "command"] = setting("agents")
+    # agents: the start order. native: workers first, the head last (vLLM's own
+    # multi-node); ray: the head first (it runs the Ray head), then the workers.
+    order: Literal["native", "ray"] = setting("native")
+    # command: the launcher's stop and start, each an argv (no shell).
+    stop: tuple[str, ...] = setting(())
+    start: tuple[str, ...] = setting(())
+    # command: where they run: "controller" (this host) or a node's name (over SSH).
+    run_on: str = setting("controller")
+    ssh: LauncherSshConfig | None = setting(None)
+    # command: seconds each may take before it is killed (and the restart fails).
+    stop_timeout: float = setting(300.0, above=0)
+    start_timeout: float = setting(600.0, above=0)
+    working_directory: str | None = setting(None)
+    environment: dict[str, str] = setting(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.type == "agents":
+            for key in ("stop", "start"):
+                if getattr(self, key):
+                    raise InvalidSetting(
+                        key, 'only a launcher of type "command" runs commands; set type: command'
+                    )
+            return
+        for key in ("stop", "start"):
+            argv = getattr(self, key)
+            if not argv or not argv[0].strip():
+                raise InvalidSetting(
+                    key, "required with type command: the launcher's argv as a list"
+                )
+            for i, argument in enumerate(argv):
+                for name in _PLACEHOLDER.findall(argument):
+                    if name not in LAUNCHER_PLACEHOLDERS:
+                        raise InvalidSetting(
+                            f"{key}[{i}]",
+                            f'unknown placeholder "{{{name}}}"; known: '
+                            + ", ".join(f"{{{n}}}" for n in LAUNCHER_PLACEHOLDERS),
+                        )
+                if "{vllm_args}" in argument and argument != "{vllm_args}":
+                    raise InvalidSetting(
+                        f"{key}[{i}]",
+                        '"{vllm_args}" expands to several arguments: give it as an argument '
+                        "of its own",
+                    )
+        if self.run_on == "controller" and self.ssh is not None:
+            raise InvalidSetting("ssh", 'only for run_on a node; run_on is "controller"')
+        if self.run_on != "controller" and self.ssh is None:
+            raise InvalidSetting(
+                "ssh",
+                f"required to run the launcher on {self.run_on}: user, key_file, known_hosts_file",
+            )
+        if self.working_directory is not None and not self.working_directory.startswith("/"):
+            raise InvalidSetting(
+                "working_directory", f'expected an absolute path, got "{self.working_directory}"'
+            )
+        for key in self.environment:
+            if not _ENV_NAME.match(key):
+                raise InvalidSetting(
+                    f"environment.{key}",
+                    "expected an environment variable name ([A-Za-z_][A-Za-z0-9_]*)",
+                )
+
+
 @dataclass(frozen=True, kw_only=True)
 class ServingConfig:
     # Node whose rank serves the HTTP API (rank 0); its vLLM state decides serving verdicts.
@@ -321,6 +416,8 @@ class ServingConfig:
     # (restart loops leak unified memory until the host dies: docs/design.md, "Memory guard").
     restart_budget: int = setting(6, minimum=1)
     restart_budget_window: float = setting(3600.0, above=0)
+    # Who stops and starts the ranks: the agents (the default) or the cluster's launcher.
+    launcher: LauncherConfig = setting(default_factory=LauncherConfig)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -525,6 +622,18 @@ class ControllerConfig:
             raise InvalidSetting(
                 "serving.head", f'expected one of the node names, got "{self.serving.head}"'
             )
+        run_on = self.serving.launcher.run_on
+        if self.serving.launcher.type == "command" and run_on != "controller":
+            if run_on not in names:
+                raise InvalidSetting(
+                    "serving.launcher.run_on",
+                    f'expected "controller" or a node name ({", ".join(names)}), got "{run_on}"',
+                )
+            if self.node(run_on).ssh_host is None:
+                raise InvalidSetting(
+                    "serving.launcher.run_on",
+                    f"node {run_on} has no ssh_host: give it one to run the launcher there",
+                )
         if is_postgres_url(self.history):
             problems = check_url(self.history)
             if problems:

@@ -78,7 +78,7 @@ class ControllerIO:
             banner=check_ssh_banner,
             witness=check_witness,
             power_factory=device_power_factory(config, clock),
-            serving=run_serving_restart,
+            serving=serving_runner(config),
             agent_restart=restart_agent_over_ssh,
             blocking=in_thread,
             forced_reboot=forced_reboot_over_ssh,
@@ -114,10 +114,42 @@ def device_power_factory(config: ControllerConfig, clock: Clock) -> PowerFactory
     return make
 
 
-async def run_serving_restart(
-    head: ServingNode, workers: Sequence[ServingNode], token: str, timeout: float, profile: str
-) -> ServingRestartReport:
-    return await ServingRestart(head, workers, token, timeout=timeout).run(profile)
+def serving_restart_for(
+    config: ControllerConfig,
+    head: ServingNode,
+    workers: Sequence[ServingNode],
+    token: str,
+    timeout: float,
+) -> ServingRestart:
+    """The restart ``serving.launcher`` names: through the agents, or the cluster's
+    own launcher (its commands run here or over SSH on a node)."""
+    launcher = config.serving.launcher
+    if launcher.type == "agents":
+        return ServingRestart(head, workers, token, timeout=timeout, order=launcher.order)
+    from spark_watchdog.controller.cluster_launcher import LauncherRestart
+    from spark_watchdog.controller.launcher_commands import (
+        CommandRunner,
+        LocalRunner,
+        SshRunner,
+    )
+
+    runner: CommandRunner
+    if launcher.run_on == "controller":
+        runner = LocalRunner(launcher.working_directory)
+    else:
+        node = config.node(launcher.run_on)
+        assert launcher.ssh is not None and node.ssh_host is not None  # checked at load
+        runner = SshRunner(node.ssh_host, node.ssh_port, launcher.ssh, launcher.working_directory)
+    return LauncherRestart(head, workers, token, launcher=launcher, runner=runner, timeout=timeout)
+
+
+def serving_runner(config: ControllerConfig) -> ServingRunner:
+    async def run(
+        head: ServingNode, workers: Sequence[ServingNode], token: str, timeout: float, profile: str
+    ) -> ServingRestartReport:
+        return await serving_restart_for(config, head, workers, token, timeout).run(profile)
+
+    return run
 
 
 async def restart_agent_over_ssh(device: SshDevice) -> str:

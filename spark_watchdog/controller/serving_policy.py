@@ -180,7 +180,8 @@ class ServingRestarts:
                 incident_id,
                 StepName.SERVING_RESTART_DONE,
                 detail={"result": report.result, "error": report.error}
-                | ({"note": report.note} if report.note else {}),
+                | ({"note": report.note} if report.note else {})
+                | ({"launcher": report.launcher} if report.launcher else {}),
             )
         total = sum(report.step_durations.values())
         if report.result == "succeeded":

@@ -2,9 +2,11 @@
 (docs/design.md, "Serving restart"; docs/facts.md, "Multi-node serving").
 
 A rank cannot rejoin alone: every rank restarts. Down: the head first, then
-the workers. Up: the workers first, then the head, promptly (the head waits
-~10 s for the master port). Done when the head's vLLM answers /health 200
-*and* makes progress, or a 1-token canary answers, within start_timeout.
+the workers. Up (``serving.launcher.order``): native multi-node starts the
+workers first, then the head, promptly (the head waits ~10 s for the master
+port); Ray starts the head (the Ray head) first, then the workers. Done when
+the head's vLLM answers /health 200 *and* makes progress, or a 1-token canary
+answers, within start_timeout.
 
 Before anything is stopped, every node's agent is asked what it offers
 (``GET /v1/serving``, unauthenticated): a profile one of them does not know,
@@ -18,7 +20,7 @@ import asyncio
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from spark_watchdog.controller.detector import vllm_status
 from spark_watchdog.controller.http_client import HttpError, request
@@ -39,15 +41,24 @@ class ServingRestartReport:
     note: str | None = None
     # Per node, the stacks its agent took before the stop (agent/stacks.py), if any.
     stacks: dict[str, Any] = field(default_factory=dict)
+    # A cluster launcher's restart: its commands as they ran, and the ranks'
+    # states before, after the stop and at the end (controller/cluster_launcher.py).
+    launcher: dict[str, Any] | None = None
 
 
-def _unsafe(serving: dict[str, Any]) -> bool:
+def _unsafe(serving: dict[str, Any], asked: EffectiveConfig | None = None) -> bool:
     """The head runs a config that is not the profile's and not known to be as
     safe. Judged again here from what the agent read (``requested`` and
     ``effective``), not taken from its verdict alone: any sign of a difference
-    counts unless the values themselves show a config as safe."""
-    requested = EffectiveConfig.from_json(serving.get("requested"))
+    counts unless the values themselves show a config as safe. ``asked``: what
+    the profile itself sets, where someone else (a cluster launcher) built the
+    command the agent read ``requested`` from."""
     effective = EffectiveConfig.from_json(serving.get("effective"))
+    if asked is not None:
+        safe = effective_safe(asked, effective)
+        if safe is False or (effective_matches(asked, effective) is False and safe is not True):
+            return True
+    requested = EffectiveConfig.from_json(serving.get("requested"))
     safe = effective_safe(requested, effective)
     if safe is False or (effective_matches(requested, effective) is False and safe is not True):
         return True
@@ -136,9 +147,11 @@ class ServingRestart:
         *,
         timeout: float,
         request_timeout: float = 30.0,
+        order: Literal["native", "ray"] = "native",
     ) -> None:
         self.head = head
         self.workers = tuple(workers)
+        self.order = order
         self._auth = {"Authorization": f"Bearer {token}"}
         self.timeout = timeout
         self.request_timeout = request_timeout
@@ -195,17 +208,18 @@ class ServingRestart:
                 stacks = stopped.get("stacks")
                 if isinstance(stacks, dict):
                     report.stacks[node.name] = stacks
-            for worker in self.workers:
+            # vLLM's own multi-node: the head waits ~10 s for the workers, so they
+            # go first. Ray: the head runs the Ray head the workers join.
+            if self.order == "ray":
+                starts = (self.head, *self.workers)
+            else:
+                starts = (*self.workers, self.head)
+            for node in starts:
                 await self._timed(
                     report,
-                    f"start {worker.name}",
-                    self._post(worker, "start", {"profile": profile}),
+                    f"start {node.name}",
+                    self._post(node, "start", {"profile": profile}),
                 )
-            await self._timed(
-                report,
-                f"start {self.head.name}",
-                self._post(self.head, "start", {"profile": profile}),
-            )
             ready = await self._timed(report, "wait ready", self._wait_ready(report))
         except HttpError as exc:
             report.result, report.error = "failed", str(exc)
@@ -214,7 +228,13 @@ class ServingRestart:
             report.result = "timed_out"
             report.error = f"the head did not serve within {self.timeout:g}s"
             return report
-        unsafe = [n for n, e in report.effective.items() if _unsafe(e)]
+        return self._judge(report, profile)
+
+    def _judge(
+        self, report: ServingRestartReport, profile: str, asked: EffectiveConfig | None = None
+    ) -> ServingRestartReport:
+        """Serving again: with the profile's config, one as safe, or a mismatch."""
+        unsafe = [n for n, e in report.effective.items() if _unsafe(e, asked)]
         if unsafe:
             report.result = "profile_mismatch"
             report.error = (
@@ -234,8 +254,8 @@ class ServingRestart:
         report.result = "succeeded"
         return report
 
-    async def _wait_ready(self, report: ServingRestartReport) -> bool:
-        deadline = time.monotonic() + self.timeout
+    async def _wait_ready(self, report: ServingRestartReport, within: float | None = None) -> bool:
+        deadline = time.monotonic() + (self.timeout if within is None else within)
         await asyncio.sleep(START_SETTLE_S)
         while time.monotonic() < deadline:
             try:

@@ -26,6 +26,7 @@ from spark_watchdog.doctor.journal_checks import (
     check_previous_boot,
     check_sync_interval,
 )
+from spark_watchdog.doctor.launcher_checks import REMOTE_TIMEOUT_S, check_launcher
 from spark_watchdog.doctor.node_checks import check_gpu, check_restart_policy, check_vllm
 from spark_watchdog.doctor.power_check import (
     check_power_coverage,
@@ -177,6 +178,14 @@ def controller_plan(config: ControllerConfig, root: Path = Path("/")) -> list[Pl
                     partial(check_power_path, config, path),
                 )
             )
+    plan.append(
+        PlannedCheck(
+            "controller.serving.launcher",
+            "the cluster launcher's commands",
+            REMOTE_TIMEOUT_S * 2 + 3.0,
+            partial(check_launcher, config),
+        )
+    )
     plan.append(
         PlannedCheck(
             "controller.witness",

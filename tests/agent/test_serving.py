@@ -25,11 +25,7 @@ import requests
 
 from spark_watchdog.agent.auth import BearerAuth
 from spark_watchdog.agent.daemon import Agent
-from spark_watchdog.agent.effective_config import (
-    LogScanner,
-    normalise_cudagraph_mode,
-    parse_effective,
-)
+from spark_watchdog.agent.effective_config import LogScanner, parse_effective
 from spark_watchdog.agent.serving import (
     LaunchFailed,
     ServingConflict,
@@ -39,7 +35,12 @@ from spark_watchdog.agent.serving import (
 from spark_watchdog.config.agent import parse_agent_config
 from spark_watchdog.errors import ConfigError
 from spark_watchdog.lab.ports import free_port
-from spark_watchdog.profiles import EffectiveConfig, effective_matches, effective_safe
+from spark_watchdog.profiles import (
+    EffectiveConfig,
+    effective_matches,
+    effective_safe,
+    normalise_cudagraph_mode,
+)
 from spark_watchdog.sdnotify import SystemdNotifier
 
 STANDIN = [sys.executable, "-m", "spark_watchdog.lab.hardware", "vllm", "--port", "0"]

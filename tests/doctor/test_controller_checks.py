@@ -4,6 +4,7 @@ PDU, an SSH banner, witness targets, and an agent whose clock is off."""
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -18,6 +19,7 @@ from spark_watchdog.doctor.controller_checks import (
     check_banner,
     check_witness_targets,
 )
+from spark_watchdog.doctor.launcher_checks import check_launcher
 from spark_watchdog.doctor.plan import controller_plan
 from spark_watchdog.doctor.power_check import (
     ReadOnlyBackend,
@@ -315,3 +317,36 @@ def test_a_rank_under_a_container_runtime_warns(command: list[str], status: str,
     found = check_restart_policy(command)
     assert found.status == status, found
     assert says in found.detail, found
+
+
+def _launcher_config(tmp_path: Path, stop: list[str], **launcher: Any) -> ControllerConfig:
+    settings: dict[str, Any] = {"type": "command", "stop": stop, "start": [sys.executable]}
+    settings.update(launcher)
+    return _config(
+        [_node("spark-1", "http://127.0.0.1:9")],
+        serving={"head": "spark-1", "launcher": settings},
+    )
+
+
+def test_the_launchers_commands_are_found_before_an_incident(tmp_path: Path) -> None:
+    script = tmp_path / "launch-cluster.sh"
+    script.write_text("#!/bin/sh\nexit 0\n")
+    script.chmod(0o755)
+    found = _launcher_config(
+        tmp_path, ["./launch-cluster.sh", "stop"], working_directory=str(tmp_path)
+    )
+    missing = _launcher_config(
+        tmp_path, ["./launch-cluster.sh", "stop"], working_directory="/nonexistent"
+    )
+    agents = _config([_node("spark-1", "http://127.0.0.1:9")])
+
+    assert asyncio.run(check_launcher(found)).status == "ok"
+    failed = asyncio.run(check_launcher(missing))
+    assert (
+        failed.status == "fail" and "./launch-cluster.sh cannot run on this host" in failed.detail
+    )
+    assert "working_directory" in (failed.fix or "")
+    assert (
+        asyncio.run(check_launcher(agents)).detail
+        == "the agents stop and start the ranks (native order)"
+    )

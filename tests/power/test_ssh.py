@@ -20,6 +20,7 @@ import contextlib
 import errno
 import os
 import pwd
+import shlex
 import shutil
 import signal
 import socket
@@ -35,7 +36,8 @@ from typing import Any
 import psutil
 import pytest
 
-from spark_watchdog.config.controller import SshDevice
+from spark_watchdog.config.controller import LauncherSshConfig, SshDevice
+from spark_watchdog.controller.launcher_commands import SshRunner
 from spark_watchdog.errors import Ambiguous, Refused, Unreachable
 from spark_watchdog.lab.hardware.lab_sshd import use_pam
 from spark_watchdog.lab.ports import free_port
@@ -832,3 +834,52 @@ def test_the_forced_reboot_says_honestly_whether_it_left(sshd: Sshd) -> None:
     assert sshd.commands_run() == ["reboot", "reboot-drop", "fail"]
     # The default command is sysrq's emergency restart, not a reboot that waits on drivers.
     assert "sysrq-trigger" in sshd.device().forced_command
+
+
+# -- the cluster launcher's commands over SSH (controller/launcher_commands.py) --
+
+
+def _launcher_runner(server: Sshd, port: int | None = None) -> SshRunner:
+    ssh = LauncherSshConfig(
+        user=server.user,
+        key_file=str(server.keys.client),
+        known_hosts_file=str(server.known_hosts),
+        connect_timeout=2.0,
+    )
+    return SshRunner("127.0.0.1", port or server.port, ssh, working_directory="/srv/my cluster")
+
+
+def test_a_launcher_argv_reaches_the_node_word_for_word_with_its_environment(
+    sshd: Sshd,
+) -> None:
+    argv = ["./launch-cluster.sh", "start", "a b", "$(touch /tmp/owned)", "--api-key", "sk-9"]
+    environment = {"SPARK_WATCHDOG_PROFILE": "safe", "SPARK_WATCHDOG_VLLM_ARGS": "--x '{}'"}
+
+    result = asyncio.run(_launcher_runner(sshd).run("start", argv, environment, 10.0))
+
+    line = sshd.commands_run()[-1]
+    # The remote shell splits the line back into exactly these words: nothing expands.
+    cd, _, command = line.partition(" && ")
+    assert shlex.split(cd) == ["cd", "/srv/my cluster"]
+    assert shlex.split(command) == [
+        "env",
+        "SPARK_WATCHDOG_PROFILE=safe",
+        "SPARK_WATCHDOG_VLLM_ARGS=--x '{}'",
+        *argv,
+    ]
+    # The stand-in knows no such command: it exits 127, as a shell would.
+    assert result.end == "exited" and result.exit_code == 127 and not result.ok
+    assert "unknown command" in result.output
+    assert "sk-9" not in result.output and "sk-9" not in " ".join(result.argv)
+    assert result.where == f"{sshd.user}@127.0.0.1:{sshd.port}"
+
+
+def test_a_launcher_node_without_sshd_ran_nothing() -> None:
+    ssh = LauncherSshConfig(
+        user="root", key_file="/nonexistent/key", known_hosts_file="/nonexistent/kh"
+    )
+    runner = SshRunner("127.0.0.1", free_port(), ssh)
+
+    result = asyncio.run(runner.run("stop", ["./launch-cluster.sh", "stop"], {}, 10.0))
+
+    assert result.end == "unreachable" and result.nothing_ran, result

@@ -1,0 +1,231 @@
+"""A serving restart through the cluster's own launcher (``serving.launcher:
+command``; docs/serving.md, "The cluster's own launcher").
+
+spark-vllm-docker, sparkrun and NVIDIA's ``run_cluster.sh`` start every
+node's container from one place. For such a cluster the restart runs the
+operator's stop command, then the start command with the profile handed
+over (:func:`launcher_values`), and then verifies the result from the agents
+exactly as after the agents' own restart: every rank running, the head
+serving (progress, or a canary answered), and the head's engine reporting
+the configuration of the profile asked for, judged against the profile
+itself, not against whatever the launcher passed.
+
+Before anything runs, every agent must answer and the head's agent must
+offer the profile (its settings are what the launcher is given). A stop that
+fails, times out or cannot be known to have ended starts nothing; nothing is
+ever run twice. Which ranks were running before, after the stop and at the
+end is recorded with each command's exit and output.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shlex
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from spark_watchdog.config.controller import LauncherConfig
+from spark_watchdog.controller.http_client import HttpError, request
+from spark_watchdog.controller.launcher_commands import CommandResult, CommandRunner
+from spark_watchdog.controller.serving_restart import (
+    PreflightFailed,
+    ServingNode,
+    ServingRestart,
+    ServingRestartReport,
+)
+from spark_watchdog.profiles import (
+    EffectiveConfig,
+    Profile,
+    apply_profile,
+    normalise_cudagraph_mode,
+)
+
+
+def profile_from(settings: object, name: str) -> Profile | None:
+    """A profile as an agent's ``profile_settings`` gives it; None when it is not there
+    or is not the shape a profile has."""
+    if not isinstance(settings, Mapping):
+        return None
+    entry = settings.get(name)
+    if not isinstance(entry, Mapping):
+        return None
+    speculative = entry.get("speculative_config", {})
+    compilation = entry.get("compilation_config", {})
+    extra = entry.get("extra_args", [])
+    if not isinstance(speculative, dict) or not isinstance(compilation, dict):
+        return None
+    if not isinstance(extra, list) or not all(isinstance(a, str) for a in extra):
+        return None
+    return Profile(name, speculative, compilation, tuple(extra))
+
+
+def profile_requests(profile: Profile) -> EffectiveConfig:
+    """The two values the profile sets, in the terms the head's engine reports."""
+    mode = profile.compilation_config.get("cudagraph_mode")
+    adaptive = profile.speculative_config.get("enable_adaptive_verification")
+    return EffectiveConfig(
+        normalise_cudagraph_mode(mode) if mode is not None else None,
+        adaptive if isinstance(adaptive, bool) else None,
+    )
+
+
+def launcher_values(profile: Profile) -> dict[str, Any]:
+    """What the launcher is given, by placeholder name (``{profile}`` ...): the
+    profile's name, the vLLM flags the agent would merge (as a list, for
+    ``{vllm_args}``), the two JSON overrides and the extra arguments."""
+    flags = apply_profile([], profile)
+    return {
+        "profile": profile.name,
+        "vllm_args": flags,
+        "compilation_config": json.dumps(dict(profile.compilation_config), sort_keys=True),
+        "speculative_config": json.dumps(dict(profile.speculative_config), sort_keys=True),
+        "extra_args": shlex.join(profile.extra_args),
+    }
+
+
+def launcher_environment(values: Mapping[str, Any]) -> dict[str, str]:
+    """The same values as ``SPARK_WATCHDOG_*`` environment variables."""
+    return {
+        f"SPARK_WATCHDOG_{name.upper()}": shlex.join(value) if isinstance(value, list) else value
+        for name, value in values.items()
+    }
+
+
+def substitute(argv: Sequence[str], values: Mapping[str, Any]) -> list[str]:
+    """``argv`` with its placeholders filled (checked at load: only known ones)."""
+    out: list[str] = []
+    for argument in argv:
+        if argument == "{vllm_args}":
+            out.extend(values["vllm_args"])
+            continue
+        for name, value in values.items():
+            if name != "vllm_args":
+                argument = argument.replace(f"{{{name}}}", str(value))
+        out.append(argument)
+    return out
+
+
+class LauncherRestart(ServingRestart):
+    """Stop and start through the launcher; verify through the agents."""
+
+    def __init__(
+        self,
+        head: ServingNode,
+        workers: Sequence[ServingNode],
+        token: str,
+        *,
+        launcher: LauncherConfig,
+        runner: CommandRunner,
+        timeout: float,
+        request_timeout: float = 30.0,
+    ) -> None:
+        super().__init__(head, workers, token, timeout=timeout, request_timeout=request_timeout)
+        self.launcher = launcher
+        self.runner = runner
+        self._profile: Profile | None = None
+
+    async def preflight(self, profile: str) -> None:
+        await super().preflight(profile)
+        try:
+            answer = await request(
+                f"{self.head.agent.rstrip('/')}/v1/serving", timeout=self.request_timeout
+            )
+            settings = answer.json().get("profile_settings") if answer.status == 200 else None
+        except (HttpError, AttributeError):
+            settings = None
+        found = profile_from(settings, profile)
+        if found is None:
+            raise PreflightFailed(
+                f"the head's agent ({self.head.name}) did not give the settings of profile "
+                f"{profile} (GET /v1/serving profile_settings; an agent older than the "
+                "controller?); nothing was run"
+            )
+        self._profile = found
+
+    async def run(self, profile: str) -> ServingRestartReport:
+        record: dict[str, Any] = {"type": "command", "commands": [], "ranks": {}}
+        report = ServingRestartReport(profile, launcher=record)
+        try:
+            await self.preflight(profile)
+        except PreflightFailed as exc:
+            report.result, report.error = "failed", str(exc)
+            return report
+        assert self._profile is not None
+        values = launcher_values(self._profile)
+        environment = {**self.launcher.environment, **launcher_environment(values)}
+        record["ranks"]["before"] = await self._ranks()
+
+        stop = await self._command(report, "stop", self.launcher.stop, environment, values)
+        record["ranks"]["after_stop"] = await self._ranks()
+        if not stop.ok:
+            report.result = "failed"
+            report.error = f"{stop.detail}; nothing was started{_said(stop)}"
+            return report
+        start = await self._command(report, "start", self.launcher.start, environment, values)
+        if not start.ok:
+            record["ranks"]["after_start"] = await self._ranks()
+            report.result = "failed"
+            report.error = f"{start.detail}{_said(start)}"
+            return report
+
+        ready = await self._timed(report, "wait ready", self._wait_all_ready(report))
+        ranks = await self._ranks()
+        record["ranks"]["after_start"] = ranks
+        if not ready:
+            down = sorted(n for n, state in ranks.items() if state != "running")
+            report.result = "timed_out"
+            report.error = f"the launcher's start ended, but within {self.timeout:g}s " + (
+                f"ranks on {', '.join(down)} did not run" if down else "the head did not serve"
+            )
+            return report
+        return self._judge(report, profile, profile_requests(self._profile))
+
+    async def _command(
+        self,
+        report: ServingRestartReport,
+        which: str,
+        argv: Sequence[str],
+        environment: Mapping[str, str],
+        values: Mapping[str, Any],
+    ) -> CommandResult:
+        timeout = self.launcher.stop_timeout if which == "stop" else self.launcher.start_timeout
+        started = time.monotonic()
+        result = await self.runner.run(which, substitute(argv, values), environment, timeout)
+        report.step_durations[f"launcher {which}"] = round(time.monotonic() - started, 3)
+        assert report.launcher is not None
+        report.launcher["commands"].append(result.to_json())
+        return result
+
+    async def _ranks(self) -> dict[str, str]:
+        """Each node's rank as its agent says now (``serving.state``), or why not known."""
+
+        async def one(node: ServingNode) -> tuple[str, str]:
+            try:
+                answer = await request(
+                    f"{node.agent.rstrip('/')}/v1/serving", timeout=self.request_timeout
+                )
+                body = answer.json()
+            except HttpError as exc:
+                return node.name, f"unknown: {exc}"
+            state = body.get("state") if isinstance(body, dict) else None
+            return node.name, str(state) if state else f"unknown: HTTP {answer.status}"
+
+        found = await asyncio.gather(*(one(n) for n in (self.head, *self.workers)))
+        return dict(found)
+
+    async def _wait_all_ready(self, report: ServingRestartReport) -> bool:
+        """Every rank running, then the head serving, within the start timeout."""
+        deadline = time.monotonic() + self.timeout
+        while time.monotonic() < deadline:
+            ranks = await self._ranks()
+            if all(state == "running" for state in ranks.values()):
+                left = deadline - time.monotonic()
+                return left > 0 and await self._wait_ready(report, left)
+            await asyncio.sleep(1.0)
+        return False
+
+
+def _said(result: CommandResult) -> str:
+    return f"; it said: {result.output[-300:]}" if result.output else ""

@@ -1,0 +1,88 @@
+"""The cluster launcher's commands on the controller's host: real processes,
+their exit, their output (redacted), their environment, and a deadline that
+takes the launcher and everything it started with it."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from spark_watchdog.controller.launcher_commands import LocalRunner
+
+
+def test_a_command_runs_with_the_profile_in_its_environment_and_its_output_kept(
+    tmp_path: Path,
+) -> None:
+    script = "import os; print('profile', os.environ['SPARK_WATCHDOG_PROFILE']); " + (
+        "print('--api-key sk-live-1'); raise SystemExit(3)"
+    )
+    argv = [sys.executable, "-c", script]
+
+    result = asyncio.run(
+        LocalRunner(str(tmp_path)).run("start", argv, {"SPARK_WATCHDOG_PROFILE": "safe"}, 30.0)
+    )
+
+    assert result.end == "exited" and result.exit_code == 3 and not result.ok
+    assert "profile safe" in result.output
+    assert "sk-live-1" not in result.output and "--api-key ***" in result.output
+    assert result.where == "controller" and "(exit 3)" in result.detail
+
+
+def test_a_command_that_is_not_there_ran_nothing() -> None:
+    result = asyncio.run(LocalRunner().run("stop", ["/nonexistent/launch-cluster.sh"], {}, 5.0))
+
+    assert result.end == "not_found" and result.nothing_ran
+    assert "nothing ran" in result.detail and "/nonexistent/launch-cluster.sh" in result.detail
+
+
+def test_a_command_past_its_deadline_is_killed_with_everything_it_started(
+    tmp_path: Path,
+) -> None:
+    pids = tmp_path / "pids"
+    script = textwrap.dedent(
+        f"""
+        import os, subprocess, sys, time
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
+        open({str(pids)!r}, "w").write(f"{{os.getpid()}} {{child.pid}}")
+        print("started the cluster's containers", flush=True)
+        time.sleep(300)
+        """
+    )
+    started = time.monotonic()
+
+    result = asyncio.run(LocalRunner().run("start", [sys.executable, "-c", script], {}, 2.0))
+
+    assert time.monotonic() - started < 60
+    assert result.end == "timed_out" and not result.ok and not result.nothing_ran
+    assert "may have done part of its work" in result.detail
+    assert "started the cluster's containers" in result.output
+    for pid in map(int, pids.read_text().split()):
+        assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == "zombie", pid
+
+
+def test_a_long_output_keeps_its_tail() -> None:
+    script = "for i in range(20000): print('line', i)"
+
+    result = asyncio.run(LocalRunner().run("start", [sys.executable, "-c", script], {}, 30.0))
+
+    assert result.ok and result.output.endswith("line 19999")
+    assert len(result.output) <= 4001
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="checks the environment of a root launcher")
+def test_the_controllers_notify_socket_is_not_handed_to_the_launcher() -> None:
+    script = "import os; print(sorted(k for k in os.environ if k.startswith('NOTIFY_')))"
+    os.environ["NOTIFY_SOCKET"] = "/run/systemd/notify"
+    try:
+        result = asyncio.run(LocalRunner().run("start", [sys.executable, "-c", script], {}, 30.0))
+    finally:
+        del os.environ["NOTIFY_SOCKET"]
+
+    assert result.output == "[]"
