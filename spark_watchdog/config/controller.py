@@ -303,9 +303,9 @@ class GuardsConfig:
     dry_run: bool = setting(False)
 
 
-# What the launcher's commands may name, each as ``{name}`` (docs/serving.md,
-# "The cluster's own launcher"); ``{vllm_args}`` alone in an argument expands
-# to several.
+# What the launcher's commands may name, each as ``{name}``; ``{vllm_args}``
+# alone in an argument expands to several.
+# docs/serving.md, "a cluster launcher"
 LAUNCHER_PLACEHOLDERS = (
     "profile",
     "vllm_args",

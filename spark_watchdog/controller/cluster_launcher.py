@@ -1,5 +1,5 @@
 """A serving restart through the cluster's own launcher (``serving.launcher:
-command``; docs/serving.md, "The cluster's own launcher").
+command``; docs/serving.md, "a cluster launcher").
 
 spark-vllm-docker, sparkrun and NVIDIA's ``run_cluster.sh`` start every
 node's container from one place. For such a cluster the restart runs the

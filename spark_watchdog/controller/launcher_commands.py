@@ -1,5 +1,5 @@
 """Run one of the cluster launcher's commands, bounded, here or over SSH
-(``serving.launcher``; docs/serving.md, "The cluster's own launcher").
+(``serving.launcher``; docs/serving.md, "a cluster launcher").
 
 An argv, never a shell line: on this host it is executed directly, in a
 session of its own (so a timeout kills the launcher and everything it
