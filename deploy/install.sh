@@ -127,8 +127,12 @@ if [ -d "$src" ]; then
     # it): build from a copy without it, so the release has the checkout's files.
     staging=$(mktemp -d)
     trap 'rm -rf "$staging"' EXIT
+    # Caches are no part of the release, and a type checker or test run beside
+    # the copy may be writing them ("file changed as we read it").
     tar -C "$src" --exclude=./build --exclude=./.venv --exclude=./.git \
-        --exclude='*.egg-info' -cf - . | tar -C "$staging" -xf -
+        --exclude='*.egg-info' --exclude=.mypy_cache --exclude=.ruff_cache \
+        --exclude=.pytest_cache --exclude=.hypothesis --exclude=__pycache__ \
+        -cf - . | tar -C "$staging" -xf -
     install_from=$staging
 fi
 "$release/bin/python" -m pip install --quiet --disable-pip-version-check "$install_from" ||
