@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 import queue
 import signal
@@ -132,8 +133,13 @@ def outlet(
     return SnmpOutlet(tracked(pdu), number)
 
 
-def verified(backend: Any) -> VerifiedPower:
-    return VerifiedPower(backend, FAST, spacing=CommandSpacing())
+# The same, with the patience of a loaded machine: where a test counts reads,
+# not how long they may take, a starved event loop must not end it.
+PATIENT = dataclasses.replace(FAST, power_timeout=60.0, read_timeout=30.0, command_timeout=30.0)
+
+
+def verified(backend: Any, timing: PowerTiming = FAST) -> VerifiedPower:
+    return VerifiedPower(backend, timing, spacing=CommandSpacing())
 
 
 def step_names(steps: Any) -> list[str]:
@@ -230,7 +236,7 @@ def test_verified_cycle_kills_the_host_and_boots_it_again(standin: PduStandinThr
 
 def test_slow_relay_needs_several_reads(standin: PduStandinThread) -> None:
     standin.standin.cfg.switch_delay = 0.7
-    result = run(verified(outlet(standin, 3)).off())
+    result = run(verified(outlet(standin, 3, timeout=2.0, retries=2), PATIENT).off())
     assert result.verified and result.state_after is OFF
     verified_step = next(s for s in result.steps if s.name == "off_verified")
     reads = int(verified_step.detail.split()[1])
