@@ -43,6 +43,9 @@ SUITES: dict[str, tuple[str, ...]] = {
         "python3-systemd",
         "ca-certificates",
         "procps",
+        # The real vLLM's CPU build (torch) links libnuma: the Docker tier runs
+        # it from its venv in a container of this image (tests/docker).
+        "libnuma1",
     ),
     "trixie": ("python3", "python3-venv", "ca-certificates"),
 }

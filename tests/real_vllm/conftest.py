@@ -10,25 +10,23 @@ with that command in the reason, unless ``SPARK_WATCHDOG_REQUIRE_REAL_VLLM=1``
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import os
 import signal
 import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import psutil
 import pytest
 import requests
+from real_vllm_tier import vllm_python_or_skip
 
 from spark_watchdog.lab.hardware import real_vllm
 from spark_watchdog.lab.ports import free_port
 from spark_watchdog.probes.vllm import ProgressTracker, VllmScraper, VllmStatus
 
-ROOT = Path(__file__).resolve().parents[2]
 # A start here takes 30-60 s (model load, KV cache, warm-up); on a loaded
 # machine more.
 START_TIMEOUT = 420.0
@@ -45,31 +43,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.integration)
 
 
-def _env_script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "real_vllm_env", ROOT / "scripts/real_vllm_env.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.fixture(scope="session")
 def vllm_python() -> Path:
-    if os.environ.get("SPARK_WATCHDOG_REAL_VLLM") == "0":
-        pytest.skip("SPARK_WATCHDOG_REAL_VLLM=0: the real-vLLM tier is off")
-    explicit = os.environ.get(real_vllm.PYTHON_VARIABLE)
-    python = Path(explicit) if explicit else _env_script().built_python()
-    if python is None or not python.is_file():
-        message = (
-            "the real-vLLM environment is not built; run `python3 scripts/real_vllm_env.py "
-            f"build` (scripts/test.sh does) or set {real_vllm.PYTHON_VARIABLE}"
-        )
-        if os.environ.get("SPARK_WATCHDOG_REQUIRE_REAL_VLLM") == "1":
-            pytest.fail(message)
-        pytest.skip(message)
-    return python
+    return vllm_python_or_skip()
 
 
 @pytest.fixture(scope="session")
