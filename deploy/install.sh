@@ -12,6 +12,9 @@
 #   --root DIR     install into DIR instead of / (packaging, tests): no systemctl, no apt
 #   --serving      node only: the agent also launches the vLLM rank (installs the
 #                  serving drop-in; see docs/install.md)
+#   --serving-docker  node only: the agent launches or adopts the rank as a Docker
+#                  container (serving.runtime: docker; installs the docker drop-in:
+#                  the docker socket's group; see docs/serving.md)
 #   --no-start     install and enable, but do not start or restart the service
 #   --purge        uninstall only: also remove /etc/spark-watchdog and /var/lib/spark-watchdog
 #
@@ -46,10 +49,11 @@ while (($#)); do
         --from) src=${2:?--from needs a wheel or a source directory}; shift ;;
         --prefix) prefix=${2:?--prefix needs a directory}; shift ;;
         --root) root=${2:?--root needs a directory}; shift ;;
-        --serving) serving=1 ;;
+        --serving) [ "$serving" = docker ] && die "--serving and --serving-docker exclude each other"; serving=1 ;;
+        --serving-docker) [ "$serving" = 1 ] && die "--serving and --serving-docker exclude each other"; serving=docker ;;
         --no-start) start=0 ;;
         --purge) purge=1 ;;
-        -h | --help) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h | --help) sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) die "unknown argument '$1' (expected node, controller or uninstall, then options; see --help)" ;;
     esac
     shift
@@ -57,6 +61,7 @@ done
 [ -n "$role" ] || die "say what to install: node, controller or uninstall (see --help)"
 case "$prefix" in /*) ;; *) die "--prefix must be an absolute path, got '$prefix'" ;; esac
 if [ "$serving" = 1 ] && [ "$role" != node ]; then die "--serving applies to 'node' only"; fi
+if [ "$serving" = docker ] && [ "$role" != node ]; then die "--serving-docker applies to 'node' only"; fi
 if [ -n "$root" ]; then
     mkdir -p "$root"
     root=$(cd "$root" && pwd)
@@ -166,8 +171,14 @@ chmod 0644 "$units_dir/$unit"
 dropins="$units_dir/$unit.d"
 if [ "$serving" = 1 ]; then
     mkdir -p "$dropins"
+    rm -f "$dropins/docker.conf" # one or the other: the rank is the agent's child or dockerd's
     install -m 0644 "$here/systemd/spark-watchdog-agent.service.d/serving.conf" "$dropins/serving.conf"
     say "installed the serving drop-in: edit User= in $dropins/serving.conf to the user that serves"
+elif [ "$serving" = docker ]; then
+    mkdir -p "$dropins"
+    rm -f "$dropins/serving.conf"
+    install -m 0644 "$here/systemd/spark-watchdog-agent.service.d/docker.conf" "$dropins/docker.conf"
+    say "installed the docker drop-in: the agent joins the docker group (as good as root on this host)"
 fi
 
 install -d -m 0755 "$etc_dir"

@@ -142,10 +142,30 @@ def test_node_install_with_the_serving_dropin(tmp_path: Path, wheel: Path) -> No
     assert "no credentials yet" in result.stderr
 
 
+def test_node_install_with_the_docker_dropin_replaces_the_serving_one(
+    tmp_path: Path, wheel: Path
+) -> None:
+    root = tmp_path / "root"
+    first = _install("node", "--serving", "--from", str(wheel), "--no-start", root=root)
+    assert first.returncode == 0, first.stderr
+
+    again = _install("node", "--serving-docker", "--from", str(wheel), "--no-start", root=root)
+
+    assert again.returncode == 0, again.stderr
+    dropins = root / "etc/systemd/system/spark-watchdog-agent.service.d"
+    assert (
+        "SupplementaryGroups=systemd-journal video docker" in (dropins / "docker.conf").read_text()
+    )
+    assert not (dropins / "serving.conf").exists()
+    assert "installed the docker drop-in" in again.stderr
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
         (["frobnicate"], "unknown argument 'frobnicate'"),
+        (["node", "--serving", "--serving-docker"], "exclude each other"),
+        (["controller", "--serving-docker"], "--serving-docker applies to 'node' only"),
         ([], "say what to install"),
         (["controller", "--serving"], "--serving applies to 'node' only"),
         (["node", "--prefix", "relative"], "--prefix must be an absolute path"),
