@@ -73,3 +73,29 @@ def test_a_missing_image_socket_or_a_restarting_container_fails_with_the_fix(
     assert restarting.status == "fail" and "restart policy unless-stopped" in restarting.detail
     assert restarting.fix is not None
     assert "docker update --restart no spark-watchdog-rank" in restarting.fix
+
+
+def test_the_launchers_container_is_checked_by_its_own_image_and_volumes(
+    dockerd: Dockerd, rank_image: str, docker_client: docker.DockerClient, tmp_path: Path
+) -> None:
+    token = tmp_path / "token"
+    token.write_text("t\n")
+    token.chmod(0o600)
+    serving = {
+        "enabled": True,
+        "runtime": "docker",
+        "docker": {"socket": str(dockerd.socket), "name": "vllm_node"},
+        "token_file": str(token),
+        "log_file": str(tmp_path / "serving.log"),
+    }
+    config = parse_agent_config({"node": "spark-1", "serving": serving})
+
+    before = check_docker(config)
+    docker_client.containers.create(
+        rank_image, ["true"], name="vllm_node", volumes=["/var/cache/vllm:/root/.cache/vllm"]
+    )
+    after = check_docker(config)
+
+    assert before.status == "warn" and "nothing to re-create from" in before.detail
+    assert after.status == "ok", after
+    assert rank_image in after.detail and "/root/.cache/vllm" in after.detail
