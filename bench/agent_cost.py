@@ -8,6 +8,11 @@ every 15 s as Prometheus would. It samples the agent (and its NVML child)
 with psutil and prints a table; ``--json-out`` writes the figures.
 
     .venv/bin/python -m bench.agent_cost --duration 300 --json-out docs/agent_cost.json
+
+``--docker-socket SOCK --docker-image IMAGE`` measures the agent with
+``serving.runtime: docker`` on that Docker Engine, watching a container it
+adopted (``sleep`` in IMAGE, started here and removed at the end): its event
+stream, its log follower and the launcher's arrivals stream.
 """
 
 from __future__ import annotations
@@ -96,12 +101,40 @@ def _start_peer(port: int) -> subprocess.Popen[bytes] | None:
     )
 
 
-def run(duration: float, poll_interval: float, warmup: float) -> dict[str, Any]:
+def _docker_serving(workdir: Path, socket_path: str, image: str) -> tuple[dict[str, Any], Any]:
+    """The serving section for the Docker runtime, and the container it adopts."""
+    import docker
+
+    client = docker.DockerClient(base_url=f"unix://{socket_path}", version="auto")
+    container = client.containers.run(
+        image, ["sleep", "100000"], name="bench-rank", network_mode="host", detach=True
+    )
+    token = workdir / "serving-token"
+    token.write_text("bench-token\n")
+    token.chmod(0o600)
+    serving = {
+        "enabled": True,
+        "runtime": "docker",
+        "docker": {"socket": socket_path, "name": "bench-rank", "gpus": "none"},
+        "token_file": str(token),
+        "log_file": str(workdir / "serving.log"),
+    }
+    return serving, container
+
+
+def run(
+    duration: float,
+    poll_interval: float,
+    warmup: float,
+    docker_socket: str | None = None,
+    docker_image: str | None = None,
+) -> dict[str, Any]:
     workdir = Path(tempfile.mkdtemp(prefix="spark-watchdog-bench-"))
     journal_dir = _write_journal(workdir / "journal", boots=10, lines_per_boot=500)
     port = _free_port()
+    container = None
     with VllmStandin(model="bench-model") as vllm:
-        config = {
+        config: dict[str, Any] = {
             "node": "bench-1",
             "listen": {"address": "127.0.0.1", "port": port},
             "probes": {
@@ -109,6 +142,8 @@ def run(duration: float, poll_interval: float, warmup: float) -> dict[str, Any]:
                 "journal": {"directory": journal_dir, "enabled": journal_dir is not None},
             },
         }
+        if docker_socket is not None and docker_image is not None:
+            config["serving"], container = _docker_serving(workdir, docker_socket, docker_image)
         config_path = workdir / "agent.yaml"
         config_path.write_text(yaml.safe_dump(config))
         env = dict(os.environ)
@@ -123,12 +158,16 @@ def run(duration: float, poll_interval: float, warmup: float) -> dict[str, Any]:
         peer_port = _free_port()
         peer = _start_peer(peer_port)
         try:
-            return _measure(
+            result = _measure(
                 agent, port, duration, poll_interval, warmup, journal_dir, peer, peer_port
             )
+            result["serving_runtime"] = "docker" if container is not None else None
+            return result
         finally:
             agent.terminate()
             agent.wait(20)
+            if container is not None:
+                container.remove(force=True)
             if peer is not None:
                 peer.terminate()
                 peer.wait(20)
@@ -287,8 +326,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=float, default=10.0, help="seconds before measuring")
     parser.add_argument("--poll-interval", type=float, default=1.0, help="/v1/state poll period")
     parser.add_argument("--json-out", type=Path, help="write the figures here as JSON")
+    parser.add_argument("--docker-socket", help="measure serving.runtime docker on this Engine")
+    parser.add_argument("--docker-image", help="the image of the container the agent adopts")
     args = parser.parse_args(argv)
-    result = run(args.duration, args.poll_interval, args.warmup)
+    if (args.docker_socket is None) != (args.docker_image is None):
+        parser.error("--docker-socket and --docker-image go together")
+    result = run(
+        args.duration, args.poll_interval, args.warmup, args.docker_socket, args.docker_image
+    )
     print(render(result))
     if args.json_out:
         args.json_out.write_text(json.dumps(result, indent=2) + "\n")
