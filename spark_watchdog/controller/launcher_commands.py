@@ -36,6 +36,20 @@ from spark_watchdog.redact import redact_argv, redact_text
 # ran to its end is not known; unreachable: over SSH, nothing was sent.
 CommandEnd = Literal["exited", "not_found", "timed_out", "ended_unknown", "unreachable"]
 
+# What systemd hands the controller alone: its notify socket and watchdog (a
+# launcher that wrote there would speak for the controller), its credentials,
+# its sockets.
+CONTROLLER_ONLY_ENV = frozenset(
+    {
+        "NOTIFY_SOCKET",
+        "WATCHDOG_USEC",
+        "WATCHDOG_PID",
+        "CREDENTIALS_DIRECTORY",
+        "LISTEN_FDS",
+        "LISTEN_PID",
+        "LISTEN_FDNAMES",
+    }
+)
 OUTPUT_KEPT = 4000  # characters of the command's output kept in the record (its tail)
 _READ_LIMIT = 256 * 1024
 _REAP_GRACE_S = 5.0
@@ -101,7 +115,7 @@ class LocalRunner:
     ) -> CommandResult:
         shown = tuple(redact_argv(argv))
         started = time.monotonic()
-        env = {k: v for k, v in os.environ.items() if not k.startswith("NOTIFY_")}
+        env = {k: v for k, v in os.environ.items() if k not in CONTROLLER_ONLY_ENV}
         env.update(environment)
 
         def result(end: CommandEnd, code: int | None, output: str, detail: str) -> CommandResult:

@@ -5,7 +5,6 @@ takes the launcher and everything it started with it."""
 from __future__ import annotations
 
 import asyncio
-import os
 import sys
 import textwrap
 import time
@@ -76,13 +75,19 @@ def test_a_long_output_keeps_its_tail() -> None:
     assert len(result.output) <= 4001
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="checks the environment of a root launcher")
-def test_the_controllers_notify_socket_is_not_handed_to_the_launcher() -> None:
-    script = "import os; print(sorted(k for k in os.environ if k.startswith('NOTIFY_')))"
-    os.environ["NOTIFY_SOCKET"] = "/run/systemd/notify"
-    try:
-        result = asyncio.run(LocalRunner().run("start", [sys.executable, "-c", script], {}, 30.0))
-    finally:
-        del os.environ["NOTIFY_SOCKET"]
+def test_what_systemd_gave_the_controller_alone_is_not_handed_to_the_launcher(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    given = {
+        "NOTIFY_SOCKET": "/run/systemd/notify",
+        "WATCHDOG_USEC": "30000000",
+        "CREDENTIALS_DIRECTORY": "/run/credentials/spark-watchdog-controller.service",
+        "OPERATOR_PATH_SETTING": "kept",
+    }
+    for name, value in given.items():
+        monkeypatch.setenv(name, value)
+    script = f"import os; print(sorted(k for k in os.environ if k in {sorted(given)!r}))"
 
-    assert result.output == "[]"
+    result = asyncio.run(LocalRunner().run("start", [sys.executable, "-c", script], {}, 30.0))
+
+    assert result.output == "['OPERATOR_PATH_SETTING']"
