@@ -111,34 +111,11 @@ def standin(daemon: Dockerd, image: str, workdir: Path, rounds: int) -> dict[str
         "gpus": "none",
         "volumes": [f"{ROOT}:{ROOT}:ro", f"{SITE_PACKAGES}:{SITE_PACKAGES}:ro"],
     }
-    times: dict[str, list[float]] = {"process": [], "docker": []}
-    for kind, launcher in (
-        ("process", _launcher(workdir, here, {}, None)),
-        ("docker", _launcher(workdir, inside, env, docker)),
-    ):
-        try:
-            _restart(launcher, url, lambda: True)  # the first start fills the page cache
-            for n in range(rounds):
-                times[kind].append(_restart(launcher, url, lambda: True))
-                print(
-                    f"bench: {kind} restart {n + 1}/{rounds}: {times[kind][-1]:.2f} s",
-                    file=sys.stderr,
-                    flush=True,
-                )
-        finally:
-            launcher.stop()
-            launcher.close()
-    process, docker_s = statistics.median(times["process"]), statistics.median(times["docker"])
-    return {
-        "rounds": rounds,
-        "process_s": times["process"],
-        "docker_s": times["docker"],
-        "median_process_s": round(process, 3),
-        "median_docker_s": round(docker_s, 3),
-        "docker_adds_s": round(docker_s - process, 3),
-        "goal_s": GOAL_OVERHEAD_S,
-        "goal_met": docker_s - process <= GOAL_OVERHEAD_S,
+    launchers = {
+        "process": _launcher(workdir, here, {}, None),
+        "docker": _launcher(workdir, inside, env, docker),
     }
+    return _compare(launchers, url, rounds, "the stand-in", digits=3)
 
 
 def real(daemon: Dockerd, image: str, workdir: Path, rounds: int) -> dict[str, Any]:
@@ -163,21 +140,30 @@ def real(daemon: Dockerd, image: str, workdir: Path, rounds: int) -> dict[str, A
         "gpus": "none",
         "volumes": [f"{p}:{p}:ro" for p in (venv, base, model)] + [f"{cache}:/root/.cache/vllm"],
     }
-    times: dict[str, list[float]] = {"process": [], "docker": []}
-    for kind, launcher in (
-        ("process", _launcher(workdir, command, {**os.environ, **env}, None)),
-        ("docker", _launcher(workdir, command, env, docker)),
-    ):
+    launchers = {
+        "process": _launcher(workdir, command, {**os.environ, **env}, None),
+        "docker": _launcher(workdir, command, env, docker),
+    }
+    return _compare(launchers, url, rounds, "real vLLM", digits=1)
+
+
+def _compare(
+    launchers: dict[str, ServingLauncher], url: str, rounds: int, what: str, digits: int
+) -> dict[str, Any]:
+    """``rounds`` timed restarts of each launcher (after one that is not counted:
+    it fills the page cache), and what Docker adds to the median."""
+    times: dict[str, list[float]] = {kind: [] for kind in launchers}
+    for kind, launcher in launchers.items():
 
         def engine_said(launcher: ServingLauncher = launcher) -> bool:
             return launcher.status()["effective"]["cudagraph_mode"] is not None
 
         try:
-            _restart(launcher, url, engine_said)  # the first start fills the page cache
+            _restart(launcher, url, engine_said)
             for n in range(rounds):
                 times[kind].append(_restart(launcher, url, engine_said))
                 print(
-                    f"bench: real vLLM, {kind} restart {n + 1}/{rounds}: {times[kind][-1]:.1f} s",
+                    f"bench: {what}, {kind} restart {n + 1}/{rounds}: {times[kind][-1]:.2f} s",
                     file=sys.stderr,
                     flush=True,
                 )
@@ -187,11 +173,11 @@ def real(daemon: Dockerd, image: str, workdir: Path, rounds: int) -> dict[str, A
     process, docker_s = statistics.median(times["process"]), statistics.median(times["docker"])
     return {
         "rounds": rounds,
-        "process_s": [round(t, 1) for t in times["process"]],
-        "docker_s": [round(t, 1) for t in times["docker"]],
-        "median_process_s": round(process, 1),
-        "median_docker_s": round(docker_s, 1),
-        "docker_adds_s": round(docker_s - process, 1),
+        "process_s": [round(t, digits) for t in times["process"]],
+        "docker_s": [round(t, digits) for t in times["docker"]],
+        "median_process_s": round(process, digits),
+        "median_docker_s": round(docker_s, digits),
+        "docker_adds_s": round(docker_s - process, digits),
         "goal_s": GOAL_OVERHEAD_S,
         "goal_met": docker_s - process <= GOAL_OVERHEAD_S,
     }

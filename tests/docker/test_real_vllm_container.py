@@ -17,13 +17,12 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import psutil
 import pytest
 import requests
 from docker_tier import Dockerd
-from real_vllm_tier import vllm_python_or_skip
+from real_vllm_tier import vllm_python_or_skip, wait_serving
 
 from spark_watchdog.agent.serving import ServingLauncher
 from spark_watchdog.config.agent import parse_agent_config
@@ -93,22 +92,6 @@ def launcher(
         made.close()
 
 
-def _serving(launcher: ServingLauncher, url: str) -> dict[str, Any]:
-    """Until /health says 200 and the engine's config line was read from the logs."""
-    deadline = time.monotonic() + START_TIMEOUT
-    while time.monotonic() < deadline:
-        status = launcher.status()
-        if status["state"] != "running":
-            log = Path(status["log_file"]).read_text(errors="replace")[-3000:]
-            pytest.fail(f"the rank is {status['state']} (exit {status['exit_code']}):\n{log}")
-        with contextlib.suppress(requests.RequestException):
-            healthy = requests.get(f"{url}/health", timeout=2).status_code == 200
-            if healthy and status["effective"]["cudagraph_mode"] is not None:
-                return status
-        time.sleep(0.2)
-    pytest.fail(f"not serving after {START_TIMEOUT:.0f} s: {launcher.status()}")
-
-
 def _engine_core(launcher: ServingLauncher) -> psutil.Process:
     """The container's VLLM::EngineCore, as this host numbers it."""
     status = launcher.status()
@@ -126,7 +109,7 @@ def test_a_real_engine_killed_in_its_container_is_seen_dead_and_comes_back_safe(
 ) -> None:
     serving, url = launcher
     assert serving.start("plain")["container"]["status"] in ("created", "running")
-    plain = _serving(serving, url)
+    plain = wait_serving(serving, url, START_TIMEOUT)
     # Read from the real "Initializing a V1 LLM engine ... with config:" line, via docker logs.
     assert plain["effective"]["cudagraph_mode"] == "NONE"
     assert plain["requested"]["cudagraph_mode"] == "FULL_AND_PIECEWISE"
@@ -154,7 +137,7 @@ def test_a_real_engine_killed_in_its_container_is_seen_dead_and_comes_back_safe(
 
     safe = serving.start("safe")
     assert safe["container"]["id"] != plain["container"]["id"]
-    safe = _serving(serving, url)
+    safe = wait_serving(serving, url, START_TIMEOUT)
     assert safe["requested"]["cudagraph_mode"] == "FULL_DECODE_ONLY"
     # The CPU build captures no graphs whatever is asked: as safe, never "confirmed".
     assert safe["effective"]["cudagraph_mode"] == "NONE"

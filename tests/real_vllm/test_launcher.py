@@ -9,14 +9,13 @@ the CPU build runs no CUDA graphs (``cudagraph_mode`` NONE) whatever is asked.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import time
 from pathlib import Path
 from typing import Any
 
-import pytest
 import requests
+from real_vllm_tier import wait_serving
 
 from spark_watchdog.agent.memory_watch import MemoryWatch
 from spark_watchdog.agent.serving import ServingLauncher
@@ -51,22 +50,6 @@ def _launcher(vllm_python: Path, tiny_model: Path, tmp_path: Path, port: int) ->
     return ServingLauncher(config.serving, process_match=head.process_match("127.0.0.1", port))
 
 
-def _wait_serving(launcher: ServingLauncher, url: str) -> dict[str, Any]:
-    """Until /health says 200 and the launcher has read the engine's config line."""
-    deadline = time.monotonic() + START_TIMEOUT
-    while time.monotonic() < deadline:
-        status = launcher.status()
-        if status["state"] != "running":
-            log = Path(status["log_file"]).read_text(errors="replace")[-3000:]
-            pytest.fail(f"the rank is {status['state']} (exit {status['exit_code']}):\n{log}")
-        with contextlib.suppress(requests.RequestException):
-            healthy = requests.get(f"{url}/health", timeout=2).status_code == 200
-            if healthy and status["effective"]["cudagraph_mode"] is not None:
-                return status
-        time.sleep(0.2)  # often: every second seen late is a second the test waits
-    pytest.fail(f"not serving after {START_TIMEOUT:.0f} s: {launcher.status()}")
-
-
 def test_plain_then_safe_on_the_real_server(
     vllm_python: Path, tiny_model: Path, tmp_path: Path
 ) -> None:
@@ -76,7 +59,7 @@ def test_plain_then_safe_on_the_real_server(
     try:
         plain = launcher.start("plain")
         assert plain["profile"] == "plain"
-        plain = _wait_serving(launcher, url)
+        plain = wait_serving(launcher, url, START_TIMEOUT)
         assert plain["requested"]["cudagraph_mode"] == "FULL_AND_PIECEWISE"
         # Read from the real "Initializing a V1 LLM engine ... with config:" line.
         assert plain["effective"]["cudagraph_mode"] == "NONE"
@@ -95,7 +78,7 @@ def test_plain_then_safe_on_the_real_server(
         assert argv.count("--compilation-config") == 1
         merged = json.loads(argv[argv.index("--compilation-config") + 1])
         assert merged == {"cudagraph_mode": "FULL_DECODE_ONLY"}
-        safe = _wait_serving(launcher, url)  # vLLM's parser took the merged argv
+        safe = wait_serving(launcher, url, START_TIMEOUT)  # vLLM's parser took the merged argv
         assert safe["requested"]["cudagraph_mode"] == "FULL_DECODE_ONLY"
         assert safe["effective"]["cudagraph_mode"] == "NONE"
         # Never "confirmed" when the build runs something else than the profile asks.

@@ -3,12 +3,17 @@ and tests/docker's real server in a container)."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
+import requests
 
+from spark_watchdog.agent.serving import ServingLauncher
 from spark_watchdog.lab.hardware import real_vllm
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -42,3 +47,20 @@ def vllm_python_or_skip() -> Path:
             pytest.fail(message)
         pytest.skip(message)
     return python
+
+
+def wait_serving(launcher: ServingLauncher, url: str, timeout: float) -> dict[str, Any]:
+    """Until /health says 200 and the launcher has read the engine's config line;
+    the test fails with the log's tail if the rank ends first."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        status = launcher.status()
+        if status["state"] != "running":
+            log = Path(status["log_file"]).read_text(errors="replace")[-3000:]
+            pytest.fail(f"the rank is {status['state']} (exit {status['exit_code']}):\n{log}")
+        with contextlib.suppress(requests.RequestException):
+            healthy = requests.get(f"{url}/health", timeout=2).status_code == 200
+            if healthy and status["effective"]["cudagraph_mode"] is not None:
+                return status
+        time.sleep(0.2)  # often: every second seen late is a second the test waits
+    pytest.fail(f"not serving after {timeout:.0f} s: {launcher.status()}")
