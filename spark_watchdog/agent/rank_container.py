@@ -33,6 +33,7 @@ API itself, through the Docker SDK (no parsing of CLI output):
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import signal
 import threading
@@ -53,6 +54,11 @@ log = logging.getLogger("spark_watchdog.agent.rank_container")
 
 LABEL_NODE = "spark-watchdog.node"
 LABEL_PROFILE = "spark-watchdog.profile"
+# On a container the agent re-created from the launcher's: the launcher's own
+# entrypoint and command (JSON), which every later profile is merged into, so
+# that no profile's flags stay behind for the next one (``plain`` gets the
+# launcher's command back).
+LABEL_BASE_COMMAND = "spark-watchdog.base-command"
 # Docker's states in which processes of the container may live.
 _LIVE = frozenset({"running", "restarting", "paused", "removing"})
 _ENDED = frozenset({"exited", "dead"})
@@ -411,7 +417,8 @@ class ContainerRuntime:
         spec = self._found_spec()
         if spec is None:
             raise LaunchFailed(self._nothing_to_recreate())
-        return _spec_argv(spec)
+        entrypoint, command = _base_command(spec)
+        return [*entrypoint, *command]
 
     def _nothing_to_recreate(self) -> str:
         wanted = f"container {self.docker.name}" + (
@@ -454,6 +461,14 @@ class ContainerRuntime:
         labels = self.docker.adopt_labels
         return bool(labels) and all(attributes.get(k) == v for k, v in labels.items())
 
+    @staticmethod
+    def _tell(arrived: Callable[[], None]) -> None:
+        """An adoption that fails is logged; the stream goes on."""
+        try:
+            arrived()
+        except Exception:
+            log.exception("serving: adopting a container that started")
+
     def _follow_arrivals(self, arrived: Callable[[], None]) -> None:
         """The daemon's ``start`` events of containers named or labelled as the rank:
         one stream, nothing polled while nothing starts."""
@@ -465,12 +480,14 @@ class ContainerRuntime:
                     decode=True, filters={"type": "container", "event": "start"}
                 )
                 backoff = 0
+                # A start while the stream was down (a dockerd restart) sent no event.
+                self._tell(arrived)
                 for event in events:
                     if self._closed.is_set():
                         break
                     actor = event.get("Actor") or {}
                     if self._matches(actor.get("Attributes") or {}):
-                        arrived()
+                        self._tell(arrived)
                 with contextlib.suppress(Exception):
                     events.close()
             except (docker.errors.DockerException, OSError, ValueError) as exc:
@@ -542,13 +559,14 @@ class ContainerRuntime:
             raise LaunchFailed(self._nothing_to_recreate())
         config = spec.get("Config") or {}
         name = str(spec.get("Name", "")).lstrip("/") or self.docker.name
-        entrypoint = [str(a) for a in config.get("Entrypoint") or []]
+        entrypoint, command = _base_command(spec)
         # A profile rewrites flag values in place or appends: the split holds.
         split = len(entrypoint)
         env = dict(str(item).partition("=")[::2] for item in config.get("Env") or [])
         env.update(environment)
         labels = dict(config.get("Labels") or {})
         labels[LABEL_PROFILE] = profile
+        labels[LABEL_BASE_COMMAND] = json.dumps({"entrypoint": entrypoint, "command": command})
         if self.node:
             labels[LABEL_NODE] = self.node
         host_config = dict(spec.get("HostConfig") or {})
@@ -594,6 +612,23 @@ class ContainerRuntime:
             raise LaunchFailed(
                 f"removing the previous container {name or self.docker.name}: {exc}"
             ) from None
+
+
+def _base_command(attrs: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """The launcher's entrypoint and command: from the label the agent left on a
+    container it re-created, else the container's own."""
+    config = attrs.get("Config") or {}
+    text = (config.get("Labels") or {}).get(LABEL_BASE_COMMAND)
+    if text:
+        with contextlib.suppress(ValueError, TypeError, AttributeError):
+            base = json.loads(text)
+            entrypoint, command = base["entrypoint"], base["command"]
+            if all(isinstance(a, str) for a in (*entrypoint, *command)):
+                return list(entrypoint), list(command)
+    return (
+        [str(a) for a in config.get("Entrypoint") or []],
+        [str(a) for a in config.get("Cmd") or []],
+    )
 
 
 def _spec_argv(attrs: dict[str, Any]) -> list[str]:

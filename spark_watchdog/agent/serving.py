@@ -104,6 +104,10 @@ def default_runtime(
     return ProcessRuntime(config.working_directory, process_match)
 
 
+# How long an arrival waits for a start or stop under way before it lets go.
+ARRIVAL_WAIT_S = 120.0
+
+
 class ServingLauncher:
     """Starts and stops the rank; every method is safe to call from any thread.
 
@@ -157,19 +161,32 @@ class ServingLauncher:
 
     def _arrived(self) -> None:
         """A rank started outside this agent (the cluster's launcher): adopted
-        while no rank of this agent's lives. Waits for a start or stop under way,
-        so the agent's own start is seen as its own."""
-        with self._operation:
+        while no rank of this agent's lives. The Engine is asked with no lock
+        held, so a start or stop is never refused as busy because of it; the
+        swap waits for one under way, which then decides (a start of the
+        agent's own is its own rank, not an arrival)."""
+        with self._state:
+            run = self._run
+        if run is not None and run.rank.alive():
+            return
+        found = self._adopt()
+        if found is None:
+            return
+        if not self._operation.acquire(timeout=ARRIVAL_WAIT_S):
+            found.rank.close()
+            return
+        try:
             with self._state:
                 run = self._run
-            if run is not None and run.rank.alive():
-                return
-            found = self._adopt()
-            if found is None:
-                return
-            with self._state:
-                previous, self._run = self._run, found
-        if previous is not None:
+                if run is not None and run.rank.alive():
+                    adopted, previous = False, None
+                else:
+                    adopted, previous, self._run = True, run, found
+        finally:
+            self._operation.release()
+        if not adopted:
+            found.rank.close()
+        elif previous is not None:
             previous.rank.close()
 
     def close(self) -> None:

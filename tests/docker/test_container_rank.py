@@ -319,6 +319,12 @@ def test_the_launchers_container_is_adopted_as_it_starts_and_recreated_with_the_
     # The agent's own start is its own: the container's start event adopted nothing.
     time.sleep(1.0)
     assert not launcher.status()["container"]["adopted"]
+    # The next profile goes into the launcher's command, not into the last profile's:
+    # plain gives the launcher's own command back.
+    assert launcher.stop()["state"] == "stopped"
+    launcher.start("plain")
+    again = docker_client.containers.get("vllm_node").attrs["Config"]["Cmd"]
+    assert again == standin_command(port, "--compilation-config", '{"cudagraph_mode": "PIECEWISE"}')
 
 
 def test_a_dockerd_restart_under_the_rank_is_followed(
