@@ -142,7 +142,10 @@ def run_restart(args: argparse.Namespace) -> int:
         nodes = [ServingNode(n.name, n.agent) for n in config.nodes]
         head = next(n for n in nodes if n.name == serving.head)
         workers = [n for n in nodes if n is not head]
-        restart = serving_restart_for(config, head, workers, token, serving.start_timeout)
+        try:
+            restart = serving_restart_for(config, head, workers, token, serving.start_timeout)
+        except (ConfigError, ValueError) as exc:
+            return _fail(f"restart: {exc}; nothing was run", EXIT_USAGE)
         # Every agent must answer and offer the profile before any rank is stopped.
         try:
             asyncio.run(restart.preflight(profile))

@@ -313,7 +313,9 @@ LAUNCHER_PLACEHOLDERS = (
     "speculative_config",
     "extra_args",
 )
-_PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
+# A placeholder: a name in braces. Other braces (a JSON argument) are the
+# operator's own text.
+PLACEHOLDER = re.compile(r"\{([a-z_]+)\}")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -327,6 +329,14 @@ class LauncherSshConfig:
     # The node's host key, pinned: an unknown or changed key is refused.
     known_hosts_file: str = setting()
     connect_timeout: float = setting(5.0, above=0)
+
+    def __post_init__(self) -> None:
+        if not self.user or self.user.startswith("-") or any(c.isspace() for c in self.user):
+            raise InvalidSetting(
+                "user",
+                f"expected a user name without whitespace, not starting with '-', "
+                f"got {self.user!r}",
+            )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -366,7 +376,7 @@ class LauncherConfig:
                     key, "required with type command: the launcher's argv as a list"
                 )
             for i, argument in enumerate(argv):
-                for name in _PLACEHOLDER.findall(argument):
+                for name in PLACEHOLDER.findall(argument):
                     if name not in LAUNCHER_PLACEHOLDERS:
                         raise InvalidSetting(
                             f"{key}[{i}]",

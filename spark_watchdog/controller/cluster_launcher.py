@@ -26,7 +26,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from spark_watchdog.config.controller import LauncherConfig
+from spark_watchdog.config.controller import PLACEHOLDER, LauncherConfig
 from spark_watchdog.controller.http_client import HttpError, request
 from spark_watchdog.controller.launcher_commands import CommandResult, CommandRunner
 from spark_watchdog.controller.serving_restart import (
@@ -39,6 +39,7 @@ from spark_watchdog.profiles import (
     EffectiveConfig,
     Profile,
     apply_profile,
+    effective_matches,
     normalise_cudagraph_mode,
 )
 
@@ -94,16 +95,23 @@ def launcher_environment(values: Mapping[str, Any]) -> dict[str, str]:
 
 
 def substitute(argv: Sequence[str], values: Mapping[str, Any]) -> list[str]:
-    """``argv`` with its placeholders filled (checked at load: only known ones)."""
+    """``argv`` with its placeholders filled in one pass (a value that holds a
+    placeholder's name is not filled again; checked at load: only known ones)."""
     out: list[str] = []
     for argument in argv:
         if argument == "{vllm_args}":
             out.extend(values["vllm_args"])
             continue
-        for name, value in values.items():
-            if name != "vllm_args":
-                argument = argument.replace(f"{{{name}}}", str(value))
-        out.append(argument)
+        out.append(
+            PLACEHOLDER.sub(
+                lambda m: (
+                    str(values.get(m.group(1), m.group(0)))
+                    if m.group(1) != "vllm_args"
+                    else m.group(0)
+                ),
+                argument,
+            )
+        )
     return out
 
 
@@ -158,10 +166,19 @@ class LauncherRestart(ServingRestart):
         record["ranks"]["before"] = await self._ranks()
 
         stop = await self._command(report, "stop", self.launcher.stop, environment, values)
-        record["ranks"]["after_stop"] = await self._ranks()
+        after_stop = record["ranks"]["after_stop"] = await self._ranks()
         if not stop.ok:
             report.result = "failed"
-            report.error = f"{stop.detail}; nothing was started{_said(stop)}"
+            report.error = f"{stop.detail}; nothing was started{_still(after_stop)}{_said(stop)}"
+            return report
+        # A stop that says it is done while a rank still runs (or cannot be asked)
+        # would have the start and its checks meet the old ranks.
+        if _still(after_stop):
+            report.result = "failed"
+            report.error = (
+                f"the launcher's stop ended, but not every rank is down{_still(after_stop)}; "
+                "nothing was started"
+            )
             return report
         start = await self._command(report, "start", self.launcher.start, environment, values)
         if not start.ok:
@@ -170,7 +187,12 @@ class LauncherRestart(ServingRestart):
             report.error = f"{start.detail}{_said(start)}"
             return report
 
-        ready = await self._timed(report, "wait ready", self._wait_all_ready(report))
+        try:
+            ready = await self._timed(report, "wait ready", self._wait_all_ready(report))
+        except HttpError as exc:  # the head's agent refused or dropped the canary
+            record["ranks"]["after_start"] = await self._ranks()
+            report.result, report.error = "failed", str(exc)
+            return report
         ranks = await self._ranks()
         record["ranks"]["after_start"] = ranks
         if not ready:
@@ -180,7 +202,18 @@ class LauncherRestart(ServingRestart):
                 f"ranks on {', '.join(down)} did not run" if down else "the head did not serve"
             )
             return report
-        return self._judge(report, profile, profile_requests(self._profile))
+        asked = profile_requests(self._profile)
+        report = self._judge(report, profile, asked)
+        head = report.effective.get(self.head.name) or {}
+        seen = EffectiveConfig.from_json(head.get("effective"))
+        shows_none = asked != EffectiveConfig() and effective_matches(asked, seen) is None
+        if report.result == "succeeded" and shows_none:
+            unseen = (
+                f"the head's engine did not show the values profile {profile} sets (is its "
+                "log in the container's output?): the profile is not confirmed"
+            )
+            report.note = f"{report.note}; {unseen}" if report.note else unseen
+        return report
 
     async def _command(
         self,
@@ -225,6 +258,14 @@ class LauncherRestart(ServingRestart):
                 return left > 0 and await self._wait_ready(report, left)
             await asyncio.sleep(1.0)
         return False
+
+
+def _still(ranks: Mapping[str, str]) -> str:
+    """The ranks that are not known to be down, as a clause; "" when none."""
+    up = sorted(
+        n for n, state in ranks.items() if state == "running" or state.startswith("unknown")
+    )
+    return f" (still running or not known: {', '.join(up)})" if up else ""
 
 
 def _said(result: CommandResult) -> str:

@@ -26,6 +26,7 @@ from spark_watchdog.controller.serving_restart import (
 )
 from spark_watchdog.controller.wedged import ForcedReboot, RebootAttempt
 from spark_watchdog.controller.witness import WitnessReport, check_witness
+from spark_watchdog.errors import ConfigError
 from spark_watchdog.power.base import SendGate, StepHook, VerifiedPower
 from spark_watchdog.power.paths import PowerPath, build_backend, read_device_secrets, timing_for
 from spark_watchdog.power.send_window import SendWindow
@@ -147,7 +148,11 @@ def serving_runner(config: ControllerConfig) -> ServingRunner:
     async def run(
         head: ServingNode, workers: Sequence[ServingNode], token: str, timeout: float, profile: str
     ) -> ServingRestartReport:
-        return await serving_restart_for(config, head, workers, token, timeout).run(profile)
+        try:
+            restart = serving_restart_for(config, head, workers, token, timeout)
+        except (ConfigError, ValueError) as exc:  # e.g. a credential name that does not resolve
+            return ServingRestartReport(profile, "failed", f"{exc}; nothing was run")
+        return await restart.run(profile)
 
     return run
 

@@ -5,7 +5,9 @@ An argv, never a shell line: on this host it is executed directly, in a
 session of its own (so a timeout kills the launcher and everything it
 started, ``docker`` clients included); over SSH it is quoted argument by
 argument (``shlex.join``) for the remote user's shell, with its environment
-set by ``env NAME=VALUE ...`` in front, since the SSH client passes none.
+set by ``env NAME=VALUE ...`` in front, since the SSH client passes none, and
+the node's own ``timeout`` in front of that, so that the deadline ends the
+command on the node, not only the SSH client here.
 
 Nothing here retries. A command that timed out, or whose SSH session ended
 without an exit status, may have done part of its work: that is said as is
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import os
 import shlex
 import signal
@@ -50,6 +53,11 @@ CONTROLLER_ONLY_ENV = frozenset(
         "LISTEN_FDNAMES",
     }
 )
+# Over SSH: coreutils' timeout on the node ends the command at its deadline,
+# SIGKILL this long after SIGTERM; its exit says so (124, or 128 + 9).
+REMOTE_KILL_AFTER_S = 10.0
+REMOTE_GRACE_S = 10.0
+TIMEOUT_EXITS = frozenset({124, 137})
 OUTPUT_KEPT = 4000  # characters of the command's output kept in the record (its tail)
 _READ_LIMIT = 256 * 1024
 _REAP_GRACE_S = 5.0
@@ -209,9 +217,22 @@ class SshRunner:
         )
         self.working_directory = working_directory
 
-    def remote_line(self, argv: Sequence[str], environment: Mapping[str, str]) -> str:
-        """The one line the remote shell gets: every word quoted, the environment by env."""
-        words = ["env", *(f"{k}={v}" for k, v in environment.items()), *argv]
+    def remote_line(
+        self, argv: Sequence[str], environment: Mapping[str, str], timeout: float
+    ) -> str:
+        """The one line the remote shell gets: every word quoted, the environment by
+        env, and the node's own ``timeout`` ending the command (and, ``-k``, what
+        ignores SIGTERM) at the deadline: a killed ssh client would leave it running."""
+        limit = str(max(1, math.ceil(timeout)))
+        words = [
+            "timeout",
+            "-k",
+            str(int(REMOTE_KILL_AFTER_S)),
+            limit,
+            "env",
+            *(f"{k}={v}" for k, v in environment.items()),
+            *argv,
+        ]
         line = shlex.join(words)
         if self.working_directory:
             line = f"cd {shlex.quote(self.working_directory)} && {line}"
@@ -221,11 +242,20 @@ class SshRunner:
         self, which: str, argv: Sequence[str], environment: Mapping[str, str], timeout: float
     ) -> CommandResult:
         shown = tuple(redact_argv(argv))
-        ran = await self.command.run(self.remote_line(argv, environment), timeout)
+        line = self.remote_line(argv, environment, timeout)
+        # The node's timeout ends it first; the client waits a little longer.
+        ran = await self.command.run(line, timeout + REMOTE_KILL_AFTER_S + REMOTE_GRACE_S)
         output = _tail("\n".join(t for t in (ran.stdout, ran.stderr) if t.strip()))
         target = self.command.target
         end: CommandEnd
-        if ran.outcome == "exited":
+        code: int | None
+        if ran.outcome == "exited" and ran.exit_status in TIMEOUT_EXITS:
+            end, code = "timed_out", ran.exit_status
+            detail = (
+                f"{which} on {target}: no end within {timeout:g} s; the node's timeout ended "
+                f"it (exit {code}; it may have done part of its work)"
+            )
+        elif ran.outcome == "exited":
             end, code = "exited", ran.exit_status
             said = "" if code == 0 else f" (exit {code})"
             detail = f"{which} on {target}: {shlex.join(shown)} ended{said}"

@@ -64,6 +64,14 @@ def test_placeholders_fill_in_and_vllm_args_expands_to_its_own_arguments() -> No
     ]
 
 
+def test_placeholders_fill_in_one_pass_and_json_arguments_are_the_operators() -> None:
+    profile = Profile("odd{profile}", extra_args=("{profile}",))
+
+    filled = substitute(["x", "{extra_args}", '{"a": 1}'], launcher_values(profile))
+
+    assert filled == ["x", "'{profile}'", '{"a": 1}']
+
+
 @pytest.mark.parametrize(
     ("settings", "expected"),
     [
@@ -138,6 +146,17 @@ def _controller(launcher: dict[str, Any], **node: Any) -> dict[str, Any]:
             "node spark-1 has no ssh_host",
         ),
         ({"order": "slurm"}, {}, "serving.launcher.order: expected one of native, ray"),
+        (
+            {
+                "type": "command",
+                "stop": ["x"],
+                "start": ["go"],
+                "run_on": "spark-1",
+                "ssh": {"user": "-oProxyCommand=x", "key_file": "k", "known_hosts_file": "h"},
+            },
+            {"ssh_host": "10.0.0.1"},
+            "serving.launcher.ssh.user: expected a user name without whitespace",
+        ),
     ],
 )
 def test_a_launcher_config_that_cannot_work_is_refused_at_load(

@@ -296,3 +296,16 @@ def test_a_start_command_that_is_not_there_is_a_failed_restart_with_every_rank_s
     assert report.result == "failed"
     assert "cannot run '/nonexistent/launch-cluster.sh'" in (report.error or "")
     assert all(s != "running" for s in report.launcher["ranks"]["after_start"].values())
+
+
+def test_a_stop_that_says_done_while_ranks_run_starts_nothing(cluster: Cluster) -> None:
+    _launch_by_hand(cluster)
+    cluster.set_recipe(fail={"stop_does_nothing": True})
+
+    report = cluster.restart("safe")
+
+    assert report.result == "failed", (report.error, report.launcher)
+    assert "not every rank is down (still running or not known: spark-1, spark-2)" in (
+        report.error or ""
+    )
+    assert [c["which"] for c in report.launcher["commands"]] == ["stop"]

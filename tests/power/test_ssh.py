@@ -862,6 +862,10 @@ def test_a_launcher_argv_reaches_the_node_word_for_word_with_its_environment(
     cd, _, command = line.partition(" && ")
     assert shlex.split(cd) == ["cd", "/srv/my cluster"]
     assert shlex.split(command) == [
+        "timeout",
+        "-k",
+        "10",
+        "10",
         "env",
         "SPARK_WATCHDOG_PROFILE=safe",
         "SPARK_WATCHDOG_VLLM_ARGS=--x '{}'",

@@ -10,8 +10,8 @@ given after ``start`` appended, as recipes append their extra vLLM flags);
 The recipe (JSON): ``socket``, ``image``, ``volumes``, ``environment`` and
 ``nodes`` (``name``, ``container``, ``command``, ``labels``). Its
 ``fail`` key plays a broken launcher: ``{"stop": 3}`` exits 3 before doing
-anything on stop; ``{"start_only": ["spark-1"]}`` starts only those nodes
-and still exits 0.
+anything on stop; ``{"stop_does_nothing": true}`` exits 0 and stops nothing;
+``{"start_only": ["spark-1"]}`` starts only those nodes and still exits 0.
 """
 
 from __future__ import annotations
@@ -40,6 +40,9 @@ def main(argv: list[str] | None = None) -> int:
         if "stop" in fail:
             print("launch-cluster: cannot reach the nodes", file=sys.stderr)
             return int(fail["stop"])
+        if fail.get("stop_does_nothing"):
+            print("stopped (it says)")
+            return 0
         for node in recipe["nodes"]:
             with contextlib.suppress(docker.errors.NotFound):
                 container = client.containers.get(node["container"])
