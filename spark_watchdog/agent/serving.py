@@ -104,8 +104,9 @@ def default_runtime(
     return ProcessRuntime(config.working_directory, process_match)
 
 
-# How long an arrival waits for a start or stop under way before it lets go.
+# How long an arrival waits for a start or stop under way, and how often it looks.
 ARRIVAL_WAIT_S = 120.0
+ARRIVAL_POLL_S = 0.05
 
 
 class ServingLauncher:
@@ -161,10 +162,13 @@ class ServingLauncher:
 
     def _arrived(self) -> None:
         """A rank started outside this agent (the cluster's launcher): adopted
-        while no rank of this agent's lives. The Engine is asked with no lock
-        held, so a start or stop is never refused as busy because of it; the
-        swap waits for one under way, which then decides (a start of the
-        agent's own is its own rank, not an arrival)."""
+        while no rank of this agent's lives. It never takes the operation lock,
+        so a start or stop is never refused as busy because of it: it lets one
+        under way finish first (the start event of the agent's own container is
+        that start's rank, not an arrival), then swaps under the state lock."""
+        deadline = time.monotonic() + ARRIVAL_WAIT_S
+        while self._operation.locked() and time.monotonic() < deadline:
+            time.sleep(ARRIVAL_POLL_S)
         with self._state:
             run = self._run
         if run is not None and run.rank.alive():
@@ -172,22 +176,15 @@ class ServingLauncher:
         found = self._adopt()
         if found is None:
             return
-        if not self._operation.acquire(timeout=ARRIVAL_WAIT_S):
-            found.rank.close()
-            return
-        try:
-            with self._state:
-                run = self._run
-                if run is not None and run.rank.alive():
-                    adopted, previous = False, None
-                else:
-                    adopted, previous, self._run = True, run, found
-        finally:
-            self._operation.release()
-        if not adopted:
-            found.rank.close()
-        elif previous is not None:
-            previous.rank.close()
+        with self._state:
+            run = self._run
+            taken = not self._operation.locked() and (run is None or not run.rank.alive())
+            if taken:
+                self._run = found
+        if not taken:
+            found.rank.close()  # a start or stop began meanwhile: it decides
+        elif run is not None:
+            run.rank.close()
 
     def close(self) -> None:
         """Let go of what watches the rank and the runtime; the rank keeps running."""
