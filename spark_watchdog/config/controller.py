@@ -368,6 +368,22 @@ class LauncherConfig:
                     raise InvalidSetting(
                         key, 'only a launcher of type "command" runs commands; set type: command'
                     )
+            given = [
+                key
+                for key, unset in (
+                    ("run_on", self.run_on == "controller"),
+                    ("ssh", self.ssh is None),
+                    ("working_directory", self.working_directory is None),
+                    ("environment", not self.environment),
+                )
+                if not unset
+            ]
+            if given:
+                raise InvalidSetting(
+                    given[0],
+                    'only for a launcher of type "command" (the agents restart the ranks '
+                    "themselves); set type: command, or remove it",
+                )
             return
         for key in ("stop", "start"):
             argv = getattr(self, key)

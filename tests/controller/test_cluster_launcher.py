@@ -120,6 +120,12 @@ def _controller(launcher: dict[str, Any], **node: Any) -> dict[str, Any]:
         ({"type": "command", "start": ["go"]}, {}, "serving.launcher.stop: required with type"),
         ({"stop": ["x"]}, {}, 'only a launcher of type "command" runs commands'),
         (
+            {"run_on": "spark-1"},
+            {},
+            'serving.launcher.run_on: only for a launcher of type "command"',
+        ),
+        ({"environment": {"A": "1"}}, {}, "serving.launcher.environment: only for a launcher"),
+        (
             {"type": "command", "stop": ["x"], "start": ["go", "{model}"]},
             {},
             'serving.launcher.start[1]: unknown placeholder "{model}"',
