@@ -129,6 +129,8 @@ class ServingLauncher:
         self.process_match = process_match
         self.runtime = runtime or default_runtime(config, process_match, node)
         self.profiles = config.all_profiles()
+        # Fixed with the config: built once, not on every status read.
+        self._profile_settings = {n: self.profiles[n].to_json() for n in sorted(self.profiles)}
         self._operation = threading.Lock()
         self._state = threading.Lock()
         self._run: _Run | None = self._adopt()
@@ -406,7 +408,7 @@ class ServingLauncher:
             "runtime": self.runtime.kind,
             "default_profile": self.config.default_profile,
             "profiles": self.profile_names,
-            "profile_settings": {n: self.profiles[n].to_json() for n in self.profile_names},
+            "profile_settings": self._profile_settings,
             "log_file": self.config.log_file,
             "creates_from": self.runtime.creates_from(),
         }

@@ -32,6 +32,7 @@ from spark_watchdog.controller.launcher_commands import CommandResult, CommandRu
 from spark_watchdog.controller.serving_restart import (
     PreflightFailed,
     ServingNode,
+    ServingOffer,
     ServingRestart,
     ServingRestartReport,
 )
@@ -134,16 +135,9 @@ class LauncherRestart(ServingRestart):
         self.runner = runner
         self._profile: Profile | None = None
 
-    async def preflight(self, profile: str) -> None:
-        await super().preflight(profile)
-        try:
-            answer = await request(
-                f"{self.head.agent.rstrip('/')}/v1/serving", timeout=self.request_timeout
-            )
-            settings = answer.json().get("profile_settings") if answer.status == 200 else None
-        except (HttpError, AttributeError):
-            settings = None
-        found = profile_from(settings, profile)
+    async def preflight(self, profile: str) -> list[ServingOffer]:
+        offers = await super().preflight(profile)
+        found = profile_from(offers[0].settings, profile)
         if found is None:
             raise PreflightFailed(
                 f"the head's agent ({self.head.name}) did not give the settings of profile "
@@ -151,6 +145,7 @@ class LauncherRestart(ServingRestart):
                 "controller?); nothing was run"
             )
         self._profile = found
+        return offers
 
     async def run(self, profile: str) -> ServingRestartReport:
         record: dict[str, Any] = {"type": "command", "commands": [], "ranks": {}}

@@ -89,6 +89,8 @@ class ServingOffer:
     profiles: tuple[str, ...] = ()
     enabled: bool = False
     error: str | None = None  # no usable answer
+    # What each profile merges into the command (``profile_settings``), as sent.
+    settings: Any = None
 
     @property
     def answered(self) -> bool:
@@ -114,7 +116,9 @@ async def serving_offer(node: ServingNode, timeout: float) -> ServingOffer:
         return ServingOffer(node.name, error=f"GET /v1/serving answered {answer.status}")
     profiles = body.get("profiles")
     names = tuple(p for p in profiles if isinstance(p, str)) if isinstance(profiles, list) else ()
-    return ServingOffer(node.name, names, body.get("enabled") is True)
+    return ServingOffer(
+        node.name, names, body.get("enabled") is True, settings=body.get("profile_settings")
+    )
 
 
 async def serving_offers(nodes: Sequence[ServingNode], timeout: float) -> list[ServingOffer]:
@@ -178,9 +182,9 @@ class ServingRestart:
         finally:
             report.step_durations[label] = round(time.monotonic() - started, 3)
 
-    async def preflight(self, profile: str) -> None:
+    async def preflight(self, profile: str) -> list[ServingOffer]:
         """Raise PreflightFailed unless every node's agent answers, has serving control
-        on, and offers ``profile``. Stops nothing."""
+        on, and offers ``profile``; the offers, the head's first. Stops nothing."""
         offers = await serving_offers([self.head, *self.workers], self.request_timeout)
         problem = unknown_profile_problem(profile, offers)
         if problem is not None:
@@ -194,6 +198,7 @@ class ServingRestart:
                 f"serving control is off on {', '.join(off)} (serving.enabled: false in "
                 "the agent's config); nothing was stopped"
             )
+        return offers
 
     async def run(self, profile: str) -> ServingRestartReport:
         report = ServingRestartReport(profile)

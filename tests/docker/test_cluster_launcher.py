@@ -11,7 +11,7 @@ import asyncio
 import json
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,7 +19,7 @@ from typing import Any
 import docker
 import pytest
 import requests
-from docker_tier import Dockerd, bound_code, standin_command
+from docker_tier import Dockerd, bound_code, standin_command, wait_for
 
 from spark_watchdog.agent.daemon import Agent
 from spark_watchdog.config.agent import parse_agent_config
@@ -99,20 +99,6 @@ class Cluster:
         recipe = json.loads(self.recipe.read_text())
         recipe.update(changes)
         self.recipe.write_text(json.dumps(recipe))
-
-
-def wait_for(check: Callable[[], object], timeout: float, what: str) -> None:
-    import time
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if check():
-                return
-        except requests.RequestException:
-            pass
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
 
 
 def _agent_config(tmp_path: Path, socket: str, node: str, head_port: int | None) -> Any:

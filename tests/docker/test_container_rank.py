@@ -11,14 +11,14 @@ import json
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import docker
 import pytest
 import requests
-from docker_tier import Dockerd, bound_code, standin_command
+from docker_tier import Dockerd, bound_code, standin_command, wait_for
 
 from spark_watchdog.agent.memory_watch import MemoryWatch
 from spark_watchdog.agent.serving import LaunchFailed, ServingConflict, ServingLauncher
@@ -49,15 +49,6 @@ def _serving(
         "stop_timeout": 10.0,
     }
     return parse_agent_config({"node": "spark-1", "serving": serving}).serving
-
-
-def wait_for(check: Callable[[], object], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
 
 
 def _healthy(port: int) -> bool:
