@@ -547,7 +547,7 @@ def test_the_canary_carries_the_servers_api_key_from_its_file(
     key_file.write_text("k3y-of-the-server\n")
     key_file.chmod(0o600)
     journal, proc, _ = node_tree
-    canary = {"timeout": 1.0, "idle_after": 0.5, "api_key_file": str(key_file)}
+    canary = {"timeout": 10.0, "idle_after": 0.5, "api_key_file": str(key_file)}
     with VllmStandin(mode="idle", api_key="k3y-of-the-server") as keyed:
         config = _config(keyed.url, journal, proc, 5.0, False, {"canary": canary})
         agent = RunningAgent(Agent(config, notifier=SystemdNotifier({})))

@@ -54,6 +54,13 @@ def test_the_unit_suite_passes_on_debian_13s_python_3_13(
     output = done.stdout + done.stderr
     print(output[-3000:])
     assert "Python 3.13" in output
-    assert done.returncode == 0, output[-6000:]
+    assert done.returncode == 0, _failures(output) + output[-3000:]
     summary = re.search(r"^\d+ passed.*$", done.stdout, re.MULTILINE)
     assert summary is not None and "failed" not in summary.group(0), output[-3000:]
+
+
+def _failures(output: str) -> str:
+    """pytest's FAILURES section, where the reason is (the tail is its summary)."""
+    section = r"^=+ (FAILURES|ERRORS) =+$.*?(?=^=+ short test summary)"
+    found = re.search(section, output, re.MULTILINE | re.DOTALL)
+    return "" if found is None else found.group(0)[:12000] + "\n[…]\n"

@@ -844,7 +844,7 @@ def _launcher_runner(server: Sshd, port: int | None = None) -> SshRunner:
         user=server.user,
         key_file=str(server.keys.client),
         known_hosts_file=str(server.known_hosts),
-        connect_timeout=2.0,
+        connect_timeout=10.0,  # sshd forks a session per connection: slow on a loaded machine
     )
     return SshRunner("127.0.0.1", port or server.port, ssh, working_directory="/srv/my cluster")
 
