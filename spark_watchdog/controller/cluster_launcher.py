@@ -37,10 +37,14 @@ from spark_watchdog.controller.serving_restart import (
     ServingRestartReport,
 )
 from spark_watchdog.profiles import (
+    COMPILATION_FLAG,
+    SPECULATIVE_FLAG,
     EffectiveConfig,
     Profile,
+    ProfileError,
     apply_profile,
     effective_matches,
+    flag_json,
     normalise_cudagraph_mode,
 )
 
@@ -73,11 +77,32 @@ def profile_requests(profile: Profile) -> EffectiveConfig:
     )
 
 
-def launcher_values(profile: Profile) -> dict[str, Any]:
+def profile_flags(profile: Profile, running: Sequence[str] = ()) -> list[str]:
+    """The vLLM flags that give a launcher's command the profile, to append to it
+    (vLLM takes the last of a flag): each JSON flag the profile changes, merged
+    into the value the ``running`` command has (the head's rank as its agent
+    shows it), whole, since an appended ``--speculative-config`` replaces the
+    recipe's; then the profile's extra arguments. Without a running command a
+    speculative override has no method to apply to and is left out (profiles.py);
+    the head's effective config then says whether the profile took."""
+    merged = apply_profile(running, profile)
+    flags: list[str] = []
+    for flag, override in (
+        (SPECULATIVE_FLAG, profile.speculative_config),
+        (COMPILATION_FLAG, profile.compilation_config),
+    ):
+        value = flag_json(merged, flag) if override else None
+        if value is not None:
+            flags += [flag, json.dumps(value, separators=(",", ":"))]
+    return [*flags, *profile.extra_args]
+
+
+def launcher_values(profile: Profile, running: Sequence[str] = ()) -> dict[str, Any]:
     """What the launcher is given, by placeholder name (``{profile}`` ...): the
-    profile's name, the vLLM flags the agent would merge (as a list, for
-    ``{vllm_args}``), the two JSON overrides and the extra arguments."""
-    flags = apply_profile([], profile)
+    profile's name, its vLLM flags merged into the ``running`` command (as a
+    list, for ``{vllm_args}``; :func:`profile_flags`), the two JSON overrides
+    and the extra arguments."""
+    flags = profile_flags(profile, running)
     return {
         "profile": profile.name,
         "vllm_args": flags,
@@ -134,6 +159,7 @@ class LauncherRestart(ServingRestart):
         self.launcher = launcher
         self.runner = runner
         self._profile: Profile | None = None
+        self._running: Sequence[str] = ()
 
     async def preflight(self, profile: str) -> list[ServingOffer]:
         offers = await super().preflight(profile)
@@ -145,6 +171,7 @@ class LauncherRestart(ServingRestart):
                 "controller?); nothing was run"
             )
         self._profile = found
+        self._running = offers[0].argv or ()
         return offers
 
     async def run(self, profile: str) -> ServingRestartReport:
@@ -156,7 +183,15 @@ class LauncherRestart(ServingRestart):
             report.result, report.error = "failed", str(exc)
             return report
         assert self._profile is not None
-        values = launcher_values(self._profile)
+        try:
+            values = launcher_values(self._profile, self._running)
+        except ProfileError as exc:
+            report.result = "failed"
+            report.error = f"profile {profile} cannot merge into the head's command: {exc}"
+            return report
+        record["merged_into"] = (
+            "the head's rank command" if self._running else "nothing (the head shows no command)"
+        )
         environment = {**self.launcher.environment, **launcher_environment(values)}
         record["ranks"]["before"] = await self._ranks()
 

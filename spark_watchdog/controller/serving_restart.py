@@ -91,6 +91,9 @@ class ServingOffer:
     error: str | None = None  # no usable answer
     # What each profile merges into the command (``profile_settings``), as sent.
     settings: Any = None
+    # The command of the node's rank as its agent shows it (secret values ***),
+    # when it knows one: what a launcher's profile flags are merged into.
+    argv: tuple[str, ...] | None = None
 
     @property
     def answered(self) -> bool:
@@ -116,8 +119,16 @@ async def serving_offer(node: ServingNode, timeout: float) -> ServingOffer:
         return ServingOffer(node.name, error=f"GET /v1/serving answered {answer.status}")
     profiles = body.get("profiles")
     names = tuple(p for p in profiles if isinstance(p, str)) if isinstance(profiles, list) else ()
+    argv = body.get("argv")
+    shown = (
+        tuple(argv) if isinstance(argv, list) and all(isinstance(a, str) for a in argv) else None
+    )
     return ServingOffer(
-        node.name, names, body.get("enabled") is True, settings=body.get("profile_settings")
+        node.name,
+        names,
+        body.get("enabled") is True,
+        settings=body.get("profile_settings"),
+        argv=shown,
     )
 
 

@@ -41,6 +41,32 @@ def test_the_launcher_gets_the_safe_profile_as_flags_json_and_environment() -> N
     }
 
 
+def test_the_flags_merge_into_the_heads_running_command_and_replace_its_values_whole() -> None:
+    running = [
+        "vllm",
+        "serve",
+        "m",
+        "--speculative-config",
+        '{"method":"dspark","num_speculative_tokens":3,"enable_adaptive_verification":true}',
+        '--compilation-config={"cudagraph_mode":"FULL_AND_PIECEWISE","level":3}',
+        "--api-key",
+        "***",
+    ]
+
+    flags = launcher_values(BUILTIN_PROFILES[SAFE], running)["vllm_args"]
+
+    # Appended to the recipe's own command, the last of each flag is what vLLM takes:
+    # each must carry the recipe's whole config with the profile's values merged in.
+    assert flags[0::2] == ["--speculative-config", "--compilation-config"]
+    assert json.loads(flags[1]) == {
+        "method": "dspark",
+        "num_speculative_tokens": 3,
+        "enable_adaptive_verification": False,
+    }
+    assert json.loads(flags[3]) == {"cudagraph_mode": "FULL_DECODE_ONLY", "level": 3}
+    assert "***" not in flags
+
+
 def test_placeholders_fill_in_and_vllm_args_expands_to_its_own_arguments() -> None:
     profile = Profile(
         "fast",
