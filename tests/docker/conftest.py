@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import os
-import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,6 +28,8 @@ import docker
 import docker.errors
 import pytest
 from docker_tier import ROOT, Dockerd
+
+from spark_watchdog.lab.hardware.dockerd import docker_unavailable
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -56,10 +57,9 @@ def _guest_image_script() -> ModuleType:
 def dockerd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dockerd]:
     if os.environ.get("SPARK_WATCHDOG_DOCKER") == "0":
         pytest.skip("SPARK_WATCHDOG_DOCKER=0: the Docker tier is off")
-    if os.geteuid() != 0:
-        _unavailable("a dockerd of the tests' own needs root")
-    if shutil.which("dockerd") is None:
-        _unavailable("dockerd not found: apt-get install docker.io (scripts/setup.sh does)")
+    why = docker_unavailable()
+    if why is not None:
+        _unavailable(why)
     # A short path: the socket's path must fit in a sockaddr_un.
     daemon = Dockerd(Path(tmp_path_factory.mktemp("dk")))
     try:

@@ -1,6 +1,6 @@
 """A serving restart through the cluster's own launcher (``serving.launcher:
 command``) against a real Docker Engine: a launcher script playing
-spark-vllm-docker's ``launch-cluster.sh`` (tests/support/launch_cluster.py)
+spark-vllm-docker's ``launch-cluster.sh`` (the lab's, spark_watchdog/lab/hardware/launch_cluster.py)
 starts each node's container; two real agents adopt them as they start; the
 controller's restart runs the launcher's stop and start, hands it the profile,
 and verifies the result from the agents."""
@@ -30,7 +30,7 @@ from spark_watchdog.controller.serving_restart import ServingNode
 from spark_watchdog.lab.ports import free_port
 from spark_watchdog.sdnotify import SystemdNotifier
 
-LAUNCHER = Path(__file__).resolve().parents[1] / "support" / "launch_cluster.py"
+LAUNCHER = (sys.executable, "-m", "spark_watchdog.lab.hardware", "launch-cluster")
 TOKEN = "t0ken-of-the-serving-api"
 NODES = ("spark-1", "spark-2")  # spark-1 is the head
 
@@ -68,10 +68,9 @@ class Cluster:
     def launcher(self, **changes: Any) -> LauncherConfig:
         settings: dict[str, Any] = {
             "type": "command",
-            "stop": (sys.executable, str(LAUNCHER), "--recipe", str(self.recipe), "stop"),
+            "stop": (*LAUNCHER, "--recipe", str(self.recipe), "stop"),
             "start": (
-                sys.executable,
-                str(LAUNCHER),
+                *LAUNCHER,
                 "--recipe",
                 str(self.recipe),
                 "start",
@@ -188,7 +187,7 @@ def _launch_by_hand(cluster: Cluster, *extra: str) -> None:
     import subprocess
 
     subprocess.run(
-        [sys.executable, str(LAUNCHER), "--recipe", str(cluster.recipe), "start", *extra],
+        [*LAUNCHER, "--recipe", str(cluster.recipe), "start", *extra],
         check=True,
         capture_output=True,
     )
@@ -237,7 +236,7 @@ def test_a_launcher_that_drops_the_profile_is_a_profile_mismatch(cluster: Cluste
     _launch_by_hand(cluster)
 
     # A start command without {vllm_args}: the launcher starts the recipe unchanged.
-    start = (sys.executable, str(LAUNCHER), "--recipe", str(cluster.recipe), "start")
+    start = (*LAUNCHER, "--recipe", str(cluster.recipe), "start")
     report = cluster.restart("safe", start=start)
 
     assert report.result == "profile_mismatch", (report.error, report.launcher)

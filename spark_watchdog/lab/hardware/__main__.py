@@ -42,6 +42,12 @@ def _ssh_command(argv: list[str]) -> int:
     return main(argv)
 
 
+def _launch_cluster(argv: list[str]) -> int:
+    from spark_watchdog.lab.hardware.launch_cluster import main
+
+    return main(argv)
+
+
 def _real_vllm(argv: list[str]) -> int:
     from spark_watchdog.lab.hardware.real_vllm import main
 
@@ -55,6 +61,7 @@ DEVICES: dict[str, tuple[Callable[[list[str]], int], str]] = {
     "vllm": (_vllm, "a vLLM server stand-in (the lab's rank)"),
     "host": (_host, "one simulated Spark host: its agent, sshd and journal"),
     "ssh-command": (_ssh_command, "the lab host's forced SSH command"),
+    "launch-cluster": (_launch_cluster, "the lab's cluster launcher (launch-cluster.sh's part)"),
     "real-vllm": (_real_vllm, "where the real vLLM CPU build is, or why not"),
 }
 

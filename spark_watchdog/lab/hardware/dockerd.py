@@ -6,17 +6,35 @@ The Docker tier (tests/docker) and the benchmarks run their containers here."""
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
+import shutil
 import signal
 import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import docker
-import docker.errors
+if TYPE_CHECKING:
+    import docker
 
 START_TIMEOUT = 60.0
+
+
+class DockerUnavailable(RuntimeError):
+    """This machine cannot run a dockerd of the lab's own (it says why)."""
+
+
+def docker_unavailable() -> str | None:
+    """Why this machine cannot run a dockerd of its own; None when it can."""
+    if os.geteuid() != 0:
+        return "a dockerd of the lab's own needs root"
+    if shutil.which("dockerd") is None:
+        return "dockerd not found: apt-get install docker.io (scripts/setup.sh does)"
+    if importlib.util.find_spec("docker") is None:
+        return "the Docker SDK is not installed: pip install 'spark-watchdog[docker]'"
+    return None
 
 
 @dataclass
@@ -38,10 +56,14 @@ class Dockerd:
     def log(self) -> Path:
         return self.root / "dockerd.log"
 
-    def client(self) -> docker.DockerClient:
-        return docker.DockerClient(base_url=self.url, timeout=30)
+    def client(self, timeout: int = 30) -> docker.DockerClient:
+        import docker  # the docker extra: only where a dockerd of the lab's own runs
+
+        return docker.DockerClient(base_url=self.url, timeout=timeout)
 
     def start(self) -> Dockerd:
+        import docker.errors
+
         with self.log.open("ab") as out:
             self.process = subprocess.Popen(
                 [
@@ -61,12 +83,14 @@ class Dockerd:
         deadline = time.monotonic() + START_TIMEOUT
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise RuntimeError(f"dockerd exited {self.process.returncode}:\n{self.tail()}")
+                raise DockerUnavailable(f"dockerd exited {self.process.returncode}:\n{self.tail()}")
             with contextlib.suppress(docker.errors.DockerException, OSError):
                 if self.socket.exists() and self.client().ping():
                     return self
             time.sleep(0.2)
-        raise RuntimeError(f"dockerd did not answer within {START_TIMEOUT:.0f} s:\n{self.tail()}")
+        raise DockerUnavailable(
+            f"dockerd did not answer within {START_TIMEOUT:.0f} s:\n{self.tail()}"
+        )
 
     def stop(self) -> None:
         """SIGTERM by PID (its containerd goes with it), SIGKILL if it lingers."""

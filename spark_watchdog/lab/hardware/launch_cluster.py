@@ -1,11 +1,12 @@
-"""A cluster launcher for the tests, playing spark-vllm-docker's
-``launch-cluster.sh``: ``start`` runs every node's container detached
-(``docker run -d``, host network, the recipe's command with the arguments
-given after ``start`` appended, as recipes append their extra vLLM flags);
+"""The lab's cluster launcher, playing spark-vllm-docker's ``launch-cluster.sh``
+(``lab ... --serving launcher``, and the Docker tier): ``start`` runs every
+node's container detached (``docker run -d``, host network, the recipe's
+command with the arguments given after ``start`` appended, as recipes append
+their extra vLLM flags);
 ``stop`` stops and removes them (``docker stop``, ``docker rm``).
 
-    python launch_cluster.py --recipe FILE start [VLLM ARGS...]
-    python launch_cluster.py --recipe FILE stop
+    python -m spark_watchdog.lab.hardware launch-cluster --recipe FILE start [VLLM ARGS...]
+    python -m spark_watchdog.lab.hardware launch-cluster --recipe FILE stop
 
 The recipe (JSON): ``socket``, ``image``, ``volumes``, ``environment`` and
 ``nodes`` (``name``, ``container``, ``command``, ``labels``). Its
@@ -27,7 +28,9 @@ import docker.errors
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser()
+    parser = argparse.ArgumentParser(
+        prog="launch-cluster", description="start or stop every node's vLLM container"
+    )
     parser.add_argument("--recipe", required=True)
     parser.add_argument("action", choices=["start", "stop"])
     parser.add_argument("vllm_args", nargs=argparse.REMAINDER)
