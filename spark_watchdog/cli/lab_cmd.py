@@ -95,6 +95,14 @@ def add_parser(commands: Any) -> None:
         help="the head's rank: the lab's stand-in (default) or the real vLLM CPU server "
         "(built by scripts/real_vllm_env.py)",
     )
+    demo.add_argument(
+        "--serving",
+        choices=("process", "docker", "launcher"),
+        default="process",
+        help="how each node's rank runs: a process the agent forks (default), a container "
+        "the agent creates (docker), or containers a cluster launcher starts (launcher); "
+        "docker and launcher start a dockerd of the lab's own (root, docker.io)",
+    )
     demo.set_defaults(func=_run_demo)
 
     run = labs.add_parser(
@@ -120,6 +128,14 @@ def add_parser(commands: Any) -> None:
         help="the head's rank: the lab's stand-in (default) or the real vLLM CPU server "
         "(built by scripts/real_vllm_env.py)",
     )
+    run.add_argument(
+        "--serving",
+        choices=("process", "docker", "launcher"),
+        default="process",
+        help="how each node's rank runs: a process the agent forks (default), a container "
+        "the agent creates (docker), or containers a cluster launcher starts (launcher); "
+        "docker and launcher start a dockerd of the lab's own (root, docker.io)",
+    )
     run.set_defaults(func=_run_scenario)
 
     up = labs.add_parser(
@@ -138,6 +154,14 @@ def add_parser(commands: Any) -> None:
         "--netns",
         action="store_true",
         help="each node in a network namespace of its own (root; needed for `partition`)",
+    )
+    up.add_argument(
+        "--serving",
+        choices=("process", "docker", "launcher"),
+        default="process",
+        help="how each node's rank runs: a process the agent forks (default), a container "
+        "the agent creates (docker), or containers a cluster launcher starts (launcher); "
+        "docker and launcher start a dockerd of the lab's own (root, docker.io)",
     )
     up.set_defaults(func=_run_up)
 
@@ -251,12 +275,20 @@ def _run_demo(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     if not _real_vllm_ok(args.vllm):
         return EXIT_NOT_AVAILABLE
+    if not _serving_ok(args.serving, args.vllm):
+        return EXIT_NOT_AVAILABLE
     from spark_watchdog.lab.stories.demo import run_demo
 
     workdir = args.dir or Path(tempfile.mkdtemp(prefix="spark-watchdog-demo-"))
     try:
         with _lab_signals(workdir / "controller.log"):
-            return run_demo(workdir.resolve(), nodes=args.nodes, as_json=args.json, vllm=args.vllm)
+            return run_demo(
+                workdir.resolve(),
+                nodes=args.nodes,
+                as_json=args.json,
+                vllm=args.vllm,
+                serving=args.serving,
+            )
     except KeyboardInterrupt:
         print(
             f"\ninterrupted; every lab process stopped (lab directory {workdir})", file=sys.stderr
@@ -274,6 +306,21 @@ def _real_vllm_ok(vllm: str) -> bool:
         find_python()
     except RealVllmMissing as exc:
         print(f"spark-watchdog lab: --vllm real: {exc}", file=sys.stderr)
+        return False
+    return True
+
+
+def _serving_ok(serving: str, vllm: str = "standin") -> bool:
+    """With --serving docker or launcher, this machine must run a dockerd of the lab's own."""
+    if serving == "process":
+        return True
+    from spark_watchdog.lab.hardware.dockerd import docker_unavailable
+
+    why = docker_unavailable()
+    if why is None and vllm != "standin":
+        why = "the containers run the lab's vLLM stand-in; with --vllm real use --serving process"
+    if why is not None:
+        print(f"spark-watchdog lab: --serving {serving}: {why}", file=sys.stderr)
         return False
     return True
 
@@ -315,6 +362,8 @@ def _run_scenario(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     if not _real_vllm_ok(args.vllm):
         return EXIT_NOT_AVAILABLE
+    if not _serving_ok(args.serving, args.vllm):
+        return EXIT_NOT_AVAILABLE
     keep = args.keep or args.dir is not None
     workdir = args.dir or Path(tempfile.mkdtemp(prefix=f"spark-watchdog-lab-{args.scenario}-"))
     workdir = workdir.resolve()
@@ -332,6 +381,7 @@ def _run_scenario(args: argparse.Namespace) -> int:
                 narrator=Narrator(echo=echo),
                 node=args.node,
                 vllm=args.vllm,
+                serving=args.serving,
             )
     except KeyboardInterrupt:
         print("\ninterrupted; every lab process stopped", file=sys.stderr)
@@ -383,13 +433,22 @@ def _run_up(args: argparse.Namespace) -> int:
     from spark_watchdog.lab.cluster import netns_unavailable
     from spark_watchdog.lab.up import run_up
 
+    if args.netns and args.serving != "process":
+        print(
+            f"spark-watchdog lab up: --netns needs --serving process (--serving {args.serving} "
+            "runs the ranks on this machine's own network)",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
     if args.netns and (why := netns_unavailable()) is not None:
         print(f"spark-watchdog lab up: --netns is not available here: {why}", file=sys.stderr)
+        return EXIT_NOT_AVAILABLE
+    if not _serving_ok(args.serving):
         return EXIT_NOT_AVAILABLE
 
     workdir = (args.dir or Path(tempfile.mkdtemp(prefix="spark-watchdog-lab-up-"))).resolve()
     with _lab_signals(None):
-        return run_up(workdir, args.nodes, netns=args.netns)
+        return run_up(workdir, args.nodes, netns=args.netns, serving=args.serving)
 
 
 def _run_inject(args: argparse.Namespace) -> int:

@@ -25,6 +25,16 @@ and started on their own (:meth:`LabNode.set_services`): a planned reboot
 wedged agent (:meth:`LabCluster.wedge_agent`) are played that way, and a
 person can switch an outlet at the PDU itself (:meth:`LabCluster.switch_by_hand`).
 
+A node's rank runs in one of three ways (``serving``, :data:`SERVING`): a
+process the agent forks (``process``); a container the agent creates on a
+dockerd of the lab's own (``docker``); or a container that a cluster launcher
+started (``launcher``: the lab's ``launch-cluster``, playing spark-vllm-docker's
+``launch-cluster.sh``), which the agent adopts and the controller restarts by
+running the launcher's stop and start. A container's processes belong to its
+node: a power cut kills them with the rest, a freeze stops them. The lab's one
+dockerd stands for every node's own (a real power cut takes the node's dockerd
+with it; here it stays up, and the container is left exited, as after a boot).
+
 Every process a lab starts carries ``SPARK_WATCHDOG_LAB=<lab id>`` in its
 environment, so :func:`sweep` finds and kills any that escaped its tree (a
 rank whose agent died, say): nothing is left behind when the lab stops.
@@ -42,6 +52,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -56,6 +67,7 @@ import requests
 import yaml
 
 from spark_watchdog.lab.hardware import gpu_standin, lab_sshd
+from spark_watchdog.lab.hardware.dockerd import Dockerd, DockerUnavailable, docker_unavailable
 from spark_watchdog.lab.hardware.host_process import HostProcess
 from spark_watchdog.lab.hardware.journal_writer import (
     FAULT_MESSAGES,
@@ -71,6 +83,7 @@ from spark_watchdog.lab.hardware.pdu_standin import (
     PduStandinThread,
     StandinConfig,
 )
+from spark_watchdog.lab.hardware.rank_image import RankImage, rank_image
 from spark_watchdog.lab.hardware.real_vllm import RealHead
 from spark_watchdog.lab.hardware.sim_host import CLEAN_SHUTDOWN_MARK, SERVICES_ACK, SERVICES_FILE
 from spark_watchdog.lab.ports import free_port
@@ -114,6 +127,18 @@ DARK_BIND_S = 5.0
 # Addresses of nodes in network namespaces: TEST-NET-2, point-to-point /30 links.
 NETNS_PREFIX = "198.51.100"
 _IP = shutil.which("ip") or "/usr/sbin/ip"
+
+# How a node's rank runs (LabCluster.serving; `spark-watchdog lab ... --serving`).
+SERVING: dict[str, str] = {
+    "process": "a process the agent forks (serving.runtime: process)",
+    "docker": "a container the agent creates on the lab's dockerd (serving.runtime: docker)",
+    "launcher": "containers a cluster launcher starts (the lab's launch-cluster, playing "
+    "spark-vllm-docker's launch-cluster.sh); the agents adopt them, the controller "
+    "restarts serving through the launcher (serving.launcher: command)",
+}
+# Where a containerized lab keeps its dockerd: a short path (a socket's path
+# must fit in a sockaddr_un), not under the lab's own directory.
+DOCKERD_PREFIX = "swlab-dk-"
 
 # Fault names accepted by LabCluster.inject (and `spark-watchdog lab inject`).
 FAULTS: dict[str, str] = {
@@ -404,16 +429,22 @@ class LabCluster:
     vllm: str = "standin"
     real_head: RealHead | None = None
     ssh_keys: LabSshKeys | None = None
+    # How each node's rank runs (SERVING); docker and launcher need root and dockerd.
+    serving_mode: str = "process"
+    dockerd: Dockerd | None = None
+    image: RankImage | None = None
     _stopped: bool = False
 
     # -- set-up -------------------------------------------------------------
 
     def start(self) -> LabCluster:
+        self._check_serving()
         self.root.mkdir(parents=True, exist_ok=True)
         if self.vllm == "real":
             self.real_head = RealHead.prepare()
         elif self.vllm != "standin":
             raise ValueError(f"vllm must be standin or real, not {self.vllm!r}")
+        self._start_docker()
         self.token_file = self._secret("serving-token", secrets.token_hex(16))
         self.community_file = self._secret("pdu-community", "lab-write")
         self._install_nvml_standin()
@@ -421,6 +452,8 @@ class LabCluster:
             self.ssh_keys = LabSshKeys.create(self.root / "ssh")
         for i in range(self.size):
             self.nodes.append(self._make_node(i))
+        if self.serving_mode == "launcher":
+            self._write_launcher_recipe()
         standin = PduStandin(
             StandinConfig(
                 profile=profile_by_name(self.vendor),
@@ -440,6 +473,115 @@ class LabCluster:
         if self.ssh_keys is not None:
             threading.Thread(target=self._watch_reboots, name="lab-reboots", daemon=True).start()
         return self
+
+    def _check_serving(self) -> None:
+        """What ``serving_mode`` cannot be combined with, before anything starts."""
+        if self.serving_mode not in SERVING:
+            expected = ", ".join(SERVING)
+            raise ValueError(f"--serving must be one of {expected}, not {self.serving_mode!r}")
+        if self.serving_mode == "process":
+            return
+        if self.netns:
+            raise ValueError(
+                f"--serving {self.serving_mode} runs the ranks on this machine's own network; "
+                "the nodes' network namespaces (lab up --netns, the partition scenario) "
+                "need --serving process"
+            )
+        if self.vllm != "standin":
+            raise ValueError(
+                f"--serving {self.serving_mode} runs the lab's vLLM stand-in in containers; "
+                "with --vllm real use --serving process"
+            )
+
+    def _start_docker(self) -> None:
+        """The lab's dockerd and the ranks' image, for ``serving`` docker and launcher."""
+        if self.serving_mode == "process":
+            return
+        why = docker_unavailable()
+        if why is not None:
+            raise DockerUnavailable(f"--serving {self.serving_mode}: {why}")
+        # Kept before it starts: stop() stops a dockerd that never answered, too.
+        self.dockerd = Dockerd(Path(tempfile.mkdtemp(prefix=DOCKERD_PREFIX)))
+        self.dockerd.start()
+        with contextlib.closing(self.dockerd.client()) as client:
+            self.image = rank_image(client)
+
+    def container_name(self, node: LabNode) -> str:
+        """The container of the node's rank (with serving docker or launcher)."""
+        return f"vllm_{node.name}"
+
+    @property
+    def launcher_recipe(self) -> Path:
+        return self.root / "launch-cluster.json"
+
+    def _write_launcher_recipe(self) -> None:
+        """What the lab's launch-cluster starts on each node (its recipe)."""
+        assert self.dockerd is not None and self.image is not None
+        recipe = {
+            "socket": str(self.dockerd.socket),
+            "image": self.image.tag,
+            "volumes": list(self.image.volumes),
+            "environment": self._rank_environment(),
+            "nodes": [
+                {
+                    "name": n.name,
+                    "container": self.container_name(n),
+                    "command": self._rank_command(n),
+                    "labels": {"spark-watchdog.lab": self.lab_id},
+                }
+                for n in self.nodes
+            ],
+        }
+        self.launcher_recipe.write_text(json.dumps(recipe, indent=2))
+
+    def launcher_argv(self, action: str) -> list[str]:
+        """The lab's launch-cluster, as a person (or the controller) runs it."""
+        return [
+            sys.executable,
+            "-m",
+            "spark_watchdog.lab.hardware",
+            "launch-cluster",
+            "--recipe",
+            str(self.launcher_recipe),
+            action,
+        ]
+
+    def _rank_environment(self) -> dict[str, str]:
+        # The lab's tag: sweep() finds a container's processes like any other.
+        return {LAB_ENV: self.lab_id, "PYTHONDONTWRITEBYTECODE": "1"}
+
+    def _container_tree(self, node: LabNode) -> list[psutil.Process]:
+        """The processes of the node's rank container, as this machine sees them."""
+        if self.dockerd is None:
+            return []
+        import docker.errors  # the docker extra: there when a dockerd runs
+
+        try:
+            with contextlib.closing(self.dockerd.client(timeout=5)) as client:
+                attrs = client.api.inspect_container(self.container_name(node))
+        except (docker.errors.DockerException, requests.RequestException, OSError):
+            return []
+        pid = int((attrs.get("State") or {}).get("Pid") or 0)
+        if pid <= 0:
+            return []
+        try:
+            root = psutil.Process(pid)
+            return [root, *root.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            return []
+
+    def _stop_docker(self) -> None:
+        if self.dockerd is None:
+            return
+        import docker.errors
+
+        gone = (docker.errors.DockerException, requests.RequestException, OSError)
+        with contextlib.suppress(*gone), contextlib.closing(self.dockerd.client()) as client:
+            for container in client.containers.list(all=True):
+                container.remove(force=True)
+        self.dockerd.stop()
+        self.dockerd.unmount()
+        shutil.rmtree(self.dockerd.root, ignore_errors=True)
 
     def _watch_reboots(self) -> None:
         """Act out each forced reboot a node's sshd was asked for (lab_sshd)."""
@@ -640,11 +782,12 @@ class LabCluster:
             with contextlib.suppress(Exception):
                 self.on_event(text)
 
-    def _agent_config(self, node: LabNode) -> dict[str, Any]:
-        t = self.timings
+    def _rank_command(self, node: LabNode) -> list[str]:
+        """The stand-in rank's command line; in a container, this machine's Python bound in."""
         rank = ["--headless"] if not node.head else []
-        command = [
-            sys.executable,
+        python = self.image.python if self.image is not None else sys.executable
+        return [
+            python,
             "-m",
             *VLLM_STANDIN.split(),
             "--host",
@@ -659,12 +802,37 @@ class LabCluster:
             json.dumps({"cudagraph_mode": "FULL_AND_PIECEWISE"}),
             *rank,
         ]
+
+    def _agent_config(self, node: LabNode) -> dict[str, Any]:
+        t = self.timings
+        command = self._rank_command(node)
         environment: dict[str, str] = {}
         stop_timeout = 5.0
         if node.real_vllm and self.real_head is not None:
             command = self.real_head.command(node.address, node.vllm_port)
             environment = self.real_head.environment()
             stop_timeout = 15.0
+        serving: dict[str, Any] = {
+            "enabled": True,
+            "command": command,
+            "token_file": str(self.token_file),
+            "log_file": str(node.directory / "serving.log"),
+            "stop_timeout": stop_timeout,
+            "default_profile": "plain",
+            "environment": environment,
+        }
+        if self.dockerd is not None and self.image is not None:
+            docker_settings: dict[str, Any] = {
+                "socket": str(self.dockerd.socket),
+                "name": self.container_name(node),
+                "gpus": "none",
+            }
+            if self.serving_mode == "docker":
+                docker_settings.update(image=self.image.tag, volumes=list(self.image.volumes))
+                serving["environment"] = self._rank_environment()
+            else:  # the launcher's container, adopted: its own spec is re-created
+                del serving["command"], serving["environment"]
+            serving.update(runtime="docker", docker=docker_settings)
         return {
             "node": node.name,
             "listen": {"address": node.address, "port": node.agent_port},
@@ -683,15 +851,7 @@ class LabCluster:
                 "journal": {"directory": str(node.directory / "journal"), "interval": 5.0},
                 "host": {"proc_root": str(node.directory / "proc")},
             },
-            "serving": {
-                "enabled": True,
-                "command": command,
-                "token_file": str(self.token_file),
-                "log_file": str(node.directory / "serving.log"),
-                "stop_timeout": stop_timeout,
-                "default_profile": "plain",
-                "environment": environment,
-            },
+            "serving": serving,
         }
 
     def _outlet_changed(self, outlet: int, state: PowerState) -> None:
@@ -715,9 +875,10 @@ class LabCluster:
             return []
         try:
             root = psutil.Process(node.pgid)
-            return [root, *root.children(recursive=True)]
+            host = [root, *root.children(recursive=True)]
         except psutil.NoSuchProcess:
-            return []
+            host = []
+        return host + self._container_tree(node)
 
     def _signal_tree(self, node: LabNode, sig: signal.Signals) -> None:
         for process in self.tree(node):
@@ -772,6 +933,7 @@ class LabCluster:
                 "head": self.nodes[0].name,
                 "token_file": str(self.token_file),
                 "start_timeout": REAL_START_TIMEOUT_S if self.real_head else 30.0,
+                **self._launcher_settings(),
             },
             "listen": {"address": LOOPBACK, "port": free_port()},
             "history": str(history),
@@ -782,6 +944,21 @@ class LabCluster:
             else:
                 config[key] = value
         return config
+
+    def _launcher_settings(self) -> dict[str, Any]:
+        """With serving launcher: the controller restarts serving with the lab's
+        launch-cluster, the profile's flags appended to its start."""
+        if self.serving_mode != "launcher":
+            return {}
+        return {
+            "launcher": {
+                "type": "command",
+                "stop": self.launcher_argv("stop"),
+                "start": [*self.launcher_argv("start"), "{vllm_args}"],
+                "stop_timeout": 60.0,
+                "start_timeout": 60.0,
+            }
+        }
 
     def _ssh_devices(self, node: LabNode) -> list[dict[str, Any]]:
         keys = self.ssh_keys
@@ -842,8 +1019,11 @@ class LabCluster:
         """Workers first, then the head (docs/facts.md, "Multi-node serving"); wait
         for progress. A real head steps only with requests: the lab's traffic starts
         with it."""
-        for node in self.nodes[1:] + self.nodes[:1]:
-            self._post(node, "/v1/serving/start", {"profile": profile})
+        if self.serving_mode == "launcher":
+            self._launch(profile)
+        else:
+            for node in self.nodes[1:] + self.nodes[:1]:
+                self._post(node, "/v1/serving/start", {"profile": profile})
         head = self.nodes[0]
         if self.real_head is not None:
             self.real_head.start_traffic(head.vllm_url)
@@ -857,6 +1037,33 @@ class LabCluster:
                     return
             time.sleep(0.3)
         raise TimeoutError("serving did not start progressing")
+
+    def _launch(self, profile: str) -> None:
+        """The operator's first start with the cluster's launcher (the recipe's
+        own flags: profile plain); the agents adopt the containers it starts."""
+        if profile != "plain":
+            raise ValueError("--serving launcher: the launcher starts the recipe (profile plain)")
+        done = subprocess.run(
+            self.launcher_argv("start"),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=self.environment(),
+        )
+        if done.returncode != 0:
+            raise RuntimeError(f"launch-cluster start exited {done.returncode}: {done.stderr}")
+        for node in self.nodes:
+            self._wait_adopted(node)
+
+    def _wait_adopted(self, node: LabNode, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with contextlib.suppress(requests.RequestException, ValueError):
+                answer = requests.get(f"{node.agent_url}/v1/serving", timeout=2).json()
+                if answer.get("state") == "running":
+                    return
+            time.sleep(0.2)
+        raise TimeoutError(f"{node.name}'s agent did not adopt {self.container_name(node)}")
 
     def agent_state(self, node: LabNode) -> dict[str, Any] | None:
         try:
@@ -1218,6 +1425,7 @@ class LabCluster:
             self.real_head.stop_traffic(wait=1.0)
         if self.pdu is not None:
             self.pdu.stop()
+        self._stop_docker()
         sweep(self.lab_id)
         self._remove_namespaces()
 

@@ -22,7 +22,7 @@ from typing import Any, Literal
 
 from spark_watchdog.errors import StoreError
 from spark_watchdog.history.store import HistoryStore
-from spark_watchdog.lab.cluster import LabCluster, LabNode, LabTimings, sweep
+from spark_watchdog.lab.cluster import SERVING, LabCluster, LabNode, LabTimings, sweep
 from spark_watchdog.lab.lab_controller import (
     AlertReceiver,
     ControllerProcess,
@@ -49,6 +49,8 @@ class LabSession:
     host_memory: bool = False  # the nodes read this machine's /proc/meminfo
     # The head's rank: "standin" or "real" (the vLLM CPU server; see lab.hardware.real_vllm).
     vllm: str = "standin"
+    # How each node's rank runs: "process", "docker" or "launcher" (lab.cluster.SERVING).
+    serving: str = "process"
     # The agents' intervals and thresholds (short by default; bench uses production).
     timings: LabTimings = field(default_factory=LabTimings)
     # Called with the started cluster and the controller config before the
@@ -103,6 +105,7 @@ class LabSession:
             netns=self.netns,
             host_memory=self.host_memory,
             vllm=self.vllm,
+            serving_mode=self.serving,
         )
         self.cluster.on_event = self.lab_event
         self.say(
@@ -117,6 +120,8 @@ class LabSession:
             f"agents up on {', '.join(n.name for n in self.cluster.nodes)}{where}; "
             f"PDU on udp/127.0.0.1:{self.cluster.pdu.port}"
         )
+        if self.serving != "process":
+            self.say(f"ranks: {SERVING[self.serving]}")
         if self.vllm == "real":
             self.say(
                 "the head's rank is the real vLLM server (CPU build, a small random model); "

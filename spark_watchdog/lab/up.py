@@ -141,10 +141,15 @@ class LabControl:
         return f"controller pid {old} SIGKILLed; started again as pid {controller.pid}"
 
 
-def run_up(workdir: Path, nodes: int, *, netns: bool = False) -> int:
+def run_up(workdir: Path, nodes: int, *, netns: bool = False, serving: str = "process") -> int:
     narrator = Narrator()
     session = LabSession(
-        workdir, nodes=nodes, narrator=narrator, controller_mode="process", netns=netns
+        workdir,
+        nodes=nodes,
+        narrator=narrator,
+        controller_mode="process",
+        netns=netns,
+        serving=serving,
     )
     pointer = pointer_path()
     control: LabControl | None = None

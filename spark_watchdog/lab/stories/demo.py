@@ -66,7 +66,14 @@ def _outro(result: ScenarioResult, history: Path, node: str) -> list[str]:
     return lines
 
 
-def run_demo(workdir: Path, *, nodes: int = 4, as_json: bool = False, vllm: str = "standin") -> int:
+def run_demo(
+    workdir: Path,
+    *,
+    nodes: int = 4,
+    as_json: bool = False,
+    vllm: str = "standin",
+    serving: str = "process",
+) -> int:
     # With --json, stdout carries the JSON only; the story goes to stderr.
     stream = sys.stderr if as_json else sys.stdout
 
@@ -78,7 +85,13 @@ def run_demo(workdir: Path, *, nodes: int = 4, as_json: bool = False, vllm: str 
     narrator = Narrator(echo=echo)
     node = FROZEN_NODE if nodes >= 3 else f"spark-{nodes}"
     result = run_scenario(
-        "freeze", workdir=workdir, nodes=nodes, narrator=narrator, node=node, vllm=vllm
+        "freeze",
+        workdir=workdir,
+        nodes=nodes,
+        narrator=narrator,
+        node=node,
+        vllm=vllm,
+        serving=serving,
     )
     history = workdir / "history.db"
     for line in _outro(result, history, node):

@@ -111,6 +111,8 @@ class ScenarioResult:
             "problems": self.problems,
             "notes": self.notes,
             "history": self.history,
+            # Every process of the lab carries it (SPARK_WATCHDOG_LAB): none is left after.
+            "lab_id": self.lab_id,
         }
 
 
@@ -946,11 +948,17 @@ def run_scenario(
     narrator: Narrator | None = None,
     node: str | None = None,
     vllm: str = "standin",
+    serving: str = "process",
 ) -> ScenarioResult:
     """Start a lab, run one scenario in it, stop the lab; the result."""
     scenario = SCENARIOS[name]
     result = ScenarioResult(name, "timed_out", scenario.expected)
     unavailable = netns_unavailable() if scenario.netns else None
+    if scenario.netns and serving != "process":
+        unavailable = (
+            f"--serving {serving} runs the ranks on this machine's own network; the "
+            "nodes' network namespaces this scenario needs take --serving process"
+        )
     if unavailable is not None:
         result.outcome = "not_available"
         result.notes.append(unavailable)
@@ -965,6 +973,7 @@ def run_scenario(
         controller_overrides=dict(scenario.controller_overrides),
         netns=scenario.netns,
         vllm=vllm,
+        serving=serving,
     )
     with session:
         run = Run(session, result)
