@@ -21,6 +21,7 @@ from spark_watchdog.profiles import (
     ProfileError,
     apply_profile,
 )
+from spark_watchdog.redact import redact_argv
 
 _NODE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 _PROFILE_NAME = _NODE_NAME
@@ -249,6 +250,16 @@ class ServingConfig:
                     f"profiles.{name}",
                     "expected a profile name of letters, digits, '.', '_', '-' "
                     "(at most 63 characters)",
+                )
+        for name, configured in sorted(self.profiles.items()):
+            extra = list(configured.extra_args)
+            if redact_argv(extra, self.secret_flags) != extra:
+                raise InvalidSetting(
+                    f"profiles.{name}.extra_args",
+                    "carries a secret value: a profile's settings are shown by GET /v1/serving "
+                    "to anyone who reaches the agent, and handed to the cluster's launcher; "
+                    "keep the secret in serving.command (shown as ***) or in the server's "
+                    "environment (e.g. VLLM_API_KEY)",
                 )
         known = self.all_profiles()
         if self.default_profile not in known:

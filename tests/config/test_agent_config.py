@@ -184,3 +184,25 @@ def test_half_a_docker_rank_is_refused_with_the_fix(
     with pytest.raises(ConfigError) as raised:
         parse_agent_config(_docker_serving(**serving))
     assert expected in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    "extra_args",
+    [["--api-key", "s3cret-value"], ["--hf-token=hf_abcdef"], ["--my-secret", "v4lue-of-mine"]],
+)
+def test_a_profile_that_carries_a_secret_is_refused(extra_args: list[str]) -> None:
+    serving = {
+        "enabled": True,
+        "command": ["vllm", "serve", "m"],
+        "token_file": "/etc/spark-watchdog/serving-token",
+        "secret_flags": ["--my-secret"],
+        "profiles": {"keyed": {"extra_args": extra_args}},
+    }
+
+    with pytest.raises(ConfigError) as caught:
+        parse_agent_config({"node": "spark-1", "serving": serving})
+    message = str(caught.value)
+    assert "serving.profiles.keyed.extra_args: carries a secret value" in message
+    assert extra_args[-1].split("=")[-1] not in message  # the error does not repeat it
+    serving["profiles"] = {"keyed": {"extra_args": ["--max-num-seqs", "8"]}}
+    assert parse_agent_config({"node": "spark-1", "serving": serving}).serving.profiles
