@@ -25,6 +25,7 @@ import contextlib
 import logging
 import signal
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any, ParamSpec, Protocol, TypeVar
 
 from spark_watchdog.config.controller import ControllerConfig, SshDevice
@@ -45,7 +46,15 @@ from spark_watchdog.controller.node_watch import (
     NodeWatch,
 )
 from spark_watchdog.controller.notify import Event, Notifier
-from spark_watchdog.controller.planner import Decision, Guards, Step, breaker_trips, decide
+from spark_watchdog.controller.planner import (
+    Action,
+    Decision,
+    Guards,
+    Step,
+    breaker_trips,
+    decide,
+    power_blocked,
+)
 from spark_watchdog.controller.recovery import (
     Phase,
     ResumeInfo,
@@ -251,24 +260,15 @@ class Controller:
         return None
 
     async def rung_blocked(self, watch: NodeWatch) -> str | None:
-        """Before every rung: a hold, a spent budget or the breaker stops it."""
+        """Before every rung: the guard again, with the holds read from the history
+        (a person's hold from the CLI counts before this controller has seen it)."""
         holds = await self.ledger.read(self.ledger.store.active_holds)
-        for hold in holds:
-            if hold.node in (watch.name, CLUSTER):
-                return f"held: {hold.reason}"
-        guards = await self._guards(watch)
-        if guards.breaker_tripped:
-            return "the circuit breaker is tripped"
-        if guards.node_cycles_in_window >= guards.node_budget:
-            return f"node budget spent ({guards.node_cycles_in_window}/{guards.node_budget} cycles)"
-        if guards.cluster_cycles_in_window >= guards.cluster_budget:
-            return (
-                f"cluster budget spent "
-                f"({guards.cluster_cycles_in_window}/{guards.cluster_budget} cycles)"
-            )
-        if guards.dry_run:
-            return "dry run: nothing is sent"
-        return None
+        hold = next((h for h in holds if h.node in (watch.name, CLUSTER)), None)
+        guards = await self.guards(watch)
+        if hold is not None:
+            guards = replace(guards, node_held=True, hold_reason=hold.reason)
+        blocked = power_blocked(guards, Action.CYCLE)
+        return None if blocked is None else blocked.reason
 
     async def still_frozen(self, watch: NodeWatch) -> tuple[bool, str]:
         """Right before cutting power: the witness, the agent and the banner, all at once.
@@ -614,9 +614,14 @@ class Controller:
                 watch.held_reason = reason
                 watch.apply(NodeEvent.HOLD)
 
-    async def _guards(self, watch: NodeWatch) -> Guards:
+    async def guards(self, watch: NodeWatch, action: Action = Action.CYCLE) -> Guards:
+        """What :func:`power_blocked` and :func:`decide` judge for ``watch``: holds,
+        the breaker, the budgets (forced reboots counted for that action only)."""
         g = self.config.guards
         node_cycles, cluster_cycles = await self.budgets.cycles_in_window(watch.name)
+        reboots = 0
+        if action is Action.FORCED_REBOOT:
+            reboots = await self.budgets.reboots_in_window(watch.name)
         # Nodes in the power phase of a rung; the power slot serialises the
         # commands themselves, this keeps new incidents from queueing blind.
         in_flight = sum(1 for w in self.watches.values() if w.state is NodeState.FENCING)
@@ -634,6 +639,8 @@ class Controller:
             rungs=len(rungs_of(self.config, watch)),
             # Rungs tried for the node's open incident; none outside one.
             rungs_done=frozenset(watch.rungs_done if watch.incident_id is not None else ()),
+            node_reboots_in_window=reboots,
+            budget_window=g.budget_window,
         )
 
     async def _act(self, watch: NodeWatch) -> None:
@@ -674,7 +681,7 @@ class Controller:
         if verdict is Verdict.MEMORY_EXHAUSTED and await self.serving.guard_kill_recorded(watch):
             return
         try:
-            guards = await self._guards(watch)
+            guards = await self.guards(watch)
         except HistoryUnwritable:
             return
         decision = decide(watch.state, watch.finding, guards)

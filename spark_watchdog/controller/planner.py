@@ -5,6 +5,13 @@ property tests can hammer it: no power on a node whose agent answered within
 ``freeze_after`` (only ``host_frozen`` leads to power), never beyond a
 budget, never a rung twice in one incident, never an action while held, and
 never a command in dry run.
+
+:func:`power_blocked` is the one guard of every action that cuts power or
+forces a reboot: the planner asks it before it plans a rung, a rung asks it
+again right before its first command (recovery.py), and the wedged and
+clock-latch ladders ask it before they reboot or cut. What differs between
+those actions (which budget, whether the breaker applies) is written there,
+once.
 """
 
 from __future__ import annotations
@@ -29,6 +36,29 @@ class Step(enum.Enum):
     UNWEDGE = "unwedge"
 
 
+class Action(enum.Enum):
+    """An action the guard stands before."""
+
+    CYCLE = "cycle"  # a rung of the freeze ladder: power off, hold, on
+    LONG_CUT = "long_cut"  # the clock-latch ladder: a clean halt, then a long AC cut
+    FORCED_REBOOT = "forced_reboot"  # the wedged ladder: a reboot over SSH, no power cut
+
+
+class Block(enum.Enum):
+    """Why the guard stops an action."""
+
+    HELD = "held"
+    BREAKER = "breaker"
+    BUDGET = "budget"
+    DRY_RUN = "dry_run"
+
+
+@dataclass(frozen=True)
+class Blocked:
+    block: Block
+    reason: str
+
+
 @dataclass(frozen=True)
 class Guards:
     """The guard inputs, read from the history and the running controller."""
@@ -45,6 +75,57 @@ class Guards:
     max_concurrent_power_actions: int = 1
     rungs: int = 1  # power paths of the node that can reach a frozen host
     rungs_done: frozenset[int] = frozenset()  # rungs already run in this incident
+    # What a hold in the history says (None: no reason known, or no hold).
+    hold_reason: str | None = None
+    # Forced reboots of the node in the budget window (asked for FORCED_REBOOT only).
+    node_reboots_in_window: int = 0
+    budget_window: float = 3600.0
+
+
+def power_blocked(guards: Guards, action: Action) -> Blocked | None:
+    """Why ``action`` may not happen now; None when it may. In this order:
+
+    - a hold of the node or of the cluster stops every action;
+    - the circuit breaker stops a cycle and a long cut (more than its share of
+      nodes looks frozen: the controller itself may be what is wrong); not a
+      forced reboot, which goes to a host that answers SSH;
+    - the budgets: a cycle needs one of the node's and one of the cluster's; a
+      long cut also leaves the cluster's last one for a real freeze; a forced
+      reboot counts against the node's budget in forced reboots;
+    - dry run: nothing is ever sent.
+    """
+    if guards.node_held or guards.cluster_held:
+        said = f" ({guards.hold_reason})" if guards.hold_reason else ""
+        return Blocked(Block.HELD, f"held{said}")
+    if guards.breaker_tripped and action is not Action.FORCED_REBOOT:
+        return Blocked(Block.BREAKER, "the circuit breaker is tripped")
+    window = f"in {guards.budget_window:g}s"
+    if action is Action.FORCED_REBOOT:
+        if guards.node_reboots_in_window >= guards.node_budget:
+            return Blocked(
+                Block.BUDGET,
+                f"node budget spent ({guards.node_reboots_in_window}/{guards.node_budget} "
+                f"forced reboots {window})",
+            )
+    elif guards.node_cycles_in_window >= guards.node_budget:
+        return Blocked(
+            Block.BUDGET,
+            f"node budget spent ({guards.node_cycles_in_window}/{guards.node_budget} "
+            f"cycles {window})",
+        )
+    else:
+        # One cycle of the cluster's budget stays for a real freeze.
+        spare = 1 if action is Action.LONG_CUT else 0
+        if guards.cluster_cycles_in_window + spare >= guards.cluster_budget:
+            kept = ", one kept for a freeze" if spare else ""
+            return Blocked(
+                Block.BUDGET,
+                f"cluster budget spent ({guards.cluster_cycles_in_window}/"
+                f"{guards.cluster_budget} cycles {window}{kept})",
+            )
+    if guards.dry_run:
+        return Blocked(Block.DRY_RUN, "dry run: nothing is sent")
+    return None
 
 
 @dataclass(frozen=True)
@@ -80,29 +161,18 @@ def decide(state: NodeState, finding: Finding, guards: Guards) -> Decision:
 
 
 def _frozen(guards: Guards) -> Decision:
-    if guards.node_held or guards.cluster_held:
-        return Decision(Step.NOTHING, "host_frozen but held: no power action")
-    if guards.breaker_tripped:
-        return Decision(Step.NOTHING, "host_frozen but the circuit breaker is tripped")
-    if guards.node_cycles_in_window >= guards.node_budget:
-        return Decision(
-            Step.HOLD,
-            f"node budget spent ({guards.node_cycles_in_window}/{guards.node_budget} cycles)",
-            event=NodeEvent.GUARD_BLOCKED,
-        )
-    if guards.cluster_cycles_in_window >= guards.cluster_budget:
-        return Decision(
-            Step.HOLD,
-            f"cluster budget spent ({guards.cluster_cycles_in_window}/{guards.cluster_budget})",
-            event=NodeEvent.GUARD_BLOCKED,
-        )
+    blocked = power_blocked(guards, Action.CYCLE)
+    if blocked is not None and blocked.block in (Block.HELD, Block.BREAKER):
+        return Decision(Step.NOTHING, f"host_frozen but {blocked.reason}: no power action")
+    if blocked is not None and blocked.block is Block.BUDGET:
+        return Decision(Step.HOLD, blocked.reason, event=NodeEvent.GUARD_BLOCKED)
     remaining = [r for r in range(guards.rungs) if r not in guards.rungs_done]
     if not remaining:
         return Decision(
             Step.HOLD, "no power path left for this incident", event=NodeEvent.LADDER_EXHAUSTED
         )
     rung = remaining[0]
-    if guards.dry_run:
+    if blocked is not None:  # dry run: decided and recorded, nothing sent
         return Decision(Step.RECORD_DRY_RUN, f"dry run: would run power path {rung + 1}", rung)
     if guards.power_actions_in_flight >= guards.max_concurrent_power_actions:
         return Decision(Step.WAIT_TURN, "another power action is in flight: queued", rung)

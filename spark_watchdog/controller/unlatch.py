@@ -34,6 +34,7 @@ from spark_watchdog.config.controller import ControllerConfig, SshDevice
 from spark_watchdog.controller.ladder import LadderHost, resolve, wait_for
 from spark_watchdog.controller.node_watch import NodeWatch
 from spark_watchdog.controller.notify import Event
+from spark_watchdog.controller.planner import Action, Guards, power_blocked
 from spark_watchdog.controller.recovery import rungs_of
 from spark_watchdog.controller.wedged import RebootAttempt, ssh_device
 from spark_watchdog.steps import StepName
@@ -48,9 +49,7 @@ class UnlatchHost(LadderHost, Protocol):
 
     async def halt(self, device: SshDevice) -> RebootAttempt: ...
 
-    async def cycles_in_window(self, node: str) -> tuple[int, int]: ...
-
-    def breaker_open(self) -> bool: ...
+    async def guards(self, watch: NodeWatch, action: Action = ...) -> Guards: ...
 
 
 def off_seconds(config: ControllerConfig) -> float:
@@ -153,17 +152,9 @@ async def blocked(host: UnlatchHost, watch: NodeWatch) -> str | None:
         return "no ssh path to halt it cleanly"
     if not rungs_of(config, watch):
         return "no power path that can cut its outlet"
-    if host.node_held(watch):
-        return "held"
-    if host.breaker_open():
-        return "the circuit breaker is open"
-    node_cuts, cluster_cuts = await host.cycles_in_window(watch.name)
-    # One cut of the cluster budget stays for a real freeze.
-    if node_cuts >= guards.node_budget or cluster_cuts + 1 >= guards.cluster_budget:
-        return (
-            f"the power budget is spent ({node_cuts}/{guards.node_budget} cycles of the node, "
-            f"{cluster_cuts}/{guards.cluster_budget} of the cluster in {guards.budget_window:g}s)"
-        )
+    stopped = power_blocked(await host.guards(watch, Action.LONG_CUT), Action.LONG_CUT)
+    if stopped is not None:
+        return stopped.reason
     earlier = await _long_cut_since(host, watch.name, host.clock.time() - guards.suspect_window)
     if earlier is not None:
         return (

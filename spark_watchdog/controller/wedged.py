@@ -31,6 +31,7 @@ from spark_watchdog.controller.ladder import LadderHost, resolve, wait_for
 from spark_watchdog.controller.node_states import NodeEvent
 from spark_watchdog.controller.node_watch import NodeWatch
 from spark_watchdog.controller.notify import Event
+from spark_watchdog.controller.planner import Action, Block, Guards, power_blocked
 from spark_watchdog.steps import StepName
 
 KIND = Verdict.GPU_WEDGED.value
@@ -56,7 +57,7 @@ class WedgedHost(LadderHost, Protocol):
         self, incident_id: int | None, reason: str, *, kind: str = ...
     ) -> bool: ...
 
-    async def reboots_in_window(self, node: str) -> int: ...
+    async def guards(self, watch: NodeWatch, action: Action = ...) -> Guards: ...
 
     async def serving_budget_spent(self, watch: NodeWatch) -> bool: ...
 
@@ -150,18 +151,14 @@ async def unwedge(host: WedgedHost, watch: NodeWatch, incident_id: int) -> str:
 async def _reboot_blocked(
     host: WedgedHost, watch: NodeWatch, device: SshDevice | None
 ) -> str | None:
-    guards = host.config.guards
     if device is None:
         return "gpu_wedged, and no ssh path to reboot it: a person decides"
-    if host.node_held(watch):
-        return "held: no forced reboot"
-    reboots = await host.reboots_in_window(watch.name)
-    if reboots >= guards.node_budget:
-        return (
-            f"gpu_wedged, and the node's budget is spent ({reboots}/{guards.node_budget} "
-            f"forced reboots in {guards.budget_window:g}s): a person decides"
-        )
-    return None
+    stopped = power_blocked(await host.guards(watch, Action.FORCED_REBOOT), Action.FORCED_REBOOT)
+    if stopped is None:
+        return None
+    if stopped.block is Block.HELD:
+        return f"{stopped.reason}: no forced reboot"
+    return f"gpu_wedged, and {stopped.reason}: a person decides"
 
 
 async def _boot_wait(
