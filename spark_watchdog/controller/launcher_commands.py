@@ -19,14 +19,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import math
 import os
 import shlex
 import signal
+import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import IO, Any, Literal, Protocol
 
 from spark_watchdog.config.controller import LauncherSshConfig
 from spark_watchdog.config.secrets import resolve_secret_path
@@ -130,62 +132,56 @@ class LocalRunner:
             took = time.monotonic() - started
             return CommandResult(which, shown, "controller", end, code, took, output, detail)
 
-        try:
-            process = await asyncio.create_subprocess_exec(
-                *argv,
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.STDOUT,
-                cwd=self.working_directory,
-                env=env,
-                start_new_session=True,
-            )
-        except OSError as exc:
-            why = exc.strerror or str(exc)
-            return result(
-                "not_found", None, "", f"{which}: cannot run {shown[0]!r}: {why}; nothing ran"
-            )
-        assert process.stdout is not None
-        reader = asyncio.ensure_future(_read_tail(process.stdout))
-        try:
-            await asyncio.wait_for(process.wait(), timeout)
-        except asyncio.TimeoutError:
-            await _kill_session(process)
-            output = await _collected(reader)
-            return result(
-                "timed_out",
-                None,
-                output,
-                f"{which}: no end within {timeout:g} s; killed it and what it started "
-                "(it may have done part of its work)",
-            )
-        except BaseException:
-            await _kill_session(process)
-            raise
-        output = await _collected(reader)
+        # Its output goes to a file, not a pipe: a process it leaves running in the
+        # background (`nohup ... &` without a redirect) keeps what it inherited
+        # open, and must neither block on a full pipe nor die of SIGPIPE when the
+        # controller stops reading; and the command's end is its exit, not the
+        # pipe's end of file (Python 3.11's asyncio waits for both).
+        with tempfile.TemporaryFile() as out:
+            flags = fcntl.fcntl(out.fileno(), fcntl.F_GETFL)
+            fcntl.fcntl(out.fileno(), fcntl.F_SETFL, flags | os.O_APPEND)
+            try:
+                process = await asyncio.create_subprocess_exec(
+                    *argv,
+                    stdin=asyncio.subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=asyncio.subprocess.STDOUT,
+                    cwd=self.working_directory,
+                    env=env,
+                    start_new_session=True,
+                )
+            except OSError as exc:
+                why = exc.strerror or str(exc)
+                return result(
+                    "not_found", None, "", f"{which}: cannot run {shown[0]!r}: {why}; nothing ran"
+                )
+            try:
+                await asyncio.wait_for(process.wait(), timeout)
+            except asyncio.TimeoutError:
+                await _kill_session(process)
+                return result(
+                    "timed_out",
+                    None,
+                    _output(out),
+                    f"{which}: no end within {timeout:g} s; killed it and what it started "
+                    "(it may have done part of its work)",
+                )
+            except BaseException:
+                await _kill_session(process)
+                raise
+            output = _output(out)
         code = process.returncode
         said = "" if code == 0 else f" (exit {code})"
         return result("exited", code, output, f"{which}: {shlex.join(shown)} ended{said}")
 
 
-async def _read_tail(stream: asyncio.StreamReader) -> bytes:
-    """Read to end of file, keeping the last :data:`_READ_LIMIT` bytes: the command
-    never blocks on a full pipe, however much it says."""
-    kept = bytearray()
-    while chunk := await stream.read(65536):
-        kept += chunk
-        if len(kept) > 2 * _READ_LIMIT:
-            del kept[:-_READ_LIMIT]
-    return bytes(kept[-_READ_LIMIT:])
-
-
-async def _collected(reader: asyncio.Future[bytes]) -> str:
-    with contextlib.suppress(asyncio.TimeoutError):
-        await asyncio.wait_for(asyncio.shield(reader), _REAP_GRACE_S)
-    if reader.done() and not reader.cancelled() and reader.exception() is None:
-        return _tail(reader.result().decode("utf-8", errors="replace"))
-    reader.cancel()
-    return ""
+def _output(out: IO[bytes]) -> str:
+    """The tail of what the command wrote; the file is emptied (a process it left
+    running writes on at its new end, and only that much stays on disk)."""
+    size = os.fstat(out.fileno()).st_size
+    kept = os.pread(out.fileno(), _READ_LIMIT, max(0, size - _READ_LIMIT))
+    out.truncate(0)
+    return _tail(kept.decode("utf-8", errors="replace"))
 
 
 async def _kill_session(process: asyncio.subprocess.Process) -> None:

@@ -5,6 +5,9 @@ takes the launcher and everything it started with it."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
+import signal
 import sys
 import textwrap
 import time
@@ -75,6 +78,30 @@ def _gone(pid: int) -> bool:
         return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return True
+
+
+def test_a_launcher_that_leaves_a_process_holding_its_output_ends_at_its_exit(
+    tmp_path: Path,
+) -> None:
+    pid_file = tmp_path / "background"
+    # A launcher that starts something in the background without redirecting it
+    # (`nohup ... &`): the pipe stays open after the launcher itself has exited.
+    script = f"echo started the head; sleep 120 & echo $! > {pid_file}; echo done"
+    started = time.monotonic()
+    try:
+        result = asyncio.run(LocalRunner().run("start", ["sh", "-c", script], {}, 60.0))
+        background_alive = psutil.pid_exists(int(pid_file.read_text()))
+    finally:
+        if pid_file.exists():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(pid_file.read_text()), signal.SIGKILL)
+
+    # Its end is its exit: not held until the background process lets go of the
+    # output (nor killed with it at the deadline).
+    assert result.ok and result.end == "exited", result
+    assert time.monotonic() - started < 50
+    assert result.output == "started the head\ndone", result.output
+    assert background_alive  # left running, as launched
 
 
 def test_a_long_output_keeps_its_tail() -> None:
