@@ -68,16 +68,23 @@ def test_a_command_past_its_deadline_is_killed_with_everything_it_started(
     assert "may have done part of its work" in result.detail
     assert "started the cluster's containers" in result.output
     for pid in map(int, pids.read_text().split()):
-        assert _gone(pid), pid
+        assert _gone_within(pid, 30.0), pid
 
 
-def _gone(pid: int) -> bool:
-    """Dead: no such process, or a zombie its new parent has not reaped yet (it may
-    reap it between the two questions)."""
-    try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
+def _gone_within(pid: int, timeout: float) -> bool:
+    """Dead within ``timeout``: no such process, or a zombie its new parent has not
+    reaped yet. A SIGKILLed process still has to be scheduled to die: on a loaded
+    machine (the Python 3.13 guest runs at nice 5) that is not at once."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                return True
+        except psutil.NoSuchProcess:
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.1)
 
 
 def test_a_launcher_that_leaves_a_process_holding_its_output_ends_at_its_exit(

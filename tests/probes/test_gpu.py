@@ -14,6 +14,7 @@ import os
 import signal
 import sys
 import textwrap
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -407,7 +408,13 @@ def test_a_cancelled_read_does_not_leave_its_answer_for_the_next(tmp_path: Path)
     async def scenario() -> None:
         async with GpuProbe(deadline=5, worker_argv=argv) as probe:
             first = asyncio.create_task(probe.read())
-            await asyncio.sleep(0.2)
+            # Cancelled while its worker is at work (started, and answering 0.5 s
+            # after the request): on a loaded machine a Python start alone can
+            # take longer than any fixed delay.
+            deadline = time.monotonic() + 60
+            while not spawned_pids(tmp_path) and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+            await asyncio.sleep(0.1)
             first.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await first
