@@ -54,7 +54,8 @@ from bench.delay_relay import DelayRelay
 from bench.detection_latency import machine
 from bench.production import PRODUCTION_TIMINGS, production_settings
 from spark_watchdog.config.agent import MemoryGuardConfig
-from spark_watchdog.lab.cluster import LabCluster, netns_unavailable
+from spark_watchdog.lab.cluster import LabCluster
+from spark_watchdog.lab.netns import netns_unavailable
 from spark_watchdog.lab.session import LabSession
 
 NETEM = ["delay", "200ms", "100ms", "loss", "5%"]

@@ -430,7 +430,7 @@ def _print_result(report: dict[str, Any]) -> None:
 def _run_up(args: argparse.Namespace) -> int:
     if not _nodes_ok(args.nodes):
         return EXIT_USAGE
-    from spark_watchdog.lab.cluster import netns_unavailable
+    from spark_watchdog.lab.netns import netns_unavailable
     from spark_watchdog.lab.up import run_up
 
     if args.netns and args.serving != "process":

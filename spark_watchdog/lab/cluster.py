@@ -14,7 +14,7 @@ tree (TCP still connects, nothing answers), ``wedge`` stops the engine while
 node's NVML calls block (the lab's NVML stand-in, ``gpu_standin``),
 ``mem-collapse`` makes MemAvailable fall 1 GiB/s (each node's ``meminfo`` is
 a file the lab writes), ``pdu-down`` silences the PDU. :meth:`LabCluster.inject`
-takes any of them by name; :data:`FAULTS` lists them.
+takes any of them by name; :data:`FAULTS` (lab/faults.py) lists them.
 
 A node without power is dark: nothing answers at its address, so the lab
 holds its SSH and agent ports while its outlet is off and a connection to
@@ -49,16 +49,12 @@ import os
 import secrets
 import shutil
 import signal
-import socket
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -66,15 +62,17 @@ import psutil
 import requests
 import yaml
 
+from spark_watchdog.lab import faults, netns
+from spark_watchdog.lab.faults import CLUSTER_FAULTS as CLUSTER_FAULTS
+from spark_watchdog.lab.faults import FAULTS as FAULTS
+from spark_watchdog.lab.faults import MEM_COLLAPSE_RATE as MEM_COLLAPSE_RATE
 from spark_watchdog.lab.hardware import gpu_standin, lab_sshd
-from spark_watchdog.lab.hardware.dockerd import Dockerd, DockerUnavailable, docker_unavailable
 from spark_watchdog.lab.hardware.host_process import HostProcess
 from spark_watchdog.lab.hardware.journal_writer import (
     FAULT_MESSAGES,
-    JOURNAL_STOP,
-    LOGIND_SHUTDOWN,
     BootTimeline,
     Fault,
+    shutdown_lines,
     write_boot,
 )
 from spark_watchdog.lab.hardware.lab_sshd import LabSshKeys
@@ -83,326 +81,36 @@ from spark_watchdog.lab.hardware.pdu_standin import (
     PduStandinThread,
     StandinConfig,
 )
-from spark_watchdog.lab.hardware.rank_image import RankImage, rank_image
 from spark_watchdog.lab.hardware.real_vllm import RealHead
 from spark_watchdog.lab.hardware.sim_host import CLEAN_SHUTDOWN_MARK, SERVICES_ACK, SERVICES_FILE
+from spark_watchdog.lab.lab_configs import LAB_LATCH_CLEAR_S as LAB_LATCH_CLEAR_S
+from spark_watchdog.lab.lab_configs import LAB_LATCH_OFF_S as LAB_LATCH_OFF_S
+from spark_watchdog.lab.lab_configs import LAB_PDU_REBOOT_S as LAB_PDU_REBOOT_S
+from spark_watchdog.lab.lab_configs import LAB_POWER_OFF_S as LAB_POWER_OFF_S
+from spark_watchdog.lab.lab_configs import REAL_START_TIMEOUT_S as REAL_START_TIMEOUT_S
+from spark_watchdog.lab.lab_configs import LabTimings as LabTimings
+from spark_watchdog.lab.lab_configs import agent_config, controller_config, rank_command
+from spark_watchdog.lab.node import (
+    GIB,
+    LOOPBACK,
+    MEM_AVAILABLE_BYTES,
+    FrozenAgent,
+    LabNode,
+)
 from spark_watchdog.lab.ports import free_port
+from spark_watchdog.lab.rank_containers import SERVING, RankContainers
+from spark_watchdog.lab.sweep import LAB_ENV as LAB_ENV
+from spark_watchdog.lab.sweep import lab_processes as lab_processes
+from spark_watchdog.lab.sweep import sweep
 from spark_watchdog.power.base import PowerState, close_quietly
 from spark_watchdog.power.snmp_profiles import profile_by_name
 
-LOOPBACK = "127.0.0.1"
-# Inherited by every process of a lab (nodes, ranks, NVML workers, the
-# controller): how sweep() recognises them.
-LAB_ENV = "SPARK_WATCHDOG_LAB"
-# A real vLLM head takes 30-60 s to start here (model load, KV cache, warm-up);
-# the limit leaves room for a loaded machine.
-REAL_START_TIMEOUT_S = 420.0
-GIB = 1024**3
-# A GB10 as Linux sees it: ~119 GiB of its 128 GB unified memory in MemTotal;
-# a serving node holds most of it (the model, the KV cache), MemFree sits near
-# 1 GiB and MemAvailable is the headroom the host probe watches.
-MEM_TOTAL_BYTES = 119 * GIB
-MEM_AVAILABLE_BYTES = 36 * GIB
-# How the lab starts a node's vLLM stand-in (python -m ...), and finds it again.
-VLLM_STANDIN = "spark_watchdog.lab.hardware vllm"
-MEM_COLLAPSE_RATE = 1 * GIB  # bytes/s, as seen before GB10 freezes (vllm #56824)
 MEM_COLLAPSE_FLOOR = 1 * GIB
 # MemAvailable once a collapsing rank is gone: the model and the KV cache are free.
 MEM_RELEASED_BYTES = 100 * GIB
 PDU_SWITCH_DELAY_S = 0.3
-# The lab's off hold. The PDU's own outlet reboot is shorter, so a lab cycle
-# is a plain one (the PDU cannot time it: doctor and the record say so); a
-# test lengthens the reboot to stage a self-timed cycle.
-LAB_POWER_OFF_S = 2.0
-LAB_PDU_REBOOT_S = 1.0
-# Seconds without power that clear a GPU clock latch in the lab (on a GB10:
-# minutes; docs/facts.md, "Clock latch").
-LAB_LATCH_CLEAR_S = 6.0
-LAB_LATCH_OFF_S = 8.0
 # How long a forced reboot keeps the host dark before its boot starts.
 FORCED_REBOOT_DARK_S = 2.0
-# How long the lab keeps trying to hold a dark node's port (the killed
-# processes' sockets take a moment to go).
-DARK_BIND_S = 5.0
-# Addresses of nodes in network namespaces: TEST-NET-2, point-to-point /30 links.
-NETNS_PREFIX = "198.51.100"
-_IP = shutil.which("ip") or "/usr/sbin/ip"
-
-# How a node's rank runs (LabCluster.serving; `spark-watchdog lab ... --serving`).
-SERVING: dict[str, str] = {
-    "process": "a process the agent forks (serving.runtime: process)",
-    "docker": "a container the agent creates on the lab's dockerd (serving.runtime: docker)",
-    "launcher": "containers a cluster launcher starts (the lab's launch-cluster, playing "
-    "spark-vllm-docker's launch-cluster.sh); the agents adopt them, the controller "
-    "restarts serving through the launcher (serving.launcher: command)",
-}
-# Where a containerized lab keeps its dockerd: a short path (a socket's path
-# must fit in a sockaddr_un), not under the lab's own directory.
-DOCKERD_PREFIX = "swlab-dk-"
-
-# Fault names accepted by LabCluster.inject (and `spark-watchdog lab inject`).
-FAULTS: dict[str, str] = {
-    "freeze": "SIGSTOP the node's whole process tree (Xid 31 lines first): the silent freeze",
-    "thaw": "SIGCONT the node's tree (undo freeze without power)",
-    "wedge": "the head's engine stops stepping while requests run; /health stays 200",
-    "crash": "the head's /health answers 503 (EngineDeadError)",
-    "crash-exit": "the head's vLLM rank exits with code 0 (vllm #53726)",
-    "idle-wedge": "the head's engine hangs while idle: nothing runs, no step, new requests wait",
-    "gpu-hang": "the node's NVML calls block (a wedged driver)",
-    "clock-latch": "the node's GPU clock latches (702 MHz under load) and the node reboots",
-    "mem-collapse": "the node's MemAvailable falls 1 GiB/s toward 1 GiB",
-    "pdu-down": "the PDU stops answering SNMP (its management card is down)",
-    "partition": "the node's network link goes dark (network namespaces: lab up --netns)",
-    "heal": "undo wedge/crash, gpu-hang, clock-latch, mem-collapse, pdu-down and freeze",
-}
-# Faults about the serving head or the whole lab: the node argument is optional.
-CLUSTER_FAULTS = frozenset({"wedge", "crash", "crash-exit", "idle-wedge", "pdu-down", "heal"})
-
-
-@dataclass
-class LabTimings:
-    """Short, but in the production ratios (poll : freeze_after : off time)."""
-
-    loop_interval: float = 0.5
-    vllm_interval: float = 0.5
-    stall_after: float = 4.0
-    boot_seconds: float = 1.0
-    gpu_interval: float = 1.0  # production 2 s, deadline 3 s
-    gpu_deadline: float = 1.5
-    # An idle head gets a canary soon: an idle hang shows in seconds
-    # (production: a 5 s timeout after 10 s idle).
-    canary_timeout: float = 2.0
-    canary_idle_after: float = 2.0
-
-
-@dataclass
-class LabNode:
-    name: str
-    outlet: int
-    directory: Path
-    agent_port: int
-    ssh_port: int
-    vllm_port: int
-    head: bool
-    address: str = LOOPBACK
-    # The real sshd of the host (lab_sshd), for the controller's forced reboot; None
-    # where this machine has no sshd.
-    sshd_port: int | None = None
-    # With network namespaces: the node's namespace and the host end of its link.
-    netns: str | None = None
-    veth: str | None = None
-    link: str | None = None  # the node's end of the veth pair, inside its namespace
-    host: HostProcess | None = None
-    boots: int = 0
-    # Bumped by each mem-collapse and each boot: an older collapse thread stops.
-    mem_generation: int = 0
-    mem_lowest: int = 0  # the lowest MemAvailable of the last mem-collapse
-    forced_reboots: int = 0  # forced reboots acted out (lab_sshd)
-    rebooting_forced: bool = False
-    # The GPU clock latch: survives a reboot, cleared only by LAB_LATCH_CLEAR_S
-    # without power (the lab's "minutes without AC").
-    clock_latched: bool = False
-    powered_off_at: float | None = None  # monotonic, while its outlet is off
-    # The generation of the last services.json the lab wrote (see sim_host).
-    services_generation: int = 0
-    # While its outlet is off: the sockets that keep its SSH and agent ports dark.
-    dark_ports: list[socket.socket] = field(default_factory=list, repr=False)
-    dark_generation: int = 0
-    _dark_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
-    # The stand-in for a wedged agent, while one serves this node's agent port.
-    frozen_agent: FrozenAgent | None = field(default=None, repr=False)
-    # The next boot follows a planned shutdown (for the lab's own narration).
-    planned_reboot: bool = False
-    # Its rank is the real vLLM CPU server (the head, with --vllm real).
-    real_vllm: bool = False
-
-    @property
-    def agent_url(self) -> str:
-        return f"http://{self.address}:{self.agent_port}"
-
-    @property
-    def vllm_url(self) -> str:
-        return f"http://{self.address}:{self.vllm_port}"
-
-    @property
-    def pgid(self) -> int | None:
-        return None if self.host is None else self.host.pid
-
-    @property
-    def process_match(self) -> str:
-        """A fragment of this node's rank command line, unique on the lab machine
-        (every node's rank runs here, so the bare module name would not do)."""
-        if self.real_vllm:
-            return RealHead.process_match(self.address, self.vllm_port)
-        return f"{VLLM_STANDIN} --host {self.address} --port {self.vllm_port}"
-
-    def boot_id(self) -> str | None:
-        path = self.directory / "proc/sys/kernel/random/boot_id"
-        try:
-            return path.read_text().strip().replace("-", "")
-        except OSError:
-            return None
-
-    def set_services(self, *, agent: bool, ssh: bool, timeout: float = 30.0) -> None:
-        """Stop or start the node's agent and SSH stand-in without touching its
-        power, as systemd does on a live host: a stopped agent got SIGTERM and
-        exited, a stopped SSH stand-in's port refuses connections. Returns once
-        the host has done it (see :mod:`spark_watchdog.lab.hardware.sim_host`)."""
-        pid = None if self.host is None else self.host.pid
-        if pid is None:
-            raise RuntimeError(f"{self.name} is not running (no power, or halted)")
-        self.services_generation += 1
-        generation = self.services_generation
-        wanted = self.directory / SERVICES_FILE
-        tmp = wanted.with_name(SERVICES_FILE + ".tmp")
-        tmp.write_text(json.dumps({"generation": generation, "agent": agent, "ssh": ssh}))
-        os.replace(tmp, wanted)
-        os.kill(pid, signal.SIGUSR1)
-        ack = self.directory / SERVICES_ACK
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            with contextlib.suppress(OSError, ValueError):
-                if int(ack.read_text()) >= generation:
-                    return
-            time.sleep(0.05)
-        raise TimeoutError(f"{self.name} did not set agent={agent}, ssh={ssh} within {timeout:g}s")
-
-    def go_dark(self) -> None:
-        """Power is gone: from now on nothing answers at the node's SSH and
-        agent ports (a connection times out), as at the address of a machine
-        without power. In the background: the killed processes' sockets take
-        a moment to go. Nodes in a network namespace are left as they are
-        (the lab cannot bind their address)."""
-        if self.netns is not None:
-            return
-        with self._dark_lock:
-            self.dark_generation += 1
-            generation = self.dark_generation
-        threading.Thread(
-            target=self._hold_dark, args=(generation,), name=f"dark-{self.name}", daemon=True
-        ).start()
-
-    def _hold_dark(self, generation: int) -> None:
-        deadline = time.monotonic() + DARK_BIND_S
-        for port in (self.ssh_port, self.agent_port):
-            while True:
-                with self._dark_lock:
-                    if self.dark_generation != generation:
-                        return  # power came back meanwhile
-                    try:
-                        self.dark_ports += _dark_port(self.address, port)
-                        break
-                    except OSError:
-                        pass
-                if time.monotonic() >= deadline:
-                    break  # left refusing, as before the lab held dark ports
-                time.sleep(0.05)
-
-    def light_up(self) -> None:
-        """Power is back: the ports are free for the booting host."""
-        with self._dark_lock:
-            self.dark_generation += 1
-            for sock in self.dark_ports:
-                with contextlib.suppress(OSError):
-                    sock.close()
-            self.dark_ports.clear()
-
-    def write_meminfo(self, available: int) -> None:
-        """The node's ``/proc/meminfo``, rewritten atomically (the agent may be reading)."""
-        free = min(available, GIB)
-        lines = {
-            "MemTotal": MEM_TOTAL_BYTES,
-            "MemFree": free,
-            "MemAvailable": available,
-            "Buffers": 64 * 1024**2,
-            "Cached": max(0, available - free),
-            "SwapCached": 0,
-            "Active": MEM_TOTAL_BYTES - available,
-            "SwapTotal": 0,
-            "SwapFree": 0,
-        }
-        text = "".join(f"{key + ':':<16}{value // 1024:>10} kB\n" for key, value in lines.items())
-        path = self.directory / "proc" / "meminfo"
-        tmp = path.with_name("meminfo.tmp")
-        tmp.write_text(text)
-        os.replace(tmp, path)
-
-
-def _dark_port(address: str, port: int) -> list[socket.socket]:
-    """A listener on ``address:port`` whose accept queue is full and never
-    drained: the kernel drops further SYNs, so a client's connect times out,
-    as to a dark host. The filler and the listener, to close later."""
-    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    try:
-        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        listener.bind((address, port))
-        listener.listen(0)  # an accept queue of one
-    except OSError:
-        listener.close()
-        raise
-    held = [listener]
-    # The one queued connection: ours. Should a client's SYN have come first,
-    # its connection fills the queue instead and ours times out: dark all the same.
-    with contextlib.suppress(OSError):
-        held.insert(0, socket.create_connection((address, port), timeout=0.5))
-    return held
-
-
-class FrozenAgent:
-    """A node's agent whose loop is wedged, as the controller sees it: every
-    GET /v1/state answers HTTP 200 with the same snapshot (same ``seq``, same
-    boot id, same start time), forever; other paths answer 404.
-
-    The real agent cannot be wedged this way from outside: its HTTP threads
-    serve what its loop last published, and a signal stops or ends the whole
-    process, threads and all. So the lab stops the real agent (SIGTERM) and
-    serves its last snapshot, frozen, on the agent's port, in the lab's own
-    process; :meth:`LabCluster.unwedge_agent` starts the real agent again.
-    """
-
-    def __init__(self, address: str, port: int, state: bytes, bind_timeout: float = 10.0) -> None:
-        body = state
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                if self.path.split("?", 1)[0] == "/v1/state":
-                    status, payload = 200, body
-                else:
-                    status, payload = 404, b'{"error": "not found"}'
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(payload)))
-                self.send_header("Connection", "close")
-                self.end_headers()
-                with contextlib.suppress(OSError):
-                    self.wfile.write(payload)
-
-            def log_message(self, format: str, *args: Any) -> None:
-                return
-
-        deadline = time.monotonic() + bind_timeout
-        while True:
-            try:
-                self.server = ThreadingHTTPServer((address, port), Handler)
-                break
-            except OSError:
-                if time.monotonic() >= deadline:
-                    raise
-                time.sleep(0.05)
-        self.server.daemon_threads = True
-        self._thread = threading.Thread(
-            target=self.server.serve_forever, name=f"frozen-agent-{port}", daemon=True
-        )
-
-    def start(self) -> FrozenAgent:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        if self._thread.is_alive():
-            self.server.shutdown()
-            self._thread.join(5)
-        self.server.server_close()
 
 
 @dataclass
@@ -431,8 +139,7 @@ class LabCluster:
     ssh_keys: LabSshKeys | None = None
     # How each node's rank runs (SERVING); docker and launcher need root and dockerd.
     serving_mode: str = "process"
-    dockerd: Dockerd | None = None
-    image: RankImage | None = None
+    containers: RankContainers | None = None
     _stopped: bool = False
 
     # -- set-up -------------------------------------------------------------
@@ -444,7 +151,11 @@ class LabCluster:
             self.real_head = RealHead.prepare()
         elif self.vllm != "standin":
             raise ValueError(f"vllm must be standin or real, not {self.vllm!r}")
-        self._start_docker()
+        if self.serving_mode != "process":
+            self.containers = RankContainers(
+                self.serving_mode, (LAB_ENV, self.lab_id), self.root / "launch-cluster.json"
+            )
+            self.containers.start()
         self.token_file = self._secret("serving-token", secrets.token_hex(16))
         self.community_file = self._secret("pdu-community", "lab-write")
         self._install_nvml_standin()
@@ -452,8 +163,8 @@ class LabCluster:
             self.ssh_keys = LabSshKeys.create(self.root / "ssh")
         for i in range(self.size):
             self.nodes.append(self._make_node(i))
-        if self.serving_mode == "launcher":
-            self._write_launcher_recipe()
+        if self.containers is not None and self.serving_mode == "launcher":
+            self.containers.write_recipe(self.nodes, self._rank_command)
         standin = PduStandin(
             StandinConfig(
                 profile=profile_by_name(self.vendor),
@@ -492,96 +203,6 @@ class LabCluster:
                 f"--serving {self.serving_mode} runs the lab's vLLM stand-in in containers; "
                 "with --vllm real use --serving process"
             )
-
-    def _start_docker(self) -> None:
-        """The lab's dockerd and the ranks' image, for ``serving`` docker and launcher."""
-        if self.serving_mode == "process":
-            return
-        why = docker_unavailable()
-        if why is not None:
-            raise DockerUnavailable(f"--serving {self.serving_mode}: {why}")
-        # Kept before it starts: stop() stops a dockerd that never answered, too.
-        self.dockerd = Dockerd(Path(tempfile.mkdtemp(prefix=DOCKERD_PREFIX)))
-        self.dockerd.start()
-        with contextlib.closing(self.dockerd.client()) as client:
-            self.image = rank_image(client)
-
-    def container_name(self, node: LabNode) -> str:
-        """The container of the node's rank (with serving docker or launcher)."""
-        return f"vllm_{node.name}"
-
-    @property
-    def launcher_recipe(self) -> Path:
-        return self.root / "launch-cluster.json"
-
-    def _write_launcher_recipe(self) -> None:
-        """What the lab's launch-cluster starts on each node (its recipe)."""
-        assert self.dockerd is not None and self.image is not None
-        recipe = {
-            "socket": str(self.dockerd.socket),
-            "image": self.image.tag,
-            "volumes": list(self.image.volumes),
-            "environment": self._rank_environment(),
-            "nodes": [
-                {
-                    "name": n.name,
-                    "container": self.container_name(n),
-                    "command": self._rank_command(n),
-                    "labels": {"spark-watchdog.lab": self.lab_id},
-                }
-                for n in self.nodes
-            ],
-        }
-        self.launcher_recipe.write_text(json.dumps(recipe, indent=2))
-
-    def launcher_argv(self, action: str) -> list[str]:
-        """The lab's launch-cluster, as a person (or the controller) runs it."""
-        return [
-            sys.executable,
-            "-m",
-            "spark_watchdog.lab.hardware",
-            "launch-cluster",
-            "--recipe",
-            str(self.launcher_recipe),
-            action,
-        ]
-
-    def _rank_environment(self) -> dict[str, str]:
-        # The lab's tag: sweep() finds a container's processes like any other.
-        return {LAB_ENV: self.lab_id, "PYTHONDONTWRITEBYTECODE": "1"}
-
-    def _container_tree(self, node: LabNode) -> list[psutil.Process]:
-        """The processes of the node's rank container, as this machine sees them."""
-        if self.dockerd is None:
-            return []
-        import docker.errors  # the docker extra: there when a dockerd runs
-
-        try:
-            with contextlib.closing(self.dockerd.client(timeout=5)) as client:
-                attrs = client.api.inspect_container(self.container_name(node))
-        except (docker.errors.DockerException, requests.RequestException, OSError):
-            return []
-        pid = int((attrs.get("State") or {}).get("Pid") or 0)
-        if pid <= 0:
-            return []
-        try:
-            root = psutil.Process(pid)
-            return [root, *root.children(recursive=True)]
-        except psutil.NoSuchProcess:
-            return []
-
-    def _stop_docker(self) -> None:
-        if self.dockerd is None:
-            return
-        import docker.errors
-
-        gone = (docker.errors.DockerException, requests.RequestException, OSError)
-        with contextlib.suppress(*gone), contextlib.closing(self.dockerd.client()) as client:
-            for container in client.containers.list(all=True):
-                container.remove(force=True)
-        self.dockerd.stop()
-        self.dockerd.unmount()
-        shutil.rmtree(self.dockerd.root, ignore_errors=True)
 
     def _watch_reboots(self) -> None:
         """Act out each forced reboot a node's sshd was asked for (lab_sshd)."""
@@ -641,7 +262,7 @@ class LabCluster:
         directory = node.directory
         env = self.environment()
         settings = [f"{key}={env[key]}" for key in (LAB_ENV, "PYTHONPATH")]
-        inside = [_IP, "netns", "exec", node.netns] if node.netns else []
+        inside = [netns.IP, "netns", "exec", node.netns] if node.netns else []
         return [
             *inside,
             shutil.which("env") or "/usr/bin/env",
@@ -681,7 +302,7 @@ class LabCluster:
             real_vllm=index == 0 and self.real_head is not None,
         )
         if self.netns:
-            self._make_namespace(node, index)
+            netns.make_namespace(node, index, self.lab_id[:6])
         (directory / "host.json").write_text(
             json.dumps({"name": name, "address": node.address, "ssh_port": node.ssh_port})
         )
@@ -708,50 +329,9 @@ class LabCluster:
         )
         return node
 
-    def _make_namespace(self, node: LabNode, index: int) -> None:
-        """``spark-N`` in namespace ``swlab-<id>-N`` at 198.51.100.(4i+2)/30, the lab
-        machine at .(4i+1) on the other end of a veth pair. TEST-NET-2 addresses
-        (RFC 5737) on a point-to-point /30: nothing is routed anywhere else."""
-        tag = self.lab_id[:6]
-        node.netns = f"swlab-{tag}-{index + 1}"
-        node.veth = f"swl{tag}h{index + 1}"
-        node.link = inside = f"swl{tag}n{index + 1}"
-        host_address = f"{NETNS_PREFIX}.{4 * index + 1}"
-        node.address = f"{NETNS_PREFIX}.{4 * index + 2}"
-        commands = (
-            ["netns", "add", node.netns],
-            ["link", "add", node.veth, "type", "veth", "peer", "name", inside],
-            ["link", "set", inside, "netns", node.netns],
-            ["addr", "add", f"{host_address}/30", "dev", node.veth],
-            ["link", "set", node.veth, "up"],
-            ["-n", node.netns, "addr", "add", f"{node.address}/30", "dev", inside],
-            ["-n", node.netns, "link", "set", inside, "up"],
-            # The node reaches its own address (agent -> its vLLM) over lo.
-            ["-n", node.netns, "link", "set", "lo", "up"],
-        )
-        try:
-            for command in commands:
-                _ip(*command)
-        except OSError:
-            # Not yet in self.nodes: stop() would not find what was made.
-            _ip("link", "del", node.veth, check=False)
-            _ip("netns", "del", node.netns, check=False)
-            raise
-
     def partition(self, node: LabNode, cut: bool = True) -> None:
-        """Cut (or restore) the node's link from inside its namespace: the
-        machine's end keeps its route, so packets to the node go nowhere
-        else; they vanish, as behind a dead switch port."""
-        if node.netns is None or node.link is None:
-            raise ValueError("partition needs the lab's network namespaces (lab up --netns)")
-        _ip("-n", node.netns, "link", "set", node.link, "down" if cut else "up")
-
-    def _remove_namespaces(self) -> None:
-        for node in self.nodes:
-            if node.veth is not None:
-                _ip("link", "del", node.veth, check=False)
-            if node.netns is not None:
-                _ip("netns", "del", node.netns, check=False)
+        """Cut (or restore) the node's link (lab/netns.py)."""
+        netns.set_link(node, up=not cut)
 
     def _reset_hardware(self, node: LabNode) -> None:
         """What a power cycle clears: the GPU's hang, the memory pressure; a
@@ -783,76 +363,10 @@ class LabCluster:
                 self.on_event(text)
 
     def _rank_command(self, node: LabNode) -> list[str]:
-        """The stand-in rank's command line; in a container, this machine's Python bound in."""
-        rank = ["--headless"] if not node.head else []
-        python = self.image.python if self.image is not None else sys.executable
-        return [
-            python,
-            "-m",
-            *VLLM_STANDIN.split(),
-            "--host",
-            node.address,
-            "--port",
-            str(node.vllm_port),
-            "--model",
-            "lab-model",
-            "--speculative-config",
-            json.dumps({"method": "dspark", "enable_adaptive_verification": True}),
-            "--compilation-config",
-            json.dumps({"cudagraph_mode": "FULL_AND_PIECEWISE"}),
-            *rank,
-        ]
+        return rank_command(self, node)
 
     def _agent_config(self, node: LabNode) -> dict[str, Any]:
-        t = self.timings
-        command = self._rank_command(node)
-        environment: dict[str, str] = {}
-        stop_timeout = 5.0
-        if node.real_vllm and self.real_head is not None:
-            command = self.real_head.command(node.address, node.vllm_port)
-            environment = self.real_head.environment()
-            stop_timeout = 15.0
-        serving: dict[str, Any] = {
-            "enabled": True,
-            "command": command,
-            "token_file": str(self.token_file),
-            "log_file": str(node.directory / "serving.log"),
-            "stop_timeout": stop_timeout,
-            "default_profile": "plain",
-            "environment": environment,
-        }
-        if self.dockerd is not None and self.image is not None:
-            docker_settings: dict[str, Any] = {
-                "socket": str(self.dockerd.socket),
-                "name": self.container_name(node),
-                "gpus": "none",
-            }
-            if self.serving_mode == "docker":
-                docker_settings.update(image=self.image.tag, volumes=list(self.image.volumes))
-                serving["environment"] = self._rank_environment()
-            else:  # the launcher's container, adopted: its own spec is re-created
-                del serving["command"], serving["environment"]
-            serving.update(runtime="docker", docker=docker_settings)
-        return {
-            "node": node.name,
-            "listen": {"address": node.address, "port": node.agent_port},
-            "loop_interval": t.loop_interval,
-            "probes": {
-                "vllm": {
-                    "url": node.vllm_url if node.head else None,
-                    "interval": t.vllm_interval,
-                    "timeout": 2.0 if node.real_vllm else 1.0,
-                    "stall_after": t.stall_after,
-                    # Without it a rank that exited 0 only looks "unreachable".
-                    "process_match": node.process_match,
-                    "canary": {"timeout": t.canary_timeout, "idle_after": t.canary_idle_after},
-                },
-                "gpu": {"interval": t.gpu_interval, "deadline": t.gpu_deadline},
-                "journal": {"directory": str(node.directory / "journal"), "interval": 5.0},
-                "host": {"proc_root": str(node.directory / "proc")},
-            },
-            "serving": serving,
-        }
+        return agent_config(self, node)
 
     def _outlet_changed(self, outlet: int, state: PowerState) -> None:
         for node in self.nodes:
@@ -878,7 +392,7 @@ class LabCluster:
             host = [root, *root.children(recursive=True)]
         except psutil.NoSuchProcess:
             host = []
-        return host + self._container_tree(node)
+        return host + (self.containers.tree(node) if self.containers is not None else [])
 
     def _signal_tree(self, node: LabNode, sig: signal.Signals) -> None:
         for process in self.tree(node):
@@ -888,93 +402,7 @@ class LabCluster:
     # -- the controller's view ------------------------------------------------
 
     def controller_config(self, history: Path, **overrides: Any) -> dict[str, Any]:
-        assert self.pdu is not None
-        config: dict[str, Any] = {
-            "nodes": [
-                {
-                    "name": n.name,
-                    "agent": n.agent_url,
-                    "ssh_host": n.address,
-                    "ssh_port": n.ssh_port,
-                    "power": [
-                        {
-                            "type": "snmp",
-                            "host": LOOPBACK,
-                            "port": self.pdu.port,
-                            "outlet": n.outlet,
-                            "vendor": "auto",
-                            "community_file": str(self.community_file),
-                            "timeout": 1.0,
-                        },
-                        *self._ssh_devices(n),
-                    ],
-                }
-                for n in self.nodes
-            ],
-            "policy": {
-                "power_off_seconds": LAB_POWER_OFF_S,
-                # Long enough to clear the lab's clock latch (LAB_LATCH_CLEAR_S).
-                "clock_latch_off_seconds": LAB_LATCH_OFF_S,
-                "power_timeout": 10.0,
-                "power_poll_interval": 0.2,
-                "min_command_interval": 0.5,
-            },
-            "detection": {
-                "poll_interval": 0.5,
-                "agent_timeout": 0.5,
-                "freeze_after": 3.0,
-                "banner_misses": 2,
-                "banner_timeout": 0.5,
-                "banner_interval": 5.0,
-                "gpu_wedged_after": 6.0,
-            },
-            "guards": {"boot_timeout": 30.0},
-            "serving": {
-                "head": self.nodes[0].name,
-                "token_file": str(self.token_file),
-                "start_timeout": REAL_START_TIMEOUT_S if self.real_head else 30.0,
-                **self._launcher_settings(),
-            },
-            "listen": {"address": LOOPBACK, "port": free_port()},
-            "history": str(history),
-        }
-        for key, value in overrides.items():
-            if isinstance(value, dict) and isinstance(config.get(key), dict):
-                config[key] = {**config[key], **value}
-            else:
-                config[key] = value
-        return config
-
-    def _launcher_settings(self) -> dict[str, Any]:
-        """With serving launcher: the controller restarts serving with the lab's
-        launch-cluster, the profile's flags appended to its start."""
-        if self.serving_mode != "launcher":
-            return {}
-        return {
-            "launcher": {
-                "type": "command",
-                "stop": self.launcher_argv("stop"),
-                "start": [*self.launcher_argv("start"), "{vllm_args}"],
-                "stop_timeout": 60.0,
-                "start_timeout": 60.0,
-            }
-        }
-
-    def _ssh_devices(self, node: LabNode) -> list[dict[str, Any]]:
-        keys = self.ssh_keys
-        if keys is None or node.sshd_port is None:
-            return []
-        return [
-            {
-                "type": "ssh",
-                "host": node.address,
-                "port": node.sshd_port,
-                "user": keys.user,
-                "key_file": str(keys.client),
-                "known_hosts_file": str(keys.known_hosts),
-                "connect_timeout": 2.0,
-            }
-        ]
+        return controller_config(self, history, overrides)
 
     # -- serving and faults ---------------------------------------------------
 
@@ -1019,8 +447,10 @@ class LabCluster:
         """Workers first, then the head (docs/facts.md, "Multi-node serving"); wait
         for progress. A real head steps only with requests: the lab's traffic starts
         with it."""
-        if self.serving_mode == "launcher":
-            self._launch(profile)
+        if self.containers is not None and self.serving_mode == "launcher":
+            if profile != "plain":
+                raise ValueError("--serving launcher: the launcher starts the recipe (plain)")
+            self.containers.launch(self.nodes, self.environment())
         else:
             for node in self.nodes[1:] + self.nodes[:1]:
                 self._post(node, "/v1/serving/start", {"profile": profile})
@@ -1037,33 +467,6 @@ class LabCluster:
                     return
             time.sleep(0.3)
         raise TimeoutError("serving did not start progressing")
-
-    def _launch(self, profile: str) -> None:
-        """The operator's first start with the cluster's launcher (the recipe's
-        own flags: profile plain); the agents adopt the containers it starts."""
-        if profile != "plain":
-            raise ValueError("--serving launcher: the launcher starts the recipe (profile plain)")
-        done = subprocess.run(
-            self.launcher_argv("start"),
-            capture_output=True,
-            text=True,
-            timeout=120,
-            env=self.environment(),
-        )
-        if done.returncode != 0:
-            raise RuntimeError(f"launch-cluster start exited {done.returncode}: {done.stderr}")
-        for node in self.nodes:
-            self._wait_adopted(node)
-
-    def _wait_adopted(self, node: LabNode, timeout: float = 60.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            with contextlib.suppress(requests.RequestException, ValueError):
-                answer = requests.get(f"{node.agent_url}/v1/serving", timeout=2).json()
-                if answer.get("state") == "running":
-                    return
-            time.sleep(0.2)
-        raise TimeoutError(f"{node.name}'s agent did not adopt {self.container_name(node)}")
 
     def agent_state(self, node: LabNode) -> dict[str, Any] | None:
         try:
@@ -1174,7 +577,7 @@ class LabCluster:
         assert node.host is not None
         doomed = self.tree(node)  # the rank too, while the agent is still its parent
         node.set_services(agent=False, ssh=False)
-        self._append_journal(node, _shutdown_lines)
+        self._append_journal(node, shutdown_lines)
         for process in doomed:
             with contextlib.suppress(psutil.Error):
                 process.kill()
@@ -1313,80 +716,8 @@ class LabCluster:
         self.pdu.standin.silent = silent
 
     def inject(self, fault: str, node: LabNode | None = None) -> str:
-        """Inject a fault by name (see FAULTS); returns what was done, for people."""
-        if fault not in FAULTS:
-            raise ValueError(f"unknown fault {fault!r}; expected one of {', '.join(FAULTS)}")
-        if node is None and fault not in CLUSTER_FAULTS:
-            names = ", ".join(n.name for n in self.nodes)
-            raise ValueError(f"fault {fault} needs a node ({names})")
-        target = node or self.head
-        if fault == "freeze":
-            self.freeze(target)
-            return f"{target.name} froze: Xid 31 in its journal, then SIGSTOP of its whole tree"
-        if fault == "thaw":
-            self.thaw(target)
-            return f"{target.name} thawed (SIGCONT)"
-        if self.real_head is not None and fault in ("wedge", "crash", "idle-wedge"):
-            return self._real_fault(fault)
-        if fault == "idle-wedge":
-            self.vllm_mode("hung")
-            return (
-                f"{self.head.name}'s engine hung while idle: nothing running, no step, "
-                "new requests wait, /health 200"
-            )
-        if fault in ("wedge", "crash"):
-            self.vllm_mode("wedged" if fault == "wedge" else "dead")
-            return (
-                f"{self.head.name}'s engine wedged: requests running, no step, /health 200"
-                if fault == "wedge"
-                else f"{self.head.name}'s engine died: /health answers 503"
-            )
-        if fault == "crash-exit":
-            pid = self.crash_exit(target)
-            if pid is None:
-                raise ValueError(f"no vLLM rank runs on {target.name}")
-            return f"{target.name}'s vLLM rank (pid {pid}) exited with code 0"
-        if fault == "gpu-hang":
-            self.gpu_hang(target)
-            return f"{target.name}'s NVML calls hang (a wedged driver)"
-        if fault == "clock-latch":
-            self.clock_latch(target)
-            return f"{target.name}'s GPU clock latched; {target.name} rebooted"
-        if fault == "mem-collapse":
-            self.mem_collapse(target)
-            return f"{target.name}'s MemAvailable falls {MEM_COLLAPSE_RATE / GIB:g} GiB/s"
-        if fault == "pdu-down":
-            self.pdu_silent(True)
-            return "the PDU stopped answering SNMP"
-        if fault == "partition":
-            self.partition(target)
-            return f"{target.name}'s network link went dark (its namespace's veth down)"
-        self.heal(node)
-        return "healed: " + (node.name if node is not None else "every node, serving and the PDU")
-
-    def _real_fault(self, fault: str) -> str:
-        """wedge, crash and idle-wedge played on the real head's engine process."""
-        assert self.real_head is not None
-        head = self.head
-        if fault == "crash":
-            pid = self.real_head.signal_engine(head.address, head.vllm_port, signal.SIGKILL)
-            return f"{head.name}'s real engine (VLLM::EngineCore, pid {pid}) killed"
-        if fault == "idle-wedge":
-            self.real_head.stop_traffic()
-            self._wait_head_idle()
-        pid = self.real_head.signal_engine(head.address, head.vllm_port, signal.SIGSTOP)
-        what = "idle: nothing running" if fault == "idle-wedge" else "requests running"
-        return f"{head.name}'s real engine (VLLM::EngineCore, pid {pid}) stopped, {what}"
-
-    def _wait_head_idle(self, timeout: float = 60.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            state = self.agent_state(self.head) or {}
-            vllm = state.get("probes", {}).get("vllm", {})
-            if vllm.get("state") == "idle":
-                return
-            time.sleep(0.3)
-        raise TimeoutError(f"{self.head.name}'s real vLLM did not go idle")
+        """Inject a fault by name (lab/faults.py); returns what was done, for people."""
+        return faults.inject(self, fault, node)
 
     def heal(self, node: LabNode | None = None) -> None:
         """Undo every fault that a power cycle would not (serving, PDU, freeze)."""
@@ -1425,9 +756,10 @@ class LabCluster:
             self.real_head.stop_traffic(wait=1.0)
         if self.pdu is not None:
             self.pdu.stop()
-        self._stop_docker()
+        if self.containers is not None:
+            self.containers.stop()
         sweep(self.lab_id)
-        self._remove_namespaces()
+        netns.remove_namespaces(self.nodes)
 
     def __enter__(self) -> LabCluster:
         return self.start()
@@ -1451,67 +783,3 @@ def _agent_log_tail(node: LabNode, lines: int = 5) -> str:
         return ""
     tail = text.strip().splitlines()[-lines:]
     return "".join(f"\n  {node.name}: {line}" for line in tail)
-
-
-def _shutdown_lines(boot: BootTimeline) -> None:
-    """How a reboot ends a boot's journal: logind, PID 1, systemd-shutdown,
-    then journald's "Journal stopped" (what makes a boot's end clean)."""
-    boot.add(
-        "System is rebooting.",
-        transport="journal",
-        identifier="systemd-logind",
-        message_id=LOGIND_SHUTDOWN,
-        pid=980,
-    )
-    boot.add("Stopped spark-watchdog-agent.service.", transport="journal", identifier="systemd")
-    boot.add("Shutting down.", transport="journal", identifier="systemd", pid=1)
-    boot.add("Syncing filesystems and block devices.", identifier="systemd-shutdown", pid=1)
-    boot.journald("Received SIGTERM from PID 1 (systemd-shutdown).")
-    boot.journald("Journal stopped", JOURNAL_STOP)
-
-
-def lab_processes(lab_id: str) -> list[psutil.Process]:
-    """Every live process carrying this lab's tag, wherever it was reparented."""
-    found = []
-    me = os.getpid()
-    for process in psutil.process_iter():
-        if process.pid == me:
-            continue
-        with contextlib.suppress(psutil.Error):
-            if process.status() == psutil.STATUS_ZOMBIE:
-                continue
-            if process.environ().get(LAB_ENV) == lab_id:
-                found.append(process)
-    return found
-
-
-def sweep(lab_id: str, timeout: float = 5.0) -> list[int]:
-    """SIGKILL whatever of this lab is still alive (also stopped processes:
-    SIGKILL ends them too); returns the pids that had to be killed."""
-    leftovers = lab_processes(lab_id)
-    for process in leftovers:
-        with contextlib.suppress(psutil.Error):
-            process.kill()
-    psutil.wait_procs(leftovers, timeout=timeout)
-    return [p.pid for p in leftovers]
-
-
-def _ip(*args: str, check: bool = True) -> None:
-    done = subprocess.run([_IP, *args], capture_output=True, text=True, timeout=10)
-    if check and done.returncode != 0:
-        raise OSError(f"ip {' '.join(args)}: {done.stderr.strip() or done.returncode}")
-
-
-def netns_unavailable() -> str | None:
-    """Why this machine cannot give nodes network namespaces; None when it can."""
-    if os.geteuid() != 0:
-        return "network namespaces need root (ip netns add, veth links)"
-    if shutil.which("ip") is None:
-        return "the ip command (iproute2) is not installed"
-    probe = f"swlab-probe-{os.getpid()}"
-    try:
-        _ip("netns", "add", probe)
-    except (OSError, subprocess.SubprocessError) as exc:
-        return f"cannot create a network namespace: {exc}"
-    _ip("netns", "del", probe, check=False)
-    return None

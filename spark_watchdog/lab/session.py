@@ -22,7 +22,7 @@ from typing import Any, Literal
 
 from spark_watchdog.errors import StoreError
 from spark_watchdog.history.store import HistoryStore
-from spark_watchdog.lab.cluster import SERVING, LabCluster, LabNode, LabTimings, sweep
+from spark_watchdog.lab.cluster import LabCluster, LabTimings
 from spark_watchdog.lab.lab_controller import (
     AlertReceiver,
     ControllerProcess,
@@ -30,6 +30,9 @@ from spark_watchdog.lab.lab_controller import (
     LabController,
     write_config,
 )
+from spark_watchdog.lab.node import LabNode
+from spark_watchdog.lab.rank_containers import SERVING
+from spark_watchdog.lab.sweep import sweep
 from spark_watchdog.lab.timeline import Narrator, TimelineWatcher
 
 ControllerMode = Literal["thread", "process"]

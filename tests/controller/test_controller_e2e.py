@@ -28,7 +28,8 @@ import yaml
 from spark_watchdog.config.controller import parse_controller_config
 from spark_watchdog.controller.daemon import Controller
 from spark_watchdog.history.store import HistoryStore
-from spark_watchdog.lab.cluster import LAB_PDU_REBOOT_S, LabCluster, LabNode
+from spark_watchdog.lab.cluster import LAB_PDU_REBOOT_S, LabCluster
+from spark_watchdog.lab.node import LabNode
 from spark_watchdog.lab.ports import free_port
 from spark_watchdog.power.base import PowerState
 

@@ -27,8 +27,9 @@ import requests
 import yaml
 
 from spark_watchdog.history.leadership import Lease
-from spark_watchdog.lab.cluster import LabCluster, LabNode
+from spark_watchdog.lab.cluster import LabCluster
 from spark_watchdog.lab.controller_pair import LEADERSHIP, ControllerPair, wait_for
+from spark_watchdog.lab.node import LabNode
 
 pytestmark = pytest.mark.integration
 

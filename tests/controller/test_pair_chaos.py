@@ -52,10 +52,11 @@ from spark_watchdog.history.leadership import current
 from spark_watchdog.history.postgres import PostgresHistoryStore
 from spark_watchdog.history.records import Incident, IncidentStep
 from spark_watchdog.history.store import HistoryStore
-from spark_watchdog.lab.cluster import LAB_POWER_OFF_S, LabCluster, LabNode
+from spark_watchdog.lab.cluster import LAB_POWER_OFF_S, LabCluster
 from spark_watchdog.lab.controller_pair import LEADERSHIP, ControllerPair, wait_for
 from spark_watchdog.lab.hardware.tcp_proxy import TcpProxy
 from spark_watchdog.lab.lab_controller import ControllerThread
+from spark_watchdog.lab.node import LabNode
 
 LEASE = LEADERSHIP["lease"]
 DEADLINE = LEADERSHIP["send_deadline"]

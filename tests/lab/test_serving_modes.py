@@ -33,7 +33,7 @@ def test_a_lab_refuses_a_serving_mode_it_cannot_run_before_starting_anything(
 
     with pytest.raises(ValueError, match=refusal):
         lab.start()
-    assert not (tmp_path / "lab").exists() and lab.dockerd is None
+    assert not (tmp_path / "lab").exists() and lab.containers is None
 
 
 def test_the_partition_scenario_is_not_available_with_containers(tmp_path: Path) -> None:

@@ -370,3 +370,20 @@ def boot_entries(
         boot.journald("Received SIGTERM from PID 1 (systemd-shutdown).")
         boot.journald("Journal stopped", JOURNAL_STOP)
     return boot.entries
+
+
+def shutdown_lines(boot: BootTimeline) -> None:
+    """How a reboot ends a boot's journal: logind, PID 1, systemd-shutdown,
+    then journald's "Journal stopped" (what makes a boot's end clean)."""
+    boot.add(
+        "System is rebooting.",
+        transport="journal",
+        identifier="systemd-logind",
+        message_id=LOGIND_SHUTDOWN,
+        pid=980,
+    )
+    boot.add("Stopped spark-watchdog-agent.service.", transport="journal", identifier="systemd")
+    boot.add("Shutting down.", transport="journal", identifier="systemd", pid=1)
+    boot.add("Syncing filesystems and block devices.", identifier="systemd-shutdown", pid=1)
+    boot.journald("Received SIGTERM from PID 1 (systemd-shutdown).")
+    boot.journald("Journal stopped", JOURNAL_STOP)

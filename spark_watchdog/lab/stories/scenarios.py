@@ -35,18 +35,17 @@ from typing import Any
 from spark_watchdog.history.records import Incident
 from spark_watchdog.history.store import HistoryStore
 from spark_watchdog.lab.cluster import (
-    GIB,
     LAB_LATCH_CLEAR_S,
     LAB_LATCH_OFF_S,
     MEM_COLLAPSE_FLOOR,
     MEM_COLLAPSE_RATE,
     REAL_START_TIMEOUT_S,
     LabCluster,
-    LabNode,
-    netns_unavailable,
 )
 from spark_watchdog.lab.hardware import lab_sshd
 from spark_watchdog.lab.lab_controller import ControllerProcess
+from spark_watchdog.lab.netns import netns_unavailable
+from spark_watchdog.lab.node import GIB, LabNode
 from spark_watchdog.lab.session import ControllerMode, LabSession, LabTimeout
 from spark_watchdog.lab.timeline import Narrator
 from spark_watchdog.power.base import PowerState
