@@ -259,55 +259,14 @@ async def _run_rung(
                     if stop is not None:
                         return stop
                     if action is None:
-                        # The rung counts against the budgets from here on.
-                        if plan.off_seconds is None:  # a second try keeps the first's
-                            plan.off_seconds = watch.off_seconds_override
-                        detail: dict[str, Any] = {
-                            "rung": plan.rung,
-                            "boot_id_before": plan.boot_before,
-                        }
-                        if plan.off_seconds is not None:
-                            detail["off_seconds"] = plan.off_seconds  # for a resume
-                        if plan.attempt > 1:
-                            detail["attempt"] = plan.attempt  # a resume tries it no third time
-                        action = await ledger.write(
-                            ledger.store.record_action,
-                            node,
-                            "cycle",
-                            device=power.name,
-                            incident_id=incident_id,
-                            rung=plan.rung,
-                            step=StepName.RUNG_STARTED,
-                            step_detail=detail,
-                        )
-                        host.note_cycle(node, action.id)
+                        action = await _record_rung(host, watch, incident_id, plan, power)
                 off_seconds = _off_seconds(host, plan)
                 cycled = await power.cycle(off_seconds, timed=host.config.policy.self_timed_on)
                 held_s = Unsettled.THEN_NEXT if cycled.off_held_s is None else cycled.off_held_s
             else:
                 held_s = await _resume_cycle(host, watch, incident_id, power, plan)
         except (HistoryUnwritable, SendRefused) as exc:
-            # A record before the off failed (in a pair: any record), or a pair's
-            # gate refused a command (recorded as withdrawn where it could be):
-            # nothing unrecorded was sent. Held in memory; resumed from the
-            # record once the history can be written, by this controller or by
-            # the one that leads.
-            if isinstance(exc, SendRefused):
-                watch.send_refusals += 1
-                if watch.send_refusals >= SEND_REFUSALS_BEFORE_HOLD:
-                    # Every retry would be refused the same way: a person looks.
-                    watch.send_refusals = 0
-                    await host.hold_node(
-                        watch,
-                        f"{SEND_REFUSALS_BEFORE_HOLD} commands in a row not sent ({exc}): "
-                        "writes to the history take longer than leadership.send_deadline",
-                        NodeEvent.HOLD,
-                        by_controller=True,
-                    )
-                    return RungOutcome.HELD
-            why = "not sent" if isinstance(exc, SendRefused) else "history unwritable"
-            await host.hold_node(watch, f"{why}: {exc}", NodeEvent.HOLD, record=False)
-            return RungOutcome.HELD
+            return await _not_sent(host, watch, exc)
         except Withdrawn as exc:
             return await _false_alarm(host, watch, incident_id, action, exc.message)
         except FoundOff as exc:  # switched off between the preflight's read and the cycle's
@@ -335,21 +294,96 @@ async def _run_rung(
             await close_quietly(power.backend)
     watch.send_refusals = 0  # a command went out (or none was needed)
     if isinstance(held_s, Unsettled):
-        # A resumed off whose fate is unknown, the outlet on: not "power
-        # restored". Nothing is sent; a new boot settles it, or boot_timeout:
-        # the next rung, or (an off never seen to land) this rung once more.
-        await _finish(ledger, action, "ambiguous", "resumed: the off's outcome is unknown")
-        watch.apply(NodeEvent.POWER_RESTORED)
-        outcome = await await_new_boot(
-            host, watch, incident_id, plan.boot_before, _boot_wait_left(host, plan.boot_wait_from)
-        )
-        if outcome is RungOutcome.NEXT and held_s is Unsettled.THEN_AGAIN:
-            return RungOutcome.AGAIN
-        return outcome
-    # Power is back on: what follows is bookkeeping, then the wait for a new boot.
+        return await _unsettled(host, watch, incident_id, plan, action, held_s)
+    return await _restored(host, watch, incident_id, plan, action, power, held_s)
+
+
+async def _record_rung(
+    host: RecoveryHost, watch: NodeWatch, incident_id: int, plan: RungPlan, power: VerifiedPower
+) -> Any:
+    """The rung's action and its ``rung_started`` step: from here on it counts
+    against the budgets (recorded under the budget lock, before any command)."""
+    if plan.off_seconds is None:  # a second try keeps the first's
+        plan.off_seconds = watch.off_seconds_override
+    detail: dict[str, Any] = {"rung": plan.rung, "boot_id_before": plan.boot_before}
+    if plan.off_seconds is not None:
+        detail["off_seconds"] = plan.off_seconds  # for a resume
+    if plan.attempt > 1:
+        detail["attempt"] = plan.attempt  # a resume tries it no third time
+    action = await host.ledger.write(
+        host.ledger.store.record_action,
+        watch.name,
+        "cycle",
+        device=power.name,
+        incident_id=incident_id,
+        rung=plan.rung,
+        step=StepName.RUNG_STARTED,
+        step_detail=detail,
+    )
+    host.note_cycle(watch.name, action.id)
+    return action
+
+
+async def _not_sent(
+    host: RecoveryHost, watch: NodeWatch, exc: HistoryUnwritable | SendRefused
+) -> RungOutcome:
+    """A record before the off failed (in a pair: any record), or a pair's gate
+    refused a command (recorded as withdrawn where it could be): nothing
+    unrecorded was sent. Held in memory; resumed from the record once the
+    history can be written, by this controller or by the one that leads."""
+    if isinstance(exc, SendRefused):
+        watch.send_refusals += 1
+        if watch.send_refusals >= SEND_REFUSALS_BEFORE_HOLD:
+            # Every retry would be refused the same way: a person looks.
+            watch.send_refusals = 0
+            await host.hold_node(
+                watch,
+                f"{SEND_REFUSALS_BEFORE_HOLD} commands in a row not sent ({exc}): "
+                "writes to the history take longer than leadership.send_deadline",
+                NodeEvent.HOLD,
+                by_controller=True,
+            )
+            return RungOutcome.HELD
+    why = "not sent" if isinstance(exc, SendRefused) else "history unwritable"
+    await host.hold_node(watch, f"{why}: {exc}", NodeEvent.HOLD, record=False)
+    return RungOutcome.HELD
+
+
+async def _unsettled(
+    host: RecoveryHost,
+    watch: NodeWatch,
+    incident_id: int,
+    plan: RungPlan,
+    action: Any,
+    held_s: Unsettled,
+) -> RungOutcome:
+    """A resumed off whose fate is unknown, the outlet on: not "power restored".
+    Nothing is sent; a new boot settles it, or boot_timeout: the next rung, or
+    (an off never seen to land) this rung once more."""
+    await _finish(host.ledger, action, "ambiguous", "resumed: the off's outcome is unknown")
+    watch.apply(NodeEvent.POWER_RESTORED)
+    outcome = await await_new_boot(
+        host, watch, incident_id, plan.boot_before, _boot_wait_left(host, plan.boot_wait_from)
+    )
+    if outcome is RungOutcome.NEXT and held_s is Unsettled.THEN_AGAIN:
+        return RungOutcome.AGAIN
+    return outcome
+
+
+async def _restored(
+    host: RecoveryHost,
+    watch: NodeWatch,
+    incident_id: int,
+    plan: RungPlan,
+    action: Any,
+    power: VerifiedPower,
+    held_s: float,
+) -> RungOutcome:
+    """Power is back on: the bookkeeping, then the wait for a new boot."""
+    node = watch.name
     try:
         await _finish(
-            ledger,
+            host.ledger,
             action,
             "verified",
             None,
