@@ -374,15 +374,12 @@ class Controller:
     async def serving_budget_spent(self, watch: NodeWatch) -> bool:
         return await self.serving.budget_spent(watch)
 
-    async def cycles_in_window(self, node: str) -> tuple[int, int]:
-        return await self.budgets.cycles_in_window(node)
-
-    async def reboots_in_window(self, node: str) -> int:
-        return await self.budgets.reboots_in_window(node)
-
     def check_leading(self) -> None:
-        """Right before anything leaves: a controller of a pair that may not send
-        now raises NotLeading (the action does not happen, the incident stays open)."""
+        """Right before anything leaves.
+
+        :raises NotLeading: a controller of a pair may not send now; the action
+            does not happen and its incident stays open.
+        """
         refused = self._send_refused()
         if refused is not None:
             raise NotLeading(refused)
@@ -838,9 +835,6 @@ class Controller:
     def shows_life(self, watch: NodeWatch) -> bool:
         last = watch.last_life_at
         return last is not None and self.clock.monotonic() - last < self.policy.freeze_after
-
-    def node_held(self, watch: NodeWatch) -> bool:
-        return watch.state is NodeState.HELD or self.cluster_hold is not None
 
     def _expire_expected_reboot(self, watch: NodeWatch) -> None:
         """A reboot the controller asked for that did not come within boot_timeout

@@ -36,8 +36,6 @@ class LadderHost(Protocol):
 
     def shows_life(self, watch: NodeWatch) -> bool: ...
 
-    def node_held(self, watch: NodeWatch) -> bool: ...
-
 
 class IncidentHost(Protocol):
     """What opening an incident needs of the running controller."""

@@ -50,7 +50,11 @@ class Ledger:
         self.problem: str | None = None
 
     async def write(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
-        """``fn(*args, **kwargs)`` off the event loop, checked like a direct call."""
+        """``fn(*args, **kwargs)`` off the event loop, checked like a direct call.
+
+        :raises HistoryUnwritable: the record was not made; the action it stands
+            before must not happen (``NotLeading`` in a pair that may not send).
+        """
         try:
             result: T = await self._blocking(functools.partial(fn, *args, **kwargs))
         except StoreError as exc:
@@ -68,6 +72,10 @@ class Ledger:
         return result
 
     async def read(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
+        """``fn(*args, **kwargs)`` off the event loop.
+
+        :raises HistoryUnwritable: the history cannot be read; decide nothing on it.
+        """
         try:
             result: T = await self._blocking(functools.partial(fn, *args, **kwargs))
             return result

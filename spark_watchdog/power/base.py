@@ -255,13 +255,31 @@ class VerifiedPower:
     # -- public -------------------------------------------------------------
 
     async def state(self) -> PowerState:
+        """The device's state, read now.
+
+        :raises PowerError: the device did not answer, or its answer says nothing.
+        """
         run = self._start(self.timing.read_timeout)
         return await self._read(run)
 
     async def on(self) -> PowerResult:
+        """Switch on, then read it back.
+
+        :raises Withdrawn: the last look before sending said no; certainly not sent.
+        :raises SendRefused: a controller of a pair may not send now; certainly not sent.
+        :raises Ambiguous: whether the command landed is unknown; never retried blindly.
+        :raises PowerError: the command failed, or its read-back did not show it.
+        """
         return await self._switch(PowerState.ON, "on")
 
     async def off(self) -> PowerResult:
+        """Switch off, then read it back.
+
+        :raises Withdrawn: the last look before sending said no; certainly not sent.
+        :raises SendRefused: a controller of a pair may not send now; certainly not sent.
+        :raises Ambiguous: whether the command landed is unknown; never retried blindly.
+        :raises PowerError: the command failed, or its read-back did not show it.
+        """
         return await self._switch(PowerState.OFF, "off")
 
     async def cycle(
@@ -276,6 +294,12 @@ class VerifiedPower:
         ``timed``: where the backend can (``SelfTimingBackend``), the off arms
         the device to switch on by itself after the hold; the hold is watched
         by reading, and the on is sent here only if the device's did not come.
+
+        :raises FoundOff: read anything but on before the off; nothing was sent.
+        :raises Withdrawn: the last look before sending said no; certainly not sent.
+        :raises SendRefused: a controller of a pair may not send now; certainly not sent.
+        :raises Ambiguous: whether the command landed is unknown; never retried blindly.
+        :raises PowerError: the command failed, or its read-back did not show it.
         """
         if off_seconds < 0:
             raise ValueError(f"off_seconds: expected ≥ 0, got {off_seconds}")

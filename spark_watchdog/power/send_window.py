@@ -46,7 +46,10 @@ def current() -> SendWindow | None:
 
 
 def enforce(device: str) -> None:
-    """Raise ``SendRefused`` if the running command may not leave now."""
+    """Right before a command's bytes leave.
+
+    :raises SendRefused: the running command may not leave now; nothing was sent.
+    """
     window = _WINDOW.get()
     why = None if window is None else window()
     if why is not None:
