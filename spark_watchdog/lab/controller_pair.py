@@ -29,13 +29,14 @@ from spark_watchdog.lab.hardware.tcp_proxy import TcpProxy
 
 # Short, and holding together: give_up_after + 2 x send_deadline + 1 <= lease. The
 # lab's SNMP timeout (1 s, one retry) and SSH connect timeout (2 s) are within
-# the send deadline. give_up_after leaves a loaded 2-core machine room: at 1.5 s a
-# new leader, its renewals relayed by the test's own proxy, gave up while the
-# whole test suite ran beside it.
+# the send deadline. give_up_after leaves a loaded 2-core machine room: a new
+# leader's renewals are relayed by the test's own proxy, in a test process that
+# shares two cores with the whole suite; at 1.5 s, and once at 3 s, a leader on a
+# healthy link gave up while the suite ran beside it.
 LEADERSHIP: dict[str, float] = {
-    "lease": 9.0,
+    "lease": 12.0,
     "renew_every": 0.5,
-    "give_up_after": 3.0,
+    "give_up_after": 4.5,
     "send_deadline": 2.0,
     "settle": 0.5,
 }
