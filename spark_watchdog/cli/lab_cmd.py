@@ -95,14 +95,7 @@ def add_parser(commands: Any) -> None:
         help="the head's rank: the lab's stand-in (default) or the real vLLM CPU server "
         "(built by scripts/real_vllm_env.py)",
     )
-    demo.add_argument(
-        "--serving",
-        choices=("process", "docker", "launcher"),
-        default="process",
-        help="how each node's rank runs: a process the agent forks (default), a container "
-        "the agent creates (docker), or containers a cluster launcher starts (launcher); "
-        "docker and launcher start a dockerd of the lab's own (root, docker.io)",
-    )
+    _add_serving(demo)
     demo.set_defaults(func=_run_demo)
 
     run = labs.add_parser(
@@ -128,14 +121,7 @@ def add_parser(commands: Any) -> None:
         help="the head's rank: the lab's stand-in (default) or the real vLLM CPU server "
         "(built by scripts/real_vllm_env.py)",
     )
-    run.add_argument(
-        "--serving",
-        choices=("process", "docker", "launcher"),
-        default="process",
-        help="how each node's rank runs: a process the agent forks (default), a container "
-        "the agent creates (docker), or containers a cluster launcher starts (launcher); "
-        "docker and launcher start a dockerd of the lab's own (root, docker.io)",
-    )
+    _add_serving(run)
     run.set_defaults(func=_run_scenario)
 
     up = labs.add_parser(
@@ -155,14 +141,7 @@ def add_parser(commands: Any) -> None:
         action="store_true",
         help="each node in a network namespace of its own (root; needed for `partition`)",
     )
-    up.add_argument(
-        "--serving",
-        choices=("process", "docker", "launcher"),
-        default="process",
-        help="how each node's rank runs: a process the agent forks (default), a container "
-        "the agent creates (docker), or containers a cluster launcher starts (launcher); "
-        "docker and launcher start a dockerd of the lab's own (root, docker.io)",
-    )
+    _add_serving(up)
     up.set_defaults(func=_run_up)
 
     inject = labs.add_parser(
@@ -203,6 +182,17 @@ def add_parser(commands: Any) -> None:
         "--json", action="store_true", help="print the steps as JSON at the end"
     )
     agent_demo.set_defaults(func=_run_agent_demo)
+
+
+def _add_serving(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--serving",
+        choices=("process", "docker", "launcher"),
+        default="process",
+        help="how each node's rank runs: a process the agent forks (default), a container "
+        "the agent creates (docker), or containers a cluster launcher starts (launcher); "
+        "docker and launcher start a dockerd of the lab's own (root, docker.io)",
+    )
 
 
 def _run_agent_demo(args: argparse.Namespace) -> int:

@@ -19,22 +19,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from scenario_contract import CONTRACT_KEYS
 
 from spark_watchdog.history.store import HistoryStore
 from spark_watchdog.lab.cluster import lab_processes
 from spark_watchdog.lab.hardware.dockerd import docker_unavailable
 from spark_watchdog.lab.stories.scenarios import ScenarioResult, run_scenario
 
-CONTRACT_KEYS = {
-    "scenario",
-    "outcome",
-    "detected_after_s",
-    "recovered_after_s",
-    "power_actions",
-    "false_power_actions",
-    "serving_restarts",
-    "incident_ids",
-}
 # The scenarios the issue names for containers, each in a group of its own.
 DOCKER_SCENARIOS = ["crash", "wedge", "mem-collapse", "controller-kill"]
 LAUNCHED = ["freeze", "crash"]

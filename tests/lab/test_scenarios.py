@@ -16,6 +16,7 @@ from typing import Any
 
 import psutil
 import pytest
+from scenario_contract import CONTRACT_KEYS
 
 from spark_watchdog.cli.lab_cmd import FAULT_NAMES, SCENARIO_NAMES
 from spark_watchdog.history.store import HistoryStore
@@ -33,16 +34,6 @@ NODES = 4
 # Each scenario runs once per session; a second test about it reads the same run
 # (so the tests of one scenario share its xdist group: tests/support/suite_plan.py).
 _RUNS: dict[str, ScenarioResult] = {}
-CONTRACT_KEYS = {
-    "scenario",
-    "outcome",
-    "detected_after_s",
-    "recovered_after_s",
-    "power_actions",
-    "false_power_actions",
-    "serving_restarts",
-    "incident_ids",
-}
 
 
 def test_the_cli_names_match_the_lab() -> None:
