@@ -305,10 +305,9 @@ def _serving_ok(serving: str, vllm: str = "standin") -> bool:
     if serving == "process":
         return True
     from spark_watchdog.lab.hardware.dockerd import docker_unavailable
+    from spark_watchdog.lab.rank_containers import serving_conflict
 
-    why = docker_unavailable()
-    if why is None and vllm != "standin":
-        why = "the containers run the lab's vLLM stand-in; with --vllm real use --serving process"
+    why = docker_unavailable() or serving_conflict(serving, vllm=vllm)
     if why is not None:
         print(f"spark-watchdog lab: --serving {serving}: {why}", file=sys.stderr)
         return False
@@ -421,14 +420,11 @@ def _run_up(args: argparse.Namespace) -> int:
     if not _nodes_ok(args.nodes):
         return EXIT_USAGE
     from spark_watchdog.lab.netns import netns_unavailable
+    from spark_watchdog.lab.rank_containers import serving_conflict
     from spark_watchdog.lab.up import run_up
 
-    if args.netns and args.serving != "process":
-        print(
-            f"spark-watchdog lab up: --netns needs --serving process (--serving {args.serving} "
-            "runs the ranks on this machine's own network)",
-            file=sys.stderr,
-        )
+    if (conflict := serving_conflict(args.serving, netns=args.netns)) is not None:
+        print(f"spark-watchdog lab up: {conflict}", file=sys.stderr)
         return EXIT_USAGE
     if args.netns and (why := netns_unavailable()) is not None:
         print(f"spark-watchdog lab up: --netns is not available here: {why}", file=sys.stderr)

@@ -613,12 +613,13 @@ class Controller:
 
     async def guards(self, watch: NodeWatch, action: Action = Action.CYCLE) -> Guards:
         """What :func:`power_blocked` and :func:`decide` judge for ``watch``: holds,
-        the breaker, the budgets (forced reboots counted for that action only)."""
+        the breaker, the budgets: the one that action counts against, read once."""
         g = self.config.guards
-        node_cycles, cluster_cycles = await self.budgets.cycles_in_window(watch.name)
-        reboots = 0
+        node_cycles = cluster_cycles = reboots = 0
         if action is Action.FORCED_REBOOT:
             reboots = await self.budgets.reboots_in_window(watch.name)
+        else:
+            node_cycles, cluster_cycles = await self.budgets.cycles_in_window(watch.name)
         # Nodes in the power phase of a rung; the power slot serialises the
         # commands themselves, this keeps new incidents from queueing blind.
         in_flight = sum(1 for w in self.watches.values() if w.state is NodeState.FENCING)

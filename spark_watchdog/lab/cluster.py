@@ -98,7 +98,7 @@ from spark_watchdog.lab.node import (
     LabNode,
 )
 from spark_watchdog.lab.ports import free_port
-from spark_watchdog.lab.rank_containers import SERVING, RankContainers
+from spark_watchdog.lab.rank_containers import SERVING, RankContainers, serving_conflict
 from spark_watchdog.lab.sweep import LAB_ENV as LAB_ENV
 from spark_watchdog.lab.sweep import lab_processes as lab_processes
 from spark_watchdog.lab.sweep import sweep
@@ -190,19 +190,9 @@ class LabCluster:
         if self.serving_mode not in SERVING:
             expected = ", ".join(SERVING)
             raise ValueError(f"--serving must be one of {expected}, not {self.serving_mode!r}")
-        if self.serving_mode == "process":
-            return
-        if self.netns:
-            raise ValueError(
-                f"--serving {self.serving_mode} runs the ranks on this machine's own network; "
-                "the nodes' network namespaces (lab up --netns, the partition scenario) "
-                "need --serving process"
-            )
-        if self.vllm != "standin":
-            raise ValueError(
-                f"--serving {self.serving_mode} runs the lab's vLLM stand-in in containers; "
-                "with --vllm real use --serving process"
-            )
+        conflict = serving_conflict(self.serving_mode, netns=self.netns, vllm=self.vllm)
+        if conflict is not None:
+            raise ValueError(conflict)
 
     def _watch_reboots(self) -> None:
         """Act out each forced reboot a node's sshd was asked for (lab_sshd)."""

@@ -12,11 +12,12 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psutil
 import requests
@@ -24,6 +25,9 @@ import requests
 from spark_watchdog.lab.hardware.dockerd import Dockerd, DockerUnavailable, docker_unavailable
 from spark_watchdog.lab.hardware.rank_image import RankImage, rank_image
 from spark_watchdog.lab.node import LabNode
+
+if TYPE_CHECKING:
+    import docker
 
 # How a node's rank runs (LabCluster.serving_mode; `spark-watchdog lab ... --serving`).
 SERVING: dict[str, str] = {
@@ -40,6 +44,24 @@ LAUNCH_TIMEOUT_S = 120.0
 ADOPT_TIMEOUT_S = 60.0
 
 
+def serving_conflict(mode: str, *, netns: bool = False, vllm: str = "standin") -> str | None:
+    """Why ``--serving mode`` cannot run with the lab's other choices; None when it can."""
+    if mode == "process":
+        return None
+    if netns:
+        return (
+            f"--netns needs --serving process: --serving {mode} runs the ranks on this "
+            "machine's own network, and the nodes' network namespaces (lab up --netns, the "
+            "partition scenario) need --serving process"
+        )
+    if vllm != "standin":
+        return (
+            f"--serving {mode} runs the lab's vLLM stand-in in containers; with --vllm real "
+            "use --serving process"
+        )
+    return None
+
+
 @dataclass
 class RankContainers:
     """The containers of one lab's ranks, and what runs them."""
@@ -49,6 +71,8 @@ class RankContainers:
     recipe: Path  # the launcher's recipe (launcher mode)
     dockerd: Dockerd | None = None
     image: RankImage | None = None
+    _client: docker.DockerClient | None = field(default=None, repr=False)
+    _asking: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def start(self) -> RankContainers:
         why = docker_unavailable()
@@ -173,8 +197,12 @@ class RankContainers:
         import docker.errors  # the docker extra: there when a dockerd runs
 
         try:
-            with contextlib.closing(self.dockerd.client(timeout=5)) as client:
-                attrs = client.api.inspect_container(self.name(node))
+            # One client for the lab's asking threads (a power cut, a memory
+            # collapse watching its rank 5 times a second), one question at a time.
+            with self._asking:
+                if self._client is None:
+                    self._client = self.dockerd.client(timeout=5)
+                attrs = self._client.api.inspect_container(self.name(node))
         except (docker.errors.DockerException, requests.RequestException, OSError):
             return []
         pid = int((attrs.get("State") or {}).get("Pid") or 0)
@@ -190,6 +218,10 @@ class RankContainers:
         """Every container removed, the dockerd stopped by PID, its directory gone."""
         if self.dockerd is None:
             return
+        with self._asking:
+            if self._client is not None:
+                self._client.close()
+                self._client = None
         import docker.errors
 
         gone = (docker.errors.DockerException, requests.RequestException, OSError)

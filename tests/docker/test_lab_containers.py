@@ -69,6 +69,19 @@ def _incident(history: str, incident: int) -> dict[str, Any]:
     return loaded
 
 
+def _lab_json(*args: str) -> dict[str, Any]:
+    """``spark-watchdog lab ARGS --json``, as a script runs it: exit 0 and its JSON."""
+    done = subprocess.run(
+        [sys.executable, "-m", "spark_watchdog", "lab", *args, "--json"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    loaded: dict[str, Any] = json.loads(done.stdout)
+    return loaded
+
+
 def _judged(report: dict[str, Any], lab_id: str | None) -> HistoryStore:
     assert set(report) >= CONTRACT_KEYS
     assert report["ok"], report
@@ -90,25 +103,7 @@ def store() -> Iterator[list[HistoryStore]]:
 def test_the_demo_with_containers_power_cycles_the_frozen_host_and_restarts_its_container(
     tmp_path: Path, store: list[HistoryStore]
 ) -> None:
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "spark_watchdog",
-            "lab",
-            "demo",
-            "--serving",
-            "docker",
-            "--json",
-            "--dir",
-            str(tmp_path / "demo"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert done.returncode == 0, done.stderr[-4000:]
-    summary = json.loads(done.stdout)
+    summary = _lab_json("demo", "--serving", "docker", "--dir", str(tmp_path / "demo"))
     report = summary["scenario"]
     assert summary["ok"] and report["outcome"] == "recovered"
     assert "a container the agent creates" in "\n".join(summary["timeline"])
@@ -164,27 +159,9 @@ def test_a_scenario_ends_as_with_processes_when_the_agents_run_containers(
 def test_a_cluster_started_by_its_launcher_is_restarted_through_the_launcher(
     name: str, tmp_path: Path, store: list[HistoryStore]
 ) -> None:
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "spark_watchdog",
-            "lab",
-            "run",
-            "--scenario",
-            name,
-            "--serving",
-            "launcher",
-            "--json",
-            "--dir",
-            str(tmp_path / name),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
+    report = _lab_json(
+        "run", "--scenario", name, "--serving", "launcher", "--dir", str(tmp_path / name)
     )
-    assert done.returncode == 0, done.stderr[-4000:]
-    report = json.loads(done.stdout)
     history = _judged(report, report["lab_id"])
     store.append(history)
     assert report["outcome"] == "recovered"

@@ -46,6 +46,7 @@ from spark_watchdog.lab.hardware import lab_sshd
 from spark_watchdog.lab.lab_controller import ControllerProcess
 from spark_watchdog.lab.netns import netns_unavailable
 from spark_watchdog.lab.node import GIB, LabNode
+from spark_watchdog.lab.rank_containers import serving_conflict
 from spark_watchdog.lab.session import ControllerMode, LabSession, LabTimeout
 from spark_watchdog.lab.timeline import Narrator
 from spark_watchdog.power.base import PowerState
@@ -953,11 +954,9 @@ def run_scenario(
     scenario = SCENARIOS[name]
     result = ScenarioResult(name, "timed_out", scenario.expected)
     unavailable = netns_unavailable() if scenario.netns else None
-    if scenario.netns and serving != "process":
-        unavailable = (
-            f"--serving {serving} runs the ranks on this machine's own network; the "
-            "nodes' network namespaces this scenario needs take --serving process"
-        )
+    conflict = serving_conflict(serving, netns=scenario.netns)
+    if conflict is not None:
+        unavailable = conflict
     if unavailable is not None:
         result.outcome = "not_available"
         result.notes.append(unavailable)
