@@ -24,9 +24,8 @@ import asyncio
 import contextlib
 import logging
 import signal
-from collections.abc import Callable
 from dataclasses import replace
-from typing import Any, ParamSpec, Protocol, TypeVar
+from typing import Any
 
 from spark_watchdog.config.controller import ControllerConfig, SshDevice
 from spark_watchdog.config.history_location import is_postgres_url
@@ -85,15 +84,6 @@ _BEFORE_A_CUT = frozenset(
 # Steps that say a command did not leave.
 _NOTHING_LEFT = frozenset({StepName.OFF_WITHDRAWN, StepName.ON_WITHDRAWN})
 
-P = ParamSpec("P")
-T = TypeVar("T")
-
-
-class RecordingOnly(Protocol):
-    """A pair's ``Lease.recording_only``: a store write, fenced without the send margin."""
-
-    def __call__(self, fn: Callable[P, T], /) -> Callable[P, T]: ...
-
 
 class Controller:
     def __init__(
@@ -103,10 +93,13 @@ class Controller:
         *,
         io: ControllerIO | None = None,
         notifier: Notifier | None = None,
+        systemd: SystemdNotifier | None = None,
     ) -> None:
         self.config = config
         self.io = io or ControllerIO.production(config)
         self.clock = self.io.clock
+        # A lone controller's refuses nothing; a pair's is its lease (controller/fence.py).
+        self.fence = self.io.fence
         self.notifier = notifier or Notifier(config.notify)
         self.ledger = Ledger(store, self.notifier, self.io.blocking)
         # What /metrics counts: incidents, actions, verdict changes (in memory).
@@ -154,23 +147,7 @@ class Controller:
         # What the HTTP threads read: rebuilt after every tick, never mutated.
         self.published: dict[str, Any] = {}
         # READY/WATCHDOG/STATUS to systemd (Type=notify); None: from the environment.
-        self.systemd: SystemdNotifier | None = None
-        # A controller of a pair (controller/pair.py): why a command may not leave
-        # now (history/leadership.py, Lease.send_refusal), and what status shows of it.
-        self.send_refusal: Callable[[], str | None] | None = None
-        # ... and how it writes a step that says a command did not leave
-        # (Lease.recording_only: fenced without the send margin).
-        self.recording_only: RecordingOnly | None = None
-        self.leadership: Callable[[], dict[str, Any]] | None = None
-
-    @property
-    def in_pair(self) -> bool:
-        """One of a controller pair: whatever leaves is fenced by the lease."""
-        return self.send_refusal is not None
-
-    def _send_refused(self) -> str | None:
-        """Why nothing may leave now (None: it may, or this is a lone controller)."""
-        return None if self.send_refusal is None else self.send_refusal()
+        self.systemd = systemd
 
     # -- RecoveryHost -------------------------------------------------------
 
@@ -194,13 +171,13 @@ class Controller:
             if step.on_after_s is not None:
                 detail["on_after_s"] = step.on_after_s  # a resume reads it: a self-timed off
             add_step = ledger.store.add_step
-            if step.name in _NOTHING_LEFT and self.recording_only is not None:
+            if step.name in _NOTHING_LEFT and self.fence.recording_only is not None:
                 # It lets nothing out: written on a lease too short for a command.
-                add_step = self.recording_only(add_step)
+                add_step = self.fence.recording_only(add_step)
             try:
                 await ledger.write(add_step, incident_id, step.name, node=node, detail=detail)
             except HistoryUnwritable as exc:
-                if step.name in _BEFORE_A_CUT or self.in_pair:
+                if step.name in _BEFORE_A_CUT or self.fence.in_pair:
                     # Nothing unrecorded cuts power; in a pair nothing unrecorded
                     # leaves at all: a deposed leader's on could cut the new
                     # leader's hold short (docs/design.md, "Controller pair").
@@ -230,13 +207,13 @@ class Controller:
         def gate(target: PowerState) -> str | None:
             why = self._may_cut(watch) if target is PowerState.OFF else None
             # Last, after the hold read: nothing leaves past the send deadline.
-            refused = self._send_refused()
+            refused = self.fence.refusal()
             if refused is not None:
                 raise SendRefused(path.key_path, refused)
             return why
 
         # The lease's send window once more, from inside the backend (power/send_window.py).
-        return self.io.power_factory(path, write_ahead, gate, self.send_refusal)
+        return self.io.power_factory(path, write_ahead, gate, self.fence.send_refusal)
 
     def _may_cut(self, watch: NodeWatch) -> str | None:
         """Right before an off leaves: any reason not to send it (None: send).
@@ -380,7 +357,7 @@ class Controller:
         :raises NotLeading: a controller of a pair may not send now; the action
             does not happen and its incident stays open.
         """
-        refused = self._send_refused()
+        refused = self.fence.refusal()
         if refused is not None:
             raise NotLeading(refused)
 
@@ -1001,7 +978,7 @@ class Controller:
             "dry_run": self.config.guards.dry_run,
             "serving_profile": self.serving.profile,
             "history": self.ledger.problem or "ok",
-            "leadership": None if self.leadership is None else self.leadership(),
+            "leadership": None if self.fence.leadership is None else self.fence.leadership(),
             "nodes": [w.to_json(now) for w in self.watches.values()],
         }
 

@@ -3,7 +3,8 @@
 The controller receives one ``ControllerIO``: its clock, how it asks an
 agent, checks an SSH banner and its witness, builds a power path, restarts
 serving, restarts an agent over SSH, force-reboots a wedged host over SSH,
-and runs a blocking history call.
+runs a blocking history call, and how far it may act (its fence: a pair's
+lease).
 ``production`` wires the real ones; the simulation (tests/simulation)
 wires its own, on virtual time, so the real controller code runs under
 thousands of random faults.
@@ -18,6 +19,7 @@ from typing import Protocol, TypeVar
 
 from spark_watchdog.config.controller import ControllerConfig, NodeConfig, SshDevice
 from spark_watchdog.controller.clock import Clock, SystemClock
+from spark_watchdog.controller.fence import LONE, Fence
 from spark_watchdog.controller.http_client import HttpAnswer, request
 from spark_watchdog.controller.serving_restart import (
     ServingNode,
@@ -68,10 +70,14 @@ class ControllerIO:
     blocking: Blocking
     forced_reboot: ForcedReboot
     halt: ForcedReboot
+    # How far this controller may act: alone, always; in a pair, its lease (controller/fence.py).
+    fence: Fence = LONE
 
     @classmethod
-    def production(cls, config: ControllerConfig, clock: Clock | None = None) -> ControllerIO:
-        """The real seams; ``clock`` defaults to the system's."""
+    def production(
+        cls, config: ControllerConfig, clock: Clock | None = None, fence: Fence = LONE
+    ) -> ControllerIO:
+        """The real seams; ``clock`` defaults to the system's, ``fence`` to a lone controller's."""
         clock = clock or SystemClock()
         return cls(
             clock=clock,
@@ -84,6 +90,7 @@ class ControllerIO:
             blocking=in_thread,
             forced_reboot=forced_reboot_over_ssh,
             halt=halt_over_ssh,
+            fence=fence,
         )
 
 

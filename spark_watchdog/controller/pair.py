@@ -23,6 +23,7 @@ from typing import Any
 from spark_watchdog.config.controller import ControllerConfig, LeadershipConfig
 from spark_watchdog.controller.clock import SharedWallClock
 from spark_watchdog.controller.daemon import Controller
+from spark_watchdog.controller.fence import Fence
 from spark_watchdog.controller.io import ControllerIO
 from spark_watchdog.controller.notify import Event, Notifier
 from spark_watchdog.controller.status_api import StandbyEndpoint, StatusEndpoint
@@ -198,12 +199,13 @@ async def _lead(
     config: ControllerConfig, lease: Lease, stop: asyncio.Event, systemd: SystemdNotifier
 ) -> None:
     # Steps are stamped, and resumed waits measured, on the database's clock.
-    io = ControllerIO.production(config, SharedWallClock(lease.clock.earliest))
-    controller = Controller(config, lease.store, io=io)
-    controller.systemd = systemd
-    controller.send_refusal = lease.send_refusal
-    controller.recording_only = lease.recording_only
-    controller.leadership = lambda: {"holder": lease.holder, "epoch": lease.epoch}
+    fence = Fence(
+        send_refusal=lease.send_refusal,
+        recording_only=lease.recording_only,
+        leadership=lambda: {"holder": lease.holder, "epoch": lease.epoch},
+    )
+    io = ControllerIO.production(config, SharedWallClock(lease.clock.earliest), fence)
+    controller = Controller(config, lease.store, io=io, systemd=systemd)
     controller.notifier.send(
         Event("leadership_taken", f"{lease.holder} leads at epoch {lease.epoch}")
     )

@@ -31,6 +31,8 @@ import yaml
 
 from spark_watchdog.config.controller import ControllerConfig, parse_controller_config
 from spark_watchdog.controller.daemon import Controller
+from spark_watchdog.controller.fence import LONE, Fence
+from spark_watchdog.controller.io import ControllerIO
 from spark_watchdog.controller.status_api import StatusEndpoint
 from spark_watchdog.history.store import HistoryStore
 
@@ -66,10 +68,12 @@ def write_config(config: dict[str, Any], path: Path) -> Path:
 class ControllerThread:
     """The controller on its own event loop in a daemon thread, with /v1/status."""
 
-    def __init__(self, config: dict[str, Any]) -> None:
+    def __init__(self, config: dict[str, Any], *, fence: Fence = LONE) -> None:
+        """``fence``: how far it may act (controller/fence.py); a lone controller's by default."""
         self.config = parse_controller_config(config, "lab controller config")
         self.store = HistoryStore(self.config.history)
-        self.controller = Controller(self.config, self.store)
+        io = ControllerIO.production(self.config, fence=fence)
+        self.controller = Controller(self.config, self.store, io=io)
         self.endpoint = StatusEndpoint(
             self.config.listen.address, self.config.listen.port, self.controller
         )

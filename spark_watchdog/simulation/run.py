@@ -368,8 +368,8 @@ class _Run:
             store,
             io=self.io(self.incarnation),
             notifier=_Notifier(self.config, self.events),
+            systemd=SystemdNotifier(environ={}),
         )
-        controller.systemd = SystemdNotifier(environ={})
         self.controller = controller
         stop = asyncio.Event()
         token = _INCARNATION.set(number)

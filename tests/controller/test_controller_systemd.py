@@ -102,8 +102,9 @@ def test_no_pet_while_every_tick_fails(
     path, sock = notify_socket
     config = parse_controller_config(_config(tmp_path), "test")
     store = HistoryStore(config.history)
-    controller = Controller(config, store)
-    controller.systemd = SystemdNotifier({"NOTIFY_SOCKET": path, "WATCHDOG_USEC": "200000"})
+    controller = Controller(
+        config, store, systemd=SystemdNotifier({"NOTIFY_SOCKET": path, "WATCHDOG_USEC": "200000"})
+    )
     failing = {"on": False}
     real_tick = controller.tick
 

@@ -47,6 +47,7 @@ from typing import Any
 
 import pytest
 
+from spark_watchdog.controller.fence import Fence
 from spark_watchdog.errors import StoreError
 from spark_watchdog.history.leadership import current
 from spark_watchdog.history.postgres import PostgresHistoryStore
@@ -482,8 +483,8 @@ def test_a_leader_whose_every_command_is_refused_holds_the_node_after_three(
     recorded, refused, recorded as withdrawn, retried; the third refusal holds
     the node for a person instead of retrying for ever. Nothing reaches the PDU."""
     lab = pair_lab
-    thread = ControllerThread(lab.controller_config(tmp_path / "history.db"))
-    thread.controller.send_refusal = lambda: "past the send deadline (this test's gate)"
+    gate = Fence(send_refusal=lambda: "past the send deadline (this test's gate)")
+    thread = ControllerThread(lab.controller_config(tmp_path / "history.db"), fence=gate)
     node = lab.node("spark-2")
     assert lab.pdu is not None
     before = len(lab.pdu.standin.sets_for(node.outlet))

@@ -46,6 +46,8 @@ from spark_watchdog.agent.probe_runner import Observation, iso_time
 from spark_watchdog.config.agent import MemoryGuardConfig
 from spark_watchdog.config.controller import parse_controller_config
 from spark_watchdog.controller.daemon import Controller
+from spark_watchdog.controller.fence import Fence
+from spark_watchdog.controller.io import ControllerIO
 from spark_watchdog.controller.status_api import render as render_controller
 from spark_watchdog.controller.status_api import render_standby
 from spark_watchdog.history.store import HistoryStore
@@ -289,9 +291,9 @@ def controller_exposition(tmp_path_factory: pytest.TempPathFactory) -> Expositio
     config = parse_controller_config(controller_config(tmp_path_factory.mktemp("controller")))
     store = HistoryStore(config.history)
     try:
-        controller = Controller(config, store)
         # As one controller of a pair leads (controller/pair.py): its families too.
-        controller.leadership = lambda: {"holder": "mgmt-1:4242:ab12cd34", "epoch": 3}
+        leads = Fence(leadership=lambda: {"holder": "mgmt-1:4242:ab12cd34", "epoch": 3})
+        controller = Controller(config, store, io=ControllerIO.production(config, fence=leads))
         asyncio.run(_drive(controller))
         assert controller.published["nodes"], "the controller published no node"
         return parse_exposition(render_controller(controller))
