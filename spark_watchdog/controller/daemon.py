@@ -100,7 +100,8 @@ class Controller:
         self.clock = self.io.clock
         # A lone controller's refuses nothing; a pair's is its lease (controller/fence.py).
         self.fence = self.io.fence
-        self.notifier = notifier or Notifier(config.notify)
+        # A deposed leader of a pair says nothing more about nodes (controller/fence.py).
+        self.notifier = notifier or Notifier(config.notify, quiet=self.fence.deposed)
         self.ledger = Ledger(store, self.notifier, self.io.blocking)
         # What /metrics counts: incidents, actions, verdict changes (in memory).
         self.tallies = self.ledger.tallies
@@ -446,6 +447,8 @@ class Controller:
             watch.finding = classify(watch.observation(now, witness.ok, judges), self.policy)
             if watch.finding.verdict is not before:
                 self._verdict_changed(watch, before)
+        if self.fence.deposed():
+            return  # a pair's lost lease: it decides and starts nothing more (controller/pair.py)
         await self._sync_holds()
         await self._check_breaker()
         for watch in self.watches.values():
@@ -910,27 +913,37 @@ class Controller:
         status = self.status_line()
         systemd.ready(status)
         last_pet = float("-inf")
-        while not stop.is_set():
-            started = self.clock.monotonic()
-            try:
-                await self.tick()
-            except Exception:
-                log.exception("controller tick failed")
-            else:
-                # Petted only after a tick that completed: a loop that is stuck
-                # or fails every sweep stops petting, and systemd restarts the
-                # controller, which resumes any recovery from the history.
-                pet_every = systemd.watchdog_interval
-                if pet_every is not None and started - last_pet >= pet_every:
-                    systemd.watchdog()
-                    last_pet = started
-                if (line := self.status_line()) != status:
-                    status = line
-                    systemd.status(status)
-            elapsed = self.clock.monotonic() - started
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(stop.wait(), max(0.0, interval - elapsed))
-        pending = [
+        try:
+            while not stop.is_set():
+                started = self.clock.monotonic()
+                try:
+                    await self.tick()
+                except Exception:
+                    log.exception("controller tick failed")
+                else:
+                    # Petted only after a tick that completed: a loop that is stuck
+                    # or fails every sweep stops petting, and systemd restarts the
+                    # controller, which resumes any recovery from the history.
+                    pet_every = systemd.watchdog_interval
+                    if pet_every is not None and started - last_pet >= pet_every:
+                        systemd.watchdog()
+                        last_pet = started
+                    if (line := self.status_line()) != status:
+                        status = line
+                        systemd.status(status)
+                elapsed = self.clock.monotonic() - started
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(stop.wait(), max(0.0, interval - elapsed))
+        finally:
+            await asyncio.gather(*self.cancel_tasks(), return_exceptions=True)
+            await self.notifier.drain()
+            systemd.stopping()
+
+    def cancel_tasks(self) -> list[asyncio.Task[Any]]:
+        """Cancel every task this controller started (ladders, checks, restarts);
+        those it cancelled. What ``run`` does when it ends, and a pair's lost
+        lease at once (controller/pair.py)."""
+        pending: list[asyncio.Task[Any]] = [
             t
             for t in [
                 *self._fencing.values(),
@@ -944,9 +957,7 @@ class Controller:
         ]
         for task in pending:
             task.cancel()
-        await asyncio.gather(*pending, return_exceptions=True)
-        await self.notifier.drain()
-        systemd.stopping()
+        return pending
 
     def status_line(self) -> str:
         """One line for ``systemctl status``: the verdict counts and the history."""

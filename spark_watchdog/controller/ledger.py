@@ -15,7 +15,7 @@ from typing import Any, ParamSpec, TypeVar
 
 from spark_watchdog.controller.notify import Event, Notifier
 from spark_watchdog.controller.tallies import Tallies
-from spark_watchdog.errors import StoreError
+from spark_watchdog.errors import NotLeader, StoreError
 from spark_watchdog.history.store import HistoryStore
 
 log = logging.getLogger("spark_watchdog.controller")
@@ -57,6 +57,10 @@ class Ledger:
         """
         try:
             result: T = await self._blocking(functools.partial(fn, *args, **kwargs))
+        except NotLeader as exc:
+            # Not a history problem: this controller of a pair may not write
+            # now; the pair says so itself (leadership_lost), once.
+            raise NotLeading(str(exc)) from exc
         except StoreError as exc:
             if self.problem is None:
                 log.error("history unwritable: %s", exc)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
@@ -72,15 +73,34 @@ class Event:
         return {"labels": labels, "annotations": annotations, "startsAt": start}
 
 
+# What a controller of a pair says about itself: sent even once it is deposed.
+ABOUT_LEADERSHIP = frozenset({"leadership_taken", "leadership_lost"})
+
+
+def _never() -> bool:
+    return False
+
+
 class Notifier:
-    def __init__(self, config: NotifyConfig) -> None:
+    def __init__(self, config: NotifyConfig, quiet: Callable[[], bool] = _never) -> None:
+        """``quiet``: true while nothing but ``ABOUT_LEADERSHIP`` may be sent (a
+        deposed leader of a pair: what it would say about nodes is the new
+        leader's to say, and would be wrong)."""
         self.config = config
+        self._quiet = quiet
         self._tasks: set[asyncio.Task[None]] = set()
         self.delivered = 0
         self.failed = 0
 
     def send(self, event: Event) -> None:
         """Queue ``event`` to every receiver; returns at once."""
+        if event.kind not in ABOUT_LEADERSHIP and self._quiet():
+            log.info(
+                "not sent, this controller does not lead any more: %s: %s",
+                event.kind,
+                event.summary,
+            )
+            return
         log.info("notify %s: %s", event.kind, event.summary, extra={"event": event.kind})
         targets: list[tuple[str, Any]] = [(w.url, event.to_json()) for w in self.config.webhooks]
         if self.config.alertmanager:

@@ -15,8 +15,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
+import sys
+import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -25,7 +29,7 @@ from spark_watchdog.controller.clock import SharedWallClock
 from spark_watchdog.controller.daemon import Controller
 from spark_watchdog.controller.fence import Fence
 from spark_watchdog.controller.io import ControllerIO
-from spark_watchdog.controller.notify import Event, Notifier
+from spark_watchdog.controller.notify import Event
 from spark_watchdog.controller.status_api import StandbyEndpoint, StatusEndpoint
 from spark_watchdog.errors import StoreError, WatchdogError
 from spark_watchdog.history.database_time import DatabaseTime
@@ -34,6 +38,11 @@ from spark_watchdog.history.postgres import PostgresHistoryStore
 from spark_watchdog.sdnotify import SystemdNotifier
 
 log = logging.getLogger("spark_watchdog.controller.pair")
+
+
+# How long the tasks of a lost epoch, and its leadership_lost alert, get to end
+# before the process exits all the same.
+STOP_WITHIN_S = 3.0
 
 
 class LeadershipLost(WatchdogError):
@@ -89,59 +98,84 @@ async def stand_by(
     return None
 
 
-async def keep_leading(
-    lease: Lease,
-    timing: LeadershipConfig,
-    notifier: Notifier,
-) -> str:
-    """Renew until the lease is lost; returns why. Never returns while it leads."""
-    try:
-        why = await _renew_until_lost(lease, timing)
-    finally:
-        lease.lost()  # whatever ended the loop: no write, no send from here
-    notifier.send(
-        Event(
-            "leadership_lost",
-            f"this controller ({lease.holder}) stopped leading: {why}; it stops every "
-            "action and restarts as a standby",
-        )
-    )
-    return why
+class LeaseKeeper:
+    """Renews the lease every ``renew_every`` from a thread of its own, until it is lost.
 
+    Neither the event loop nor its default thread pool: the controller's own
+    work (a sweep, history writes and reads) may keep both busy for longer
+    than ``give_up_after`` on a loaded machine while the link is healthy, and
+    a renewal waiting behind it would give the lease up for nothing. When a
+    renewal says the lease is not ours, or none has succeeded for
+    ``give_up_after``, the keeper fences this process at once (``Lease.lost``:
+    no write, no send from here, whatever the loop is doing) and then calls
+    ``on_lost`` with why, once, from its thread.
+    """
 
-async def _renew_until_lost(lease: Lease, timing: LeadershipConfig) -> str:
-    # A thread of its own: the default pool's threads carry the controller's own
-    # blocking work (history writes, reads), and a renewal queued behind them
-    # would miss its time on a busy machine while the link is healthy.
-    renewer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lease-renewal")
-    loop = asyncio.get_running_loop()
-    last_renewed = time.monotonic()
-    problem = "no renewal yet"
-    try:
-        while True:
-            await asyncio.sleep(timing.renew_every)
-            began = time.monotonic()
+    def __init__(
+        self,
+        lease: Lease,
+        timing: LeadershipConfig,
+        on_lost: Callable[[str], None],
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.lease = lease
+        self.timing = timing
+        self._on_lost = on_lost
+        self._monotonic = monotonic
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._keep, name="lease-keeper", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Renew no more (a clean stop); never blocks on a renewal in flight."""
+        self._stop.set()
+
+    def _keep(self) -> None:
+        # The renewal itself runs in one more thread, so that the keeper can
+        # give up on time while a renewal hangs on a dark link.
+        renewer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lease-renewal")
+        try:
+            why = self._renew_until_lost(renewer)
+        finally:
+            renewer.shutdown(wait=False, cancel_futures=True)
+        if why is not None:
+            self.lease.lost()  # whatever ended the loop: no write, no send from here
+            self._on_lost(why)
+
+    def _renew_until_lost(self, renewer: ThreadPoolExecutor) -> str | None:
+        timing = self.timing
+        last_renewed = self._monotonic()
+        problem = "no renewal yet"
+        while not self._stop.wait(timing.renew_every):
+            began = self._monotonic()
             # Never wait past give_up_after since the last renewal, whatever this one does.
             left = max(0.1, timing.give_up_after - (began - last_renewed))
             try:
-                renewing = loop.run_in_executor(renewer, lease.renew)
-                renewed = await asyncio.wait_for(renewing, left)
-            except (StoreError, asyncio.TimeoutError) as exc:
-                problem = str(exc) or "the renewal did not answer"
+                renewed = renewer.submit(self.lease.renew).result(timeout=left)
+            except TimeoutError:
+                problem = "the renewal did not answer"
+            except Exception as exc:
+                problem = str(exc) or type(exc).__name__
             else:
                 if renewed:
                     last_renewed = began
                     continue
                 return "the lease expired, was stepped down or another controller took it"
-            silent = time.monotonic() - last_renewed
+            silent = self._monotonic() - last_renewed
             if silent >= timing.give_up_after:
                 return f"no renewal for {silent:.1f}s (last problem: {problem})"
-    finally:
-        renewer.shutdown(wait=False, cancel_futures=True)
+        return None
 
 
 async def serve_pair(config: ControllerConfig) -> None:
-    """Run as one controller of a pair until SIGTERM or SIGINT, or until it stops leading."""
+    """Run as one controller of a pair until SIGTERM or SIGINT, or until it stops leading.
+
+    :raises LeadershipLost: it led and stopped leading; its tasks are cancelled
+        and the process must exit now (``run_pair``), without waiting for a
+        thread that may be blocked on a dark history link.
+    """
     timing = config.leadership
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -170,6 +204,7 @@ async def serve_pair(config: ControllerConfig) -> None:
         renewals=renewals,
     )
     systemd = SystemdNotifier()
+    lost = False
     try:
         store.set_fence(lease)
         systemd.ready(f"standby ({lease.holder})")
@@ -184,6 +219,9 @@ async def serve_pair(config: ControllerConfig) -> None:
             return
         log.warning("leading at epoch %d as %s", leader.epoch, lease.holder)
         await _lead(config, lease, stop, systemd)
+    except LeadershipLost:
+        lost = True
+        raise
     finally:
         if lease.epoch is not None and stop.is_set():
             # A clean stop: a standby takes over once what our last checked
@@ -191,54 +229,135 @@ async def serve_pair(config: ControllerConfig) -> None:
             with contextlib.suppress(StoreError):
                 await asyncio.to_thread(lease.step_down)
         systemd.stopping()
-        renewals.close()
-        store.close()
+        if not lost:
+            # After a lost lease the exit closes them: closing waits for a
+            # thread that may be blocked on the dark link.
+            renewals.close()
+            store.close()
 
 
 async def _lead(
     config: ControllerConfig, lease: Lease, stop: asyncio.Event, systemd: SystemdNotifier
 ) -> None:
-    # Steps are stamped, and resumed waits measured, on the database's clock.
     fence = Fence(
         send_refusal=lease.send_refusal,
         recording_only=lease.recording_only,
         leadership=lambda: {"holder": lease.holder, "epoch": lease.epoch},
+        # Once the lease is lost nothing about nodes is said or started,
+        # before the loop even learns of it (controller/fence.py).
+        deposed=lambda: lease.epoch is None,
     )
+    # Steps are stamped, and resumed waits measured, on the database's clock.
     io = ControllerIO.production(config, SharedWallClock(lease.clock.earliest), fence)
     controller = Controller(config, lease.store, io=io, systemd=systemd)
     controller.notifier.send(
         Event("leadership_taken", f"{lease.holder} leads at epoch {lease.epoch}")
     )
     loop = asyncio.get_running_loop()
-    keeper = loop.create_task(
-        keep_leading(lease, config.leadership, controller.notifier), name="keep-leading"
-    )
+    lost: asyncio.Future[str] = loop.create_future()
+
+    def on_lost(why: str) -> None:  # from the keeper's thread
+        def settle() -> None:
+            if not lost.done():
+                lost.set_result(why)
+
+        with contextlib.suppress(RuntimeError):  # the loop already closed: exiting anyway
+            loop.call_soon_threadsafe(settle)
+
+    keeper = LeaseKeeper(lease, config.leadership, on_lost)
+    keeper.start()
     endpoint: StatusEndpoint | None = None
     controller_stop = asyncio.Event()
+    run: asyncio.Task[None] | None = None
     try:
         endpoint = StatusEndpoint(config.listen.address, config.listen.port, controller)
         endpoint.start()
         # Settle: whatever a deposed leader sent has left (its fence saw at least
         # two send deadlines left), before this one reads outlets and resumes.
-        await _pause(stop, config.leadership.settle)
-        if stop.is_set():
-            return
-        if keeper.done():
-            raise LeadershipLost(f"stopped leading while settling: {keeper.result()}")
-        run = loop.create_task(controller.run(controller_stop))
         stopped = loop.create_task(stop.wait())
-        done, _ = await asyncio.wait([run, keeper, stopped], return_when=asyncio.FIRST_COMPLETED)
+        ends: list[asyncio.Future[Any]] = [stopped, lost]
+        await asyncio.wait(ends, timeout=config.leadership.settle)
+        if not lost.done() and not stop.is_set():
+            run = loop.create_task(controller.run(controller_stop), name="controller")
+            await asyncio.wait([run, *ends], return_when=asyncio.FIRST_COMPLETED)
         stopped.cancel()
-        controller_stop.set()  # the controller stops: its tasks are cancelled
+        if lost.done():
+            raise LeadershipLost(await _stop_deposed(controller, run, lost.result(), lease.holder))
+        if run is None:
+            return  # stopped while settling
+        controller_stop.set()  # a clean stop: the controller cancels its tasks
         (outcome,) = await asyncio.gather(run, return_exceptions=True)
-        if keeper in done:
-            raise LeadershipLost(f"stopped leading: {keeper.result()}")
+        if lost.done():
+            raise LeadershipLost(await _stop_deposed(controller, None, lost.result(), lease.holder))
         if isinstance(outcome, BaseException):
             log.error("the controller failed while leading: %r", outcome)
             raise LeadershipLost(f"the controller failed while leading: {outcome!r}")
     finally:
-        keeper.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await keeper
+        keeper.stop()
         if endpoint is not None:
             endpoint.stop()
+
+
+async def _stop_deposed(
+    controller: Controller, run: asyncio.Task[None] | None, why: str, holder: str
+) -> str:
+    """Cancel everything the lost epoch was doing, at once, and say so; why, for the exit.
+
+    The controller's task and every task it started are cancelled now; they
+    get ``STOP_WITHIN_S`` to end (one may wait on a dark history link, which
+    a cancel does not interrupt in its thread), and the one ``leadership_lost``
+    alert as long to leave. Then the process exits, done or not.
+    """
+    log.error("leadership_lost: %s; cancelling every task of this epoch", why)
+    controller.notifier.send(
+        Event(
+            "leadership_lost",
+            f"this controller ({holder}) stopped leading: {why}; it stops every "
+            "action and restarts as a standby",
+        )
+    )
+    cancelled = controller.cancel_tasks()
+    if run is not None:
+        run.cancel()
+        cancelled.append(run)
+    if cancelled:
+        _, pending = await asyncio.wait(cancelled, timeout=STOP_WITHIN_S)
+        if pending:
+            log.error(
+                "%d tasks did not end within %gs; exiting all the same", len(pending), STOP_WITHIN_S
+            )
+    await controller.notifier.drain(STOP_WITHIN_S)
+    return f"stopped leading: {why}"
+
+
+def run_pair(config: ControllerConfig) -> int:
+    """``spark-watchdog controller`` on a PostgreSQL history; the exit status.
+
+    A controller that lost its lease exits with 1 within ``2 x STOP_WITHIN_S``
+    of noticing, from inside its loop: ``asyncio.run`` would first wait for
+    every thread of its pool, one of which may be blocked on a dark history
+    link for as long as the link stays dark. systemd starts it again as a
+    standby.
+    """
+
+    async def main() -> None:
+        try:
+            await serve_pair(config)
+        except LeadershipLost as exc:
+            log.error("%s", exc)
+            _exit_now(1)
+
+    try:
+        asyncio.run(main())
+    except WatchdogError as exc:
+        log.error("%s", exc)
+        return 1
+    return 0
+
+
+def _exit_now(status: int) -> None:
+    logging.shutdown()  # flushes every handler
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(status)
