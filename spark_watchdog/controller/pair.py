@@ -101,13 +101,16 @@ async def stand_by(
 class LeaseKeeper:
     """Renews the lease every ``renew_every`` from a thread of its own, until it is lost.
 
-    Neither the event loop nor its default thread pool: the controller's own
-    work (a sweep, history writes and reads) may keep both busy for longer
-    than ``give_up_after`` on a loaded machine while the link is healthy, and
-    a renewal waiting behind it would give the lease up for nothing. When a
-    renewal says the lease is not ours, or none has succeeded for
-    ``give_up_after``, the keeper fences this process at once (``Lease.lost``:
-    no write, no send from here, whatever the loop is doing) and then calls
+    Neither the controller's event loop nor its default thread pool: the
+    controller's own work (a sweep, history writes and reads) may keep both
+    busy for longer than ``give_up_after`` on a loaded machine while the link
+    is healthy, and a renewal waiting behind it would give the lease up for
+    nothing. The thread runs a small event loop of its own (its waits are
+    the loop's, which a host clock moved by libfaketime in the tests does
+    not upset, where a thread's timed waits hang). When a renewal says the
+    lease is not ours, or none has succeeded for ``give_up_after``, the
+    keeper fences this process at once (``Lease.lost``: no write, no send
+    from here, whatever the controller's loop is doing) and then calls
     ``on_lost`` with why, once, from its thread.
     """
 
@@ -122,7 +125,8 @@ class LeaseKeeper:
         self.timing = timing
         self._on_lost = on_lost
         self._monotonic = monotonic
-        self._stop = threading.Event()
+        self._loop = asyncio.new_event_loop()
+        self._stopping = asyncio.Event()  # set on the keeper's own loop
         self._thread = threading.Thread(target=self._keep, name="lease-keeper", daemon=True)
 
     def start(self) -> None:
@@ -130,33 +134,40 @@ class LeaseKeeper:
 
     def stop(self) -> None:
         """Renew no more (a clean stop); never blocks on a renewal in flight."""
-        self._stop.set()
+        with contextlib.suppress(RuntimeError):  # its loop closed: it has ended already
+            self._loop.call_soon_threadsafe(self._stopping.set)
 
     def _keep(self) -> None:
         # The renewal itself runs in one more thread, so that the keeper can
         # give up on time while a renewal hangs on a dark link.
         renewer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lease-renewal")
         try:
-            why = self._renew_until_lost(renewer)
+            why = self._loop.run_until_complete(self._renew_until_lost(renewer))
         finally:
             renewer.shutdown(wait=False, cancel_futures=True)
+            self._loop.close()
         if why is not None:
             self.lease.lost()  # whatever ended the loop: no write, no send from here
             self._on_lost(why)
 
-    def _renew_until_lost(self, renewer: ThreadPoolExecutor) -> str | None:
+    async def _renew_until_lost(self, renewer: ThreadPoolExecutor) -> str | None:
         timing = self.timing
+        loop = asyncio.get_running_loop()
         last_renewed = self._monotonic()
         problem = "no renewal yet"
-        while not self._stop.wait(timing.renew_every):
+        while True:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), timing.renew_every)
+                return None  # stopped
             began = self._monotonic()
             # Never wait past give_up_after since the last renewal, whatever this one does.
             left = max(0.1, timing.give_up_after - (began - last_renewed))
             try:
-                renewed = renewer.submit(self.lease.renew).result(timeout=left)
-            except TimeoutError:
+                renewing = loop.run_in_executor(renewer, self.lease.renew)
+                renewed = await asyncio.wait_for(renewing, left)
+            except asyncio.TimeoutError:
                 problem = "the renewal did not answer"
-            except Exception as exc:
+            except Exception as exc:  # any failed renewal counts as one
                 problem = str(exc) or type(exc).__name__
             else:
                 if renewed:
@@ -166,7 +177,6 @@ class LeaseKeeper:
             silent = self._monotonic() - last_renewed
             if silent >= timing.give_up_after:
                 return f"no renewal for {silent:.1f}s (last problem: {problem})"
-        return None
 
 
 async def serve_pair(config: ControllerConfig) -> None:
