@@ -135,6 +135,20 @@ class ControllerPair:
     def standing_by(self, name: str) -> bool:
         return "standby:" in self.log(name)
 
+    def said_while_deposed(self, name: str, since: int = 0) -> list[str]:
+        """The lines of ``name``'s log from offset ``since`` that a deposed
+        leader must not write (docs/design.md, "Controller pair"): an alert about
+        a node, an incident resumed, a second ``leadership_lost``."""
+        lines = self.log(name)[since:].splitlines()
+        wrong = [
+            line
+            for line in lines
+            if ("notify " in line and "notify leadership_" not in line)
+            or "resuming incident" in line
+        ]
+        lost = [line for line in lines if "notify leadership_lost" in line]
+        return wrong + lost[1:]
+
     def close(self) -> None:
         """Every process still running is woken and killed; the store closed."""
         for process in self.processes.values():

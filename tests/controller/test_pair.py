@@ -137,7 +137,7 @@ def test_a_leader_paused_mid_cycle_wakes_deposed_and_sends_nothing(pair: Control
     assert "stopped leading" in said
     # Deposed, it says nothing about nodes (the new leader recovered this one)
     # and resumes nothing; one leadership_lost at most.
-    assert deposed_said(said) == [], said
+    assert pair.said_while_deposed("a", asleep) == [], said
     time.sleep(4 * LEADERSHIP["renew_every"])
     assert sets(lab, node)[before:] == [2, 1]  # nothing from a after it woke
     assert pair.leads("b", 2)
@@ -148,20 +148,6 @@ def test_a_leader_paused_mid_cycle_wakes_deposed_and_sends_nothing(pair: Control
     assert "off_requested" in by_epoch[1] and "off_requested" not in by_epoch[2]
     assert "on_requested" in by_epoch[2] and "on_requested" not in by_epoch[1]
     assert all(s.epoch in (1, 2) for s in steps)
-
-
-def deposed_said(log: str) -> list[str]:
-    """The lines of a controller's log that a deposed leader must not write:
-    an alert about a node, an incident resumed, a second ``leadership_lost``."""
-    lines = log.splitlines()
-    wrong = [
-        line
-        for line in lines
-        if ("notify " in line and "notify leadership_" not in line)
-        or "resuming incident" in line
-    ]
-    lost = [line for line in lines if "notify leadership_lost" in line]
-    return wrong + lost[1:]
 
 
 def test_a_leader_whose_history_link_goes_dark_exits_while_it_stays_dark(
@@ -198,7 +184,7 @@ def test_a_leader_whose_history_link_goes_dark_exits_while_it_stays_dark(
         assert status == 1, said
         assert "leadership_lost" in said and "cancelling every task" in said
         assert "hold_done" not in said.split("leadership_lost", 1)[1]
-        assert deposed_said(said) == [], said
+        assert pair.said_while_deposed("a", lit) == [], said
         wait_for(lambda: pair.leads("b", 2), 60, "controller b leading at epoch 2")
         wait_for(lambda: recovered(pair), 120, "the cycle finished by b")
         assert sets(lab, node)[before:] == [2, 1]  # a's off, b's on

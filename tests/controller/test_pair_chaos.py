@@ -7,7 +7,9 @@ point (the incident opened, the off recorded, the hold begun, the on
 recorded, the boot awaited), the leader meets one fault: SIGKILL; SIGSTOP
 for half a lease, for a lease and a send deadline, for ten leases; its
 database link blackholed, reset or slowed; the standby's link blackholed;
-or the server itself restarted with ``pg_ctl restart -m immediate``.
+the server itself restarted with ``pg_ctl restart -m immediate``; or a
+SIGKILL with every core kept busy while the standby takes over (it must
+keep its lease).
 
 Then the invariants, from the PDU's own command log and the history:
 
@@ -26,18 +28,21 @@ Then the invariants, from the PDU's own command log and the history:
   the off before it;
 - epochs strictly increase, and each incident's steps never go back to an
   older epoch;
+- a leader woken deposed says nothing about nodes and resumes nothing;
 - the node is recovered within lease + settle + off hold + boot timeout +
   detection, and one boot timeout more where the rung needed a second try.
 
 By default each fault meets one write-ahead point (they rotate, so every
 point is met by some fault); SPARK_WATCHDOG_CHAOS=all runs every fault at
-every point (45 runs).
+every point (50 runs).
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -78,6 +83,7 @@ FAULTS = [
     "delay",
     "standby_blackhole",
     "pg_restart",
+    "busy_cores",
 ]
 
 
@@ -309,6 +315,10 @@ class Chaos:
     proxy: TcpProxy  # the first leader's link
     standby_proxy: TcpProxy  # the standby's
     wakers: list[threading.Thread] = field(default_factory=list)
+    # Where a's log stood when it was woken (a paused leader; None: not paused).
+    woke_at: int | None = None
+    # One busy process per core (busy_cores), stopped by heal().
+    spinners: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
     def inject(self, fault: str) -> None:
         a = self.pair.processes["a"]
@@ -318,6 +328,14 @@ class Chaos:
             "stop_ten_leases": 10 * LEASE,
         }
         if fault == "kill":
+            a.kill()
+        elif fault == "busy_cores":
+            # Every core kept busy from here to the end: the standby takes over,
+            # and must keep its lease, on a machine with no core to spare.
+            self.spinners = [
+                subprocess.Popen([sys.executable, "-c", "while True: pass"])
+                for _ in range(os.cpu_count() or 2)
+            ]
             a.kill()
         elif fault == "stop_ten_leases":
             # The long pause: the leader wakes to a later epoch that has finished
@@ -330,7 +348,7 @@ class Chaos:
             self.wakers.append(waker)
         elif fault in pauses:
             os.kill(a.pid, signal.SIGSTOP)
-            timer = threading.Timer(pauses[fault], os.kill, (a.pid, signal.SIGCONT))
+            timer = threading.Timer(pauses[fault], self._wake, (a.pid,))
             timer.start()
             self.wakers.append(timer)
         elif fault == "blackhole":
@@ -361,10 +379,17 @@ class Chaos:
                     break
                 time.sleep(0.2)
         finally:
-            os.kill(pid, signal.SIGCONT)
+            self._wake(pid)
             store.close()
 
+    def _wake(self, pid: int) -> None:
+        self.woke_at = len(self.pair.log("a"))
+        os.kill(pid, signal.SIGCONT)
+
     def heal(self) -> None:
+        for spinner in self.spinners:
+            spinner.kill()
+            spinner.wait(30)
         for waker in self.wakers:
             waker.join()
         self.proxy.heal()
@@ -450,8 +475,14 @@ def test_the_pair_keeps_its_invariants(
         # one exits with an error once it wakes (and sends nothing, below).
         wait_for(lambda: _someone_leads(pair), 60, "a leader")
         if a.poll() is None and not pair.leads("a"):
-            assert a.wait(60) == 1 or fault == "kill"
+            assert a.wait(60) == 1 or fault in ("kill", "busy_cores")
         time.sleep(4 * LEADERSHIP["renew_every"])  # anything late would have arrived
+    if chaos.woke_at is not None and a.returncode == 1:
+        # Woken deposed: no alert about a node, nothing resumed (the new leader's).
+        said = pair.said_while_deposed("a", chaos.woke_at)
+        assert said == [], "\n".join(said)
+    if fault == "busy_cores":
+        assert "leadership_lost" not in pair.log("b"), pair.log("b")[-3000:]
     watcher.close()
     incidents = pair.store.list_incidents()
     evidence = Evidence(
