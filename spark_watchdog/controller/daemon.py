@@ -8,7 +8,9 @@ or a hold. Long actions run as their own tasks, so detection never waits on
 them. On start, the newest unfinished incident of each node is resumed.
 
 The loop and the freeze path live here; each part with tasks and state of
-its own lives beside it: the freeze ladder (recovery.py), the serving
+its own lives beside it: what it sees of the nodes (monitor.py, which
+decides nothing), the holds and the circuit breaker (holds.py), the
+freeze ladder (recovery.py), the serving
 restarts and their budget (serving_policy.py), the wedged and clock-latch
 ladders' tasks (ladder_tasks.py), agent restarts (agent_restart.py) and the
 power budgets (budgets.py). They reach back to the controller only through
@@ -32,25 +34,20 @@ from spark_watchdog.config.history_location import is_postgres_url
 from spark_watchdog.controller import unlatch, wedged
 from spark_watchdog.controller.agent_restart import AgentRestarts
 from spark_watchdog.controller.budgets import Budgets
-from spark_watchdog.controller.detector import DetectionPolicy, Verdict, classify
-from spark_watchdog.controller.flight_recorder import FlightRecorder
-from spark_watchdog.controller.http_client import ANSWERED, HttpError
+from spark_watchdog.controller.detector import DetectionPolicy, Verdict
+from spark_watchdog.controller.holds import Holds
 from spark_watchdog.controller.io import ControllerIO
 from spark_watchdog.controller.ladder_tasks import UnlatchLadders, WedgedLadders
 from spark_watchdog.controller.ledger import HistoryUnwritable, Ledger, NotLeading
-from spark_watchdog.controller.node_states import InvalidTransition, NodeEvent, NodeState
-from spark_watchdog.controller.node_watch import (
-    BLIND_BANNER_OUTCOMES,
-    LIVE_BANNER_OUTCOMES,
-    NodeWatch,
-)
+from spark_watchdog.controller.monitor import Monitor
+from spark_watchdog.controller.node_states import NodeEvent, NodeState
+from spark_watchdog.controller.node_watch import NodeWatch
 from spark_watchdog.controller.notify import Event, Notifier
 from spark_watchdog.controller.planner import (
     Action,
     Decision,
     Guards,
     Step,
-    breaker_trips,
     decide,
     power_blocked,
 )
@@ -62,7 +59,7 @@ from spark_watchdog.controller.recovery import (
     resume_plan,
     rungs_of,
 )
-from spark_watchdog.controller.serving_policy import BY, ServingRestarts
+from spark_watchdog.controller.serving_policy import ServingRestarts
 from spark_watchdog.errors import IncidentAlreadyOpen, SendRefused, WatchdogError
 from spark_watchdog.history.instance_lock import InstanceLock
 from spark_watchdog.history.records import CLUSTER, Incident
@@ -74,7 +71,6 @@ from spark_watchdog.steps import StepName
 
 log = logging.getLogger("spark_watchdog.controller")
 
-LATE_BANNER_INTERVAL_S = 2.0
 # How often the repeat-offender counts are read again from the history (seconds).
 OFFENDERS_REFRESH_S = 300.0
 # The only steps whose failed record must stop what follows: they precede a cut.
@@ -107,12 +103,13 @@ class Controller:
         self.tallies = self.ledger.tallies
         self.tallies.seed_nodes(n.name for n in config.nodes)
         self._counted_verdicts: dict[str, str] = {}
-        self.cluster_hold: str | None = None
         now = self.clock.monotonic()
-        # A late agent: banner checks every LATE_BANNER_INTERVAL_S, and an SSH
+        # A late agent: banner checks every monitor.LATE_BANNER_INTERVAL_S, and an SSH
         # refusal from then on means the host is going down.
         late_after = min(2.0, config.detection.freeze_after / 4)
         self.watches = {n.name: NodeWatch(n, now, late_after=late_after) for n in config.nodes}
+        # Node and cluster holds, and the breaker that places one (controller/holds.py).
+        self.holds = Holds(config, self.ledger, self.notifier, self.clock, self.watches)
         self.policy = DetectionPolicy(
             freeze_after=config.detection.freeze_after,
             banner_misses=config.detection.banner_misses,
@@ -125,7 +122,9 @@ class Controller:
         self.budgets = Budgets(config, self.ledger, self.clock)
         # The freeze ladder per node (controller/recovery.py).
         self._fencing: dict[str, asyncio.Task[RungOutcome]] = {}
-        self.recorder = FlightRecorder(config.detection.flight_recorder_seconds)
+        # What the controller sees of each node, written into the watches (controller/monitor.py).
+        self.monitor = Monitor(config, self.io, self.watches, self.policy)
+        self.recorder = self.monitor.recorder
         # When the repeat-offender counts were last read from the history (monotonic).
         self._offenders_read_at = float("-inf")
         # The parts with tasks and state of their own; they reach back through
@@ -136,11 +135,6 @@ class Controller:
         self.agent_restarts = AgentRestarts(
             config, self.ledger, self.notifier, self.clock, self.io, self.check_leading
         )
-        self._banner_checks: dict[str, asyncio.Task[None]] = {}
-        self.witness_ok = True
-        self.witness_detail = "not checked yet"
-        # Since when more nodes than the breaker allows look frozen (monotonic).
-        self._breaker_since: float | None = None
         self.ticks = 0
         self._tick_started = 0.0
         self.last_sweep_s = 0.0
@@ -248,59 +242,9 @@ class Controller:
         blocked = power_blocked(guards, Action.CYCLE)
         return None if blocked is None else blocked.reason
 
-    async def still_frozen(self, watch: NodeWatch) -> tuple[bool, str]:
-        """Right before cutting power: the witness, the agent and the banner, all at once.
-
-        Any HTTP answer from the agent and any SSH answer (banner, refusal,
-        close) mean a live host; a witness that does not answer or a host the
-        controller cannot look at means no fencing now.
-        """
-        node = watch.config
-        timeout = self.config.detection
-
-        async def agent() -> str | None:
-            try:
-                answer = await self.io.agents.get(node, "/v1/state", timeout.agent_timeout)
-            except HttpError as exc:
-                watch.note_answer_error(exc.kind, str(exc), self.clock.monotonic())
-                return "the agent answered" if exc.kind == ANSWERED else None
-            self._note_agent_answer(watch, answer.status, answer.body)
-            return f"the agent answered (HTTP {answer.status})"
-
-        async def banner() -> str | None:
-            result = await self.io.banner(node.banner_host, node.ssh_port, timeout.banner_timeout)
-            watch.note_banner(
-                result.outcome, result.banner or result.outcome, self.clock.monotonic()
-            )
-            if result.outcome in LIVE_BANNER_OUTCOMES:
-                return f"ssh {result.outcome}" + (f" ({result.banner})" if result.banner else "")
-            if result.outcome in BLIND_BANNER_OUTCOMES:
-                return f"cannot look: ssh {result.outcome}"
-            return None
-
-        witness, alive_agent, alive_ssh = await asyncio.gather(
-            self.io.witness(self.config.witness, 1.0), agent(), banner()
-        )
-        if not witness.ok:
-            return False, f"witness unreachable ({', '.join(witness.missed)}): no fencing"
-        for why in (alive_agent, alive_ssh):
-            if why is not None:
-                return False, why
-        if watch.agent_blind is not None:
-            return False, f"cannot look: {watch.agent_blind}"
-        return True, f"agent silent, ssh {watch.banner_detail}"
-
     async def record_boots(self, watch: NodeWatch, incident_id: int) -> None:
         """Store the agent's journal analysis: how did the previous boot end?"""
-        try:
-            answer = await self.io.agents.get(watch.config, "/v1/boots", 5.0)
-            boots = answer.json().get("boots", [])
-        except (HttpError, AttributeError) as exc:
-            log.warning("%s: could not read /v1/boots: %s", watch.name, exc)
-            return
-        for boot in boots if isinstance(boots, list) else []:
-            if not isinstance(boot, dict):
-                continue
+        for boot in await self.monitor.boots(watch):
             try:
                 await self.ledger.write(
                     self.ledger.store.record_agent_boot,
@@ -310,37 +254,6 @@ class Controller:
                 )
             except (HistoryUnwritable, WatchdogError) as exc:
                 log.warning("%s: boot record skipped: %s", watch.name, exc)
-
-    async def hold_node(
-        self,
-        watch: NodeWatch,
-        reason: str,
-        event: NodeEvent,
-        *,
-        by_controller: bool = False,
-        record: bool = True,
-    ) -> None:
-        """Hold a node: in memory always, in the history when ``record``.
-
-        ``by_controller``: a hold the controller decided on (ambiguity, an
-        error, a guard) is never released automatically: it is in the history
-        (an operator releases it), or, while the history cannot be written,
-        kept in memory and written as soon as it can be. ``record=False``: a
-        pause while the history cannot be written, released by the next hold
-        sync once it can (the incident, if any, is then resumed).
-        """
-        watch.held_reason = reason
-        try:
-            watch.apply(event)
-        except InvalidTransition:
-            watch.apply(NodeEvent.RECOVERY_FAILED)
-        watch.held_by_controller = False
-        if record:
-            try:
-                await self.ledger.write(self.ledger.store.hold, watch.name, reason, by=BY)
-            except HistoryUnwritable:
-                watch.held_by_controller = by_controller  # written when it can be
-        self.notifier.send(Event("held", f"{watch.name} held: {reason}", watch.name))
 
     # -- what the ladders share (ServingHost, LadderTasksHost) ----------------
 
@@ -381,76 +294,14 @@ class Controller:
 
     # -- the loop ---------------------------------------------------------
 
-    def _note_agent_answer(self, watch: NodeWatch, status: int, body: bytes) -> None:
-        """An HTTP answer: life in any case; a snapshot when it is a 200 with a JSON object."""
-        before = watch.snapshot
-        wall = self.clock.time()
-        watch.note_http_answer(status, body, self.clock.monotonic(), wall)
-        if watch.snapshot is not None and watch.snapshot is not before:
-            self.recorder.note(watch.name, watch.snapshot, wall)
-
-    async def _poll_agent(self, watch: NodeWatch) -> None:
-        try:
-            answer = await self.io.agents.get(
-                watch.config, "/v1/state", self.config.detection.agent_timeout
-            )
-        except HttpError as exc:
-            watch.note_answer_error(exc.kind, str(exc), self.clock.monotonic())
-            return
-        self._note_agent_answer(watch, answer.status, answer.body)
-
-    async def _check_banner(self, watch: NodeWatch, now: float) -> None:
-        node = watch.config
-        late = watch.agent_silent_s(now) >= watch.late_after
-        since = None if watch.banner_checked_at is None else now - watch.banner_checked_at
-        # A late agent gets a banner check every LATE_BANNER_INTERVAL_S, not
-        # every poll: OpenSSH >= 9.8 penalises clients that connect without
-        # authenticating (PerSourcePenalties), which a 1 s poller would become.
-        due = since is None or since >= (
-            LATE_BANNER_INTERVAL_S if late else self.config.detection.banner_interval
-        )
-        if not due or watch.name in self._banner_checks:
-            return
-        # In the background: a silent host holds a check for banner_timeout,
-        # which must not stretch the poll of every other node.
-        watch.banner_checked_at = now
-
-        async def check() -> None:
-            try:
-                result = await self.io.banner(
-                    node.banner_host, node.ssh_port, self.config.detection.banner_timeout
-                )
-                watch.note_banner(
-                    result.outcome, result.banner or result.outcome, self.clock.monotonic()
-                )
-            finally:
-                self._banner_checks.pop(watch.name, None)
-
-        self._banner_checks[watch.name] = asyncio.get_running_loop().create_task(check())
-
     async def tick(self) -> None:
-        now = self.clock.monotonic()
-        self._tick_started = now
-        witness, _ = await asyncio.gather(
-            self.io.witness(self.config.witness, 1.0),
-            asyncio.gather(*(self._poll_agent(w) for w in self.watches.values())),
-        )
-        self.witness_ok = witness.ok
-        self.witness_detail = "ok" if witness.ok else f"unreachable: {', '.join(witness.missed)}"
-        now = self.clock.monotonic()
-        for watch in self.watches.values():
-            await self._check_banner(watch, now)
-        head = self.config.serving.head
-        for watch in self.watches.values():
-            judges = head is None or watch.name == head
-            before = watch.finding.verdict
-            watch.finding = classify(watch.observation(now, witness.ok, judges), self.policy)
-            if watch.finding.verdict is not before:
-                self._verdict_changed(watch, before)
+        self._tick_started = self.clock.monotonic()
+        for watch, before in await self.monitor.sweep():
+            self._verdict_changed(watch, before)
         if self.fence.deposed():
             return  # a pair's lost lease: it decides and starts nothing more (controller/pair.py)
-        await self._sync_holds()
-        await self._check_breaker()
+        await self.holds.sync()
+        await self.holds.check_breaker()
         for watch in self.watches.values():
             await self._act(watch)
         await self._refresh_offenders()
@@ -515,82 +366,6 @@ class Controller:
                 Event("reboot_overdue", f"{watch.name} {finding.summary}", watch.name)
             )
 
-    async def _sync_holds(self) -> None:
-        """Holds live in the history, so the CLI works with or without us running."""
-        try:
-            holds = await self.ledger.read(self.ledger.store.active_holds)
-        except HistoryUnwritable:
-            return
-        held = {h.node: h.reason for h in holds}
-        self.cluster_hold = held.get(CLUSTER)
-        for watch in self.watches.values():
-            reason = held.get(watch.name) or held.get(CLUSTER)
-            if watch.held_by_controller:
-                # Our own hold, not yet in the history: write it now, release never.
-                with contextlib.suppress(HistoryUnwritable):
-                    assert watch.held_reason is not None
-                    await self.ledger.write(
-                        self.ledger.store.hold, watch.name, watch.held_reason, by=BY
-                    )
-                    watch.held_by_controller = False
-                continue
-            if reason and watch.state is NodeState.WATCHING:
-                watch.held_reason = reason
-                watch.apply(NodeEvent.HOLD)
-            elif not reason and watch.state is NodeState.HELD:
-                watch.held_reason = None
-                watch.apply(NodeEvent.RELEASE)
-
-    def _breaker_count(self) -> list[str]:
-        """Nodes whose confirmed freeze the network could explain.
-
-        Counted: ``host_frozen`` nodes the controller is not already handling,
-        whose last miss was not a completed handshake (a frozen GB10 still
-        completes TCP; a partition does not). Not counted: nodes it powered
-        off or waits on (fencing, booting), and mere silence, which a blip of
-        a few seconds produces on every node at once.
-        """
-        return [
-            w.name
-            for w in self.watches.values()
-            if w.state is NodeState.WATCHING
-            and w.finding.verdict is Verdict.HOST_FROZEN
-            and not w.banner_reachable
-            and w.off_seconds_override is None  # halted by the controller for its latch
-        ]
-
-    def breaker_open(self) -> bool:
-        return self._breaker_since is not None
-
-    async def _check_breaker(self) -> None:
-        trouble = self._breaker_count()
-        nodes = len(self.watches)
-        if not breaker_trips(len(trouble), nodes, self.config.guards.max_unhealthy_fraction):
-            self._breaker_since = None
-            return
-        now = self.clock.monotonic()
-        if self._breaker_since is None:
-            self._breaker_since = now
-            log.warning("circuit breaker open: %d/%d nodes look frozen", len(trouble), nodes)
-        # Open: nothing is fenced. Latched into a cluster hold only if it lasts.
-        if now - self._breaker_since < self.config.guards.breaker_latch_after:
-            return
-        if self.cluster_hold is not None:
-            return
-        reason = (
-            f"circuit breaker: {len(trouble)}/{nodes} nodes look frozen without a TCP handshake "
-            f"({', '.join(trouble)}) for {now - self._breaker_since:.0f}s; "
-            "release with: spark-watchdog release '*'"
-        )
-        with contextlib.suppress(HistoryUnwritable):
-            await self.ledger.write(self.ledger.store.hold, CLUSTER, reason, by=BY)
-            self.cluster_hold = reason
-        self.notifier.send(Event("circuit_breaker", reason))
-        for watch in self.watches.values():
-            if watch.state is NodeState.WATCHING:
-                watch.held_reason = reason
-                watch.apply(NodeEvent.HOLD)
-
     async def guards(self, watch: NodeWatch, action: Action = Action.CYCLE) -> Guards:
         """What :func:`power_blocked` and :func:`decide` judge for ``watch``: holds,
         the breaker, the budgets: the one that action counts against, read once."""
@@ -605,8 +380,8 @@ class Controller:
         in_flight = sum(1 for w in self.watches.values() if w.state is NodeState.FENCING)
         return Guards(
             node_held=watch.state is NodeState.HELD,
-            cluster_held=self.cluster_hold is not None,
-            breaker_tripped=self.breaker_open(),
+            cluster_held=self.holds.cluster_hold is not None,
+            breaker_tripped=self.holds.breaker_open(),
             dry_run=g.dry_run,
             node_cycles_in_window=node_cycles,
             node_budget=g.node_budget,
@@ -624,7 +399,7 @@ class Controller:
     async def _act(self, watch: NodeWatch) -> None:
         await self.unlatch.answer(watch)
         self.serving.settle_guard_kill(watch)
-        self._expire_expected_reboot(watch)
+        watch.expire_expected_reboot(self.clock.monotonic(), self.policy.boot_timeout)
         if watch.finding.verdict is Verdict.MEMORY_EXHAUSTED and watch.guard_kill is None:
             return  # answered just now: the next tick judges the node afresh
         if watch.name in self._fencing and not self._fencing[watch.name].done():
@@ -642,7 +417,7 @@ class Controller:
         verdict = watch.finding.verdict
         if verdict is Verdict.HOST_FROZEN and self.ledger.problem:
             # Holds rather than acts blind: nothing unrecorded touches power.
-            await self.hold_node(
+            await self.holds.hold(
                 watch, f"history unwritable: {self.ledger.problem}", NodeEvent.HOLD, record=False
             )
             return
@@ -677,7 +452,7 @@ class Controller:
             await self._record_dry_run(watch, decision.reason)
         elif decision.step is Step.HOLD:
             assert decision.event is not None
-            await self.hold_node(watch, decision.reason, decision.event, by_controller=True)
+            await self.holds.hold(watch, decision.reason, decision.event, by_controller=True)
         elif decision.step is Step.RESTART_AGENT:
             self.agent_restarts.restart(watch)
         elif decision.step is Step.RESTART_SERVING:
@@ -691,7 +466,7 @@ class Controller:
         try:
             incident = await self._open_frozen_incident(watch)
         except HistoryUnwritable as exc:
-            await self.hold_node(watch, f"history unwritable: {exc}", NodeEvent.HOLD, record=False)
+            await self.holds.hold(watch, f"history unwritable: {exc}", NodeEvent.HOLD, record=False)
             return
         if incident is None:
             return
@@ -725,7 +500,7 @@ class Controller:
         except IncidentAlreadyOpen as exc:
             # Ours would be running (and _act would not get here): a leftover.
             log.error("%s: %s; not opening another", watch.name, exc)
-            await self.hold_node(
+            await self.holds.hold(
                 watch,
                 f"incident #{exc.incident_id} is still open: a person decides",
                 NodeEvent.HOLD,
@@ -800,35 +575,6 @@ class Controller:
 
     # -- the node, as the ladders ask about it --------------------------------
 
-    def gpu_answers(self, watch: NodeWatch) -> bool:
-        """The node's latest snapshot has a GPU reading that did not time out."""
-        probes = (watch.snapshot or {}).get("probes")
-        gpu = probes.get("gpu") if isinstance(probes, dict) else None
-        state = gpu.get("state") if isinstance(gpu, dict) else None
-        return isinstance(state, str) and state not in ("timeout", "pending")
-
-    def expect_reboot(self, watch: NodeWatch, why: str | None) -> None:
-        """From now the node's silence is a reboot for boot_timeout (None: no longer)."""
-        watch.going_down_at = None if why is None else self.clock.monotonic()
-        watch.going_down_why = why
-        watch.reboot_expected = why is not None
-
-    def shows_life(self, watch: NodeWatch) -> bool:
-        last = watch.last_life_at
-        return last is not None and self.clock.monotonic() - last < self.policy.freeze_after
-
-    def _expire_expected_reboot(self, watch: NodeWatch) -> None:
-        """A reboot the controller asked for that did not come within boot_timeout
-        while the agent kept answering is not expected any more: a later planned
-        reboot is then judged on its own signs, from its own start."""
-        since = watch.going_down_at
-        if not watch.reboot_expected or since is None:
-            return
-        now = self.clock.monotonic()
-        answering = watch.agent_progress_at is not None and watch.agent_progress_at > since
-        if answering and now - since >= self.policy.boot_timeout:
-            self.expect_reboot(watch, None)
-
     # -- start, resume, run -----------------------------------------------
 
     async def resume(self) -> None:
@@ -874,7 +620,7 @@ class Controller:
         log.info("%s: resuming incident #%d (%s)", name, incident_id, info.phase.value)
         if self.config.guards.dry_run:
             # Dry run sends nothing, not even an on: a person finishes this one.
-            await self.hold_node(
+            await self.holds.hold(
                 watch,
                 f"incident #{incident_id} is open and the controller runs in dry run "
                 f"({info.phase.value}); check the outlet",
@@ -947,7 +693,7 @@ class Controller:
             t
             for t in [
                 *self._fencing.values(),
-                *self._banner_checks.values(),
+                *self.monitor.tasks(),
                 *self.agent_restarts.tasks.values(),
                 self.serving.task,
                 *self.wedged.tasks(),
@@ -968,7 +714,7 @@ class Controller:
         line = f"{len(self.watches)} nodes: {verdicts}"
         if self.ledger.problem:
             line += "; history unwritable"
-        if self.cluster_hold:
+        if self.holds.cluster_hold:
             line += "; cluster held"
         return line
 
@@ -980,8 +726,8 @@ class Controller:
             "last_sweep_s": round(self.last_sweep_s, 4),
             "poll_interval_s": self.config.detection.poll_interval,
             "freeze_after_s": self.config.detection.freeze_after,
-            "witness": self.witness_detail,
-            "cluster_hold": self.cluster_hold,
+            "witness": self.monitor.witness_detail,
+            "cluster_hold": self.holds.cluster_hold,
             "notifications": {
                 "delivered": self.notifier.delivered,
                 "dropped": self.notifier.failed,

@@ -12,6 +12,7 @@ from typing import Any, Protocol
 
 from spark_watchdog.config.controller import ControllerConfig
 from spark_watchdog.controller.clock import Clock, wait_until
+from spark_watchdog.controller.holds import Holds
 from spark_watchdog.controller.ledger import Ledger
 from spark_watchdog.controller.node_watch import NodeWatch
 from spark_watchdog.controller.notify import Notifier
@@ -29,12 +30,7 @@ class LadderHost(Protocol):
     ledger: Ledger
     notifier: Notifier
     clock: Clock
-
-    def expect_reboot(self, watch: NodeWatch, why: str | None) -> None:
-        """Mark the node's coming silence as expected (``why``), or clear the mark (None)."""
-        ...
-
-    def shows_life(self, watch: NodeWatch) -> bool: ...
+    holds: Holds
 
 
 class IncidentHost(Protocol):

@@ -100,7 +100,7 @@ class WedgedLadders:
 
         async def failed(exc: Exception) -> None:
             # Hold, record, a person decides.
-            await host.hold_node(
+            await host.holds.hold(
                 watch, f"gpu_wedged ladder failed: {exc}", NodeEvent.HOLD, by_controller=True
             )
 
@@ -122,7 +122,9 @@ class WedgedLadders:
         for name in incident.nodes:
             watch = host.watches.get(name)
             if watch is not None and sent and StepName.NEW_BOOT_SEEN not in steps:
-                host.expect_reboot(watch, "a forced reboot may have been sent before a restart")
+                watch.expect_reboot(
+                    "a forced reboot may have been sent before a restart", host.clock.monotonic()
+                )
 
 
 class UnlatchLadders:
@@ -194,7 +196,10 @@ class UnlatchLadders:
         if any(not task.done() for task in self._tasks.values()):
             return True
         return any(
-            w.halted_boot is not None and not self.host.shows_life(w)
+            w.halted_boot is not None
+            and not w.shows_life(
+                self.host.clock.monotonic(), self.host.config.detection.freeze_after
+            )
             for w in self.host.watches.values()
         )
 
@@ -264,7 +269,9 @@ class UnlatchLadders:
             watch.arm_long_cut(float(off), boot if isinstance(boot, str) else None)
             watch.clock_latch_answered = boot  # this boot: not again
             if StepName.HANDED_TO_POWER_PATH not in names:
-                host.expect_reboot(watch, "a halt for the clock latch may have left")
+                watch.expect_reboot(
+                    "a halt for the clock latch may have left", host.clock.monotonic()
+                )
 
 
 async def _guarded(

@@ -20,6 +20,9 @@ from spark_watchdog.history.store import HistoryStore
 
 log = logging.getLogger("spark_watchdog.controller")
 
+# Who the controller's own records (holds, settings) are by, in the history.
+BY = "controller"
+
 T = TypeVar("T")
 P = ParamSpec("P")
 

@@ -289,6 +289,35 @@ class NodeWatch:
             self.banner_misses += 1
             self.banner_reachable = outcome == "no_banner"
 
+    def expect_reboot(self, why: str | None, now: float) -> None:
+        """From ``now`` the node's silence is a reboot for boot_timeout (None: no longer)."""
+        self.going_down_at = None if why is None else now
+        self.going_down_why = why
+        self.reboot_expected = why is not None
+
+    def expire_expected_reboot(self, now: float, boot_timeout: float) -> None:
+        """A reboot the controller asked for that did not come within boot_timeout
+        while the agent kept answering is not expected any more: a later planned
+        reboot is then judged on its own signs, from its own start."""
+        since = self.going_down_at
+        if not self.reboot_expected or since is None:
+            return
+        answering = self.agent_progress_at is not None and self.agent_progress_at > since
+        if answering and now - since >= boot_timeout:
+            self.expect_reboot(None, now)
+
+    def shows_life(self, now: float, freeze_after: float) -> bool:
+        """An answer of any kind (agent, SSH) within ``freeze_after``."""
+        last = self.last_life_at
+        return last is not None and now - last < freeze_after
+
+    def gpu_answers(self) -> bool:
+        """The latest snapshot has a GPU reading that did not time out."""
+        probes = (self.snapshot or {}).get("probes")
+        gpu = probes.get("gpu") if isinstance(probes, dict) else None
+        state = gpu.get("state") if isinstance(gpu, dict) else None
+        return isinstance(state, str) and state not in ("timeout", "pending")
+
     def _agent_late(self, now: float) -> bool:
         # The agent has not progressed for a few polls: an sshd that refuses
         # while the agent still reports is a healthy host turning a poller away

@@ -29,7 +29,9 @@ from typing import Any, Protocol
 
 from spark_watchdog.config.controller import ControllerConfig
 from spark_watchdog.controller.clock import Clock, remaining
+from spark_watchdog.controller.holds import Holds
 from spark_watchdog.controller.ledger import HistoryUnwritable, Ledger
+from spark_watchdog.controller.monitor import Monitor
 from spark_watchdog.controller.node_states import NodeEvent, NodeState
 from spark_watchdog.controller.node_watch import NodeWatch
 from spark_watchdog.controller.notify import Event, Notifier
@@ -80,12 +82,12 @@ class RecoveryHost(Protocol):
     ledger: Ledger
     notifier: Notifier
     clock: Clock
+    monitor: Monitor
+    holds: Holds
 
     def power_for(self, path: PowerPath, watch: NodeWatch, incident_id: int) -> VerifiedPower: ...
 
     async def rung_blocked(self, watch: NodeWatch) -> str | None: ...
-
-    async def still_frozen(self, watch: NodeWatch) -> tuple[bool, str]: ...
 
     async def record_boots(self, watch: NodeWatch, incident_id: int) -> None: ...
 
@@ -96,16 +98,6 @@ class RecoveryHost(Protocol):
     def budget_lock(self) -> asyncio.Lock: ...
 
     def note_cycle(self, node: str, action_id: int) -> None: ...
-
-    async def hold_node(
-        self,
-        watch: NodeWatch,
-        reason: str,
-        event: NodeEvent,
-        *,
-        by_controller: bool = ...,
-        record: bool = ...,
-    ) -> None: ...
 
 
 @dataclass
@@ -183,7 +175,7 @@ async def recover_frozen_host(
         # node is held in memory only, and the controller resumes the incident
         # from its record once the history can be written again.
         log.warning("%s: history unwritable mid-recovery: %s; holding", watch.name, exc)
-        await host.hold_node(
+        await host.holds.hold(
             watch, f"history unwritable mid-recovery: {exc}", NodeEvent.HOLD, record=False
         )
         return RungOutcome.HELD
@@ -336,7 +328,7 @@ async def _not_sent(
         if watch.send_refusals >= SEND_REFUSALS_BEFORE_HOLD:
             # Every retry would be refused the same way: a person looks.
             watch.send_refusals = 0
-            await host.hold_node(
+            await host.holds.hold(
                 watch,
                 f"{SEND_REFUSALS_BEFORE_HOLD} commands in a row not sent ({exc}): "
                 "writes to the history take longer than leadership.send_deadline",
@@ -345,7 +337,7 @@ async def _not_sent(
             )
             return RungOutcome.HELD
     why = "not sent" if isinstance(exc, SendRefused) else "history unwritable"
-    await host.hold_node(watch, f"{why}: {exc}", NodeEvent.HOLD, record=False)
+    await host.holds.hold(watch, f"{why}: {exc}", NodeEvent.HOLD, record=False)
     return RungOutcome.HELD
 
 
@@ -443,7 +435,7 @@ async def _preflight(
     caller records the rung before releasing it: two rungs in parallel cannot
     both take the last cycle of a budget.
     """
-    frozen, why = await host.still_frozen(watch)
+    frozen, why = await host.monitor.still_frozen(watch)
     if not frozen:
         return await _false_alarm(host, watch, incident_id, action, why)
     state = await power.state()
@@ -719,7 +711,7 @@ async def _hold_and_close(
     host: RecoveryHost, watch: NodeWatch, incident_id: int, reason: str, event: NodeEvent
 ) -> None:
     """Hold the node (recorded, the controller's own hold) and close the incident."""
-    await host.hold_node(watch, reason, event, by_controller=True)
+    await host.holds.hold(watch, reason, event, by_controller=True)
     watch.incident_id = None
     try:
         await _note(host, incident_id, watch.name, StepName.HELD, why=reason)

@@ -25,7 +25,7 @@ from spark_watchdog.controller.detector import Verdict
 from spark_watchdog.controller.flight_recorder import FlightRecorder
 from spark_watchdog.controller.io import ControllerIO
 from spark_watchdog.controller.ladder import close_dry_run, open_incident
-from spark_watchdog.controller.ledger import HistoryUnwritable, Ledger
+from spark_watchdog.controller.ledger import BY, HistoryUnwritable, Ledger
 from spark_watchdog.controller.node_states import NodeState
 from spark_watchdog.controller.node_watch import GUARD_KILL_FRESH_S, NodeWatch
 from spark_watchdog.controller.notify import Event, Notifier
@@ -35,7 +35,6 @@ from spark_watchdog.steps import StepName
 
 log = logging.getLogger("spark_watchdog.controller")
 
-BY = "controller"
 # Incident kinds whose serving restart counts against serving.restart_budget.
 SERVING_FAULT_KINDS = (
     Verdict.SERVING_STALLED.value,

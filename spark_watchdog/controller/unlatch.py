@@ -77,11 +77,11 @@ async def unlatch(host: UnlatchHost, watch: NodeWatch, incident_id: int) -> str:
     )
     # Before it leaves: the silence that follows is this halt, not a freeze, and
     # the cut that follows it is the long one, for as long as this boot lasts.
-    host.expect_reboot(watch, "a halt for the GPU clock latch was sent")
+    watch.expect_reboot("a halt for the GPU clock latch was sent", host.clock.monotonic())
     watch.arm_long_cut(hold, boot)
     attempt = await host.halt(device)
     if attempt.sent is False:
-        host.expect_reboot(watch, None)
+        watch.expect_reboot(None, host.clock.monotonic())
         watch.arm_long_cut(None, None)
         await ledger.write(
             store.add_step,
@@ -101,15 +101,17 @@ async def unlatch(host: UnlatchHost, watch: NodeWatch, incident_id: int) -> str:
         detail={"detail": attempt.detail, "certain": attempt.sent is True},
     )
     if not await wait_for(
-        host, lambda: not host.shows_life(watch), host.config.guards.boot_timeout
+        host,
+        lambda: not watch.shows_life(host.clock.monotonic(), host.config.detection.freeze_after),
+        host.config.guards.boot_timeout,
     ):
         # The halt may still come (a slow stop): the cut that would follow stays long.
-        host.expect_reboot(watch, None)
+        watch.expect_reboot(None, host.clock.monotonic())
         return await _unanswered(
             host, watch, incident_id, "the halt was sent, but the host still answers"
         )
     # Silent: the freeze path cuts it, with its guards, for the long hold.
-    host.expect_reboot(watch, None)
+    watch.expect_reboot(None, host.clock.monotonic())
     await ledger.write(
         store.add_step,
         incident_id,

@@ -63,18 +63,6 @@ class WedgedHost(LadderHost, Protocol):
 
     async def forced_reboot(self, device: SshDevice) -> RebootAttempt: ...
 
-    def gpu_answers(self, watch: NodeWatch) -> bool: ...
-
-    async def hold_node(
-        self,
-        watch: NodeWatch,
-        reason: str,
-        event: NodeEvent,
-        *,
-        by_controller: bool = ...,
-        record: bool = ...,
-    ) -> None: ...
-
 
 def ssh_device(watch: NodeWatch) -> SshDevice | None:
     return next((d for d in watch.config.power if isinstance(d, SshDevice)), None)
@@ -89,7 +77,7 @@ async def unwedge(host: WedgedHost, watch: NodeWatch, incident_id: int) -> str:
     if restarted:
         await host.restart_serving_after(incident_id, reason, kind=KIND)
         settle = host.config.detection.gpu_wedged_after
-        if await wait_for(host, lambda: host.gpu_answers(watch), settle):
+        if await wait_for(host, lambda: watch.gpu_answers(), settle):
             return await resolve(
                 host, incident_id, KIND, "recovered", "the GPU answers after a restart"
             )
@@ -103,10 +91,10 @@ async def unwedge(host: WedgedHost, watch: NodeWatch, incident_id: int) -> str:
     device = ssh_device(watch)
     blocked = await _reboot_blocked(host, watch, device)
     if blocked is not None:
-        await host.hold_node(watch, blocked, NodeEvent.HOLD, by_controller=True)
+        await host.holds.hold(watch, blocked, NodeEvent.HOLD, by_controller=True)
         return await resolve(host, incident_id, KIND, "gave_up", blocked)
     assert device is not None
-    if host.gpu_answers(watch):
+    if watch.gpu_answers():
         return await resolve(host, incident_id, KIND, "recovered", "the GPU answers again")
     boot_before = watch.boot_id
     action = await ledger.write(
@@ -123,10 +111,10 @@ async def unwedge(host: WedgedHost, watch: NodeWatch, incident_id: int) -> str:
     # Before it leaves: a sysrq restart drops the host at once, without a goodbye
     # (the ssh session may hang until its own deadline), and the silence that
     # follows is a reboot for up to boot_timeout, not a freeze.
-    host.expect_reboot(watch, "a forced reboot was sent")
+    watch.expect_reboot("a forced reboot was sent", host.clock.monotonic())
     attempt = await host.forced_reboot(device)
     if attempt.sent is False:
-        host.expect_reboot(watch, None)  # certainly not sent: nothing to wait for
+        watch.expect_reboot(None, host.clock.monotonic())  # certainly not sent: nothing to wait for
         await ledger.write(
             store.finish_action,
             action.id,
@@ -136,7 +124,7 @@ async def unwedge(host: WedgedHost, watch: NodeWatch, incident_id: int) -> str:
             step_detail={"detail": attempt.detail},
         )
         why = f"gpu_wedged and the forced reboot was not sent ({attempt.detail}): a person decides"
-        await host.hold_node(watch, why, NodeEvent.HOLD, by_controller=True)
+        await host.holds.hold(watch, why, NodeEvent.HOLD, by_controller=True)
         return await resolve(host, incident_id, KIND, "gave_up", why)
     await ledger.write(
         store.add_step,
@@ -183,7 +171,7 @@ async def _boot_wait(
             step_detail={"boot_id": watch.boot_id, "boot_id_before": boot_before},
         )
         settle = host.config.detection.gpu_wedged_after
-        if not await wait_for(host, lambda: host.gpu_answers(watch), settle):
+        if not await wait_for(host, lambda: watch.gpu_answers(), settle):
             why = (
                 "the GPU is still wedged after a forced reboot: minutes without AC power may "
                 "clear it; a person decides (power is never cut on a host showing life)"
@@ -191,12 +179,12 @@ async def _boot_wait(
             await ledger.write(
                 store.add_step, incident_id, StepName.STILL_WEDGED, node=name, detail={"why": why}
             )
-            await host.hold_node(watch, why, NodeEvent.HOLD, by_controller=True)
+            await host.holds.hold(watch, why, NodeEvent.HOLD, by_controller=True)
             return await resolve(host, incident_id, KIND, "gave_up", why)
         # Bounded by the reboot budget, not the serving one (like a restart after a cycle).
         await host.restart_serving_after(incident_id, f"{name} rebooted", kind="forced_reboot")
         return await resolve(host, incident_id, KIND, "recovered", "a new boot, the GPU answers")
-    if host.shows_life(watch):
+    if watch.shows_life(host.clock.monotonic(), host.config.detection.freeze_after):
         await ledger.write(
             store.finish_action,
             action_id,
@@ -205,12 +193,13 @@ async def _boot_wait(
             step=StepName.BOOT_TIMEOUT,
             step_detail={"boot_id": watch.boot_id},
         )
-        host.expect_reboot(watch, None)  # it did not happen: nothing to wait for any more
+        # It did not happen: nothing to wait for any more.
+        watch.expect_reboot(None, host.clock.monotonic())
         why = (
             "gpu_wedged; the forced reboot brought no new boot and the host still answers: "
             "a person decides (power is never cut on a host showing life)"
         )
-        await host.hold_node(watch, why, NodeEvent.HOLD, by_controller=True)
+        await host.holds.hold(watch, why, NodeEvent.HOLD, by_controller=True)
         return await resolve(host, incident_id, KIND, "gave_up", why)
     return await hand_over(host, watch, incident_id, action_id)
 

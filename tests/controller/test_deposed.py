@@ -102,4 +102,3 @@ def test_a_refused_write_is_not_a_history_problem(
     assert caught is raised
     assert receiver.kinds == alert
     assert (problem is None) == (raised is NotLeading)
-

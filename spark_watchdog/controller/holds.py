@@ -1,0 +1,156 @@
+"""Holds: nothing automatic touches a held node (docs/design.md, "Guards").
+
+A hold lives in the history, so the CLI places and releases it with or
+without a controller running; ``sync`` brings each node's state in line
+with the history every sweep. The controller holds a node itself when a
+guard, an ambiguous power outcome or an error says a person must look
+(``hold``), and the whole cluster when the circuit breaker stays open
+(``check_breaker``): more nodes look frozen at once than a network fault
+could not explain.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+
+from spark_watchdog.config.controller import ControllerConfig
+from spark_watchdog.controller.clock import Clock
+from spark_watchdog.controller.detector import Verdict
+from spark_watchdog.controller.ledger import BY, HistoryUnwritable, Ledger
+from spark_watchdog.controller.node_states import InvalidTransition, NodeEvent, NodeState
+from spark_watchdog.controller.node_watch import NodeWatch
+from spark_watchdog.controller.notify import Event, Notifier
+from spark_watchdog.controller.planner import breaker_trips
+from spark_watchdog.history.records import CLUSTER
+
+log = logging.getLogger("spark_watchdog.controller")
+
+
+class Holds:
+    def __init__(
+        self,
+        config: ControllerConfig,
+        ledger: Ledger,
+        notifier: Notifier,
+        clock: Clock,
+        watches: dict[str, NodeWatch],
+    ) -> None:
+        self.config = config
+        self.ledger = ledger
+        self.notifier = notifier
+        self.clock = clock
+        self.watches = watches
+        # The cluster-wide hold's reason, as the history last said (None: none).
+        self.cluster_hold: str | None = None
+        # Since when more nodes than the breaker allows look frozen (monotonic).
+        self._breaker_since: float | None = None
+
+    async def hold(
+        self,
+        watch: NodeWatch,
+        reason: str,
+        event: NodeEvent,
+        *,
+        by_controller: bool = False,
+        record: bool = True,
+    ) -> None:
+        """Hold a node: in memory always, in the history when ``record``.
+
+        ``by_controller``: a hold the controller decided on (ambiguity, an
+        error, a guard) is never released automatically: it is in the history
+        (an operator releases it), or, while the history cannot be written,
+        kept in memory and written as soon as it can be. ``record=False``: a
+        pause while the history cannot be written, released by the next
+        ``sync`` once it can (the incident, if any, is then resumed).
+        """
+        watch.held_reason = reason
+        try:
+            watch.apply(event)
+        except InvalidTransition:
+            watch.apply(NodeEvent.RECOVERY_FAILED)
+        watch.held_by_controller = False
+        if record:
+            try:
+                await self.ledger.write(self.ledger.store.hold, watch.name, reason, by=BY)
+            except HistoryUnwritable:
+                watch.held_by_controller = by_controller  # written when it can be
+        self.notifier.send(Event("held", f"{watch.name} held: {reason}", watch.name))
+
+    async def sync(self) -> None:
+        """Holds live in the history, so the CLI works with or without us running."""
+        try:
+            holds = await self.ledger.read(self.ledger.store.active_holds)
+        except HistoryUnwritable:
+            return
+        held = {h.node: h.reason for h in holds}
+        self.cluster_hold = held.get(CLUSTER)
+        for watch in self.watches.values():
+            reason = held.get(watch.name) or held.get(CLUSTER)
+            if watch.held_by_controller:
+                # Our own hold, not yet in the history: write it now, release never.
+                with contextlib.suppress(HistoryUnwritable):
+                    assert watch.held_reason is not None
+                    await self.ledger.write(
+                        self.ledger.store.hold, watch.name, watch.held_reason, by=BY
+                    )
+                    watch.held_by_controller = False
+                continue
+            if reason and watch.state is NodeState.WATCHING:
+                watch.held_reason = reason
+                watch.apply(NodeEvent.HOLD)
+            elif not reason and watch.state is NodeState.HELD:
+                watch.held_reason = None
+                watch.apply(NodeEvent.RELEASE)
+
+    # -- the circuit breaker ------------------------------------------------
+
+    def breaker_open(self) -> bool:
+        return self._breaker_since is not None
+
+    def _breaker_count(self) -> list[str]:
+        """Nodes whose confirmed freeze the network could explain.
+
+        Counted: ``host_frozen`` nodes the controller is not already handling,
+        whose last miss was not a completed handshake (a frozen GB10 still
+        completes TCP; a partition does not). Not counted: nodes it powered
+        off or waits on (fencing, booting), and mere silence, which a blip of
+        a few seconds produces on every node at once.
+        """
+        return [
+            w.name
+            for w in self.watches.values()
+            if w.state is NodeState.WATCHING
+            and w.finding.verdict is Verdict.HOST_FROZEN
+            and not w.banner_reachable
+            and w.off_seconds_override is None  # halted by the controller for its latch
+        ]
+
+    async def check_breaker(self) -> None:
+        trouble = self._breaker_count()
+        nodes = len(self.watches)
+        if not breaker_trips(len(trouble), nodes, self.config.guards.max_unhealthy_fraction):
+            self._breaker_since = None
+            return
+        now = self.clock.monotonic()
+        if self._breaker_since is None:
+            self._breaker_since = now
+            log.warning("circuit breaker open: %d/%d nodes look frozen", len(trouble), nodes)
+        # Open: nothing is fenced. Latched into a cluster hold only if it lasts.
+        if now - self._breaker_since < self.config.guards.breaker_latch_after:
+            return
+        if self.cluster_hold is not None:
+            return
+        reason = (
+            f"circuit breaker: {len(trouble)}/{nodes} nodes look frozen without a TCP handshake "
+            f"({', '.join(trouble)}) for {now - self._breaker_since:.0f}s; "
+            "release with: spark-watchdog release '*'"
+        )
+        with contextlib.suppress(HistoryUnwritable):
+            await self.ledger.write(self.ledger.store.hold, CLUSTER, reason, by=BY)
+            self.cluster_hold = reason
+        self.notifier.send(Event("circuit_breaker", reason))
+        for watch in self.watches.values():
+            if watch.state is NodeState.WATCHING:
+                watch.held_reason = reason
+                watch.apply(NodeEvent.HOLD)
