@@ -10,7 +10,8 @@ them. On start, the newest unfinished incident of each node is resumed.
 The loop and the freeze path live here; each part with tasks and state of
 its own lives beside it: what it sees of the nodes (monitor.py, which
 decides nothing), the holds and the circuit breaker (holds.py), the
-freeze ladder (recovery.py), the serving
+freeze ladder (recovery.py), every power action behind its guards
+(power_actions.py), the serving
 restarts and their budget (serving_policy.py), the wedged and clock-latch
 ladders' tasks (ladder_tasks.py), agent restarts (agent_restart.py) and the
 power budgets (budgets.py). They reach back to the controller only through
@@ -26,10 +27,9 @@ import asyncio
 import contextlib
 import logging
 import signal
-from dataclasses import replace
 from typing import Any
 
-from spark_watchdog.config.controller import ControllerConfig, SshDevice
+from spark_watchdog.config.controller import ControllerConfig
 from spark_watchdog.config.history_location import is_postgres_url
 from spark_watchdog.controller import unlatch, wedged
 from spark_watchdog.controller.agent_restart import AgentRestarts
@@ -38,34 +38,29 @@ from spark_watchdog.controller.detector import DetectionPolicy, Verdict
 from spark_watchdog.controller.holds import Holds
 from spark_watchdog.controller.io import ControllerIO
 from spark_watchdog.controller.ladder_tasks import UnlatchLadders, WedgedLadders
-from spark_watchdog.controller.ledger import HistoryUnwritable, Ledger, NotLeading
+from spark_watchdog.controller.ledger import HistoryUnwritable, Ledger
 from spark_watchdog.controller.monitor import Monitor
 from spark_watchdog.controller.node_states import NodeEvent, NodeState
 from spark_watchdog.controller.node_watch import NodeWatch
 from spark_watchdog.controller.notify import Event, Notifier
 from spark_watchdog.controller.planner import (
-    Action,
     Decision,
-    Guards,
     Step,
     decide,
-    power_blocked,
 )
+from spark_watchdog.controller.power_actions import PowerActions, rungs_of
 from spark_watchdog.controller.recovery import (
     Phase,
     ResumeInfo,
     RungOutcome,
     recover_frozen_host,
     resume_plan,
-    rungs_of,
 )
 from spark_watchdog.controller.serving_policy import ServingRestarts
-from spark_watchdog.errors import IncidentAlreadyOpen, SendRefused, WatchdogError
+from spark_watchdog.errors import IncidentAlreadyOpen, WatchdogError
 from spark_watchdog.history.instance_lock import InstanceLock
-from spark_watchdog.history.records import CLUSTER, Incident
+from spark_watchdog.history.records import Incident
 from spark_watchdog.history.store import HistoryStore
-from spark_watchdog.power.base import PowerState, PowerStep, VerifiedPower
-from spark_watchdog.power.paths import PowerPath
 from spark_watchdog.sdnotify import SystemdNotifier
 from spark_watchdog.steps import StepName
 
@@ -73,12 +68,6 @@ log = logging.getLogger("spark_watchdog.controller")
 
 # How often the repeat-offender counts are read again from the history (seconds).
 OFFENDERS_REFRESH_S = 300.0
-# The only steps whose failed record must stop what follows: they precede a cut.
-_BEFORE_A_CUT = frozenset(
-    {StepName.TIMED_ON_UNAVAILABLE, StepName.OFF_SPACING, StepName.OFF_REQUESTED}
-)
-# Steps that say a command did not leave.
-_NOTHING_LEFT = frozenset({StepName.OFF_WITHDRAWN, StepName.ON_WITHDRAWN})
 
 
 class Controller:
@@ -116,10 +105,11 @@ class Controller:
             boot_timeout=config.guards.boot_timeout,
             gpu_wedged_after=config.detection.gpu_wedged_after,
         )
-        self._slot = asyncio.Semaphore(config.guards.max_concurrent_power_actions)
-        # Held from a rung's guard check to its record (see recovery._preflight).
-        self._budget_lock = asyncio.Lock()
         self.budgets = Budgets(config, self.ledger, self.clock)
+        # Every power action behind its guards (controller/power_actions.py).
+        self.power = PowerActions(
+            config, self.ledger, self.notifier, self.io, self.budgets, self.holds, self.watches
+        )
         # The freeze ladder per node (controller/recovery.py).
         self._fencing: dict[str, asyncio.Task[RungOutcome]] = {}
         # What the controller sees of each node, written into the watches (controller/monitor.py).
@@ -133,7 +123,7 @@ class Controller:
         self.wedged = WedgedLadders(self)
         self.unlatch = UnlatchLadders(self, self.wedged)
         self.agent_restarts = AgentRestarts(
-            config, self.ledger, self.notifier, self.clock, self.io, self.check_leading
+            config, self.ledger, self.notifier, self.clock, self.io, self.fence.check_leading
         )
         self.ticks = 0
         self._tick_started = 0.0
@@ -143,104 +133,6 @@ class Controller:
         self.published: dict[str, Any] = {}
         # READY/WATCHDOG/STATUS to systemd (Type=notify); None: from the environment.
         self.systemd = systemd
-
-    # -- RecoveryHost -------------------------------------------------------
-
-    def power_slot(self) -> asyncio.Semaphore:
-        return self._slot
-
-    def budget_lock(self) -> asyncio.Lock:
-        return self._budget_lock
-
-    def note_cycle(self, node: str, action_id: int) -> None:
-        self.budgets.note_cycle(node, action_id)
-
-    def power_for(self, path: PowerPath, watch: NodeWatch, incident_id: int) -> VerifiedPower:
-        """A verified power path whose every step is written ahead, with the send gate."""
-        ledger, node = self.ledger, watch.name
-        rung = rungs_of(self.config, watch).index(path)
-
-        async def write_ahead(step: PowerStep) -> None:
-            # Awaited by VerifiedPower *before* each command leaves.
-            detail: dict[str, Any] = {"rung": rung, "device": path.key_path, "detail": step.detail}
-            if step.on_after_s is not None:
-                detail["on_after_s"] = step.on_after_s  # a resume reads it: a self-timed off
-            add_step = ledger.store.add_step
-            if step.name in _NOTHING_LEFT and self.fence.recording_only is not None:
-                # It lets nothing out: written on a lease too short for a command.
-                add_step = self.fence.recording_only(add_step)
-            try:
-                await ledger.write(add_step, incident_id, step.name, node=node, detail=detail)
-            except HistoryUnwritable as exc:
-                if step.name in _BEFORE_A_CUT or self.fence.in_pair:
-                    # Nothing unrecorded cuts power; in a pair nothing unrecorded
-                    # leaves at all: a deposed leader's on could cut the new
-                    # leader's hold short (docs/design.md, "Controller pair").
-                    raise
-                # The outlet may be off: the on goes out all the same.
-                log.error("%s: %s not recorded (%s); carrying on to power on", node, step.name, exc)
-                self.notifier.send(
-                    Event(
-                        "history_unwritable",
-                        f"{node}: {step.name} not recorded ({exc}); the controller restores power",
-                        node,
-                        incident_id,
-                    )
-                )
-                return
-            if step.name == StepName.OFF_REQUESTED:
-                self.notifier.send(
-                    Event(
-                        "power_action",
-                        f"{node}: power cycle via {path.key_path}",
-                        node,
-                        incident_id,
-                        {"rung": rung + 1},
-                    )
-                )
-
-        def gate(target: PowerState) -> str | None:
-            why = self._may_cut(watch) if target is PowerState.OFF else None
-            # Last, after the hold read: nothing leaves past the send deadline.
-            refused = self.fence.refusal()
-            if refused is not None:
-                raise SendRefused(path.key_path, refused)
-            return why
-
-        # The lease's send window once more, from inside the backend (power/send_window.py).
-        return self.io.power_factory(path, write_ahead, gate, self.fence.send_refusal)
-
-    def _may_cut(self, watch: NodeWatch) -> str | None:
-        """Right before an off leaves: any reason not to send it (None: send).
-
-        Synchronous on purpose: nothing else of the event loop runs between
-        this answer and the command. The holds are read from the history
-        itself, so a hold placed a moment ago by the CLI counts.
-        """
-        now = self.clock.monotonic()
-        life = watch.last_life_at
-        if life is not None and now - life < self.config.detection.freeze_after:
-            return f"the host showed life {now - life:.1f}s ago: off withdrawn"
-        try:
-            hold = self.ledger.store.active_hold(watch.name) or self.ledger.store.active_hold(
-                CLUSTER
-            )
-        except WatchdogError as exc:
-            return f"the history cannot be read ({exc}): off withdrawn"
-        if hold is not None:
-            return f"held ({hold.reason}): off withdrawn"
-        return None
-
-    async def rung_blocked(self, watch: NodeWatch) -> str | None:
-        """Before every rung: the guard again, with the holds read from the history
-        (a person's hold from the CLI counts before this controller has seen it)."""
-        holds = await self.ledger.read(self.ledger.store.active_holds)
-        hold = next((h for h in holds if h.node in (watch.name, CLUSTER)), None)
-        guards = await self.guards(watch)
-        if hold is not None:
-            guards = replace(guards, node_held=True, hold_reason=hold.reason)
-        blocked = power_blocked(guards, Action.CYCLE)
-        return None if blocked is None else blocked.reason
 
     async def record_boots(self, watch: NodeWatch, incident_id: int) -> None:
         """Store the agent's journal analysis: how did the previous boot end?"""
@@ -264,24 +156,6 @@ class Controller:
 
     async def serving_budget_spent(self, watch: NodeWatch) -> bool:
         return await self.serving.budget_spent(watch)
-
-    def check_leading(self) -> None:
-        """Right before anything leaves.
-
-        :raises NotLeading: a controller of a pair may not send now; the action
-            does not happen and its incident stays open.
-        """
-        refused = self.fence.refusal()
-        if refused is not None:
-            raise NotLeading(refused)
-
-    async def halt(self, device: SshDevice) -> wedged.RebootAttempt:
-        self.check_leading()
-        return await self.io.halt(device)
-
-    async def forced_reboot(self, device: SshDevice) -> wedged.RebootAttempt:
-        self.check_leading()
-        return await self.io.forced_reboot(device)
 
     def fencing_running(self) -> bool:
         return any(not task.done() for task in self._fencing.values())
@@ -366,36 +240,6 @@ class Controller:
                 Event("reboot_overdue", f"{watch.name} {finding.summary}", watch.name)
             )
 
-    async def guards(self, watch: NodeWatch, action: Action = Action.CYCLE) -> Guards:
-        """What :func:`power_blocked` and :func:`decide` judge for ``watch``: holds,
-        the breaker, the budgets: the one that action counts against, read once."""
-        g = self.config.guards
-        node_cycles = cluster_cycles = reboots = 0
-        if action is Action.FORCED_REBOOT:
-            reboots = await self.budgets.reboots_in_window(watch.name)
-        else:
-            node_cycles, cluster_cycles = await self.budgets.cycles_in_window(watch.name)
-        # Nodes in the power phase of a rung; the power slot serialises the
-        # commands themselves, this keeps new incidents from queueing blind.
-        in_flight = sum(1 for w in self.watches.values() if w.state is NodeState.FENCING)
-        return Guards(
-            node_held=watch.state is NodeState.HELD,
-            cluster_held=self.holds.cluster_hold is not None,
-            breaker_tripped=self.holds.breaker_open(),
-            dry_run=g.dry_run,
-            node_cycles_in_window=node_cycles,
-            node_budget=g.node_budget,
-            cluster_cycles_in_window=cluster_cycles,
-            cluster_budget=g.cluster_budget,
-            power_actions_in_flight=in_flight,
-            max_concurrent_power_actions=g.max_concurrent_power_actions,
-            rungs=len(rungs_of(self.config, watch)),
-            # Rungs tried for the node's open incident; none outside one.
-            rungs_done=frozenset(watch.rungs_done if watch.incident_id is not None else ()),
-            node_reboots_in_window=reboots,
-            budget_window=g.budget_window,
-        )
-
     async def _act(self, watch: NodeWatch) -> None:
         await self.unlatch.answer(watch)
         self.serving.settle_guard_kill(watch)
@@ -434,7 +278,7 @@ class Controller:
         if verdict is Verdict.MEMORY_EXHAUSTED and await self.serving.guard_kill_recorded(watch):
             return
         try:
-            guards = await self.guards(watch)
+            guards = await self.power.guards(watch)
         except HistoryUnwritable:
             return
         decision = decide(watch.state, watch.finding, guards)

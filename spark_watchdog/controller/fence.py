@@ -15,6 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ParamSpec, Protocol, TypeVar
 
+from spark_watchdog.controller.ledger import NotLeading
+
 P = ParamSpec("P")
 T = TypeVar("T")
 
@@ -49,6 +51,16 @@ class Fence:
     def refusal(self) -> str | None:
         """Why nothing may leave now (None: it may, or this is a lone controller)."""
         return None if self.send_refusal is None else self.send_refusal()
+
+    def check_leading(self) -> None:
+        """Right before anything leaves.
+
+        :raises NotLeading: a controller of a pair may not send now; the action
+            does not happen and its incident stays open.
+        """
+        refused = self.refusal()
+        if refused is not None:
+            raise NotLeading(refused)
 
 
 LONE = Fence()

@@ -26,7 +26,6 @@ from spark_watchdog.controller.serving_restart import (
     ServingRestart,
     ServingRestartReport,
 )
-from spark_watchdog.controller.wedged import ForcedReboot, RebootAttempt
 from spark_watchdog.controller.witness import WitnessReport, check_witness
 from spark_watchdog.errors import ConfigError
 from spark_watchdog.power.base import SendGate, StepHook, VerifiedPower
@@ -35,6 +34,19 @@ from spark_watchdog.power.send_window import SendWindow
 from spark_watchdog.power.ssh_banner import BannerResult, check_ssh_banner
 
 T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class RebootAttempt:
+    """How a forced reboot command went: ``sent`` True (it ran, or the session
+    dropped as the host went down), False (certainly not: no connection, key
+    refused, the command failed), None (it may have left)."""
+
+    sent: bool | None
+    detail: str
+
+
+ForcedReboot = Callable[[SshDevice], Awaitable[RebootAttempt]]
 
 
 class AgentClient(Protocol):

@@ -35,10 +35,11 @@ from spark_watchdog.controller.monitor import Monitor
 from spark_watchdog.controller.node_states import NodeEvent, NodeState
 from spark_watchdog.controller.node_watch import NodeWatch
 from spark_watchdog.controller.notify import Event, Notifier
+from spark_watchdog.controller.power_actions import PowerActions, rungs_of
 from spark_watchdog.errors import Ambiguous, FoundOff, PowerError, SendRefused, Withdrawn
 from spark_watchdog.history.records import IncidentStep
 from spark_watchdog.power.base import HOLD_TOLERANCE_S, PowerState, VerifiedPower, close_quietly
-from spark_watchdog.power.paths import PowerPath, power_paths
+from spark_watchdog.power.paths import PowerPath
 from spark_watchdog.steps import (
     NOTHING_SENT,
     OFF_SIDE,
@@ -84,20 +85,11 @@ class RecoveryHost(Protocol):
     clock: Clock
     monitor: Monitor
     holds: Holds
-
-    def power_for(self, path: PowerPath, watch: NodeWatch, incident_id: int) -> VerifiedPower: ...
-
-    async def rung_blocked(self, watch: NodeWatch) -> str | None: ...
+    power: PowerActions
 
     async def record_boots(self, watch: NodeWatch, incident_id: int) -> None: ...
 
     async def restart_serving_after(self, incident_id: int, reason: str) -> bool: ...
-
-    def power_slot(self) -> asyncio.Semaphore: ...
-
-    def budget_lock(self) -> asyncio.Lock: ...
-
-    def note_cycle(self, node: str, action_id: int) -> None: ...
 
 
 @dataclass
@@ -148,12 +140,6 @@ class ResumeInfo:
     phase: Phase = Phase.LADDER
     boot_before: str | None = None
     restored_at: float | None = None  # wall clock of power_restored
-
-
-def rungs_of(config: ControllerConfig, watch: NodeWatch) -> list[PowerPath]:
-    """The node's power paths that can reach a frozen host (SSH cannot)."""
-    node = config.node(watch.name)
-    return [p for p in power_paths(config, node) if not p.is_soft]
 
 
 async def recover_frozen_host(
@@ -239,14 +225,14 @@ async def _run_rung(
     host: RecoveryHost, watch: NodeWatch, incident_id: int, path: PowerPath, plan: RungPlan
 ) -> RungOutcome:
     ledger, node = host.ledger, watch.name
-    power = host.power_for(path, watch, incident_id)
+    power = host.power.power_for(path, watch, incident_id)
     if plan.boot_before is None:
         plan.boot_before = watch.boot_id
     action: Any = None if plan.action_id is None else _ActionRef(plan.action_id)
-    async with host.power_slot():
+    async with host.power.slot:
         try:
             if plan.fresh:
-                async with host.budget_lock():
+                async with host.power.budget_lock:
                     stop = await _preflight(host, watch, incident_id, plan, action, power)
                     if stop is not None:
                         return stop
@@ -312,7 +298,7 @@ async def _record_rung(
         step=StepName.RUNG_STARTED,
         step_detail=detail,
     )
-    host.note_cycle(watch.name, action.id)
+    host.power.note_cycle(watch.name, action.id)
     return action
 
 
@@ -442,7 +428,7 @@ async def _preflight(
     if state is not PowerState.ON:
         found = FoundOff(power.name, f"read {state.value} before the off: not touched")
         return await _found_off(host, watch, incident_id, action, power, found)
-    blocked = await host.rung_blocked(watch)
+    blocked = await host.power.rung_blocked(watch)
     if blocked is not None:
         await _note(
             host, incident_id, watch.name, StepName.RUNG_BLOCKED, rung=plan.rung, why=blocked

@@ -22,6 +22,7 @@ from spark_watchdog.config.secrets import read_secret
 from spark_watchdog.controller.budgets import CLOCK_STEP_MARGIN_S
 from spark_watchdog.controller.clock import Clock
 from spark_watchdog.controller.detector import Verdict
+from spark_watchdog.controller.fence import Fence
 from spark_watchdog.controller.flight_recorder import FlightRecorder
 from spark_watchdog.controller.io import ControllerIO
 from spark_watchdog.controller.ladder import close_dry_run, open_incident
@@ -61,9 +62,7 @@ class ServingHost(Protocol):
 
     def unlatch_in_progress(self) -> bool: ...
 
-    def check_leading(self) -> None:
-        """Raise NotLeading when this controller of a pair may not act now."""
-        ...
+    fence: Fence
 
 
 class ServingRestarts:
@@ -154,7 +153,7 @@ class ServingRestarts:
                 StepName.SERVING_RESTART_STARTED,
                 detail={"profile": profile, "reason": reason},
             )
-        host.check_leading()
+        host.fence.check_leading()
         report = await host.io.serving(
             head, workers, token, host.config.serving.start_timeout, profile
         )

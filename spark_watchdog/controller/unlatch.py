@@ -30,13 +30,13 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from spark_watchdog.config.controller import ControllerConfig, SshDevice
+from spark_watchdog.config.controller import ControllerConfig
 from spark_watchdog.controller.ladder import LadderHost, resolve, wait_for
 from spark_watchdog.controller.node_watch import NodeWatch
 from spark_watchdog.controller.notify import Event
-from spark_watchdog.controller.planner import Action, Guards, power_blocked
-from spark_watchdog.controller.recovery import rungs_of
-from spark_watchdog.controller.wedged import RebootAttempt, ssh_device
+from spark_watchdog.controller.planner import Action, power_blocked
+from spark_watchdog.controller.power_actions import PowerActions, rungs_of
+from spark_watchdog.controller.wedged import ssh_device
 from spark_watchdog.steps import StepName
 
 KIND = "clock_latched"
@@ -47,9 +47,7 @@ _DETECT_MARGIN_S = 120.0
 class UnlatchHost(LadderHost, Protocol):
     """What the ladder needs from the running controller."""
 
-    async def halt(self, device: SshDevice) -> RebootAttempt: ...
-
-    async def guards(self, watch: NodeWatch, action: Action = ...) -> Guards: ...
+    power: PowerActions
 
 
 def off_seconds(config: ControllerConfig) -> float:
@@ -79,7 +77,7 @@ async def unlatch(host: UnlatchHost, watch: NodeWatch, incident_id: int) -> str:
     # the cut that follows it is the long one, for as long as this boot lasts.
     watch.expect_reboot("a halt for the GPU clock latch was sent", host.clock.monotonic())
     watch.arm_long_cut(hold, boot)
-    attempt = await host.halt(device)
+    attempt = await host.power.halt(device)
     if attempt.sent is False:
         watch.expect_reboot(None, host.clock.monotonic())
         watch.arm_long_cut(None, None)
@@ -154,7 +152,7 @@ async def blocked(host: UnlatchHost, watch: NodeWatch) -> str | None:
         return "no ssh path to halt it cleanly"
     if not rungs_of(config, watch):
         return "no power path that can cut its outlet"
-    stopped = power_blocked(await host.guards(watch, Action.LONG_CUT), Action.LONG_CUT)
+    stopped = power_blocked(await host.power.guards(watch, Action.LONG_CUT), Action.LONG_CUT)
     if stopped is not None:
         return stopped.reason
     earlier = await _long_cut_since(host, watch.name, host.clock.time() - guards.suspect_window)

@@ -21,8 +21,6 @@ Every rung is a step of the incident; holds, budgets and dry run apply.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Protocol
 
 from spark_watchdog.config.controller import SshDevice
@@ -31,23 +29,11 @@ from spark_watchdog.controller.ladder import LadderHost, resolve, wait_for
 from spark_watchdog.controller.node_states import NodeEvent
 from spark_watchdog.controller.node_watch import NodeWatch
 from spark_watchdog.controller.notify import Event
-from spark_watchdog.controller.planner import Action, Block, Guards, power_blocked
+from spark_watchdog.controller.planner import Action, Block, power_blocked
+from spark_watchdog.controller.power_actions import PowerActions
 from spark_watchdog.steps import StepName
 
 KIND = Verdict.GPU_WEDGED.value
-
-
-@dataclass(frozen=True)
-class RebootAttempt:
-    """How a forced reboot command went: ``sent`` True (it ran, or the session
-    dropped as the host went down), False (certainly not: no connection, key
-    refused, the command failed), None (it may have left)."""
-
-    sent: bool | None
-    detail: str
-
-
-ForcedReboot = Callable[[SshDevice], Awaitable[RebootAttempt]]
 
 
 class WedgedHost(LadderHost, Protocol):
@@ -57,11 +43,9 @@ class WedgedHost(LadderHost, Protocol):
         self, incident_id: int | None, reason: str, *, kind: str = ...
     ) -> bool: ...
 
-    async def guards(self, watch: NodeWatch, action: Action = ...) -> Guards: ...
+    power: PowerActions
 
     async def serving_budget_spent(self, watch: NodeWatch) -> bool: ...
-
-    async def forced_reboot(self, device: SshDevice) -> RebootAttempt: ...
 
 
 def ssh_device(watch: NodeWatch) -> SshDevice | None:
@@ -112,7 +96,7 @@ async def unwedge(host: WedgedHost, watch: NodeWatch, incident_id: int) -> str:
     # (the ssh session may hang until its own deadline), and the silence that
     # follows is a reboot for up to boot_timeout, not a freeze.
     watch.expect_reboot("a forced reboot was sent", host.clock.monotonic())
-    attempt = await host.forced_reboot(device)
+    attempt = await host.power.forced_reboot(device)
     if attempt.sent is False:
         watch.expect_reboot(None, host.clock.monotonic())  # certainly not sent: nothing to wait for
         await ledger.write(
@@ -141,7 +125,9 @@ async def _reboot_blocked(
 ) -> str | None:
     if device is None:
         return "gpu_wedged, and no ssh path to reboot it: a person decides"
-    stopped = power_blocked(await host.guards(watch, Action.FORCED_REBOOT), Action.FORCED_REBOOT)
+    stopped = power_blocked(
+        await host.power.guards(watch, Action.FORCED_REBOOT), Action.FORCED_REBOOT
+    )
     if stopped is None:
         return None
     if stopped.block is Block.HELD:

@@ -27,8 +27,8 @@ from spark_watchdog.controller.http_client import (
     HttpAnswer,
     HttpError,
 )
+from spark_watchdog.controller.io import RebootAttempt
 from spark_watchdog.controller.serving_restart import ServingNode, ServingRestartReport
-from spark_watchdog.controller.wedged import RebootAttempt
 from spark_watchdog.controller.witness import WitnessReport
 from spark_watchdog.errors import Ambiguous, Refused, Unreachable
 from spark_watchdog.power.base import TIMED_ON_MARGIN_S, PowerState, TimedOn
