@@ -14,8 +14,8 @@ freeze ladder (recovery.py), every power action behind its guards
 (power_actions.py), the serving
 restarts and their budget (serving_policy.py), the wedged and clock-latch
 ladders' tasks (ladder_tasks.py), agent restarts (agent_restart.py) and the
-power budgets (budgets.py). They reach back to the controller only through
-the protocols they declare (RecoveryHost, ServingHost, LadderTasksHost).
+power budgets (budgets.py). They get what they work with explicitly
+(parts.py, crew.py) and never reach back into the controller.
 
 All I/O goes through the ``ControllerIO`` it is given, and all time through
 its clock (docs/design.md, "Proof"), so the simulation runs this very code.
@@ -34,6 +34,7 @@ from spark_watchdog.config.history_location import is_postgres_url
 from spark_watchdog.controller import unlatch, wedged
 from spark_watchdog.controller.agent_restart import AgentRestarts
 from spark_watchdog.controller.budgets import Budgets
+from spark_watchdog.controller.crew import Crew
 from spark_watchdog.controller.detector import DetectionPolicy, Verdict
 from spark_watchdog.controller.holds import Holds
 from spark_watchdog.controller.io import ControllerIO
@@ -43,6 +44,7 @@ from spark_watchdog.controller.monitor import Monitor
 from spark_watchdog.controller.node_states import NodeEvent, NodeState
 from spark_watchdog.controller.node_watch import NodeWatch
 from spark_watchdog.controller.notify import Event, Notifier
+from spark_watchdog.controller.parts import Ladder, Parts, Work
 from spark_watchdog.controller.planner import (
     Decision,
     Step,
@@ -110,18 +112,29 @@ class Controller:
         self.power = PowerActions(
             config, self.ledger, self.notifier, self.io, self.budgets, self.holds, self.watches
         )
-        # The freeze ladder per node (controller/recovery.py).
-        self._fencing: dict[str, asyncio.Task[RungOutcome]] = {}
         # What the controller sees of each node, written into the watches (controller/monitor.py).
         self.monitor = Monitor(config, self.io, self.watches, self.policy)
         self.recorder = self.monitor.recorder
         # When the repeat-offender counts were last read from the history (monotonic).
         self._offenders_read_at = float("-inf")
-        # The parts with tasks and state of their own; they reach back through
-        # the protocols they declare (ServingHost, LadderTasksHost).
-        self.serving = ServingRestarts(self)
-        self.wedged = WedgedLadders(self)
-        self.unlatch = UnlatchLadders(self, self.wedged)
+        # Every ladder's task, by kind and node (controller/parts.py).
+        self.work = Work()
+        # What every part works with, handed over explicitly: never the controller.
+        parts = Parts(
+            config,
+            self.io,
+            self.ledger,
+            self.notifier,
+            self.watches,
+            self.monitor,
+            self.holds,
+            self.power,
+            self.work,
+        )
+        self.serving = ServingRestarts(parts)
+        self.crew = Crew.of(parts, self.serving)
+        self.wedged = WedgedLadders(self.crew)
+        self.unlatch = UnlatchLadders(self.crew)
         self.agent_restarts = AgentRestarts(
             config, self.ledger, self.notifier, self.clock, self.io, self.fence.check_leading
         )
@@ -133,38 +146,6 @@ class Controller:
         self.published: dict[str, Any] = {}
         # READY/WATCHDOG/STATUS to systemd (Type=notify); None: from the environment.
         self.systemd = systemd
-
-    async def record_boots(self, watch: NodeWatch, incident_id: int) -> None:
-        """Store the agent's journal analysis: how did the previous boot end?"""
-        for boot in await self.monitor.boots(watch):
-            try:
-                await self.ledger.write(
-                    self.ledger.store.record_agent_boot,
-                    watch.name,
-                    boot,
-                    incident_id=incident_id if boot.get("current") is False else None,
-                )
-            except (HistoryUnwritable, WatchdogError) as exc:
-                log.warning("%s: boot record skipped: %s", watch.name, exc)
-
-    # -- what the ladders share (ServingHost, LadderTasksHost) ----------------
-
-    async def restart_serving_after(
-        self, incident_id: int | None, reason: str, *, kind: str = "host_frozen"
-    ) -> bool:
-        return await self.serving.restart_after(incident_id, reason, kind=kind)
-
-    async def serving_budget_spent(self, watch: NodeWatch) -> bool:
-        return await self.serving.budget_spent(watch)
-
-    def fencing_running(self) -> bool:
-        return any(not task.done() for task in self._fencing.values())
-
-    def ladders_running(self) -> bool:
-        return self.fencing_running() or self.wedged.running()
-
-    def unlatch_in_progress(self) -> bool:
-        return self.unlatch.in_progress()
 
     # -- the loop ---------------------------------------------------------
 
@@ -246,7 +227,7 @@ class Controller:
         watch.expire_expected_reboot(self.clock.monotonic(), self.policy.boot_timeout)
         if watch.finding.verdict is Verdict.MEMORY_EXHAUSTED and watch.guard_kill is None:
             return  # answered just now: the next tick judges the node afresh
-        if watch.name in self._fencing and not self._fencing[watch.name].done():
+        if self.work.running_for(Ladder.FENCING, watch.name):
             return
         if await self.wedged.busy_with(watch):
             return
@@ -357,9 +338,10 @@ class Controller:
         self, watch: NodeWatch, incident_id: int, resume: ResumeInfo | None
     ) -> None:
         task = asyncio.get_running_loop().create_task(
-            recover_frozen_host(self, watch, incident_id, resume), name=f"recover-{watch.name}"
+            recover_frozen_host(self.crew, watch, incident_id, resume),
+            name=f"recover-{watch.name}",
         )
-        self._fencing[watch.name] = task
+        self.work.add(Ladder.FENCING, watch.name, task)
         task.add_done_callback(lambda t: self._recovery_done(watch, t))
 
     def _recovery_done(self, watch: NodeWatch, task: asyncio.Task[RungOutcome]) -> None:
@@ -536,12 +518,10 @@ class Controller:
         pending: list[asyncio.Task[Any]] = [
             t
             for t in [
-                *self._fencing.values(),
+                *self.work.tasks(),
                 *self.monitor.tasks(),
                 *self.agent_restarts.tasks.values(),
                 self.serving.task,
-                *self.wedged.tasks(),
-                *self.unlatch.tasks(),
             ]
             if t is not None and not t.done()
         ]

@@ -8,14 +8,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol
+from typing import Any
 
-from spark_watchdog.config.controller import ControllerConfig
-from spark_watchdog.controller.clock import Clock, wait_until
-from spark_watchdog.controller.holds import Holds
+from spark_watchdog.controller.clock import wait_until
 from spark_watchdog.controller.ledger import Ledger
 from spark_watchdog.controller.node_watch import NodeWatch
-from spark_watchdog.controller.notify import Notifier
+from spark_watchdog.controller.parts import Parts
 from spark_watchdog.errors import IncidentAlreadyOpen
 from spark_watchdog.history.records import Incident
 from spark_watchdog.steps import StepName
@@ -23,26 +21,8 @@ from spark_watchdog.steps import StepName
 log = logging.getLogger("spark_watchdog.controller.ladder")
 
 
-class LadderHost(Protocol):
-    """The running controller, as a ladder sees it."""
-
-    config: ControllerConfig
-    ledger: Ledger
-    notifier: Notifier
-    clock: Clock
-    holds: Holds
-
-
-class IncidentHost(Protocol):
-    """What opening an incident needs of the running controller."""
-
-    config: ControllerConfig
-    ledger: Ledger
-    clock: Clock
-
-
 async def open_incident(
-    host: IncidentHost,
+    host: Parts,
     kind: str,
     watch: NodeWatch,
     evidence: Mapping[str, Any],
@@ -65,12 +45,12 @@ async def open_incident(
     return incident
 
 
-async def wait_for(host: LadderHost, done: Callable[[], bool], seconds: float) -> bool:
+async def wait_for(host: Parts, done: Callable[[], bool], seconds: float) -> bool:
     """Poll ``done`` at the controller's poll interval for up to ``seconds``."""
     return await wait_until(host.clock, done, seconds, host.config.detection.poll_interval)
 
 
-async def resolve(host: LadderHost, incident_id: int, kind: str, resolution: str, why: str) -> str:
+async def resolve(host: Parts, incident_id: int, kind: str, resolution: str, why: str) -> str:
     """Close the incident with ``why`` recorded; returns the resolution."""
     await host.ledger.write(
         host.ledger.store.resolve_incident, incident_id, resolution, detail={"why": why}

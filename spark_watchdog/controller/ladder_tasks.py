@@ -11,53 +11,38 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any, Protocol
+from typing import Any
 
 from spark_watchdog.controller import unlatch, wedged
+from spark_watchdog.controller.crew import Crew
 from spark_watchdog.controller.detector import Verdict
-from spark_watchdog.controller.flight_recorder import FlightRecorder
 from spark_watchdog.controller.ladder import close_dry_run, open_incident
 from spark_watchdog.controller.ledger import HistoryUnwritable
 from spark_watchdog.controller.node_states import NodeEvent, NodeState
 from spark_watchdog.controller.node_watch import NodeWatch
 from spark_watchdog.controller.notify import Event
+from spark_watchdog.controller.parts import Ladder
 from spark_watchdog.history.records import Incident
 from spark_watchdog.steps import StepName
 
 log = logging.getLogger("spark_watchdog.controller")
 
 
-class LadderTasksHost(wedged.WedgedHost, unlatch.UnlatchHost, Protocol):
-    """The running controller, as the ladders' task keeper sees it."""
-
-    recorder: FlightRecorder
-    watches: dict[str, NodeWatch]
-
-    def fencing_running(self) -> bool:
-        """A freeze ladder (controller/recovery.py) runs for some node."""
-        ...
-
-
 class WedgedLadders:
     """The wedged-but-alive ladder of each node, and its incident."""
 
-    def __init__(self, host: LadderTasksHost) -> None:
+    def __init__(self, host: Crew) -> None:
         self.host = host
-        self._tasks: dict[str, tuple[asyncio.Task[str], int]] = {}
-
-    def running(self) -> bool:
-        return any(not task.done() for task, _ in self._tasks.values())
-
-    def tasks(self) -> list[asyncio.Task[str]]:
-        return [task for task, _ in self._tasks.values()]
+        # The incident each node's ladder runs for (its task: host.work).
+        self._incidents: dict[str, int] = {}
 
     async def busy_with(self, watch: NodeWatch) -> bool:
         """A ladder runs for the node: leave it be, unless the host went
         silent, which the freeze path takes over."""
-        running = self._tasks.get(watch.name)
-        if running is None or running[0].done():
+        task = self.host.work.task(Ladder.UNWEDGING, watch.name)
+        if task is None or task.done():
             return False
-        task, incident_id = running
+        incident_id = self._incidents[watch.name]
         if watch.finding.verdict is not Verdict.HOST_FROZEN:
             return True
         task.cancel()
@@ -93,7 +78,8 @@ class WedgedLadders:
         task = asyncio.get_running_loop().create_task(
             self._run(watch, incident.id), name=f"unwedge-{watch.name}"
         )
-        self._tasks[watch.name] = (task, incident.id)
+        host.work.add(Ladder.UNWEDGING, watch.name, task)
+        self._incidents[watch.name] = incident.id
 
     async def _run(self, watch: NodeWatch, incident_id: int) -> str:
         host = self.host
@@ -130,10 +116,8 @@ class WedgedLadders:
 class UnlatchLadders:
     """The clock latch: its alert, and its ladder, one node at a time."""
 
-    def __init__(self, host: LadderTasksHost, wedged_ladders: WedgedLadders) -> None:
+    def __init__(self, host: Crew) -> None:
         self.host = host
-        self.wedged = wedged_ladders
-        self._tasks: dict[str, asyncio.Task[str]] = {}
 
     async def answer(self, watch: NodeWatch) -> None:
         """A boot whose GPU the agent found clock-latched: one critical alert, and
@@ -178,30 +162,14 @@ class UnlatchLadders:
         cluster is being recovered."""
         if watch.finding.verdict is not Verdict.HEALTHY or watch.incident_id is not None:
             return False
-        if self.in_progress():
+        if self.host.unlatch_in_progress():
             return False
         if watch.state is not NodeState.WATCHING:
             return False
         busy = (NodeState.FENCING, NodeState.BOOTING)  # a held node elsewhere does not count
         if any(w.state in busy for w in self.host.watches.values()):
             return False
-        return not self.host.fencing_running() and not self.wedged.running()
-
-    def tasks(self) -> list[asyncio.Task[str]]:
-        return list(self._tasks.values())
-
-    def in_progress(self) -> bool:
-        """An unlatch ladder runs, or a node halted for its latch (here or by an
-        earlier controller) is silent, waiting for its long cut."""
-        if any(not task.done() for task in self._tasks.values()):
-            return True
-        return any(
-            w.halted_boot is not None
-            and not w.shows_life(
-                self.host.clock.monotonic(), self.host.config.detection.freeze_after
-            )
-            for w in self.host.watches.values()
-        )
+        return not self.host.ladders_running()
 
     async def _start(self, watch: NodeWatch) -> None:
         host, ledger = self.host, self.host.ledger
@@ -221,9 +189,10 @@ class UnlatchLadders:
                 f"halt it over ssh, then hold its AC off {unlatch.off_seconds(host.config):g}s",
             )
             return
-        self._tasks[watch.name] = asyncio.get_running_loop().create_task(
+        task = asyncio.get_running_loop().create_task(
             self._run(watch, incident.id), name=f"unlatch-{watch.name}"
         )
+        host.work.add(Ladder.UNLATCHING, watch.name, task)
 
     async def _run(self, watch: NodeWatch, incident_id: int) -> str:
         host = self.host
@@ -275,7 +244,7 @@ class UnlatchLadders:
 
 
 async def _guarded(
-    host: LadderTasksHost,
+    host: Crew,
     watch: NodeWatch,
     incident_id: int,
     what: str,

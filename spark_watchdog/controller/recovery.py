@@ -25,18 +25,23 @@ import enum
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
-from spark_watchdog.config.controller import ControllerConfig
-from spark_watchdog.controller.clock import Clock, remaining
-from spark_watchdog.controller.holds import Holds
+from spark_watchdog.controller.clock import remaining
+from spark_watchdog.controller.crew import Crew
 from spark_watchdog.controller.ledger import HistoryUnwritable, Ledger
-from spark_watchdog.controller.monitor import Monitor
 from spark_watchdog.controller.node_states import NodeEvent, NodeState
 from spark_watchdog.controller.node_watch import NodeWatch
-from spark_watchdog.controller.notify import Event, Notifier
-from spark_watchdog.controller.power_actions import PowerActions, rungs_of
-from spark_watchdog.errors import Ambiguous, FoundOff, PowerError, SendRefused, Withdrawn
+from spark_watchdog.controller.notify import Event
+from spark_watchdog.controller.power_actions import rungs_of
+from spark_watchdog.errors import (
+    Ambiguous,
+    FoundOff,
+    PowerError,
+    SendRefused,
+    WatchdogError,
+    Withdrawn,
+)
 from spark_watchdog.history.records import IncidentStep
 from spark_watchdog.power.base import HOLD_TOLERANCE_S, PowerState, VerifiedPower, close_quietly
 from spark_watchdog.power.paths import PowerPath
@@ -74,22 +79,6 @@ class Unsettled(enum.Enum):
 
     THEN_NEXT = "then_next"
     THEN_AGAIN = "then_again"
-
-
-class RecoveryHost(Protocol):
-    """What the ladder needs from the running controller."""
-
-    config: ControllerConfig
-    ledger: Ledger
-    notifier: Notifier
-    clock: Clock
-    monitor: Monitor
-    holds: Holds
-    power: PowerActions
-
-    async def record_boots(self, watch: NodeWatch, incident_id: int) -> None: ...
-
-    async def restart_serving_after(self, incident_id: int, reason: str) -> bool: ...
 
 
 @dataclass
@@ -143,7 +132,7 @@ class ResumeInfo:
 
 
 async def recover_frozen_host(
-    host: RecoveryHost, watch: NodeWatch, incident_id: int, resume: ResumeInfo | None = None
+    host: Crew, watch: NodeWatch, incident_id: int, resume: ResumeInfo | None = None
 ) -> RungOutcome:
     """Run (or resume) the ladder for one incident.
 
@@ -172,7 +161,7 @@ async def recover_frozen_host(
 
 
 async def _recover(
-    host: RecoveryHost, watch: NodeWatch, incident_id: int, resume: ResumeInfo | None
+    host: Crew, watch: NodeWatch, incident_id: int, resume: ResumeInfo | None
 ) -> RungOutcome:
     paths = rungs_of(host.config, watch)
     plan: RungPlan | None = None
@@ -222,7 +211,7 @@ SEND_REFUSALS_BEFORE_HOLD = 3
 
 
 async def _run_rung(
-    host: RecoveryHost, watch: NodeWatch, incident_id: int, path: PowerPath, plan: RungPlan
+    host: Crew, watch: NodeWatch, incident_id: int, path: PowerPath, plan: RungPlan
 ) -> RungOutcome:
     ledger, node = host.ledger, watch.name
     power = host.power.power_for(path, watch, incident_id)
@@ -277,7 +266,7 @@ async def _run_rung(
 
 
 async def _record_rung(
-    host: RecoveryHost, watch: NodeWatch, incident_id: int, plan: RungPlan, power: VerifiedPower
+    host: Crew, watch: NodeWatch, incident_id: int, plan: RungPlan, power: VerifiedPower
 ) -> Any:
     """The rung's action and its ``rung_started`` step: from here on it counts
     against the budgets (recorded under the budget lock, before any command)."""
@@ -303,7 +292,7 @@ async def _record_rung(
 
 
 async def _not_sent(
-    host: RecoveryHost, watch: NodeWatch, exc: HistoryUnwritable | SendRefused
+    host: Crew, watch: NodeWatch, exc: HistoryUnwritable | SendRefused
 ) -> RungOutcome:
     """A record before the off failed (in a pair: any record), or a pair's gate
     refused a command (recorded as withdrawn where it could be): nothing
@@ -328,7 +317,7 @@ async def _not_sent(
 
 
 async def _unsettled(
-    host: RecoveryHost,
+    host: Crew,
     watch: NodeWatch,
     incident_id: int,
     plan: RungPlan,
@@ -349,7 +338,7 @@ async def _unsettled(
 
 
 async def _restored(
-    host: RecoveryHost,
+    host: Crew,
     watch: NodeWatch,
     incident_id: int,
     plan: RungPlan,
@@ -396,7 +385,7 @@ async def _restored(
     )
 
 
-def _boot_wait_left(host: RecoveryHost, started_at: float | None) -> float:
+def _boot_wait_left(host: Crew, started_at: float | None) -> float:
     """What is left of a boot wait a record says began at ``started_at`` (all
     of it when none did). A controller back after the whole wait still gives
     the agent a few polls: the boot it waited for may well have come while it
@@ -407,7 +396,7 @@ def _boot_wait_left(host: RecoveryHost, started_at: float | None) -> float:
 
 
 async def _preflight(
-    host: RecoveryHost,
+    host: Crew,
     watch: NodeWatch,
     incident_id: int,
     plan: RungPlan,
@@ -440,7 +429,7 @@ async def _preflight(
 
 
 async def _false_alarm(
-    host: RecoveryHost, watch: NodeWatch, incident_id: int, action: Any, why: str
+    host: Crew, watch: NodeWatch, incident_id: int, action: Any, why: str
 ) -> RungOutcome:
     """The host answered (or could not be judged) before any off was sent."""
     ledger, node = host.ledger, watch.name
@@ -457,7 +446,7 @@ async def _false_alarm(
 
 
 async def _found_off(
-    host: RecoveryHost,
+    host: Crew,
     watch: NodeWatch,
     incident_id: int,
     action: Any,
@@ -476,7 +465,7 @@ async def _found_off(
 
 
 async def _resume_cycle(
-    host: RecoveryHost,
+    host: Crew,
     watch: NodeWatch,
     incident_id: int,
     power: VerifiedPower,
@@ -566,7 +555,7 @@ async def _resume_cycle(
 
 
 async def _device_switched_on(
-    host: RecoveryHost, watch: NodeWatch, incident_id: int, power: VerifiedPower, plan: RungPlan
+    host: Crew, watch: NodeWatch, incident_id: int, power: VerifiedPower, plan: RungPlan
 ) -> bool:
     """A resumed self-timed off: await the device's own on (read back), as the
     cycle would have. False when it was not timed or the on did not come."""
@@ -590,7 +579,7 @@ async def _device_switched_on(
     return False
 
 
-def _off_seconds(host: RecoveryHost, plan: RungPlan) -> float:
+def _off_seconds(host: Crew, plan: RungPlan) -> float:
     """The rung's off hold: power_off_seconds, or a clock latch's long cut."""
     return host.config.policy.power_off_seconds if plan.off_seconds is None else plan.off_seconds
 
@@ -606,7 +595,7 @@ def _booted_since(watch: NodeWatch, plan: RungPlan) -> bool:
 
 
 async def await_new_boot(
-    host: RecoveryHost,
+    host: Crew,
     watch: NodeWatch,
     incident_id: int,
     boot_before: str | None,
@@ -641,7 +630,7 @@ async def await_new_boot(
                 off_side=True,
             )
             watch.apply(NodeEvent.NEW_BOOT)
-            await host.record_boots(watch, incident_id)
+            await record_boots(host, watch, incident_id)
             return await finish_recovery(host, watch, incident_id)
         if clock.monotonic() >= deadline:
             break
@@ -659,8 +648,8 @@ async def await_new_boot(
     return RungOutcome.NEXT
 
 
-async def finish_recovery(host: RecoveryHost, watch: NodeWatch, incident_id: int) -> RungOutcome:
-    await host.restart_serving_after(incident_id, f"{watch.name} recovered from host_frozen")
+async def finish_recovery(host: Crew, watch: NodeWatch, incident_id: int) -> RungOutcome:
+    await host.serving.restart_after(incident_id, f"{watch.name} recovered from host_frozen")
     incident = await host.ledger.write(
         host.ledger.store.resolve_incident,
         incident_id,
@@ -684,7 +673,7 @@ async def finish_recovery(host: RecoveryHost, watch: NodeWatch, incident_id: int
     return RungOutcome.RECOVERED
 
 
-async def _give_up(host: RecoveryHost, watch: NodeWatch, incident_id: int, why: str) -> None:
+async def _give_up(host: Crew, watch: NodeWatch, incident_id: int, why: str) -> None:
     host.notifier.send(
         Event(
             "gave_up", f"{watch.name}: gave up ({why}); held for a person", watch.name, incident_id
@@ -694,7 +683,7 @@ async def _give_up(host: RecoveryHost, watch: NodeWatch, incident_id: int, why: 
 
 
 async def _hold_and_close(
-    host: RecoveryHost, watch: NodeWatch, incident_id: int, reason: str, event: NodeEvent
+    host: Crew, watch: NodeWatch, incident_id: int, reason: str, event: NodeEvent
 ) -> None:
     """Hold the node (recorded, the controller's own hold) and close the incident."""
     await host.holds.hold(watch, reason, event, by_controller=True)
@@ -708,7 +697,7 @@ async def _hold_and_close(
         log.error("%s: incident #%d left open: %s", watch.name, incident_id, exc)
 
 
-async def _fail(host: RecoveryHost, watch: NodeWatch, incident_id: int, reason: str) -> None:
+async def _fail(host: Crew, watch: NodeWatch, incident_id: int, reason: str) -> None:
     """An unexpected error inside a recovery: as ambiguous as it gets. Hold, record, alert."""
     host.notifier.send(Event("held", f"{watch.name}: {reason}", watch.name, incident_id))
     try:
@@ -722,7 +711,7 @@ async def _fail(host: RecoveryHost, watch: NodeWatch, incident_id: int, reason: 
 
 
 async def _note(
-    host: RecoveryHost,
+    host: Crew,
     incident_id: int,
     node: str,
     step: str,
@@ -844,3 +833,17 @@ _RUNG_PROGRESS = frozenset(
         "spacing",
     }
 )
+
+
+async def record_boots(host: Crew, watch: NodeWatch, incident_id: int) -> None:
+    """Store the agent's journal analysis: how did the previous boot end?"""
+    for boot in await host.monitor.boots(watch):
+        try:
+            await host.ledger.write(
+                host.ledger.store.record_agent_boot,
+                watch.name,
+                boot,
+                incident_id=incident_id if boot.get("current") is False else None,
+            )
+        except (HistoryUnwritable, WatchdogError) as exc:
+            log.warning("%s: boot record skipped: %s", watch.name, exc)

@@ -15,21 +15,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import Any, Protocol
+from typing import Any
 
-from spark_watchdog.config.controller import ControllerConfig
 from spark_watchdog.config.secrets import read_secret
 from spark_watchdog.controller.budgets import CLOCK_STEP_MARGIN_S
-from spark_watchdog.controller.clock import Clock
 from spark_watchdog.controller.detector import Verdict
-from spark_watchdog.controller.fence import Fence
-from spark_watchdog.controller.flight_recorder import FlightRecorder
-from spark_watchdog.controller.io import ControllerIO
 from spark_watchdog.controller.ladder import close_dry_run, open_incident
-from spark_watchdog.controller.ledger import BY, HistoryUnwritable, Ledger
+from spark_watchdog.controller.ledger import BY, HistoryUnwritable
 from spark_watchdog.controller.node_states import NodeState
 from spark_watchdog.controller.node_watch import GUARD_KILL_FRESH_S, NodeWatch
-from spark_watchdog.controller.notify import Event, Notifier
+from spark_watchdog.controller.notify import Event
+from spark_watchdog.controller.parts import Parts
 from spark_watchdog.controller.serving_restart import ServingNode
 from spark_watchdog.errors import ConfigError
 from spark_watchdog.steps import StepName
@@ -45,30 +41,10 @@ SERVING_FAULT_KINDS = (
 )
 
 
-class ServingHost(Protocol):
-    """What serving restarts need from the running controller."""
-
-    config: ControllerConfig
-    ledger: Ledger
-    notifier: Notifier
-    clock: Clock
-    io: ControllerIO
-    recorder: FlightRecorder
-    watches: dict[str, NodeWatch]
-
-    def ladders_running(self) -> bool:
-        """A host recovery or a wedged-but-alive ladder runs (each ends with a restart)."""
-        ...
-
-    def unlatch_in_progress(self) -> bool: ...
-
-    fence: Fence
-
-
 class ServingRestarts:
     """The serving restarts of one controller process: when, how many, with what."""
 
-    def __init__(self, host: ServingHost) -> None:
+    def __init__(self, host: Parts) -> None:
         self.host = host
         # The profile serving was last (re)started with by the controller.
         self.profile: str | None = None

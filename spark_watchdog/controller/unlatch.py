@@ -28,14 +28,13 @@ never cut on a host showing life, so:
 
 from __future__ import annotations
 
-from typing import Protocol
-
 from spark_watchdog.config.controller import ControllerConfig
-from spark_watchdog.controller.ladder import LadderHost, resolve, wait_for
+from spark_watchdog.controller.crew import Crew
+from spark_watchdog.controller.ladder import resolve, wait_for
 from spark_watchdog.controller.node_watch import NodeWatch
 from spark_watchdog.controller.notify import Event
 from spark_watchdog.controller.planner import Action, power_blocked
-from spark_watchdog.controller.power_actions import PowerActions, rungs_of
+from spark_watchdog.controller.power_actions import rungs_of
 from spark_watchdog.controller.wedged import ssh_device
 from spark_watchdog.steps import StepName
 
@@ -44,18 +43,12 @@ KIND = "clock_latched"
 _DETECT_MARGIN_S = 120.0
 
 
-class UnlatchHost(LadderHost, Protocol):
-    """What the ladder needs from the running controller."""
-
-    power: PowerActions
-
-
 def off_seconds(config: ControllerConfig) -> float:
     """The long cut: never shorter than an ordinary one."""
     return max(config.policy.clock_latch_off_seconds, config.policy.power_off_seconds)
 
 
-async def unlatch(host: UnlatchHost, watch: NodeWatch, incident_id: int) -> str:
+async def unlatch(host: Crew, watch: NodeWatch, incident_id: int) -> str:
     """Run the ladder for one open ``clock_latched`` incident; its resolution."""
     ledger, store = host.ledger, host.ledger.store
     name = watch.name
@@ -128,9 +121,7 @@ async def unlatch(host: UnlatchHost, watch: NodeWatch, incident_id: int) -> str:
     return await await_boot(host, watch, incident_id, boot)
 
 
-async def await_boot(
-    host: UnlatchHost, watch: NodeWatch, incident_id: int, boot: str | None
-) -> str:
+async def await_boot(host: Crew, watch: NodeWatch, incident_id: int, boot: str | None) -> str:
     """After the handover: the incident ends with the node's next boot."""
     config = host.config
     limit = (
@@ -145,7 +136,7 @@ async def await_boot(
     return await _unanswered(host, watch, incident_id, "no new boot after the halt and the cut")
 
 
-async def blocked(host: UnlatchHost, watch: NodeWatch) -> str | None:
+async def blocked(host: Crew, watch: NodeWatch) -> str | None:
     """Why the node cannot be halted and cut for its latch now; None: it can."""
     config, guards = host.config, host.config.guards
     if ssh_device(watch) is None:
@@ -163,7 +154,7 @@ async def blocked(host: UnlatchHost, watch: NodeWatch) -> str | None:
     return None
 
 
-async def _long_cut_since(host: UnlatchHost, node: str, since: float) -> int | None:
+async def _long_cut_since(host: Crew, node: str, since: float) -> int | None:
     """A freeze incident of the node since ``since`` that restored power after a long cut."""
     ledger = host.ledger
     incidents = await ledger.read(
@@ -182,7 +173,7 @@ async def _long_cut_since(host: UnlatchHost, node: str, since: float) -> int | N
     return None
 
 
-async def _unanswered(host: UnlatchHost, watch: NodeWatch, incident_id: int, why: str) -> str:
+async def _unanswered(host: Crew, watch: NodeWatch, incident_id: int, why: str) -> str:
     """An alert: the latch stays; the node keeps its freeze protection (no hold)."""
     text = f"clock latched, not cleared: {why}; cut its AC for a few minutes when it can be spared"
     host.notifier.send(Event("clock_latch_not_cleared", f"{watch.name}: {text}", watch.name))

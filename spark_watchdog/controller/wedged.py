@@ -21,45 +21,31 @@ Every rung is a step of the incident; holds, budgets and dry run apply.
 
 from __future__ import annotations
 
-from typing import Protocol
-
 from spark_watchdog.config.controller import SshDevice
+from spark_watchdog.controller.crew import Crew
 from spark_watchdog.controller.detector import Verdict
-from spark_watchdog.controller.ladder import LadderHost, resolve, wait_for
+from spark_watchdog.controller.ladder import resolve, wait_for
 from spark_watchdog.controller.node_states import NodeEvent
 from spark_watchdog.controller.node_watch import NodeWatch
 from spark_watchdog.controller.notify import Event
 from spark_watchdog.controller.planner import Action, Block, power_blocked
-from spark_watchdog.controller.power_actions import PowerActions
 from spark_watchdog.steps import StepName
 
 KIND = Verdict.GPU_WEDGED.value
-
-
-class WedgedHost(LadderHost, Protocol):
-    """What the ladder needs from the running controller."""
-
-    async def restart_serving_after(
-        self, incident_id: int | None, reason: str, *, kind: str = ...
-    ) -> bool: ...
-
-    power: PowerActions
-
-    async def serving_budget_spent(self, watch: NodeWatch) -> bool: ...
 
 
 def ssh_device(watch: NodeWatch) -> SshDevice | None:
     return next((d for d in watch.config.power if isinstance(d, SshDevice)), None)
 
 
-async def unwedge(host: WedgedHost, watch: NodeWatch, incident_id: int) -> str:
+async def unwedge(host: Crew, watch: NodeWatch, incident_id: int) -> str:
     """Run the ladder for one open ``gpu_wedged`` incident; its resolution."""
     ledger, store = host.ledger, host.ledger.store
     name = watch.name
     reason = watch.finding.summary
-    restarted = not await host.serving_budget_spent(watch)
+    restarted = not await host.serving.budget_spent(watch)
     if restarted:
-        await host.restart_serving_after(incident_id, reason, kind=KIND)
+        await host.serving.restart_after(incident_id, reason, kind=KIND)
         settle = host.config.detection.gpu_wedged_after
         if await wait_for(host, lambda: watch.gpu_answers(), settle):
             return await resolve(
@@ -120,9 +106,7 @@ async def unwedge(host: WedgedHost, watch: NodeWatch, incident_id: int) -> str:
     return await _boot_wait(host, watch, incident_id, action.id, boot_before)
 
 
-async def _reboot_blocked(
-    host: WedgedHost, watch: NodeWatch, device: SshDevice | None
-) -> str | None:
+async def _reboot_blocked(host: Crew, watch: NodeWatch, device: SshDevice | None) -> str | None:
     if device is None:
         return "gpu_wedged, and no ssh path to reboot it: a person decides"
     stopped = power_blocked(
@@ -136,7 +120,7 @@ async def _reboot_blocked(
 
 
 async def _boot_wait(
-    host: WedgedHost, watch: NodeWatch, incident_id: int, action_id: int, boot_before: str | None
+    host: Crew, watch: NodeWatch, incident_id: int, action_id: int, boot_before: str | None
 ) -> str:
     ledger, store = host.ledger, host.ledger.store
     name = watch.name
@@ -168,7 +152,7 @@ async def _boot_wait(
             await host.holds.hold(watch, why, NodeEvent.HOLD, by_controller=True)
             return await resolve(host, incident_id, KIND, "gave_up", why)
         # Bounded by the reboot budget, not the serving one (like a restart after a cycle).
-        await host.restart_serving_after(incident_id, f"{name} rebooted", kind="forced_reboot")
+        await host.serving.restart_after(incident_id, f"{name} rebooted", kind="forced_reboot")
         return await resolve(host, incident_id, KIND, "recovered", "a new boot, the GPU answers")
     if watch.shows_life(host.clock.monotonic(), host.config.detection.freeze_after):
         await ledger.write(
@@ -190,9 +174,7 @@ async def _boot_wait(
     return await hand_over(host, watch, incident_id, action_id)
 
 
-async def hand_over(
-    host: WedgedHost, watch: NodeWatch, incident_id: int, action_id: int | None
-) -> str:
+async def hand_over(host: Crew, watch: NodeWatch, incident_id: int, action_id: int | None) -> str:
     """The host went silent: the freeze path (and its own incident) takes over."""
     ledger, store = host.ledger, host.ledger.store
     if action_id is not None:
