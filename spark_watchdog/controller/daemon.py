@@ -36,6 +36,7 @@ from spark_watchdog.controller.agent_restart import AgentRestarts
 from spark_watchdog.controller.budgets import Budgets
 from spark_watchdog.controller.crew import Crew
 from spark_watchdog.controller.detector import DetectionPolicy, Verdict
+from spark_watchdog.controller.freeze_path import FreezePath
 from spark_watchdog.controller.holds import Holds
 from spark_watchdog.controller.io import ControllerIO
 from spark_watchdog.controller.ladder_tasks import UnlatchLadders, WedgedLadders
@@ -50,26 +51,17 @@ from spark_watchdog.controller.planner import (
     Step,
     decide,
 )
-from spark_watchdog.controller.power_actions import PowerActions, rungs_of
-from spark_watchdog.controller.recovery import (
-    Phase,
-    ResumeInfo,
-    RungOutcome,
-    recover_frozen_host,
-    resume_plan,
-)
+from spark_watchdog.controller.power_actions import PowerActions
 from spark_watchdog.controller.serving_policy import ServingRestarts
-from spark_watchdog.errors import IncidentAlreadyOpen, WatchdogError
+from spark_watchdog.errors import WatchdogError
 from spark_watchdog.history.instance_lock import InstanceLock
 from spark_watchdog.history.records import Incident
 from spark_watchdog.history.store import HistoryStore
 from spark_watchdog.sdnotify import SystemdNotifier
-from spark_watchdog.steps import StepName
 
 log = logging.getLogger("spark_watchdog.controller")
 
 # How often the repeat-offender counts are read again from the history (seconds).
-OFFENDERS_REFRESH_S = 300.0
 
 
 class Controller:
@@ -115,8 +107,6 @@ class Controller:
         # What the controller sees of each node, written into the watches (controller/monitor.py).
         self.monitor = Monitor(config, self.io, self.watches, self.policy)
         self.recorder = self.monitor.recorder
-        # When the repeat-offender counts were last read from the history (monotonic).
-        self._offenders_read_at = float("-inf")
         # Every ladder's task, by kind and node (controller/parts.py).
         self.work = Work()
         # What every part works with, handed over explicitly: never the controller.
@@ -133,6 +123,8 @@ class Controller:
         )
         self.serving = ServingRestarts(parts)
         self.crew = Crew.of(parts, self.serving)
+        # A frozen host's incident and its ladder (controller/freeze_path.py).
+        self.freeze = FreezePath(self.crew)
         self.wedged = WedgedLadders(self.crew)
         self.unlatch = UnlatchLadders(self.crew)
         self.agent_restarts = AgentRestarts(
@@ -159,7 +151,7 @@ class Controller:
         await self.holds.check_breaker()
         for watch in self.watches.values():
             await self._act(watch)
-        await self._refresh_offenders()
+        await self.freeze.refresh_offenders()
         for watch in self.watches.values():
             if self._counted_verdicts.get(watch.name) != watch.verdict:
                 self._counted_verdicts[watch.name] = watch.verdict
@@ -167,37 +159,6 @@ class Controller:
         self.ticks += 1
         self.last_sweep_s = self.clock.monotonic() - self._tick_started
         self.published = self.status_json()
-
-    async def _refresh_offenders(self) -> None:
-        """Freezes per node within suspect_window and cycles ever, from the history:
-        every OFFENDERS_REFRESH_S, and after each freeze incident opens. A node that
-        becomes hardware_suspect gets one alert."""
-        now = self.clock.monotonic()
-        if now - self._offenders_read_at < OFFENDERS_REFRESH_S:
-            return
-        guards = self.config.guards
-        try:
-            freezes, cycles = await self.ledger.read(
-                self.ledger.store.repeat_offenders, self.clock.time() - guards.suspect_window
-            )
-        except HistoryUnwritable:
-            return
-        self._offenders_read_at = now
-        for name, watch in self.watches.items():
-            watch.freezes_in_window = freezes.get(name, 0)
-            watch.power_cycles_total = cycles.get(name, 0)
-            suspect = watch.freezes_in_window >= guards.suspect_freezes
-            if suspect and not watch.hardware_suspect:
-                self.notifier.send(
-                    Event(
-                        "hardware_suspect",
-                        f"{name} froze {watch.freezes_in_window} times within "
-                        f"{guards.suspect_window:g}s: the hardware may be at fault (GPU, PSU, "
-                        "cable, the outlet); power cycles only treat the symptom",
-                        name,
-                    )
-                )
-            watch.hardware_suspect = suspect
 
     def _verdict_changed(self, watch: NodeWatch, before: Verdict) -> None:
         finding = watch.finding
@@ -237,7 +198,7 @@ class Controller:
             # Ours, open, and nothing runs it (paused while the history could
             # not be written): resume it from its record, as after a restart.
             with contextlib.suppress(HistoryUnwritable):
-                await self._resume_incident(watch, watch.incident_id)
+                await self.freeze.resume_incident(watch, watch.incident_id)
             return
         verdict = watch.finding.verdict
         if verdict is Verdict.HOST_FROZEN and self.ledger.problem:
@@ -272,9 +233,9 @@ class Controller:
     async def _carry_out(self, watch: NodeWatch, decision: Decision) -> None:
         verdict = watch.finding.verdict
         if decision.step is Step.FENCE:
-            await self._start_fencing(watch)
+            await self.freeze.start(watch)
         elif decision.step is Step.RECORD_DRY_RUN:
-            await self._record_dry_run(watch, decision.reason)
+            await self.freeze.record_dry_run(watch, decision.reason)
         elif decision.step is Step.HOLD:
             assert decision.event is not None
             await self.holds.hold(watch, decision.reason, decision.event, by_controller=True)
@@ -286,120 +247,6 @@ class Controller:
             await self.wedged.start(watch)
         elif verdict is not Verdict.HOST_FROZEN:
             watch.dry_run_incident = None
-
-    async def _start_fencing(self, watch: NodeWatch) -> None:
-        try:
-            incident = await self._open_frozen_incident(watch)
-        except HistoryUnwritable as exc:
-            await self.holds.hold(watch, f"history unwritable: {exc}", NodeEvent.HOLD, record=False)
-            return
-        if incident is None:
-            return
-        watch.incident_id = incident.id
-        watch.rungs_done.clear()
-        watch.send_refusals = 0
-        watch.apply(NodeEvent.FROZEN_CONFIRMED)
-        self._offenders_read_at = float("-inf")  # this freeze counts at the next tick
-        self.notifier.send(
-            Event(
-                "incident_opened", f"{watch.name} {watch.finding.summary}", watch.name, incident.id
-            )
-        )
-        self._spawn_recovery(watch, incident.id, None)
-
-    async def _open_frozen_incident(self, watch: NodeWatch) -> Incident | None:
-        try:
-            incident: Incident = await self.ledger.write(
-                self.ledger.store.open_incident,
-                "host_frozen",
-                [watch.name],
-                evidence={
-                    "reasons": list(watch.finding.reasons),
-                    "last_agent_state": watch.snapshot,
-                    "boot_id": watch.boot_id,
-                    "banner": watch.banner_detail,
-                    "flight_recorder": self.recorder.evidence(watch.name),
-                },
-                fault_onset=watch.agent_progress_wall,
-            )
-        except IncidentAlreadyOpen as exc:
-            # Ours would be running (and _act would not get here): a leftover.
-            log.error("%s: %s; not opening another", watch.name, exc)
-            await self.holds.hold(
-                watch,
-                f"incident #{exc.incident_id} is still open: a person decides",
-                NodeEvent.HOLD,
-                by_controller=True,
-            )
-            return None
-        return incident
-
-    def _spawn_recovery(
-        self, watch: NodeWatch, incident_id: int, resume: ResumeInfo | None
-    ) -> None:
-        task = asyncio.get_running_loop().create_task(
-            recover_frozen_host(self.crew, watch, incident_id, resume),
-            name=f"recover-{watch.name}",
-        )
-        self.work.add(Ladder.FENCING, watch.name, task)
-        task.add_done_callback(lambda t: self._recovery_done(watch, t))
-
-    def _recovery_done(self, watch: NodeWatch, task: asyncio.Task[RungOutcome]) -> None:
-        if task.cancelled():
-            return
-        # The cycles it took count at the next tick, not OFFENDERS_REFRESH_S later.
-        self._offenders_read_at = float("-inf")
-        error = task.exception()
-        if error is not None:
-            # recover_frozen_host holds on every error it sees; this is the last net.
-            log.error("%s: recovery failed: %r", watch.name, error, exc_info=error)
-            watch.held_reason = f"recovery failed: {error}"
-            watch.held_by_controller = True
-            if watch.state is not NodeState.HELD:
-                watch.apply(NodeEvent.RECOVERY_FAILED)
-            self.notifier.send(Event("held", f"{watch.name}: recovery failed: {error}", watch.name))
-
-    async def _record_dry_run(self, watch: NodeWatch, reason: str) -> None:
-        if watch.dry_run_incident is not None:
-            return
-        rungs = rungs_of(self.config, watch)
-        incident = await self.ledger.write(
-            self.ledger.store.open_incident,
-            "host_frozen",
-            [watch.name],
-            evidence={
-                "reasons": list(watch.finding.reasons),
-                "last_agent_state": watch.snapshot,
-                "flight_recorder": self.recorder.evidence(watch.name),
-            },
-            fault_onset=watch.agent_progress_wall,
-            dry_run=True,
-        )
-        watch.dry_run_incident = incident.id
-        await self.ledger.write(
-            self.ledger.store.record_action,
-            watch.name,
-            "cycle",
-            device=f"power path {rungs[0].key_path}" if rungs else "none",
-            incident_id=incident.id,
-            rung=0,
-            dry_run=True,
-            step=StepName.DRY_RUN,
-            step_detail={"decision": reason},
-        )
-        self.notifier.send(
-            Event(
-                "incident_opened",
-                f"{watch.name} {watch.finding.summary} (dry run: {reason})",
-                watch.name,
-                incident.id,
-            )
-        )
-        await self.ledger.write(
-            self.ledger.store.resolve_incident, incident.id, "false_alarm", detail={"dry_run": True}
-        )
-
-    # -- the node, as the ladders ask about it --------------------------------
 
     # -- start, resume, run -----------------------------------------------
 
@@ -429,52 +276,12 @@ class Controller:
             for name in incident.nodes:
                 older = newest.get(name)
                 if older is not None:
-                    await self._supersede(older, incident)
+                    await self.freeze.supersede(older, incident)
                 newest[name] = incident
         for name, incident in newest.items():
             watch = self.watches.get(name)
             if watch is not None:
-                await self._resume_incident(watch, incident.id)
-
-    async def _resume_incident(self, watch: NodeWatch, incident_id: int) -> None:
-        """Continue one open incident from its record: the same code as a fresh one."""
-        name = watch.name
-        steps = await self.ledger.read(self.ledger.store.steps, incident_id)
-        info = resume_plan(steps, name)
-        watch.incident_id = incident_id
-        watch.rungs_done = set(info.rungs_done)
-        log.info("%s: resuming incident #%d (%s)", name, incident_id, info.phase.value)
-        if self.config.guards.dry_run:
-            # Dry run sends nothing, not even an on: a person finishes this one.
-            await self.holds.hold(
-                watch,
-                f"incident #{incident_id} is open and the controller runs in dry run "
-                f"({info.phase.value}); check the outlet",
-                NodeEvent.HOLD,
-                by_controller=True,
-            )
-            watch.incident_id = None
-            await self.ledger.write(
-                self.ledger.store.resolve_incident,
-                incident_id,
-                "gave_up",
-                detail={"why": "the controller runs in dry run: held for a person"},
-            )
-            return
-        if info.phase is Phase.BOOT_WAIT:
-            watch.apply(NodeEvent.RESUMED_BOOT_WAIT)
-        elif info.phase is Phase.LADDER:
-            watch.apply(NodeEvent.RESUMED_LADDER)
-        self._spawn_recovery(watch, incident_id, info)
-
-    async def _supersede(self, older: Incident, newer: Incident) -> None:
-        detail = {"why": f"superseded by incident #{newer.id}"}
-        await self.ledger.write(
-            self.ledger.store.add_step, older.id, StepName.SUPERSEDED, detail=detail
-        )
-        await self.ledger.write(
-            self.ledger.store.resolve_incident, older.id, "gave_up", detail=detail
-        )
+                await self.freeze.resume_incident(watch, incident.id)
 
     async def run(self, stop: asyncio.Event) -> None:
         setting = await self.ledger.read(self.ledger.store.setting, "serving_profile")
