@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Any
 
 from spark_watchdog.controller.crew import Crew
 from spark_watchdog.controller.ledger import HistoryUnwritable
@@ -67,19 +68,23 @@ class FreezePath:
         )
         self._spawn(watch, incident.id, None)
 
+    def _evidence(self, watch: NodeWatch) -> dict[str, Any]:
+        """What a frozen host's incident keeps of what was seen before it."""
+        return {
+            "reasons": list(watch.finding.reasons),
+            "last_agent_state": watch.snapshot,
+            "boot_id": watch.boot_id,
+            "banner": watch.banner_detail,
+            "flight_recorder": self.crew.recorder.evidence(watch.name),
+        }
+
     async def _open_incident(self, watch: NodeWatch) -> Incident | None:
         try:
             incident: Incident = await self.crew.ledger.write(
                 self.crew.ledger.store.open_incident,
                 "host_frozen",
                 [watch.name],
-                evidence={
-                    "reasons": list(watch.finding.reasons),
-                    "last_agent_state": watch.snapshot,
-                    "boot_id": watch.boot_id,
-                    "banner": watch.banner_detail,
-                    "flight_recorder": self.crew.recorder.evidence(watch.name),
-                },
+                evidence=self._evidence(watch),
                 fault_onset=watch.agent_progress_wall,
             )
         except IncidentAlreadyOpen as exc:
@@ -127,11 +132,7 @@ class FreezePath:
             self.crew.ledger.store.open_incident,
             "host_frozen",
             [watch.name],
-            evidence={
-                "reasons": list(watch.finding.reasons),
-                "last_agent_state": watch.snapshot,
-                "flight_recorder": self.crew.recorder.evidence(watch.name),
-            },
+            evidence=self._evidence(watch),
             fault_onset=watch.agent_progress_wall,
             dry_run=True,
         )
