@@ -18,7 +18,7 @@ from spark_watchdog.config.controller import ControllerConfig
 from spark_watchdog.controller.clock import Clock
 from spark_watchdog.controller.detector import Verdict
 from spark_watchdog.controller.ledger import BY, HistoryUnwritable, Ledger
-from spark_watchdog.controller.node_states import InvalidTransition, NodeEvent, NodeState
+from spark_watchdog.controller.node_states import HOLD_EVENTS, NodeEvent, NodeState
 from spark_watchdog.controller.node_watch import NodeWatch
 from spark_watchdog.controller.notify import Event, Notifier
 from spark_watchdog.controller.planner import breaker_trips
@@ -64,11 +64,9 @@ class Holds:
         pause while the history cannot be written, released by the next
         ``sync`` once it can (the incident, if any, is then resumed).
         """
+        assert event in HOLD_EVENTS, event  # each leads to HELD from every state
         watch.held_reason = reason
-        try:
-            watch.apply(event)
-        except InvalidTransition:
-            watch.apply(NodeEvent.RECOVERY_FAILED)
+        watch.apply(event)
         watch.held_by_controller = False
         if record:
             try:

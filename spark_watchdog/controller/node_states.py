@@ -47,6 +47,7 @@ TRANSITIONS: dict[tuple[NodeState, NodeEvent], NodeState] = {
     (W, E.RESUMED_LADDER): F,  # WATCHING -> FENCING: resume a rung after a restart
     (W, E.RESUMED_BOOT_WAIT): B,  # WATCHING -> BOOTING: resume the boot wait after a restart
     (W, E.RECOVERY_FAILED): H,  # WATCHING -> HELD: failed resuming; a person decides
+    (W, E.AMBIGUOUS): H,  # WATCHING -> HELD: a resumed rung whose outcome reads cannot settle
     (F, E.POWER_RESTORED): B,  # FENCING -> BOOTING: wait for a new boot id
     (F, E.RUNG_FAILED): F,  # FENCING -> FENCING: next rung (another device)
     (F, E.LADDER_EXHAUSTED): H,  # FENCING -> HELD: gave up; alert
@@ -56,12 +57,14 @@ TRANSITIONS: dict[tuple[NodeState, NodeEvent], NodeState] = {
     # was already cut is still restored (restoring is not a new action).
     (F, E.HOLD): H,
     (F, E.RECOVERY_FAILED): H,  # FENCING -> HELD: an unexpected error; treated as ambiguous
+    (F, E.GUARD_BLOCKED): H,  # FENCING -> HELD: a later rung's preflight: a budget or the breaker
     (B, E.NEW_BOOT): W,  # BOOTING -> WATCHING: recovered; serving restarts next
     (B, E.BOOT_TIMEOUT): F,  # BOOTING -> FENCING: next rung
     (B, E.LADDER_EXHAUSTED): H,  # BOOTING -> HELD: gave up; alert
     (B, E.HOLD): H,  # BOOTING -> HELD: operator
     (B, E.AMBIGUOUS): H,  # BOOTING -> HELD: a resumed rung whose outcome reads cannot settle
     (B, E.RECOVERY_FAILED): H,  # BOOTING -> HELD: an unexpected error
+    (B, E.GUARD_BLOCKED): H,  # BOOTING -> HELD: the next rung's guard, right after a boot timeout
     (H, E.HOLD): H,  # already held
     (H, E.RELEASE): W,  # HELD -> WATCHING: operator released
     (H, E.NEW_BOOT): H,  # a held node that reboots stays held
@@ -70,6 +73,13 @@ TRANSITIONS: dict[tuple[NodeState, NodeEvent], NodeState] = {
     (H, E.GUARD_BLOCKED): H,  # already held
     (H, E.LADDER_EXHAUSTED): H,  # already held
 }
+
+
+# The events a hold is placed with (controller/holds.py): each one leads from
+# every state to HELD, so placing a hold never needs a second guess.
+HOLD_EVENTS: frozenset[NodeEvent] = frozenset(
+    {E.HOLD, E.GUARD_BLOCKED, E.LADDER_EXHAUSTED, E.AMBIGUOUS, E.RECOVERY_FAILED}
+)
 
 
 class InvalidTransition(Exception):
