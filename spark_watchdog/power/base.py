@@ -42,6 +42,7 @@ from spark_watchdog.errors import (
 )
 from spark_watchdog.power import send_window
 from spark_watchdog.power.send_window import SendWindow
+from spark_watchdog.steps import StepName
 
 log = logging.getLogger("spark_watchdog.power")
 
@@ -142,7 +143,7 @@ class PowerTiming:
 class PowerStep:
     """One recorded step of an action, in order: what and when (monotonic s from start)."""
 
-    name: str
+    name: StepName  # the incident's vocabulary (steps.py): a name outside it fails here
     at_s: float
     detail: str = ""
     # An off that armed the device's own on: seconds from the command to that on.
@@ -306,7 +307,9 @@ class VerifiedPower:
         run = self._start(off_seconds + 2 * self._switch_budget())
         before = await self._read(run)
         if before is not PowerState.ON and not from_off:
-            await self._step(run, "found_off", f"read {before.value} before the off; sent nothing")
+            await self._step(
+                run, StepName.FOUND_OFF, f"read {before.value} before the off; sent nothing"
+            )
             error = FoundOff(
                 self.name, f"read {before.value} before the off: switched off by hand? Not touched"
             )
@@ -323,7 +326,7 @@ class VerifiedPower:
         if self.dry_run:
             how = "" if plan is None else f"; the device would switch on by itself ({plan.how})"
             await self._step(
-                run, "dry_run", f"would cycle (off {off_seconds:g}s{how}); sent nothing"
+                run, StepName.DRY_RUN, f"would cycle (off {off_seconds:g}s{how}); sent nothing"
             )
             return self._result(run, "cycle", before, before, verified=False)
         try:
@@ -331,11 +334,11 @@ class VerifiedPower:
             off_at = self._clock()
             # GB10 "clock latch" clears only after 30-60 s without AC
             # (docs/facts.md): the hold is counted from the verified off.
-            await self._step(run, "hold_started", f"{off_seconds:g}s")
+            await self._step(run, StepName.HOLD_STARTED, f"{off_seconds:g}s")
             if plan is None:
                 await self._sleep(max(0.0, off_seconds - (self._clock() - off_at)))
                 held = self._clock() - off_at
-                await self._step(run, "hold_done", f"{held:.1f}s")
+                await self._step(run, StepName.HOLD_DONE, f"{held:.1f}s")
                 await self._drive(run, PowerState.ON, PowerState.OFF)
             else:
                 held = await self._timed_hold(run, off_at, off_seconds, plan)
@@ -361,7 +364,9 @@ class VerifiedPower:
         except PowerError as exc:
             plan = TimedOn(None, f"its timer setting could not be read: {exc.message}")
         if plan.on_after_s is None or plan.on_after_s < off_seconds:
-            await self._step(run, "timed_on_unavailable", f"{plan.how}; the on is sent from here")
+            await self._step(
+                run, StepName.TIMED_ON_UNAVAILABLE, f"{plan.how}; the on is sent from here"
+            )
             return None
         return plan
 
@@ -381,14 +386,14 @@ class VerifiedPower:
             if since < off_seconds - HOLD_TOLERANCE_S:
                 await self._step(
                     run,
-                    "hold_cut_short",
+                    StepName.HOLD_CUT_SHORT,
                     f"read {early.value} {since:.1f}s after the off command, before the "
                     f"{off_seconds:g}s hold ended (armed for {plan.on_after_s:g}s)",
                 )
         else:
-            await self._step(run, "hold_done", f"{self._clock() - off_at:.1f}s")
+            await self._step(run, StepName.HOLD_DONE, f"{self._clock() - off_at:.1f}s")
         due = max(0.0, plan.on_after_s - (self._clock() - sent_at))
-        await self._step(run, "on_awaited", f"the device's own on is due in {due:.1f}s")
+        await self._step(run, StepName.ON_AWAITED, f"the device's own on is due in {due:.1f}s")
         try:
             await self._poll_until(
                 run, PowerState.ON, window=due + self.timing.power_timeout, by_device=True
@@ -398,7 +403,7 @@ class VerifiedPower:
             # The device did not switch on by itself (or its reads fail): the
             # on goes from here. An on cannot hurt a machine that has no power,
             # and is harmless to an outlet already on.
-            await self._step(run, "on_not_by_device", exc.message)
+            await self._step(run, StepName.ON_NOT_BY_DEVICE, exc.message)
         held = self._clock() - off_at
         await self._drive(run, PowerState.ON, PowerState.OFF)
         return held
@@ -431,7 +436,7 @@ class VerifiedPower:
         before = await self._read(run)
         if self.dry_run:
             note = "already there" if before is target else f"would switch {action}"
-            await self._step(run, "dry_run", f"{note}; sent nothing")
+            await self._step(run, StepName.DRY_RUN, f"{note}; sent nothing")
             return self._result(run, action, before, before, verified=before is target)
         try:
             await self._drive(run, target, before)
@@ -449,16 +454,16 @@ class VerifiedPower:
         """
         word = target.value
         if before is target:
-            await self._step(run, f"already_{word}", "read back; no command sent")
+            await self._step(run, StepName(f"already_{word}"), "read back; no command sent")
             return
         await self._wait_spacing(run, word)
         # Write-ahead: the step is recorded before the command leaves.
         if plan is None:
-            await self._step(run, f"{word}_requested")
+            await self._step(run, StepName(f"{word}_requested"))
         else:
             await self._step(
                 run,
-                f"{word}_requested",
+                StepName(f"{word}_requested"),
                 f"timed: the device switches on by itself {plan.on_after_s:g}s later ({plan.how})",
                 on_after_s=plan.on_after_s,
             )
@@ -466,7 +471,7 @@ class VerifiedPower:
         try:
             await self._bounded(run, self._send(target, plan), self.timing.command_timeout)
         except (Withdrawn, SendRefused) as exc:
-            await self._step(run, f"{word}_withdrawn", exc.message)
+            await self._step(run, StepName(f"{word}_withdrawn"), exc.message)
             raise
         except asyncio.TimeoutError:
             self._spacing.mark(self.backend.limiter_key, self._clock())
@@ -509,7 +514,7 @@ class VerifiedPower:
 
     async def _after_ambiguous(self, run: _Run, target: PowerState, why: str) -> None:
         """The command may or may not have landed: read, never resend."""
-        await self._step(run, f"{target.value}_ambiguous", why)
+        await self._step(run, StepName(f"{target.value}_ambiguous"), why)
         try:
             await self._poll_until(run, target)
         except (StateTimeout, Unreachable) as exc:
@@ -542,7 +547,9 @@ class VerifiedPower:
                 last_error = exc
             if last is target and last_error is None:
                 who = "; switched by the device's own timer" if by_device else ""
-                await self._step(run, f"{target.value}_verified", f"after {reads} read(s){who}")
+                await self._step(
+                    run, StepName(f"{target.value}_verified"), f"after {reads} read(s){who}"
+                )
                 return
             if self._clock() + self.timing.poll_interval >= window_end:
                 break
@@ -573,7 +580,9 @@ class VerifiedPower:
         if wait > 0:
             # Named after the command it precedes: a resume must know whether
             # the off was still to come (nothing cut) or already done.
-            await self._step(run, f"{word}_spacing", f"waiting {wait:.1f}s since the last command")
+            await self._step(
+                run, StepName(f"{word}_spacing"), f"waiting {wait:.1f}s since the last command"
+            )
             await self._sleep(wait)
 
     def _start(self, budget: float) -> _Run:
@@ -581,7 +590,7 @@ class VerifiedPower:
         return _Run(started=now, deadline=now + budget)
 
     async def _step(
-        self, run: _Run, name: str, detail: str = "", *, on_after_s: float | None = None
+        self, run: _Run, name: StepName, detail: str = "", *, on_after_s: float | None = None
     ) -> None:
         step = PowerStep(name, self._clock() - run.started, detail, on_after_s)
         run.steps.append(step)

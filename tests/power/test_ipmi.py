@@ -286,7 +286,7 @@ def test_verified_cycle_kills_and_restarts_the_host_process(sim_on: IpmiSim) -> 
     assert result.verified
     assert result.state_before is ON and result.state_after is ON
     assert result.off_held_s is not None and result.off_held_s >= 1.0
-    steps = [s.name for s in result.steps]
+    steps = [str(s.name) for s in result.steps]
     assert steps.index("off_requested") < steps.index("off_verified") < steps.index("hold_started")
     assert steps.index("on_requested") < steps.index("on_verified")
     # Really off during the hold: the stand-in host was killed...
