@@ -22,12 +22,11 @@ from __future__ import annotations
 import asyncio
 import json
 import shlex
-import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from spark_watchdog.config.controller import PLACEHOLDER, LauncherConfig
-from spark_watchdog.controller.http_client import HttpError, request
+from spark_watchdog.controller.http_client import HttpError
 from spark_watchdog.controller.launcher_commands import CommandResult, CommandRunner
 from spark_watchdog.controller.serving_restart import (
     PreflightFailed,
@@ -254,9 +253,9 @@ class LauncherRestart(ServingRestart):
         values: Mapping[str, Any],
     ) -> CommandResult:
         timeout = self.launcher.stop_timeout if which == "stop" else self.launcher.start_timeout
-        started = time.monotonic()
+        started = self.clock.monotonic()
         result = await self.runner.run(which, substitute(argv, values), environment, timeout)
-        report.step_durations[f"launcher {which}"] = round(time.monotonic() - started, 3)
+        report.step_durations[f"launcher {which}"] = round(self.clock.monotonic() - started, 3)
         assert report.launcher is not None
         report.launcher["commands"].append(result.to_json())
         return result
@@ -266,7 +265,7 @@ class LauncherRestart(ServingRestart):
 
         async def one(node: ServingNode) -> tuple[str, str]:
             try:
-                answer = await request(
+                answer = await self.http(
                     f"{node.agent.rstrip('/')}/v1/serving", timeout=self.request_timeout
                 )
                 body = answer.json()
@@ -280,13 +279,13 @@ class LauncherRestart(ServingRestart):
 
     async def _wait_all_ready(self, report: ServingRestartReport) -> bool:
         """Every rank running, then the head serving, within the start timeout."""
-        deadline = time.monotonic() + self.timeout
-        while time.monotonic() < deadline:
+        deadline = self.clock.monotonic() + self.timeout
+        while self.clock.monotonic() < deadline:
             ranks = await self._ranks()
             if all(state == "running" for state in ranks.values()):
-                left = deadline - time.monotonic()
+                left = deadline - self.clock.monotonic()
                 return left > 0 and await self._wait_ready(report, left)
-            await asyncio.sleep(1.0)
+            await self.clock.sleep(1.0)
         return False
 
 

@@ -17,17 +17,31 @@ fails there with nothing stopped, instead of after every rank is down.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
+from spark_watchdog.controller.clock import Clock, SystemClock
 from spark_watchdog.controller.detector import vllm_status
-from spark_watchdog.controller.http_client import HttpError, request
+from spark_watchdog.controller.http_client import HttpAnswer, HttpError, request
 from spark_watchdog.profiles import EffectiveConfig, effective_matches, effective_safe
 from spark_watchdog.redact import redact_text
 
 START_SETTLE_S = 1.0
+
+
+class Requester(Protocol):
+    """One HTTP request to an agent (controller/http_client.py's ``request``)."""
+
+    async def __call__(
+        self,
+        url: str,
+        *,
+        method: str = ...,
+        timeout: float,
+        body: Any = ...,
+        headers: dict[str, str] | None = ...,
+    ) -> HttpAnswer: ...
 
 
 @dataclass
@@ -109,9 +123,11 @@ class PreflightFailed(Exception):
         self.unknown_profile = unknown_profile
 
 
-async def serving_offer(node: ServingNode, timeout: float) -> ServingOffer:
+async def serving_offer(
+    node: ServingNode, timeout: float, http: Requester = request
+) -> ServingOffer:
     try:
-        answer = await request(f"{node.agent.rstrip('/')}/v1/serving", timeout=timeout)
+        answer = await http(f"{node.agent.rstrip('/')}/v1/serving", timeout=timeout)
         body = answer.json()
     except HttpError as exc:
         return ServingOffer(node.name, error=str(exc))
@@ -132,9 +148,11 @@ async def serving_offer(node: ServingNode, timeout: float) -> ServingOffer:
     )
 
 
-async def serving_offers(nodes: Sequence[ServingNode], timeout: float) -> list[ServingOffer]:
+async def serving_offers(
+    nodes: Sequence[ServingNode], timeout: float, http: Requester = request
+) -> list[ServingOffer]:
     """Every node's offer, asked at once."""
-    return list(await asyncio.gather(*(serving_offer(n, timeout) for n in nodes)))
+    return list(await asyncio.gather(*(serving_offer(n, timeout, http) for n in nodes)))
 
 
 def unknown_profile_problem(profile: str, offers: Sequence[ServingOffer]) -> str | None:
@@ -163,7 +181,12 @@ class ServingRestart:
         timeout: float,
         request_timeout: float = 30.0,
         order: Literal["native", "ray"] = "native",
+        http: Requester = request,
+        clock: Clock | None = None,
     ) -> None:
+        """``http`` and ``clock``: the seams the simulation runs this very code through."""
+        self.http = http
+        self.clock: Clock = clock or SystemClock()
         self.head = head
         self.workers = tuple(workers)
         self.order = order
@@ -172,7 +195,7 @@ class ServingRestart:
         self.request_timeout = request_timeout
 
     async def _post(self, node: ServingNode, what: str, body: Any = None) -> dict[str, Any]:
-        answer = await request(
+        answer = await self.http(
             f"{node.agent.rstrip('/')}/v1/serving/{what}",
             method="POST",
             body={} if body is None else body,
@@ -187,16 +210,16 @@ class ServingRestart:
         return payload if isinstance(payload, dict) else {}
 
     async def _timed(self, report: ServingRestartReport, label: str, coro: Any) -> Any:
-        started = time.monotonic()
+        started = self.clock.monotonic()
         try:
             return await coro
         finally:
-            report.step_durations[label] = round(time.monotonic() - started, 3)
+            report.step_durations[label] = round(self.clock.monotonic() - started, 3)
 
     async def preflight(self, profile: str) -> list[ServingOffer]:
         """Raise PreflightFailed unless every node's agent answers, has serving control
         on, and offers ``profile``; the offers, the head's first. Stops nothing."""
-        offers = await serving_offers([self.head, *self.workers], self.request_timeout)
+        offers = await serving_offers([self.head, *self.workers], self.request_timeout, self.http)
         problem = unknown_profile_problem(profile, offers)
         if problem is not None:
             raise PreflightFailed(f"{problem}; nothing was stopped", unknown_profile=True)
@@ -271,12 +294,12 @@ class ServingRestart:
         return report
 
     async def _wait_ready(self, report: ServingRestartReport, within: float | None = None) -> bool:
-        deadline = time.monotonic() + (self.timeout if within is None else within)
-        await asyncio.sleep(START_SETTLE_S)
-        while time.monotonic() < deadline:
+        deadline = self.clock.monotonic() + (self.timeout if within is None else within)
+        await self.clock.sleep(START_SETTLE_S)
+        while self.clock.monotonic() < deadline:
             try:
                 state = (
-                    await request(
+                    await self.http(
                         f"{self.head.agent.rstrip('/')}/v1/state", timeout=self.request_timeout
                     )
                 ).json()
@@ -292,5 +315,5 @@ class ServingRestart:
                     canary = await self._post(self.head, "canary")
                     if canary.get("outcome") == "ok":
                         return True
-            await asyncio.sleep(1.0)
+            await self.clock.sleep(1.0)
         return False
