@@ -8,7 +8,7 @@ from typing import Any
 
 from spark_watchdog.errors import InvalidRecord, UnknownRecord
 from spark_watchdog.history import checks, decode
-from spark_watchdog.history.core import Connection, StoreCore
+from spark_watchdog.history.core import Connection, StoreCore, writes
 from spark_watchdog.history.records import (
     ACTION_OPERATIONS,
     ACTION_RESULTS,
@@ -21,6 +21,7 @@ from spark_watchdog.redact import redact_text
 class ActionTables(StoreCore):
     """Actions and the counts the budgets take from them."""
 
+    @writes
     def record_action(
         self,
         node: str,
@@ -70,6 +71,7 @@ class ActionTables(StoreCore):
                 self._insert_step(conn, incident_id, step, name, json.dumps(detail), now)
             return self._get_action(conn, action_id)
 
+    @writes
     def finish_action(
         self,
         action_id: int,

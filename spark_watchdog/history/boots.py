@@ -7,13 +7,14 @@ from typing import Any
 
 from spark_watchdog.errors import InvalidRecord, UnknownRecord
 from spark_watchdog.history import checks, decode
-from spark_watchdog.history.core import Connection, StoreCore
+from spark_watchdog.history.core import Connection, StoreCore, writes
 from spark_watchdog.history.records import Boot, Node
 
 
 class BootTables(StoreCore):
     """Nodes and boots."""
 
+    @writes
     def record_node(
         self, name: str, *, boot_id: str | None = None, at: float | None = None
     ) -> Node:
@@ -40,6 +41,7 @@ class BootTables(StoreCore):
 
     # -- boots ---------------------------------------------------------------------
 
+    @writes
     def upsert_boot(
         self,
         node: str,
@@ -101,6 +103,7 @@ class BootTables(StoreCore):
             )
             return decode.boot(self._boot_row(conn, node, boot), self._path)
 
+    @writes
     def record_agent_boot(
         self,
         node: str,
@@ -145,6 +148,7 @@ class BootTables(StoreCore):
             self.record_node(node, boot_id=boot_id, at=at)
         return recorded
 
+    @writes
     def link_boot(self, node: str, boot_id: str, incident_id: int) -> Boot:
         """Link an already recorded boot to an incident (the boot it froze in, or came back as)."""
         node = checks.node_name(node, self._path)

@@ -53,6 +53,23 @@ from spark_watchdog.redact import redact_record
 DEFAULT_BUSY_TIMEOUT_S = 2.0
 
 
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def writes(method: F) -> F:
+    """Marks a store method that writes the history. What reads it: the
+    simulation, which injects history failures into writes and crashes the
+    controller after each one (spark_watchdog/simulation/run.py); a test checks
+    that every method that writes is marked."""
+    method.history_write = True  # type: ignore[attr-defined]
+    return method
+
+
+def is_write(method: Callable[..., Any]) -> bool:
+    """Whether ``method`` (bound or not) writes the history (``@writes``)."""
+    return getattr(method, "history_write", False) is True
+
+
 class Cursor(Protocol):
     """What the tables read from a query: sqlite3's cursor, or PostgreSQL's
     through history/postgres.py."""

@@ -6,13 +6,14 @@ from typing import Any
 
 from spark_watchdog.errors import InvalidRecord
 from spark_watchdog.history import checks, decode
-from spark_watchdog.history.core import StoreCore
+from spark_watchdog.history.core import StoreCore, writes
 from spark_watchdog.history.records import CLUSTER, Hold, Setting
 
 
 class HoldTables(StoreCore):
     """Holds and settings: what operators set, with who and when."""
 
+    @writes
     def hold(self, node: str, reason: str, *, by: str, at: float | None = None) -> Hold:
         """Hold a node, or the whole cluster with ``CLUSTER`` ("*").
 
@@ -40,6 +41,7 @@ class HoldTables(StoreCore):
             ).fetchone()
             return decode.hold(row)
 
+    @writes
     def release(self, node: str, *, by: str, at: float | None = None) -> Hold | None:
         """Release the active hold on one target (a node, or "*"); None if it had none.
 
@@ -62,6 +64,7 @@ class HoldTables(StoreCore):
             ).fetchone()
             return decode.hold(row)
 
+    @writes
     def release_all(self, *, by: str, at: float | None = None) -> list[Hold]:
         """Release every active hold, per node and cluster-wide; returns them."""
         by = checks.who(by, self._path)
@@ -110,6 +113,7 @@ class HoldTables(StoreCore):
 
     # -- cluster settings ---------------------------------------------------------------
 
+    @writes
     def set_setting(self, key: str, value: Any, *, by: str, at: float | None = None) -> Setting:
         """Set a cluster setting (any JSON value), noting who and when."""
         if not isinstance(key, str) or not checks.SETTING_KEY.match(key):

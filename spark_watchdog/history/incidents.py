@@ -8,7 +8,7 @@ from typing import Any
 
 from spark_watchdog.errors import IncidentAlreadyOpen, InvalidRecord, UnknownRecord
 from spark_watchdog.history import checks, decode
-from spark_watchdog.history.core import Connection, StoreCore
+from spark_watchdog.history.core import Connection, StoreCore, writes
 from spark_watchdog.history.records import RESOLUTIONS, Incident, IncidentStep, IncidentTimeline
 
 # The incident kind that cuts power: at most one open per node.
@@ -31,6 +31,7 @@ class IncidentTables(StoreCore):
                 nodes[incident_id].append(node)
         return [decode.incident(row, nodes[row[0]], self._path) for row in rows]
 
+    @writes
     def open_incident(
         self,
         kind: str,
@@ -100,6 +101,7 @@ class IncidentTables(StoreCore):
             )
             return self._get_incident(conn, incident_id)
 
+    @writes
     def resolve_incident(
         self,
         incident_id: int,
@@ -233,6 +235,7 @@ class IncidentTables(StoreCore):
 
     # -- the write-ahead log ---------------------------------------------------------
 
+    @writes
     def add_step(
         self,
         incident_id: int,

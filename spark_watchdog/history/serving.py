@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 
 from spark_watchdog.errors import InvalidRecord, UnknownRecord
 from spark_watchdog.history import checks, decode
-from spark_watchdog.history.core import Connection, StoreCore
+from spark_watchdog.history.core import Connection, StoreCore, writes
 from spark_watchdog.history.records import SERVING_RESTART_RESULTS, ServingRestart
 from spark_watchdog.redact import redact_text
 
@@ -14,6 +14,7 @@ from spark_watchdog.redact import redact_text
 class ServingRestartTables(StoreCore):
     """Serving restarts."""
 
+    @writes
     def start_serving_restart(
         self, profile: str, *, incident_id: int | None = None, at: float | None = None
     ) -> ServingRestart:
@@ -33,6 +34,7 @@ class ServingRestartTables(StoreCore):
             assert restart_id is not None
             return self._get_serving_restart(conn, restart_id)
 
+    @writes
     def finish_serving_restart(
         self,
         restart_id: int,

@@ -27,6 +27,7 @@ from spark_watchdog.controller.io import ControllerIO
 from spark_watchdog.controller.node_states import NodeState
 from spark_watchdog.controller.notify import Event, Notifier
 from spark_watchdog.errors import StoreFull, StoreLocked
+from spark_watchdog.history.core import is_write
 from spark_watchdog.history.records import CLUSTER, IncidentStep
 from spark_watchdog.history.store import HistoryStore
 from spark_watchdog.power.base import CommandSpacing, PowerState, SendGate, StepHook, VerifiedPower
@@ -52,19 +53,6 @@ from spark_watchdog.simulation.world import (
 from spark_watchdog.steps import StepName
 
 _INCARNATION: contextvars.ContextVar[int] = contextvars.ContextVar("incarnation", default=0)
-_WRITES = (
-    "record_",
-    "open_incident",
-    "resolve_",
-    "add_",
-    "finish_",
-    "start_",
-    "hold",
-    "release",
-    "set_setting",
-    "upsert_",
-    "link_",
-)
 SelfTimed = Literal["never", "always", "failing"]
 ALERT_KINDS = frozenset({"held", "gave_up", "circuit_breaker", "outlet_off", "ambiguous_power"})
 FAULTS = (
@@ -184,7 +172,7 @@ class _Store:
         if not callable(method):
             return method
         run = self._run
-        writes = name.startswith(_WRITES)
+        writes = is_write(method)  # marked where it is written (history/core.py)
 
         def call(*args: Any, **kwargs: Any) -> Any:
             run.incarnation.check()
