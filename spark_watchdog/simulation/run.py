@@ -83,6 +83,9 @@ FAULTS = (
     "memory_kill",
     "gpu_wedge",
     "clock_latch",
+    "serving_start_fails",
+    "serving_stop_hangs",
+    "serving_wrong_profile",
 )
 
 
@@ -125,6 +128,8 @@ class Report:
     alerts: list[str] = field(default_factory=list)
     verdicts: dict[str, str] = field(default_factory=dict)
     resolutions: list[str] = field(default_factory=list)
+    # The kind of each incident (not dry run), in order.
+    kinds: list[str] = field(default_factory=list)
     # Outlets switched on by their own timer (a self-timed cycle), not by a command.
     timed_ons: int = 0
     # Rungs run a second time: a resumed off never seen to land (recovery.Unsettled).
@@ -336,7 +341,7 @@ class _Run:
             banner=sim_banner(world, incarnation),
             witness=sim_witness(world, incarnation),
             power_factory=power,
-            serving=sim_serving(world, incarnation),
+            serving=sim_serving(world, incarnation, config, self.clock),
             agent_restart=sim_agent_restart(world, incarnation),
             forced_reboot=sim_forced_reboot(world, incarnation),
             halt=sim_halt(world, incarnation),
@@ -503,6 +508,12 @@ class _Run:
         elif fault == "gpu_wedge" and node.phase == "up":
             node.gpu_wedged = True
             node.gpu_sticky = rng.random() < 0.3
+        elif fault == "serving_start_fails":  # the rank exits at its next start
+            node.next_start_fails = True
+        elif fault == "serving_stop_hangs":  # the agent never answers its next stop
+            node.next_stop_hangs = True
+        elif fault == "serving_wrong_profile":  # the next start runs a config less safe
+            node.next_start_unsafe = True
 
     def _network_fault(self, node: SimNode, outlet: SimOutlet, now: float, fault: str) -> None:
         rng, world = self.rng, self.world
@@ -633,8 +644,12 @@ class _Run:
             raise ValueError(f"unknown simulated fault {', '.join(map(repr, unknown))}")
         for at, fault, on in self.script if self.script is not None else schedule:
             loop.call_at(at, self.inject, fault, on)
-        g = self.config.guards
-        tail = 4 * (self.config.policy.power_off_seconds + g.boot_timeout + 60.0) + 120.0
+        g, policy = self.config.guards, self.config.policy
+        # Long enough for the longest ladder begun late in it: a cut as long as a
+        # clock latch's, the boot wait, and the serving restart that follows
+        # (a head that never gets ready holds it for serving.start_timeout).
+        cut = max(policy.power_off_seconds, policy.clock_latch_off_seconds)
+        tail = 4 * (cut + g.boot_timeout + 60.0) + self.config.serving.start_timeout + 120.0
         elapsed, settled = 0.0, 0
         healed = False
         while elapsed < fault_window + tail:
@@ -790,6 +805,7 @@ class _Run:
             alerts=[e.kind for e in self.events],
             verdicts=self.final_verdicts,
             resolutions=[str(i.resolution) for i in incidents],
+            kinds=[i.kind for i in incidents],
             timed_ons=len(self.world.truth.timed_ons),
             second_tries=sum(
                 1
@@ -817,6 +833,9 @@ _FAULT_GROUPS: tuple[tuple[_FaultPlay, tuple[str, ...]], ...] = (
             "agent_slow",
             "memory_kill",
             "gpu_wedge",
+            "serving_start_fails",
+            "serving_stop_hangs",
+            "serving_wrong_profile",
         ),
     ),
     (

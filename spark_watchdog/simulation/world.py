@@ -18,7 +18,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from spark_watchdog.config.controller import NodeConfig, SshDevice
+from spark_watchdog.config.controller import ControllerConfig, NodeConfig, SshDevice
+from spark_watchdog.controller.clock import Clock
 from spark_watchdog.controller.http_client import (
     NO_NETWORK,
     REFUSED,
@@ -28,7 +29,11 @@ from spark_watchdog.controller.http_client import (
     HttpError,
 )
 from spark_watchdog.controller.io import RebootAttempt
-from spark_watchdog.controller.serving_restart import ServingNode, ServingRestartReport
+from spark_watchdog.controller.serving_restart import (
+    ServingNode,
+    ServingRestart,
+    ServingRestartReport,
+)
 from spark_watchdog.controller.witness import WitnessReport
 from spark_watchdog.errors import Ambiguous, Refused, Unreachable
 from spark_watchdog.power.base import TIMED_ON_MARGIN_S, PowerState, TimedOn
@@ -120,6 +125,15 @@ class SimNode:
         self.gpu_sticky = False  # ... or until power is cut (a reboot does not clear it)
         # (agent incarnation, wall time) of each kill by the node's memory guard.
         self.guard_kills: list[tuple[tuple[int, int], float]] = []
+        # Its vLLM rank, as its agent's serving API drives it: running or not, the
+        # profile it was last started with, a config not as safe as asked; and
+        # the faults of the next serving command to this node.
+        self.rank_running = True
+        self.rank_profile: str | None = None
+        self.rank_unsafe = False
+        self.next_start_fails = False
+        self.next_stop_hangs = False
+        self.next_start_unsafe = False
 
     @property
     def boot_id(self) -> str:
@@ -205,6 +219,8 @@ class SimNode:
                 self.seq = 0
                 self.agent, self.agent_started = "ok", 0
                 self.phase, self.phase_until = "up", float("inf")
+                # The agent starts its rank at boot, as it is configured.
+                self.rank_running, self.rank_unsafe = True, False
             else:
                 break
 
@@ -253,7 +269,7 @@ class SimNode:
                 "started_at": f"agent-{self.boot}-{self.agent_started}",
                 "stopping": {"since": self.now(), "system": True} if phase == "stopping" else None,
                 "probes": {
-                    "vllm": {"state": "progressing"},
+                    "vllm": {"state": "progressing" if self.rank_running else "dead"},
                     "gpu": {"state": "timeout" if self.gpu_wedged else "ok"},
                 },
                 "memory_guard": self._memory_guard(),
@@ -262,7 +278,46 @@ class SimNode:
                     "state": "latched" if self.clock_latched else "ok",
                 },
             }
+            if self.rank_unsafe:
+                body["serving"] = {"effective_safe": False, "effective_matches_profile": False}
         return HttpAnswer(200, json.dumps(body).encode())
+
+    async def serving_call(self, method: str, what: str, body: Any, timeout: float) -> HttpAnswer:
+        """The agent's serving API (``GET /v1/serving``, ``POST /v1/serving/<what>``)
+        with its faults: a stop that never answers, a start whose rank exits, a
+        rank that comes up with a config less safe than asked."""
+        self.step()
+        blind = self._blind()
+        if blind is not None:
+            raise HttpError(f"{self.name}: cannot look ({blind})", blind)
+        silent = self.phase in ("frozen", "off", "post", "halted")
+        if silent or self.rng.random() < self.loss or self.now() < self.partitioned_until:
+            await self.world.sleep(timeout)
+            raise HttpError(f"{self.name}: no answer within {timeout:g}s", SILENCE)
+        if self.phase != "up" or self.agent == "crashed":
+            raise HttpError(f"{self.name}: connection refused", REFUSED)
+        if method == "GET" and what == "":
+            return _json(200, {"enabled": True, "profiles": list(SIM_PROFILES)})
+        if what == "stop":
+            if self.next_stop_hangs:
+                self.next_stop_hangs = False
+                await self.world.sleep(timeout)
+                raise HttpError(f"{self.name}: no answer within {timeout:g}s", SILENCE)
+            await self.world.sleep(self.rng.uniform(0.5, 3.0))
+            self.rank_running = False
+            return _json(200, {"state": "stopped"})
+        if what == "start":
+            await self.world.sleep(self.rng.uniform(0.5, 3.0))
+            if self.next_start_fails:
+                self.next_start_fails = False
+                return _json(500, {"error": "the rank exited while starting"})
+            profile = body.get("profile") if isinstance(body, dict) else None
+            self.rank_running, self.rank_profile = True, profile
+            self.rank_unsafe, self.next_start_unsafe = self.next_start_unsafe, False
+            return _json(200, {"state": "running"})
+        if what == "canary":
+            return _json(200, {"outcome": "ok" if self.rank_running else "failed"})
+        return _json(404, {"error": f"no such endpoint: {what}"})
 
     async def banner(self, timeout: float) -> BannerResult:
         self.step()
@@ -289,6 +344,14 @@ class SimNode:
 # Seconds without power that clear a GPU clock latch in the simulation: longer
 # than most ordinary cuts it draws, shorter than clock_latch_off_seconds.
 LATCH_CLEAR_S = 90.0
+
+
+# The profiles every simulated agent offers (GET /v1/serving).
+SIM_PROFILES = ("safe", "fast")
+
+
+def _json(status: int, body: Any) -> HttpAnswer:
+    return HttpAnswer(status, json.dumps(body).encode())
 
 
 class SimOutlet:
@@ -478,15 +541,62 @@ def sim_witness(world: World, incarnation: Incarnation) -> Any:
     return check
 
 
-def sim_serving(world: World, incarnation: Incarnation) -> Any:
+class SimServingHttp:
+    """The agents as the real serving restart asks them (controller/serving_restart.py):
+    their state, and their serving API with its faults."""
+
+    def __init__(self, world: World, incarnation: Incarnation, agents: dict[str, str]) -> None:
+        self.world = world
+        self.incarnation = incarnation
+        self.agents = agents  # each agent's base URL: its node
+
+    async def __call__(
+        self,
+        url: str,
+        *,
+        method: str = "GET",
+        timeout: float,
+        body: Any = None,
+        headers: dict[str, str] | None = None,
+    ) -> HttpAnswer:
+        self.incarnation.check()
+        base = next(b for b in self.agents if url.startswith(b + "/"))
+        node, path = self.world.nodes[self.agents[base]], url[len(base) :]
+        if path == "/v1/state":
+            answer = await node.agent_get(path, timeout)
+        else:
+            what = path.removeprefix("/v1/serving").strip("/")
+            answer = await node.serving_call(method, what, body, timeout)
+        self.incarnation.check()
+        return answer
+
+
+def sim_serving(
+    world: World, incarnation: Incarnation, config: ControllerConfig, clock: Clock
+) -> Any:
+    """The real serving restart, against the simulated agents. A restart it
+    calls succeeded while the head does not run the profile, or runs a config
+    less safe than asked, breaks I11."""
+    agents = {n.agent.rstrip("/"): n.name for n in config.nodes}
+    http = SimServingHttp(world, incarnation, agents)
+
     async def run(
         head: ServingNode, workers: Sequence[ServingNode], token: str, timeout: float, profile: str
     ) -> ServingRestartReport:
         incarnation.check()
         world.truth.serving_restarts.append(world.now())
-        await world.sleep(world.rng.uniform(1.0, 5.0))
+        restart = ServingRestart(head, workers, token, timeout=timeout, http=http, clock=clock)
+        report = await restart.run(profile)
         incarnation.check()
-        return ServingRestartReport(profile, result="succeeded", step_durations={"all": 3.0})
+        node = world.nodes[head.name]
+        running = node.rank_running and node.rank_profile == profile and not node.rank_unsafe
+        if report.result == "succeeded" and not running:
+            world.truth.violations.append(
+                f"I11 at {world.now():.1f}s: a serving restart with {profile} reported "
+                f"succeeded, but {head.name} runs {node.rank_profile} "
+                f"(running {node.rank_running}, less safe than asked {node.rank_unsafe})"
+            )
+        return report
 
     return run
 
