@@ -50,6 +50,14 @@ async def wait_for(host: Parts, done: Callable[[], bool], seconds: float) -> boo
     return await wait_until(host.clock, done, seconds, host.config.detection.poll_interval)
 
 
+async def new_boot(host: Parts, watch: NodeWatch, before: str | None, within: float) -> bool:
+    """Whether the node's agent answers with a boot other than ``before`` within
+    ``within`` s: the one boot wait of every ladder (a freeze's cycle, a forced
+    reboot, a clock latch's long cut). A boot id not seen yet is no new boot."""
+    tick = min(0.5, host.config.detection.poll_interval / 2)
+    return await wait_until(host.clock, lambda: watch.booted_since(before), within, tick)
+
+
 async def resolve(host: Parts, incident_id: int, kind: str, resolution: str, why: str) -> str:
     """Close the incident with ``why`` recorded; returns the resolution."""
     await host.ledger.write(

@@ -306,6 +306,10 @@ class NodeWatch:
         if answering and now - since >= boot_timeout:
             self.expect_reboot(None, now)
 
+    def booted_since(self, before: str | None) -> bool:
+        """The agent answered with a boot id, and not ``before``'s."""
+        return self.boot_id is not None and self.boot_id != before
+
     def shows_life(self, now: float, freeze_after: float) -> bool:
         """An answer of any kind (agent, SSH) within ``freeze_after``."""
         last = self.last_life_at

@@ -29,6 +29,7 @@ from typing import Any
 
 from spark_watchdog.controller.clock import remaining
 from spark_watchdog.controller.crew import Crew
+from spark_watchdog.controller.ladder import new_boot
 from spark_watchdog.controller.ledger import HistoryUnwritable, Ledger
 from spark_watchdog.controller.node_states import NodeEvent, NodeState
 from spark_watchdog.controller.node_watch import NodeWatch
@@ -604,7 +605,7 @@ async def await_new_boot(
     resumed: bool = False,
 ) -> RungOutcome:
     """Wait (monotonic) up to ``timeout`` for the agent to answer with another boot id."""
-    ledger, node, clock = host.ledger, watch.name, host.clock
+    ledger, node = host.ledger, watch.name
     before = boot_before if boot_before is not None else watch.boot_id
     await _note(
         host,
@@ -616,25 +617,19 @@ async def await_new_boot(
         resumed=resumed,
         off_side=True,  # power is on: waiting needs no record
     )
-    deadline = clock.monotonic() + timeout
-    tick = min(0.5, host.config.detection.poll_interval / 2)
-    while True:
-        if watch.boot_id is not None and watch.boot_id != before and watch.snapshot is not None:
-            await _note(
-                host,
-                incident_id,
-                node,
-                StepName.NEW_BOOT_SEEN,
-                boot_id=watch.boot_id,
-                boot_id_before=before,
-                off_side=True,
-            )
-            watch.apply(NodeEvent.NEW_BOOT)
-            await record_boots(host, watch, incident_id)
-            return await finish_recovery(host, watch, incident_id)
-        if clock.monotonic() >= deadline:
-            break
-        await clock.sleep(tick)
+    if await new_boot(host, watch, before, timeout):
+        await _note(
+            host,
+            incident_id,
+            node,
+            StepName.NEW_BOOT_SEEN,
+            boot_id=watch.boot_id,
+            boot_id_before=before,
+            off_side=True,
+        )
+        watch.apply(NodeEvent.NEW_BOOT)
+        await record_boots(host, watch, incident_id)
+        return await finish_recovery(host, watch, incident_id)
     await ledger.write(
         ledger.store.add_step,
         incident_id,

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from spark_watchdog.config.controller import ControllerConfig
 from spark_watchdog.controller.crew import Crew
-from spark_watchdog.controller.ladder import resolve, wait_for
+from spark_watchdog.controller.ladder import new_boot, resolve, wait_for
 from spark_watchdog.controller.node_watch import NodeWatch
 from spark_watchdog.controller.notify import Event
 from spark_watchdog.controller.planner import Action, power_blocked
@@ -131,7 +131,7 @@ async def await_boot(host: Crew, watch: NodeWatch, incident_id: int, boot: str |
         + 2 * config.policy.power_timeout
         + _DETECT_MARGIN_S
     )
-    if await wait_for(host, lambda: watch.boot_id not in (None, boot), limit):
+    if await new_boot(host, watch, boot, limit):
         return await resolve(host, incident_id, KIND, "recovered", "a new boot after the long cut")
     return await _unanswered(host, watch, incident_id, "no new boot after the halt and the cut")
 

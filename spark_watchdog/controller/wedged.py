@@ -24,7 +24,7 @@ from __future__ import annotations
 from spark_watchdog.config.controller import SshDevice
 from spark_watchdog.controller.crew import Crew
 from spark_watchdog.controller.detector import Verdict
-from spark_watchdog.controller.ladder import resolve, wait_for
+from spark_watchdog.controller.ladder import new_boot, resolve, wait_for
 from spark_watchdog.controller.node_states import NodeEvent
 from spark_watchdog.controller.node_watch import NodeWatch
 from spark_watchdog.controller.notify import Event
@@ -132,7 +132,7 @@ async def _boot_wait(
         node=name,
         detail={"timeout_s": timeout, "boot_id_before": boot_before},
     )
-    if await wait_for(host, lambda: watch.boot_id != boot_before, timeout):
+    if await new_boot(host, watch, boot_before, timeout):
         await ledger.write(
             store.finish_action,
             action_id,

@@ -129,3 +129,12 @@ def test_an_expected_reboot_is_not_cleared_by_answers_only_by_a_new_boot() -> No
     assert w.going_down_at == 2.0 and w.reboot_expected
     w.note_answer(snapshot(0, boot="b2"), 20.0, 1020.0)
     assert w.going_down_at is None and not w.reboot_expected
+
+
+def test_a_new_boot_is_a_boot_id_seen_and_not_the_one_before() -> None:
+    w = watch()
+    assert not w.booted_since(None)  # nothing seen yet is no new boot
+    assert not w.booted_since("b0")
+    w.note_answer(snapshot(1, boot="b1"), 1.0, 1001.0)
+    assert w.booted_since("b0") and w.booted_since(None)
+    assert not w.booted_since("b1")
