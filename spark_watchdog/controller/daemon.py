@@ -183,6 +183,8 @@ class Controller:
             )
 
     async def _act(self, watch: NodeWatch) -> None:
+        if self.fence.deposed():
+            return  # lost in the middle of this tick: start and resume nothing (pair.py)
         await self.unlatch.answer(watch)
         self.serving.settle_guard_kill(watch)
         watch.expire_expected_reboot(self.clock.monotonic(), self.policy.boot_timeout)

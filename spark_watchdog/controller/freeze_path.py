@@ -165,6 +165,8 @@ class FreezePath:
 
     async def resume_incident(self, watch: NodeWatch, incident_id: int) -> None:
         """Continue one open incident from its record: the same code as a fresh one."""
+        if self.crew.fence.deposed():
+            return  # a pair's lost lease: the incident is the new leader's to resume
         name = watch.name
         steps = await self.crew.ledger.read(self.crew.ledger.store.steps, incident_id)
         info = resume_plan(steps, name)
