@@ -87,18 +87,18 @@ class Controller:
         self.tallies.seed_nodes(n.name for n in config.nodes)
         self._counted_verdicts: dict[str, str] = {}
         now = self.clock.monotonic()
-        # A late agent: banner checks every monitor.LATE_BANNER_INTERVAL_S, and an SSH
-        # refusal from then on means the host is going down.
-        late_after = min(2.0, config.detection.freeze_after / 4)
-        self.watches = {n.name: NodeWatch(n, now, late_after=late_after) for n in config.nodes}
-        # Node and cluster holds, and the breaker that places one (controller/holds.py).
-        self.holds = Holds(config, self.ledger, self.notifier, self.clock, self.watches)
         self.policy = DetectionPolicy(
             freeze_after=config.detection.freeze_after,
             banner_misses=config.detection.banner_misses,
             boot_timeout=config.guards.boot_timeout,
             gpu_wedged_after=config.detection.gpu_wedged_after,
         )
+        # A late agent: banner checks every monitor.LATE_BANNER_INTERVAL_S, and an SSH
+        # refusal from then on means the host is going down.
+        late_after = self.policy.late_after
+        self.watches = {n.name: NodeWatch(n, now, late_after=late_after) for n in config.nodes}
+        # Node and cluster holds, and the breaker that places one (controller/holds.py).
+        self.holds = Holds(config, self.ledger, self.notifier, self.clock, self.watches)
         self.budgets = Budgets(config, self.ledger, self.clock)
         # Every power action behind its guards (controller/power_actions.py).
         self.power = PowerActions(

@@ -71,6 +71,12 @@ class DetectionPolicy:
     boot_timeout: float = 300.0
     gpu_wedged_after: float = 30.0
 
+    @property
+    def late_after(self) -> float:
+        """Agent silence after which it is late: from then on an SSH or HTTP
+        answer is news about the silence, not an echo of the host before it."""
+        return min(2.0, self.freeze_after / 4)
+
 
 @dataclass(frozen=True)
 class NodeObservation:
@@ -170,12 +176,14 @@ def classify(obs: NodeObservation, policy: DetectionPolicy) -> Finding:
 def _silent(obs: NodeObservation, policy: DetectionPolicy, silence: str) -> Finding:
     """The agent made no progress for freeze_after: what does the rest say?"""
     since = obs.watch_started_at if obs.agent_progress_at is None else obs.agent_progress_at
+    # Only an answer given once the agent was late speaks of the silence: one
+    # from just after its last progress may come from before the host froze.
+    late = since + policy.late_after
     answered = obs.agent_answer_at
-    if answered is not None and answered > since and obs.now - answered < policy.freeze_after:
+    if answered is not None and answered >= late and obs.now - answered < policy.freeze_after:
         # Userland answers HTTP: the host is alive, the agent's loop is not.
         return Finding(Verdict.AGENT_DOWN, (silence, "the agent answers, its seq is stuck"))
-    if obs.banner_misses == 0 and obs.banner_ok_at is not None and obs.banner_ok_at > since:
-        # A banner from before the silence proves nothing about now.
+    if obs.banner_misses == 0 and obs.banner_ok_at is not None and obs.banner_ok_at >= late:
         return Finding(Verdict.AGENT_DOWN, (silence, "ssh banner answers"))
     life = obs.life_within(policy.freeze_after)
     if life is not None:

@@ -56,6 +56,24 @@ def test_agent_down_needs_a_banner_seen_during_the_silence() -> None:
     assert classify(never, POLICY).verdict is Verdict.PENDING
 
 
+def test_an_answer_from_before_the_agent_was_late_is_no_sign_of_life_now() -> None:
+    """A healthy-cadence banner or agent answer just after the last progress
+    may come from before the host froze (a power cut right after it): not
+    agent_down, which would restart an agent on a dead host."""
+    assert POLICY.late_after == 2.0
+    early_banner = obs(agent_progress_at=91.0, banner_ok_at=91.5)
+    assert classify(early_banner, POLICY).verdict is Verdict.PENDING
+    late_banner = obs(agent_progress_at=91.0, banner_ok_at=93.0)
+    assert classify(late_banner, POLICY).verdict is Verdict.AGENT_DOWN
+    early_answer = obs(now=99.0, agent_progress_at=91.0, agent_answer_at=91.5, banner_misses=2)
+    finding = classify(early_answer, POLICY)
+    assert finding.verdict is Verdict.PENDING and "a live kernel" in finding.summary
+    gone = obs(now=100.0, agent_progress_at=91.0, agent_answer_at=91.5, banner_misses=2)
+    assert classify(gone, POLICY).verdict is Verdict.HOST_FROZEN
+    after = obs(now=100.0, agent_progress_at=91.0, agent_answer_at=99.6, banner_misses=2)
+    assert classify(after, POLICY).verdict is Verdict.AGENT_DOWN
+
+
 def test_an_answer_with_a_stuck_seq_is_agent_down_never_frozen() -> None:
     stuck = obs(agent_progress_at=80.0, agent_answer_at=99.5, banner_misses=3)
     finding = classify(stuck, POLICY)
