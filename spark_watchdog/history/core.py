@@ -35,6 +35,7 @@ import threading
 import time
 import urllib.parse
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from spark_watchdog.errors import (
@@ -68,6 +69,41 @@ def writes(method: F) -> F:
 def is_write(method: Callable[..., Any]) -> bool:
     """Whether ``method`` (bound or not) writes the history (``@writes``)."""
     return getattr(method, "history_write", False) is True
+
+
+@dataclass(frozen=True)
+class Dialect:
+    """What the controller pair's lease (history/leadership.py) writes differently
+    on each engine: the database's clock, the smaller of two values, row locks."""
+
+    now: str  # an SQL expression: the database's clock, in seconds since the epoch
+    least: str  # the function that returns the smaller of its arguments
+    for_update: str  # a SELECT's suffix that locks the rows it reads for a write
+    for_share: str  # ... for reading, while no one else may change them
+
+
+# SQLite's clock is a function the store registers on its connection
+# (``database_clock``): the clock of the host that has the file. Its writes
+# are serialized by BEGIN IMMEDIATE, which leaves no row locks to ask for.
+SQLITE = Dialect(now="watchdog_now()", least="MIN", for_update="", for_share="")
+
+
+class WriteFence(Protocol):
+    """Checked inside every write transaction of a fenced store, after the write
+    lock: a controller of a pair writes only while it leads (history/leadership.py)."""
+
+    @property
+    def checked_epoch(self) -> int | None:
+        """The epoch the current write's check passed at (written into its steps)."""
+        ...
+
+    def check(self, conn: Connection) -> None:
+        """Raise NotLeader if this process may not write now."""
+        ...
+
+    def committed(self) -> None:
+        """The transaction ``check`` last passed in committed."""
+        ...
 
 
 class Cursor(Protocol):
@@ -118,11 +154,15 @@ class StoreCore:
         read_only: bool = False,
         clock: Callable[[], float] = time.time,
         migrations: Sequence[str] = MIGRATIONS,
+        database_clock: Callable[[], float] = time.time,
     ) -> None:
         self._path = os.fspath(path)
         self._busy_timeout = busy_timeout
         self._read_only = read_only
         self._clock = clock
+        # The database's own clock (``Dialect.now``), which a pair's lease reads.
+        self._database_clock = database_clock
+        self._fence: WriteFence | None = None
         self._lock = threading.RLock()
         self._connection: sqlite3.Connection | None = None
         # Set when a read-only open could only read the file as immutable: what
@@ -293,6 +333,7 @@ class StoreCore:
         # fsync per step, a few ms) is nothing next to a 60 s power-off hold.
         conn.execute("PRAGMA synchronous = FULL")
         conn.execute("PRAGMA foreign_keys = ON")
+        conn.create_function("watchdog_now", 0, self._database_clock)
 
     def _check_read_only_version(self, conn: sqlite3.Connection, target: int) -> None:
         version = migrations_.user_version(conn)
@@ -330,17 +371,36 @@ class StoreCore:
             raise StoreError(self._path, f"history store {self._path} is closed")
         return self._connection
 
+    dialect: Dialect = SQLITE
+
+    def set_fence(self, fence: WriteFence | None) -> None:
+        """From now every write checks ``fence`` first (a controller of a pair)."""
+        with self._lock:
+            self._fence = fence
+
     @contextlib.contextmanager
-    def _writing(self, doing: str) -> Iterator[Connection]:
-        """One write transaction, committed (and fsynced) before the caller goes on."""
+    def _writing(
+        self, doing: str, *, fenced: bool = True, serialized: bool = True
+    ) -> Iterator[Connection]:
+        """One write transaction, committed (and fsynced) before the caller goes on.
+
+        ``fenced=False`` is for the lease's own writes (history/leadership.py).
+        ``serialized`` is for PostgreSQL: on SQLite every write holds the one
+        write lock.
+        """
         with self._lock, self._guard(doing):
             conn = self._conn()
+            fence = self._fence if fenced else None
             # IMMEDIATE takes the write lock up front: the busy timeout then
             # applies here, and reads inside see no one else's later writes.
             conn.execute("BEGIN IMMEDIATE")
             try:
+                if fence is not None:
+                    fence.check(conn)
                 yield conn
                 conn.execute("COMMIT")
+                if fence is not None:
+                    fence.committed()
             except BaseException:
                 # SQLite rolls back by itself after some errors (SQLITE_FULL).
                 if conn.in_transaction:
@@ -422,8 +482,10 @@ class StoreCore:
         return IncidentStep(incident_id, seq, at, node, step, json.loads(detail_json), epoch)
 
     def _epoch(self) -> int | None:
-        """The leadership epoch this store writes under (None: no lease, as on SQLite)."""
-        return None
+        """The leadership epoch this store writes under (None: no lease).
+
+        What this transaction's check saw, not what the lease says by now."""
+        return None if self._fence is None else self._fence.checked_epoch
 
     # -- maintenance -------------------------------------------------------------------
 

@@ -31,7 +31,8 @@ from dataclasses import dataclass
 
 from spark_watchdog.history.core import Connection
 
-NOW_SQL = "extract(epoch from clock_timestamp())::float8"
+# PostgreSQL's clock, in seconds since the epoch (history/postgres.py's dialect).
+POSTGRES_NOW = "extract(epoch from clock_timestamp())::float8"
 
 # How fast a host's monotonic clock and the database server's clock may run
 # apart, as a fraction (100 ppm: ten times a typical crystal's rating).
@@ -65,10 +66,11 @@ class DatabaseTime:
         self._lock = threading.Lock()
         self._kept: _Reading | None = None
 
-    def read(self, conn: Connection) -> float:
-        """The database's clock, asked on ``conn``; kept when it is the closest reading."""
+    def read(self, conn: Connection, now_sql: str = POSTGRES_NOW) -> float:
+        """The database's clock, asked on ``conn`` (``now_sql``: the engine's
+        expression for it, ``Dialect.now``); kept when it is the closest reading."""
         before = self._monotonic()
-        (now,) = conn.execute(f"SELECT {NOW_SQL}").fetchone()
+        (now,) = conn.execute(f"SELECT {now_sql}").fetchone()
         after = self._monotonic()
         self.note(float(now), before, after)
         return float(now)

@@ -1,5 +1,10 @@
-"""The controller pair's leadership: one row of the PostgreSQL history, taken
-and renewed by the database's own clock (docs/design.md, "Controller pair").
+"""The controller pair's leadership: one row of the history, taken and
+renewed by the database's own clock (docs/design.md, "Controller pair").
+
+A pair runs on PostgreSQL. The same lease runs on SQLite (``Dialect``: the
+clock of the host with the file, BEGIN IMMEDIATE for the row locks), where
+the simulation runs two controllers over one file, held to the same contract
+by one test suite (tests/history/test_leadership.py).
 
 A candidate takes the lease when there is none or it has expired, and bumps
 the epoch; the holder is host, process id and a token of this start, so a
@@ -32,15 +37,14 @@ from typing import Any, ParamSpec, TypeVar
 
 from spark_watchdog.config.controller import FENCE_MARGIN_S
 from spark_watchdog.errors import NotLeader
-from spark_watchdog.history.core import Connection
-from spark_watchdog.history.database_time import NOW_SQL, DatabaseTime, boot_clock
-from spark_watchdog.history.postgres import PostgresHistoryStore
+from spark_watchdog.history.core import Connection, Dialect
+from spark_watchdog.history.database_time import DatabaseTime, boot_clock
+from spark_watchdog.history.store import HistoryStore
 
 P = ParamSpec("P")
 T = TypeVar("T")
 
 NAME = "controller"
-_NOW = NOW_SQL
 
 
 def new_holder() -> str:
@@ -94,17 +98,19 @@ def _leader(row: Any, now: float) -> Leader:
     )
 
 
-def current(store: PostgresHistoryStore, clock: DatabaseTime | None = None) -> Leader | None:
+def current(store: HistoryStore, clock: DatabaseTime | None = None) -> Leader | None:
     """Who leads, by the database's clock (None: nobody has yet)."""
     with store._reading("reading the leadership") as conn:
-        return _read(conn, clock=clock)
+        return _read(conn, store.dialect, clock=clock)
 
 
-def _read(conn: Connection, *, lock: str = "", clock: DatabaseTime | None = None) -> Leader | None:
+def _read(
+    conn: Connection, dialect: Dialect, *, lock: str = "", clock: DatabaseTime | None = None
+) -> Leader | None:
     if clock is None:
-        (now,) = conn.execute(f"SELECT {_NOW}").fetchone()
+        (now,) = conn.execute(f"SELECT {dialect.now}").fetchone()
     else:
-        now = clock.read(conn)
+        now = clock.read(conn, dialect.now)
     row = conn.execute(
         "SELECT holder, epoch, acquired_at, renewed_at, expires_at, released_at FROM leadership "
         f"WHERE name = ? {lock}",
@@ -137,10 +143,10 @@ class Standby:
         return {"holder": self.holder, "seen_s_ago": round(self.ago, 3)}
 
 
-def standbys(store: PostgresHistoryStore, within: float) -> list[Standby]:
+def standbys(store: HistoryStore, within: float) -> list[Standby]:
     """The standbys seen within ``within`` seconds (the database's clock), latest first."""
     with store._reading("reading the standbys") as conn:
-        (now,) = conn.execute(f"SELECT {_NOW}").fetchone()
+        (now,) = conn.execute(f"SELECT {store.dialect.now}").fetchone()
         rows = conn.execute(
             # The leader is not a standby, whatever it last did as one.
             "SELECT holder, seen_at FROM standbys WHERE seen_at >= ? "
@@ -161,16 +167,17 @@ class Lease:
 
     def __init__(
         self,
-        store: PostgresHistoryStore,
+        store: HistoryStore,
         *,
         lease_s: float,
         send_deadline_s: float,
         holder: str | None = None,
         monotonic: Callable[[], float] = boot_clock,
         clock: DatabaseTime | None = None,
-        renewals: PostgresHistoryStore | None = None,
+        renewals: HistoryStore | None = None,
     ) -> None:
         self.store = store
+        self.dialect = store.dialect
         # The connection renewals go through: one of their own in a controller
         # (controller/pair.py), so a renewal never waits behind this process's
         # own writes on the store's connection.
@@ -213,7 +220,7 @@ class Lease:
                 _seen_standing_by(c, self.holder, seen.now)
             return seen
         with self.store._writing("taking the leadership", fenced=False) as conn:
-            seen = _read(conn, lock="FOR UPDATE", clock=self.clock)
+            seen = _read(conn, self.dialect, lock=self.dialect.for_update, clock=self.clock)
             if seen is not None and not seen.expired:
                 if seen.holder == self.holder and seen.released_at is None:
                     self._epoch = seen.epoch
@@ -223,20 +230,21 @@ class Lease:
                 return seen
             epoch = 1 if seen is None else seen.epoch + 1
             fence_s = 2 * self.send_deadline_s
+            now = self.dialect.now
             if seen is None:
                 conn.execute(
                     "INSERT INTO leadership (name, holder, epoch, acquired_at, renewed_at, "
-                    f"expires_at, fence_s) VALUES (?, ?, ?, {_NOW}, {_NOW}, {_NOW} + ?, ?)",
+                    f"expires_at, fence_s) VALUES (?, ?, ?, {now}, {now}, {now} + ?, ?)",
                     (NAME, self.holder, epoch, self.lease_s, fence_s),
                 )
             else:
                 conn.execute(
-                    f"UPDATE leadership SET holder = ?, epoch = ?, acquired_at = {_NOW}, "
-                    f"renewed_at = {_NOW}, expires_at = {_NOW} + ?, fence_s = ?, "
+                    f"UPDATE leadership SET holder = ?, epoch = ?, acquired_at = {now}, "
+                    f"renewed_at = {now}, expires_at = {now} + ?, fence_s = ?, "
                     "released_at = NULL WHERE name = ?",
                     (self.holder, epoch, self.lease_s, fence_s, NAME),
                 )
-            taken = _read(conn)
+            taken = _read(conn, self.dialect)
         assert taken is not None
         self._epoch = epoch
         return taken
@@ -255,11 +263,12 @@ class Lease:
         with self.renewals._writing(
             "renewing the leadership", fenced=False, serialized=False
         ) as conn:
-            self.clock.read(conn)
+            self.clock.read(conn, self.dialect.now)
+            now = self.dialect.now
             cursor = conn.execute(
-                f"UPDATE leadership SET renewed_at = {_NOW}, expires_at = {_NOW} + ? "
+                f"UPDATE leadership SET renewed_at = {now}, expires_at = {now} + ? "
                 "WHERE name = ? AND holder = ? AND epoch = ? AND released_at IS NULL "
-                f"AND expires_at > {_NOW}",
+                f"AND expires_at > {now}",
                 (self.lease_s, NAME, self.holder, self._epoch),
             )
             renewed = cursor.rowcount == 1
@@ -274,10 +283,11 @@ class Lease:
         epoch, self._epoch = self._epoch, None
         if epoch is None:
             return False
+        now, least = self.dialect.now, self.dialect.least
         with self.store._writing("stepping down", fenced=False) as conn:
             cursor = conn.execute(
-                f"UPDATE leadership SET released_at = {_NOW}, "
-                f"expires_at = LEAST(expires_at, {_NOW} + fence_s) "
+                f"UPDATE leadership SET released_at = {now}, "
+                f"expires_at = {least}(expires_at, {now} + fence_s) "
                 "WHERE name = ? AND holder = ? AND epoch = ?",
                 (NAME, self.holder, epoch),
             )
@@ -309,7 +319,7 @@ class Lease:
         started = self._monotonic()  # before the database reads its clock
         if self._epoch is None:
             raise NotLeader(self.store.path, "this controller does not lead: nothing written")
-        seen = _read(conn, lock="FOR SHARE", clock=self.clock)
+        seen = _read(conn, self.dialect, lock=self.dialect.for_share, clock=self.clock)
         ours = self._epoch
         if seen is None or seen.holder != self.holder or seen.epoch != ours:
             who = "nobody" if seen is None else f"{seen.holder} at epoch {seen.epoch}"
@@ -357,7 +367,7 @@ class Lease:
         return None
 
 
-def end_lease(store: PostgresHistoryStore) -> Leader | None:
+def end_lease(store: HistoryStore) -> Leader | None:
     """End whoever's lease (``ha step-down``); the lease it ended.
 
     The leader's next write and renewal are refused from now, so it stops
@@ -365,13 +375,14 @@ def end_lease(store: PostgresHistoryStore) -> Leader | None:
     send deadlines), the time its last checked write was promised, so a
     command that write let out has left before a standby can take over.
     """
+    now, least = store.dialect.now, store.dialect.least
     with store._writing("ending the lease", fenced=False) as conn:
-        seen = _read(conn, lock="FOR UPDATE")
+        seen = _read(conn, store.dialect, lock=store.dialect.for_update)
         if seen is None or seen.expired or seen.released_at is not None:
             return seen
         conn.execute(
-            f"UPDATE leadership SET released_at = {_NOW}, "
-            f"expires_at = LEAST(expires_at, {_NOW} + fence_s) WHERE name = ?",
+            f"UPDATE leadership SET released_at = {now}, "
+            f"expires_at = {least}(expires_at, {now} + fence_s) WHERE name = ?",
             (NAME,),
         )
-        return _read(conn)
+        return _read(conn, store.dialect)

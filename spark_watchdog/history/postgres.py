@@ -35,7 +35,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from spark_watchdog.config.history_location import check_url, safe_url
 from spark_watchdog.errors import (
@@ -46,7 +46,15 @@ from spark_watchdog.errors import (
     StoreReadOnly,
 )
 from spark_watchdog.history import migrations as migrations_
-from spark_watchdog.history.core import DEFAULT_BUSY_TIMEOUT_S, Connection, Cursor, StoreCore
+from spark_watchdog.history.core import (
+    DEFAULT_BUSY_TIMEOUT_S,
+    Connection,
+    Cursor,
+    Dialect,
+    StoreCore,
+    WriteFence,
+)
+from spark_watchdog.history.database_time import POSTGRES_NOW
 from spark_watchdog.history.schema import APPLICATION_ID, MIGRATIONS, statements
 from spark_watchdog.history.store import HistoryStore
 
@@ -94,22 +102,7 @@ def _placeholders(sql: str) -> str:
     return "".join(out)
 
 
-class WriteFence(Protocol):
-    """Checked inside every write transaction of a fenced store, after the write
-    lock: a controller of a pair writes only while it leads (history/leadership.py)."""
-
-    @property
-    def checked_epoch(self) -> int | None:
-        """The epoch the current write's check passed at (written into its steps)."""
-        ...
-
-    def check(self, conn: Connection) -> None:
-        """Raise NotLeader if this process may not write now."""
-        ...
-
-    def committed(self) -> None:
-        """The transaction ``check`` last passed in committed."""
-        ...
+POSTGRES = Dialect(now=POSTGRES_NOW, least="LEAST", for_update="FOR UPDATE", for_share="FOR SHARE")
 
 
 class _PgCursor:
@@ -155,6 +148,8 @@ class _PgConnection:
 
 class PostgresCore(StoreCore):
     """The history's core on a PostgreSQL database; the tables are the same."""
+
+    dialect = POSTGRES
 
     def __init__(
         self,
@@ -406,15 +401,6 @@ class PostgresCore(StoreCore):
                 f"({detail}); is the server up and the network to it working?",
             )
         return StoreError(where, f"history {where}: {doing} failed: {detail}")
-
-    def set_fence(self, fence: WriteFence | None) -> None:
-        """From now every write checks ``fence`` first (a controller of a pair)."""
-        with self._lock:
-            self._fence = fence
-
-    def _epoch(self) -> int | None:
-        # What this transaction's check saw, not what the lease says by now.
-        return None if self._fence is None else self._fence.checked_epoch
 
     @contextlib.contextmanager
     def _writing(

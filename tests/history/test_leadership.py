@@ -1,5 +1,6 @@
-"""The controller pair's lease and the fence on its writes, on a real PostgreSQL
-server (history/leadership.py).
+"""The controller pair's lease and the fence on its writes (history/leadership.py):
+one contract, which the PostgreSQL history (a real server) and the SQLite
+history (a real file; the simulation's pair runs on it) both pass.
 
 Expiry is the database's clock, so the tests that need a lease to run out
 use leases of a second or two and wait for them with margins of their own.
@@ -10,6 +11,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,29 +19,55 @@ import pytest
 from spark_watchdog.errors import NotLeader
 from spark_watchdog.history.database_time import DatabaseTime
 from spark_watchdog.history.leadership import Lease, current, end_lease, standbys
-from spark_watchdog.history.postgres import WRITE_LOCK_KEY, PostgresHistoryStore
+from spark_watchdog.history.store import HistoryStore
 from spark_watchdog.lab.hardware.postgres_server import PostgresServer
 
 
 class Stores:
     """Stores on one database, each with a lease of its own, closed at the end."""
 
-    def __init__(self, server: PostgresServer, url: str) -> None:
-        self.server = server
-        self.url = url
-        self.opened: list[PostgresHistoryStore] = []
+    def __init__(self, engine: str, open_store: Callable[[], HistoryStore]) -> None:
+        self.engine = engine
+        self._open = open_store
+        self.server: PostgresServer | None = None  # PostgreSQL's: the server and its URL
+        self.url = ""
+        self.opened: list[HistoryStore] = []
 
     def candidate(self, lease_s: float = 30.0, send_deadline_s: float = 1.0, **kw: Any) -> Lease:
-        store = PostgresHistoryStore(self.url, password_file=str(self.server.password_file))
+        store = self._open()
         self.opened.append(store)
         lease = Lease(store, lease_s=lease_s, send_deadline_s=send_deadline_s, **kw)
         store.set_fence(lease)
         return lease
 
 
+def _postgres(request: pytest.FixtureRequest) -> Stores:
+    from spark_watchdog.history.postgres import PostgresHistoryStore
+
+    server: PostgresServer = request.getfixturevalue("postgres_server")
+    url: str = request.getfixturevalue("postgres_url")
+    made = Stores(
+        "postgres", lambda: PostgresHistoryStore(url, password_file=str(server.password_file))
+    )
+    made.server, made.url = server, url
+    return made
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def stores(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Stores]:
+    if request.param == "sqlite":
+        path = tmp_path / "history.db"
+        made = Stores("sqlite", lambda: HistoryStore(path))
+    else:
+        made = _postgres(request)
+    yield made
+    for store in made.opened:
+        store.close()
+
+
 @pytest.fixture
-def stores(postgres_server: PostgresServer, postgres_url: str) -> Iterator[Stores]:
-    made = Stores(postgres_server, postgres_url)
+def postgres_stores(request: pytest.FixtureRequest) -> Iterator[Stores]:
+    made = _postgres(request)
     yield made
     for store in made.opened:
         store.close()
@@ -246,9 +274,9 @@ class CountedTime(DatabaseTime):
 
     reads = 0
 
-    def read(self, conn: Any) -> float:
+    def read(self, conn: Any, now_sql: str = "") -> float:
         self.reads += 1
-        return super().read(conn)
+        return super().read(conn, now_sql)
 
 
 def test_the_lease_reads_the_database_clock_on_taking_renewing_and_checking(
@@ -265,7 +293,7 @@ def test_the_lease_reads_the_database_clock_on_taking_renewing_and_checking(
 
     def database_now() -> float:
         with a.store._reading("reading the clock") as conn:
-            (now,) = conn.execute("SELECT extract(epoch from clock_timestamp())").fetchone()
+            (now,) = conn.execute(f"SELECT {a.store.dialect.now}").fetchone()
             return float(now)
 
     renewed_or_checked: list[Callable[[], object]] = [a.renew, lambda: open_frozen(a)]
@@ -276,16 +304,21 @@ def test_the_lease_reads_the_database_clock_on_taking_renewing_and_checking(
         assert abs(database_time.now() - database_now()) < 1.0
 
 
-def test_a_renewal_does_not_wait_for_the_history_write_lock(stores: Stores) -> None:
+def test_a_renewal_does_not_wait_for_the_history_write_lock(postgres_stores: Stores) -> None:
     """A deposed leader stalled mid-transaction (a slow link, SIGSTOP) holds the
     history's write lock; the leader's renewals must go on without it, or the
-    healthy leader gives up too and nobody leads."""
+    healthy leader gives up too and nobody leads. PostgreSQL only: on SQLite
+    every write, a renewal too, takes the file's one write lock."""
     import psycopg
 
-    leader = stores.candidate()
+    from spark_watchdog.history.postgres import WRITE_LOCK_KEY
+
+    leader = postgres_stores.candidate()
     assert leader.acquire().holder == leader.holder
-    password = stores.server.password_file.read_text().strip()
-    stalled = psycopg.connect(stores.url, password=password, autocommit=True)
+    server = postgres_stores.server
+    assert server is not None
+    password = server.password_file.read_text().strip()
+    stalled = psycopg.connect(postgres_stores.url, password=password, autocommit=True)
     try:
         stalled.execute("BEGIN")
         stalled.execute("SELECT pg_advisory_xact_lock(%s)", (WRITE_LOCK_KEY,))
