@@ -259,7 +259,14 @@ class ServingRestarts:
             # The rank died when the guard killed it.
             at = kill.get("at_unix")
             onset = float(at) if isinstance(at, (int, float)) else onset
-        incident = await open_incident(host, kind, watch, evidence, onset)
+        try:
+            incident = await open_incident(host, kind, watch, evidence, onset)
+        except HistoryUnwritable as exc:
+            # Nothing restarts unrecorded; the fault is still there at the next tick.
+            log.warning(
+                "%s: %s incident not opened, serving not restarted: %s", watch.name, kind, exc
+            )
+            return False
         if incident is None:
             return False
         if finding.verdict is Verdict.MEMORY_EXHAUSTED:
@@ -270,13 +277,19 @@ class ServingRestarts:
         if host.config.guards.dry_run:
             await close_dry_run(ledger, incident.id, "restart serving")
             return False
-        ok = await self.restart_after(incident.id, finding.summary, kind=kind)
-        await ledger.write(
-            ledger.store.resolve_incident,
-            incident.id,
-            "recovered" if ok else "gave_up",
-            detail={"profile": self.profile},
-        )
+        try:
+            ok = await self.restart_after(incident.id, finding.summary, kind=kind)
+            await ledger.write(
+                ledger.store.resolve_incident,
+                incident.id,
+                "recovered" if ok else "gave_up",
+                detail={"profile": self.profile},
+            )
+        except HistoryUnwritable as exc:
+            # What could not be recorded did not happen; the incident stays open
+            # for the next controller start to close (resume).
+            log.warning("%s: incident #%d stopped: %s", watch.name, incident.id, exc)
+            return False
         return ok
 
     # -- memory guard kills ---------------------------------------------------
