@@ -101,6 +101,10 @@ class Notifier:
                 event.summary,
             )
             return
+        self.queue(event)
+
+    def queue(self, event: Event) -> None:
+        """Hand ``event`` to every receiver in the background (what ``send`` lets out)."""
         log.info("notify %s: %s", event.kind, event.summary, extra={"event": event.kind})
         targets: list[tuple[str, Any]] = [(w.url, event.to_json()) for w in self.config.webhooks]
         if self.config.alertmanager:

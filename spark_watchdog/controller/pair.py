@@ -20,9 +20,10 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
 
 from spark_watchdog.config.controller import ControllerConfig, LeadershipConfig
 from spark_watchdog.controller.clock import SharedWallClock
@@ -39,6 +40,8 @@ from spark_watchdog.sdnotify import SystemdNotifier
 
 log = logging.getLogger("spark_watchdog.controller.pair")
 
+T = TypeVar("T")
+
 
 # How long the tasks of a lost epoch, and its leadership_lost alert, get to end
 # before the process exits all the same.
@@ -54,17 +57,24 @@ async def _pause(stop: asyncio.Event, seconds: float) -> None:
         await asyncio.wait_for(stop.wait(), seconds)
 
 
+async def _in_thread(fn: Callable[[], T]) -> T:
+    return await asyncio.to_thread(fn)
+
+
 async def stand_by(
     lease: Lease,
     timing: LeadershipConfig,
     stop: asyncio.Event,
     systemd: SystemdNotifier,
     view: dict[str, Any] | None = None,
+    blocking: Callable[[Callable[[], Leader]], Awaitable[Leader]] = _in_thread,
 ) -> Leader | None:
     """Try to take the lease every ``renew_every`` until it is ours (None: stopped).
 
     ``view``, when given, is kept up to date with what the standby last saw
     (its ``/v1/status`` and ``/metrics``, controller/status_api.py).
+    ``blocking`` runs the lease's database work (a thread; the simulation's
+    history is in memory and runs inline).
     """
     said: tuple[str, int] | None = None
     unreachable = False
@@ -72,7 +82,7 @@ async def stand_by(
     seen.update(holder=lease.holder, leader=None, history="not read yet")
     while not stop.is_set():
         try:
-            leader = await asyncio.to_thread(lease.acquire)
+            leader = await blocking(lease.acquire)
         except StoreError as exc:
             if not unreachable:
                 log.warning("standby: the history cannot be reached: %s", exc)
@@ -96,6 +106,55 @@ async def stand_by(
         systemd.watchdog()
         await _pause(stop, timing.renew_every)
     return None
+
+
+async def keep_lease(
+    lease: Lease,
+    timing: LeadershipConfig,
+    stopping: asyncio.Event,
+    renew: Callable[[], Awaitable[bool]],
+    monotonic: Callable[[], float],
+) -> str | None:
+    """Renew every ``renew_every`` until stopped (None) or lost (why).
+
+    Lost: a renewal says the lease is not ours, or none has succeeded for
+    ``give_up_after``; a renewal that hangs is waited for no longer than that.
+    """
+    last_renewed = monotonic()
+    problem = "no renewal yet"
+    while True:
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(stopping.wait(), timing.renew_every)
+            return None  # stopped
+        began = monotonic()
+        # Never wait past give_up_after since the last renewal, whatever this one does.
+        left = max(0.1, timing.give_up_after - (began - last_renewed))
+        try:
+            renewed = await asyncio.wait_for(renew(), left)
+        except asyncio.TimeoutError:
+            problem = "the renewal did not answer"
+        except Exception as exc:  # any failed renewal counts as one
+            problem = str(exc) or type(exc).__name__
+        else:
+            if renewed:
+                last_renewed = began
+                continue
+            return "the lease expired, was stepped down or another controller took it"
+        silent = monotonic() - last_renewed
+        if silent >= timing.give_up_after:
+            return f"no renewal for {silent:.1f}s (last problem: {problem})"
+
+
+class Keeper(Protocol):
+    """What keeps a leader's lease: started when it leads, stopped when it stops."""
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+
+# A keeper for the lease, the timing, and what to call (once) when the lease is lost.
+KeeperFactory = Callable[[Lease, LeadershipConfig, Callable[[str], None]], Keeper]
 
 
 class LeaseKeeper:
@@ -141,8 +200,14 @@ class LeaseKeeper:
         # The renewal itself runs in one more thread, so that the keeper can
         # give up on time while a renewal hangs on a dark link.
         renewer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lease-renewal")
+
+        async def renew() -> bool:
+            return await self._loop.run_in_executor(renewer, self.lease.renew)
+
         try:
-            why = self._loop.run_until_complete(self._renew_until_lost(renewer))
+            why = self._loop.run_until_complete(
+                keep_lease(self.lease, self.timing, self._stopping, renew, self._monotonic)
+            )
         finally:
             renewer.shutdown(wait=False, cancel_futures=True)
             self._loop.close()
@@ -150,33 +215,65 @@ class LeaseKeeper:
             self.lease.lost()  # whatever ended the loop: no write, no send from here
             self._on_lost(why)
 
-    async def _renew_until_lost(self, renewer: ThreadPoolExecutor) -> str | None:
-        timing = self.timing
-        loop = asyncio.get_running_loop()
-        last_renewed = self._monotonic()
-        problem = "no renewal yet"
-        while True:
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._stopping.wait(), timing.renew_every)
-                return None  # stopped
-            began = self._monotonic()
-            # Never wait past give_up_after since the last renewal, whatever this one does.
-            left = max(0.1, timing.give_up_after - (began - last_renewed))
-            try:
-                renewing = loop.run_in_executor(renewer, self.lease.renew)
-                renewed = await asyncio.wait_for(renewing, left)
-            except asyncio.TimeoutError:
-                problem = "the renewal did not answer"
-            except Exception as exc:  # any failed renewal counts as one
-                problem = str(exc) or type(exc).__name__
-            else:
-                if renewed:
-                    last_renewed = began
-                    continue
-                return "the lease expired, was stepped down or another controller took it"
-            silent = self._monotonic() - last_renewed
-            if silent >= timing.give_up_after:
-                return f"no renewal for {silent:.1f}s (last problem: {problem})"
+
+class LoopLeaseKeeper:
+    """The same renewals as a task of the running event loop, the renewal
+    inline: for the simulation, whose history is in memory and whose time
+    is virtual (a thread would make a run depend on the host's scheduler)."""
+
+    def __init__(
+        self,
+        lease: Lease,
+        timing: LeadershipConfig,
+        on_lost: Callable[[str], None],
+        monotonic: Callable[[], float],
+    ) -> None:
+        self.lease = lease
+        self.timing = timing
+        self._on_lost = on_lost
+        self._monotonic = monotonic
+        self._stopping = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._keep(), name="lease-keeper")
+
+    def stop(self) -> None:
+        self._stopping.set()
+
+    async def _keep(self) -> None:
+        async def renew() -> bool:
+            return self.lease.renew()
+
+        why = await keep_lease(self.lease, self.timing, self._stopping, renew, self._monotonic)
+        if why is not None:
+            self.lease.lost()
+            self._on_lost(why)
+
+
+@dataclass(frozen=True)
+class LeadSeams:
+    """What a leader is built from: in production, the controller on the real
+    I/O with a thread keeping its lease and its status endpoint; in the
+    simulation, the same controller on simulated I/O and virtual time."""
+
+    # The controller of this epoch, on I/O fenced by ``fence``.
+    controller: Callable[[Fence], Controller]
+    keeper: KeeperFactory = LeaseKeeper
+    # Serves /v1/status while it leads (None: no endpoint).
+    endpoint: Callable[[Controller], StatusEndpoint] | None = None
+
+
+def production_seams(config: ControllerConfig, lease: Lease, systemd: SystemdNotifier) -> LeadSeams:
+    def controller(fence: Fence) -> Controller:
+        # Steps are stamped, and resumed waits measured, on the database's clock.
+        io = ControllerIO.production(config, SharedWallClock(lease.clock.earliest), fence)
+        return Controller(config, lease.store, io=io, systemd=systemd)
+
+    def endpoint(controller: Controller) -> StatusEndpoint:
+        return StatusEndpoint(config.listen.address, config.listen.port, controller)
+
+    return LeadSeams(controller=controller, endpoint=endpoint)
 
 
 async def serve_pair(config: ControllerConfig) -> None:
@@ -228,7 +325,7 @@ async def serve_pair(config: ControllerConfig) -> None:
         if leader is None:
             return
         log.warning("leading at epoch %d as %s", leader.epoch, lease.holder)
-        await _lead(config, lease, stop, systemd)
+        await lead(config, lease, stop, production_seams(config, lease, systemd))
     except LeadershipLost:
         lost = True
         raise
@@ -246,20 +343,25 @@ async def serve_pair(config: ControllerConfig) -> None:
             store.close()
 
 
-async def _lead(
-    config: ControllerConfig, lease: Lease, stop: asyncio.Event, systemd: SystemdNotifier
+async def lead(
+    config: ControllerConfig, lease: Lease, stop: asyncio.Event, seams: LeadSeams
 ) -> None:
+    """Lead until ``stop`` (a clean stop) or until the lease is lost.
+
+    :raises LeadershipLost: the lease was lost, or the controller failed; every
+        task of the epoch is cancelled, and the process must exit now.
+    """
     fence = Fence(
         send_refusal=lease.send_refusal,
         recording_only=lease.recording_only,
         leadership=lambda: {"holder": lease.holder, "epoch": lease.epoch},
         # Once the lease is lost nothing about nodes is said or started,
         # before the loop even learns of it (controller/fence.py).
-        deposed=lambda: lease.epoch is None,
+        # deposed: lost, or surely run out while this process did not run (a
+        # pause): then not a word about nodes even before its next write.
+        deposed=lease.ran_out,
     )
-    # Steps are stamped, and resumed waits measured, on the database's clock.
-    io = ControllerIO.production(config, SharedWallClock(lease.clock.earliest), fence)
-    controller = Controller(config, lease.store, io=io, systemd=systemd)
+    controller = seams.controller(fence)
     controller.notifier.send(
         Event("leadership_taken", f"{lease.holder} leads at epoch {lease.epoch}")
     )
@@ -274,14 +376,15 @@ async def _lead(
         with contextlib.suppress(RuntimeError):  # the loop already closed: exiting anyway
             loop.call_soon_threadsafe(settle)
 
-    keeper = LeaseKeeper(lease, config.leadership, on_lost)
+    keeper = seams.keeper(lease, config.leadership, on_lost)
     keeper.start()
     endpoint: StatusEndpoint | None = None
     controller_stop = asyncio.Event()
     run: asyncio.Task[None] | None = None
     try:
-        endpoint = StatusEndpoint(config.listen.address, config.listen.port, controller)
-        endpoint.start()
+        if seams.endpoint is not None:
+            endpoint = seams.endpoint(controller)
+            endpoint.start()
         # Settle: whatever a deposed leader sent has left (its fence saw at least
         # two send deadlines left), before this one reads outlets and resumes.
         stopped = loop.create_task(stop.wait())

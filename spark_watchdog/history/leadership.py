@@ -38,7 +38,7 @@ from typing import Any, ParamSpec, TypeVar
 from spark_watchdog.config.controller import FENCE_MARGIN_S
 from spark_watchdog.errors import NotLeader
 from spark_watchdog.history.core import Connection, Dialect
-from spark_watchdog.history.database_time import DatabaseTime, boot_clock
+from spark_watchdog.history.database_time import DRIFT, DatabaseTime, boot_clock
 from spark_watchdog.history.store import HistoryStore
 
 P = ParamSpec("P")
@@ -193,6 +193,8 @@ class Lease:
         self._checked_epoch: int | None = None  # what the last check let write
         self._checked_at: float | None = None  # the last check's start (monotonic)
         self._committed_at: float | None = None  # that of the last committed write
+        # The start of the last take or renewal that extended the lease (monotonic).
+        self._extended_at: float | None = None
 
     @property
     def epoch(self) -> int | None:
@@ -219,6 +221,7 @@ class Lease:
             with self.store._writing("noting this standby", fenced=False, serialized=False) as c:
                 _seen_standing_by(c, self.holder, seen.now)
             return seen
+        started = self._monotonic()  # before the database reads its clock
         with self.store._writing("taking the leadership", fenced=False) as conn:
             seen = _read(conn, self.dialect, lock=self.dialect.for_update, clock=self.clock)
             if seen is not None and not seen.expired:
@@ -247,6 +250,7 @@ class Lease:
             taken = _read(conn, self.dialect)
         assert taken is not None
         self._epoch = epoch
+        self._extended_at = started
         return taken
 
     def renew(self) -> bool:
@@ -260,6 +264,7 @@ class Lease:
         """
         if self._epoch is None:
             return False
+        started = self._monotonic()
         with self.renewals._writing(
             "renewing the leadership", fenced=False, serialized=False
         ) as conn:
@@ -274,7 +279,19 @@ class Lease:
             renewed = cursor.rowcount == 1
         if not renewed:
             self._epoch = None
+        else:
+            self._extended_at = started
         return renewed
+
+    def ran_out(self) -> bool:
+        """Whether the lease has surely expired by now, by this host's clock alone:
+        a full lease since the start of the last take or renewal that extended it
+        (less the drift the two clocks may have had meanwhile). True for a leader
+        that was paused past its lease and has not touched the database since."""
+        at = self._extended_at
+        if self._epoch is None or at is None:
+            return self._epoch is None
+        return self._monotonic() - at >= self.lease_s * (1 - DRIFT)
 
     def step_down(self) -> bool:
         """End our lease: no write of ours from now, and a standby may take it

@@ -334,3 +334,22 @@ def test_a_renewal_does_not_wait_for_the_history_write_lock(postgres_stores: Sto
     finally:
         stalled.rollback()
         stalled.close()
+
+
+def test_a_lease_not_extended_for_a_whole_lease_has_run_out_by_the_hosts_clock_alone(
+    stores: Stores,
+) -> None:
+    """A leader paused past its lease knows it has run out before it touches
+    the database again: from then it says nothing about nodes (controller/fence.py)."""
+    now = [100.0]
+    a = stores.candidate(lease_s=30.0, monotonic=lambda: now[0])
+    assert a.ran_out()  # not leading
+    a.acquire()
+    now[0] += 29.9
+    assert not a.ran_out()
+    now[0] += 0.1
+    assert a.ran_out()
+    assert a.renew() is True  # by the database's clock it has not run out: extended
+    assert not a.ran_out()
+    a.lost()
+    assert a.ran_out()
