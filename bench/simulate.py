@@ -84,6 +84,11 @@ def main(argv: list[str] | None = None) -> int:
         "recovered": sum(r.recovered for r in runs),
         "controller_crashes": sum(r.crashes for r in runs),
         "dry_run_runs": sum(1 for r in runs if r.dry_run),
+        # Runs with a controller pair (simulation/pair.py), the leaderships
+        # taken in them, and of those the ones taken after another had led.
+        "pair_runs": sum(1 for r in runs if r.pair),
+        "leaderships": sum(r.epochs for r in runs),
+        "takeovers": sum(r.takeovers for r in runs),
         "violations": violations,
         "machine": (
             f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"

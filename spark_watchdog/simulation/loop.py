@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import selectors
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -41,8 +41,14 @@ class _VirtualSelector(selectors.DefaultSelector):
 
 
 class VirtualLoop(asyncio.SelectorEventLoop):
+    """Also pauses a process: while ``paused`` says a task is, every step or
+    wakeup of it is kept back, to run when :meth:`resume` is called, as if
+    the process had been stopped with SIGSTOP at its next await."""
+
     def __init__(self, start: float = 0.0) -> None:
         self._now = start
+        self.paused: Callable[[asyncio.Task[Any]], bool] | None = None
+        self._kept: list[tuple[asyncio.Handle, Callable[..., Any], tuple[Any, ...], Any]] = []
         super().__init__(selector=_VirtualSelector(self))
 
     def time(self) -> float:
@@ -50,6 +56,24 @@ class VirtualLoop(asyncio.SelectorEventLoop):
 
     def advance(self, seconds: float) -> None:
         self._now += seconds
+
+    def call_soon(  # type: ignore[override]
+        self, callback: Callable[..., Any], *args: Any, context: Any = None
+    ) -> asyncio.Handle:
+        # A task's step and its wakeup are bound to the task (asyncio's own tasks).
+        task = getattr(callback, "__self__", None)
+        if self.paused is not None and isinstance(task, asyncio.Task) and self.paused(task):
+            handle = asyncio.Handle(callback, args, self, context)
+            self._kept.append((handle, callback, args, context))
+            return handle
+        return super().call_soon(callback, *args, context=context)
+
+    def resume(self) -> None:
+        """Run what was kept back, in the order it was kept (the paused say no more)."""
+        kept, self._kept = self._kept, []
+        for handle, callback, args, context in kept:
+            if not handle.cancelled():
+                self.call_soon(callback, *args, context=context)
 
 
 async def _cancel_the_rest() -> None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import contextvars
 import functools
 import json
 import logging
@@ -22,10 +21,12 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
 from spark_watchdog.config.controller import ControllerConfig, parse_controller_config
+from spark_watchdog.controller.clock import Clock
 from spark_watchdog.controller.daemon import Controller
+from spark_watchdog.controller.fence import LONE, Fence
 from spark_watchdog.controller.io import ControllerIO
 from spark_watchdog.controller.node_states import NodeState
-from spark_watchdog.controller.notify import Event, Notifier
+from spark_watchdog.controller.notify import ABOUT_LEADERSHIP, Event, Notifier
 from spark_watchdog.errors import StoreFull, StoreLocked
 from spark_watchdog.history.core import is_write
 from spark_watchdog.history.records import CLUSTER, IncidentStep
@@ -34,8 +35,10 @@ from spark_watchdog.power.base import CommandSpacing, PowerState, SendGate, Step
 from spark_watchdog.power.paths import PowerPath, timing_for
 from spark_watchdog.power.send_window import SendWindow
 from spark_watchdog.sdnotify import SystemdNotifier
-from spark_watchdog.simulation.loop import run_virtual
+from spark_watchdog.simulation.loop import VirtualLoop, run_virtual
+from spark_watchdog.simulation.pair import PAIR_FAULTS, SimPair
 from spark_watchdog.simulation.world import (
+    PROCESS,
     Incarnation,
     InjectedBug,
     Killed,
@@ -52,8 +55,9 @@ from spark_watchdog.simulation.world import (
 )
 from spark_watchdog.steps import StepName
 
-_INCARNATION: contextvars.ContextVar[int] = contextvars.ContextVar("incarnation", default=0)
 SelfTimed = Literal["never", "always", "failing"]
+# The share of random runs with a controller pair (simulation/pair.py).
+PAIR_SHARE = 0.3
 ALERT_KINDS = frozenset({"held", "gave_up", "circuit_breaker", "outlet_off", "ambiguous_power"})
 FAULTS = (
     "freeze",
@@ -134,6 +138,11 @@ class Report:
     timed_ons: int = 0
     # Rungs run a second time: a resumed off never seen to land (recovery.Unsettled).
     second_tries: int = 0
+    # A controller pair ran (simulation/pair.py): leaderships taken, and of them
+    # those taken after another controller had led.
+    pair: bool = False
+    epochs: int = 0
+    takeovers: int = 0
 
     @property
     def node_hours(self) -> float:
@@ -157,37 +166,42 @@ class _SimClock:
 
 
 class _Notifier(Notifier):
-    def __init__(self, config: ControllerConfig, sink: list[Event]) -> None:
-        super().__init__(config.notify)
+    """The real notifier (what it lets out), the receivers the run itself."""
+
+    def __init__(
+        self, config: ControllerConfig, sink: Callable[[Event], None], quiet: Callable[[], bool]
+    ) -> None:
+        super().__init__(config.notify, quiet=quiet)
         self.sink = sink
 
-    def send(self, event: Event) -> None:
-        self.sink.append(event)
+    def queue(self, event: Event) -> None:
+        self.sink(event)
 
 
 class _Store:
     """The real history, with injected write failures and crash points."""
 
-    def __init__(self, store: HistoryStore, run: _Run) -> None:
+    def __init__(self, store: HistoryStore, run: _Run, incarnation: Incarnation) -> None:
         self._store = store
         self._run = run
+        self._incarnation = incarnation
 
     def __getattr__(self, name: str) -> Any:
         method = getattr(self._store, name)
         if not callable(method):
             return method
-        run = self._run
+        run, incarnation = self._run, self._incarnation
         writes = is_write(method)  # marked where it is written (history/core.py)
 
         def call(*args: Any, **kwargs: Any) -> Any:
-            run.incarnation.check()
+            incarnation.check()
             if writes and run.world.now() < run.history_fault_until:
                 raise run.history_fault(self._store.path, "injected history fault")
             result = method(*args, **kwargs)
             if writes:
                 run.writes += 1
                 if run.crash_after_write == run.writes:
-                    run.kill("after a write")
+                    run.kill("after a write", incarnation)
             return result
 
         return call
@@ -207,6 +221,7 @@ class _Run:
         overrides: dict[str, Any] | None = None,
         prepare: Callable[[HistoryStore], None] | None = None,
         self_timed: SelfTimed | None = None,
+        pair: bool | None = None,
     ) -> None:
         self.seed = seed
         self.prepare = prepare
@@ -230,11 +245,25 @@ class _Run:
                     outlet.timer_fails = self_timed == "failing"
         self.world.on_command_hook = self._on_command
         self.events: list[Event] = []
-        self.store = HistoryStore(":memory:", clock=lambda: self.clock.time())
         self.clock = _SimClock(self.world, 1_800_000_000.0)
+        # A pair's own draws: a run without one replays as it did before pairs.
+        self.pair_rng = random.Random(f"pair {seed}")
+        if pair is None:
+            pair = self.pair_rng.random() < PAIR_SHARE
+        self.pair: SimPair | None = None
+        if pair:
+            # The database server's clock: the hosts' clocks may step, not its.
+            self.pair = SimPair(self, lambda: self.clock.base + self.world.now())
+            # The run's own view of the shared history (invariants, operators' holds).
+            self.store = HistoryStore(
+                self.pair.path, clock=self.clock.time, database_clock=self.pair.database_clock
+            )
+        else:
+            self.store = HistoryStore(":memory:", clock=lambda: self.clock.time())
         self.history_fault_until = -1.0
         self.history_fault: type[StoreLocked] | type[StoreFull] = StoreLocked
         self.incarnation = Incarnation(0, alive=False)
+        self.incarnations = 0
         self.controller: Controller | None = None
         self.tasks: dict[int, set[asyncio.Task[Any]]] = {}
         self.crashes = 0
@@ -311,8 +340,13 @@ class _Run:
 
     # -- the controller process ----------------------------------------------------
 
-    def io(self, incarnation: Incarnation) -> ControllerIO:
+    def io(
+        self, incarnation: Incarnation, clock: Clock | None = None, fence: Fence = LONE
+    ) -> ControllerIO:
+        """The simulated world as the process ``incarnation`` reaches it; ``clock``
+        and ``fence``: a pair's (simulation/pair.py), else a lone controller's."""
         world, config = self.world, self.config
+        clock = self.clock if clock is None else clock
 
         def power(
             path: PowerPath, on_step: StepHook, gate: SendGate, window: SendWindow | None
@@ -326,8 +360,8 @@ class _Run:
                 on_step=on_step,
                 gate=gate,
                 send_window=window,
-                clock=self.clock.monotonic,
-                sleep=self.clock.sleep,
+                clock=clock.monotonic,
+                sleep=clock.sleep,
                 spacing=self.spacing,  # per run: virtual time starts at 0 in each
             )
 
@@ -336,40 +370,63 @@ class _Run:
             return fn()
 
         return ControllerIO(
-            clock=self.clock,
+            clock=clock,
             agents=SimAgents(world, incarnation),
             banner=sim_banner(world, incarnation),
             witness=sim_witness(world, incarnation),
             power_factory=power,
-            serving=sim_serving(world, incarnation, config, self.clock),
+            serving=sim_serving(world, incarnation, config, clock),
             agent_restart=sim_agent_restart(world, incarnation),
             forced_reboot=sim_forced_reboot(world, incarnation),
             halt=sim_halt(world, incarnation),
             blocking=cast(Any, inline),
+            fence=fence,
         )
 
-    def start_controller(self) -> None:
-        if self.incarnation.alive:
-            return  # one controller per history: the instance lock sees to that
-        number = self.incarnation.number + 1
-        self.incarnation = Incarnation(number)
+    def new_incarnation(self) -> Incarnation:
+        """A new controller process (numbers never repeat within a run)."""
+        self.incarnations += 1
+        return Incarnation(self.incarnations)
+
+    def new_controller(
+        self,
+        incarnation: Incarnation,
+        store: HistoryStore,
+        clock: Clock | None = None,
+        fence: Fence = LONE,
+    ) -> Controller:
+        """The real controller of ``incarnation``; from now the one the run watches."""
         if self.controller is not None:
             self.retired_serving_restarts.extend(self.controller.serving.fault_restarts)
-        store = cast(HistoryStore, _Store(self.store, self))
         controller = Controller(
             self.config,
-            store,
-            io=self.io(self.incarnation),
-            notifier=_Notifier(self.config, self.events),
+            cast(HistoryStore, _Store(store, self, incarnation)),
+            io=self.io(incarnation, clock, fence),
+            notifier=_Notifier(
+                self.config, functools.partial(self._said, incarnation), quiet=fence.deposed
+            ),
             systemd=SystemdNotifier(environ={}),
         )
-        self.controller = controller
-        stop = asyncio.Event()
-        token = _INCARNATION.set(number)
+        self.controller, self.incarnation = controller, incarnation
+        return controller
+
+    def start_controller(self) -> None:
+        if self.pair is not None:
+            self.pair.start()  # every process of the pair not running
+            return
+        if self.incarnation.alive:
+            return  # one controller per history: the instance lock sees to that
+        incarnation = self.new_incarnation()
+        controller = self.new_controller(incarnation, self.store)
+        self.spawn_as(incarnation, self._process(controller, asyncio.Event()))
+
+    def spawn_as(self, incarnation: Incarnation, coro: Coroutine[Any, Any, Any]) -> None:
+        """Run ``coro`` as (a task of) the process ``incarnation``."""
+        token = PROCESS.set(incarnation)
         try:
-            self._spawn(self._process(controller, stop))
+            self._spawn(coro)
         finally:
-            _INCARNATION.reset(token)
+            PROCESS.reset(token)
 
     async def _process(self, controller: Controller, stop: asyncio.Event) -> None:
         """The controller process: an error out of run() exits it; systemd restarts it."""
@@ -385,25 +442,28 @@ class _Run:
 
     def task_factory(self, loop: asyncio.AbstractEventLoop, coro: Any, **kw: Any) -> Any:
         task = asyncio.Task(coro, loop=loop, **kw)
-        number = _INCARNATION.get()
-        if number:
+        process = PROCESS.get()
+        if process is not None:
+            number = process.number
             self.tasks.setdefault(number, set()).add(task)
             task.add_done_callback(self.tasks[number].discard)
         return task
 
-    def kill(self, why: str) -> None:
-        """SIGKILL: the incarnation does nothing more, its tasks are gone."""
-        if not self.incarnation.alive:
+    def kill(self, why: str, incarnation: Incarnation | None = None) -> None:
+        """SIGKILL: the process does nothing more, its tasks are gone (by default
+        the one the run watches)."""
+        victim = self.incarnation if incarnation is None else incarnation
+        if not victim.alive:
             return
-        self.incarnation.alive = False
+        victim.alive = False
         self.crashes += 1
-        for task in list(self.tasks.get(self.incarnation.number, ())):
+        for task in list(self.tasks.get(victim.number, ())):
             task.cancel()
         raise Killed(why)
 
-    def kill_quietly(self) -> None:
+    def kill_quietly(self, incarnation: Incarnation | None = None) -> None:
         with contextlib.suppress(Killed):
-            self.kill("scheduled crash")
+            self.kill("scheduled crash", incarnation)
 
     # -- invariants at every command ---------------------------------------------
 
@@ -447,6 +507,10 @@ class _Run:
                         f"I2 {where}: a second off in incident #{key[0]} rung {key[1]} "
                         f"(try {key[2]})"
                     )
+        if self.pair is not None:
+            refused = self.pair.check_sender(number, where)
+            if refused is not None:
+                self.violate(refused)
         if self.crash_after_command is not None and len(self.world.truth.commands) + 1 == (
             self.crash_after_command
         ):
@@ -588,6 +652,14 @@ class _Run:
                 lambda: self.store.release(target, by="operator"),
             )
 
+    def _pair_fault(self, node: SimNode, outlet: SimOutlet, now: float, fault: str) -> None:
+        # Its own draws, so that a run's other faults replay as without a pair.
+        # Scripted only: "leader_pause_40" and the like last that many seconds.
+        kind, _, lasting = fault.rpartition("_") if fault[-1].isdigit() else (fault, "", "")
+        seconds = float(lasting) if lasting else self.pair_rng.uniform(3.0, 60.0)
+        if self.pair is not None:
+            self.pair.inject(kind, seconds)
+
     def later(self, delay: float, fn: Callable[[], Any]) -> None:
         assert self.world.loop is not None
         self.pending_heals.append(fn)
@@ -618,7 +690,9 @@ class _Run:
                 outlet.down_until = outlet.refusing_until = -1.0
                 outlet.slow = outlet.lag = outlet.ambiguous_p = 0.0
                 outlet.bug = False
-        if not self.incarnation.alive:
+        if self.pair is not None:
+            self.pair.heal()
+        elif not self.incarnation.alive:
             self.start_controller()
 
     # -- the run ----------------------------------------------------------------
@@ -627,6 +701,10 @@ class _Run:
         loop = asyncio.get_running_loop()
         self.world.loop = loop
         loop.set_task_factory(self.task_factory)
+        loop.set_exception_handler(self._unhandled)
+        if self.pair is not None:
+            assert isinstance(loop, VirtualLoop)
+            loop.paused = self.pair.paused  # a paused leader's tasks wait (SIGSTOP)
         if self.prepare is not None:
             self.prepare(self.store)  # what an earlier controller left in the history
         self.start_controller()
@@ -642,6 +720,8 @@ class _Run:
         unknown = sorted({f for _, f, _ in self.script or () if f not in FAULT_PLAYS})
         if unknown:
             raise ValueError(f"unknown simulated fault {', '.join(map(repr, unknown))}")
+        if self.pair is not None and self.script is None:
+            schedule.extend(self._pair_schedule(fault_window))
         for at, fault, on in self.script if self.script is not None else schedule:
             loop.call_at(at, self.inject, fault, on)
         g, policy = self.config.guards, self.config.policy
@@ -667,13 +747,43 @@ class _Run:
         self.finish()
         assert self.controller is not None
         self.final_verdicts = {n: w.verdict for n, w in self.controller.watches.items()}
+        if self.pair is not None:
+            self.pair.stop()
         self.kill_quietly()
         await asyncio.sleep(0)
         return self.report(elapsed)
 
+    def _said(self, incarnation: Incarnation, event: Event) -> None:
+        """I13: of a pair, only the leader says anything about nodes."""
+        self.events.append(event)
+        if self.pair is not None and event.kind not in ABOUT_LEADERSHIP:
+            where = f"at {self.world.now():.1f}s: {event.kind} ({event.node or 'cluster'})"
+            refused = self.pair.check_sender(incarnation.number, where)
+            if refused is not None:
+                self.violate(refused.replace("I12", "I13", 1))
+
+    def _unhandled(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        """An exception nobody handled (a task's, found when it is dropped) is a bug."""
+        exc = context.get("exception")
+        if not isinstance(exc, (Killed, InjectedBug)):
+            self.errors.append(f"{context.get('message')}: {exc!r}")
+
+    def _pair_schedule(self, fault_window: float) -> list[Scripted]:
+        """The pair's faults: its leader paused, killed or cut from the history."""
+        rng, t = self.pair_rng, 0.0
+        schedule: list[Scripted] = []
+        rate = rng.uniform(1 / 240.0, 1 / 60.0)
+        while True:
+            t += rng.expovariate(rate)
+            if t >= fault_window:
+                return schedule
+            schedule.append((t, rng.choice(PAIR_FAULTS), None))
+
     def settled(self) -> bool:
         controller = self.controller
         if controller is None or not self.incarnation.alive:
+            return False
+        if self.pair is not None and not self.pair.steady():
             return False
         for name, watch in controller.watches.items():
             if watch.state is NodeState.HELD:
@@ -807,6 +917,9 @@ class _Run:
             resolutions=[str(i.resolution) for i in incidents],
             kinds=[i.kind for i in incidents],
             timed_ons=len(self.world.truth.timed_ons),
+            pair=self.pair is not None,
+            epochs=0 if self.pair is None else self.pair.epochs,
+            takeovers=0 if self.pair is None else self.pair.takeovers,
             second_tries=sum(
                 1
                 for i in incidents
@@ -867,6 +980,7 @@ _FAULT_GROUPS: tuple[tuple[_FaultPlay, tuple[str, ...]], ...] = (
             "hold",
         ),
     ),
+    (_Run._pair_fault, (*PAIR_FAULTS, "leader_pause_40", "leader_cut_30")),
 )
 # Every fault a run or a script can name, and what plays it.
 FAULT_PLAYS: dict[str, _FaultPlay] = {name: play for play, names in _FAULT_GROUPS for name in names}
@@ -903,6 +1017,7 @@ def simulate(
     overrides: dict[str, Any] | None = None,
     prepare: Callable[[HistoryStore], None] | None = None,
     self_timed: SelfTimed | None = None,
+    pair: bool | None = None,
 ) -> Report:
     """One run: ``minutes`` of random faults (or the ``script``), then a quiet tail.
 
@@ -911,7 +1026,7 @@ def simulate(
     fires; "failing": it accepts the timed off, its timer never fires) or none
     does ("never"); None: each outlet by chance, some timers failing.
     """
-    run = _Run(seed, minutes, crash_after_write, script, overrides, prepare, self_timed)
+    run = _Run(seed, minutes, crash_after_write, script, overrides, prepare, self_timed, pair)
     run.crash_after_command = crash_after_command
     trap = _ErrorTrap(run.errors)
     logger = logging.getLogger("spark_watchdog")
@@ -924,3 +1039,5 @@ def simulate(
         logger.removeHandler(trap)
         logger.setLevel(previous)
         run.store.close()
+        if run.pair is not None:
+            run.pair.close()

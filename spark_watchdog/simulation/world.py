@@ -11,6 +11,7 @@ failure modes of real PDUs. Everything the controller is told is logged in
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import json
 import math
 import random
@@ -36,8 +37,15 @@ from spark_watchdog.controller.serving_restart import (
 )
 from spark_watchdog.controller.witness import WitnessReport
 from spark_watchdog.errors import Ambiguous, Refused, Unreachable
+from spark_watchdog.power import send_window
 from spark_watchdog.power.base import TIMED_ON_MARGIN_S, PowerState, TimedOn
 from spark_watchdog.power.ssh_banner import BannerResult
+
+# The controller process the running code belongs to (its tasks inherit it):
+# what a device attributes a command to, and what a kill cancels.
+PROCESS: contextvars.ContextVar[Incarnation | None] = contextvars.ContextVar(
+    "process", default=None
+)
 
 
 class InjectedBug(RuntimeError):
@@ -402,9 +410,15 @@ class SimOutlet:
         if self.world.controller_net_down or self.world.now() < self.down_until:
             raise Unreachable(self.name, "no answer")
 
+    def sender(self) -> Incarnation | None:
+        """The controller process asking: the one running this code, else the
+        last one that built a power path to the outlet."""
+        return PROCESS.get() or self.incarnation
+
     async def read_state(self) -> PowerState:
-        if self.incarnation is not None:
-            self.incarnation.check()
+        sender = self.sender()
+        if sender is not None:
+            sender.check()
         if self.slow:
             await self.world.sleep(self.slow)
         self._reachable()
@@ -416,8 +430,9 @@ class SimOutlet:
         return self.state
 
     async def plan_timed_on(self, off_seconds: float) -> TimedOn:
-        if self.incarnation is not None:
-            self.incarnation.check()
+        sender = self.sender()
+        if sender is not None:
+            sender.check()
         self._reachable()
         if not self.self_timed or off_seconds < 1:
             return TimedOn(None, "this outlet cannot time its own on")
@@ -435,8 +450,9 @@ class SimOutlet:
         """A simulated outlet holds no sockets."""
 
     async def command(self, target: PowerState, on_after_s: float | None = None) -> None:
-        assert self.incarnation is not None
-        self.incarnation.check()
+        sender = self.sender()
+        assert sender is not None
+        sender.check()
         self._reachable()
         if self.world.now() < self.refusing_until:
             raise Refused(self.name, "the PDU said no")
@@ -447,7 +463,9 @@ class SimOutlet:
             )
         ambiguous = self.rng.random() < self.ambiguous_p
         landed = not ambiguous or self.rng.random() < 0.5
-        self.world.on_command(self, target, landed, self.incarnation.number)
+        # As a real backend: the send window asked right before the bytes leave.
+        send_window.enforce(self.name)
+        self.world.on_command(self, target, landed, sender.number)
         if landed:
             # A newer command replaces the flip-back timer, as on a Shelly.
             self.timer_generation += 1

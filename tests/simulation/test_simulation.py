@@ -1,6 +1,6 @@
 """The real controller under random faults on virtual time (docs/simulation.md).
 
-The seeded runs check invariants I1-I8 at every power command and at the
+The seeded runs check invariants I1-I13 at every power command and at the
 end of every run; the scripted runs below are the situations a review found
 the controller getting wrong, each with the behaviour that closes it.
 """
@@ -712,3 +712,59 @@ def test_i11_catches_a_restart_that_calls_a_less_safe_head_a_success(
     monkeypatch.setattr("spark_watchdog.controller.serving_restart._unsafe", lambda *a: False)
     report = simulate(1, 4.0, script=_freeze_then("serving_wrong_profile", "spark-1"))
     assert any(v.startswith("I11") for v in report.violations), report.violations
+
+
+# -- the controller pair: two real controllers over one SQLite history -------------
+
+# A freeze whose off hold outlasts a pause of its leader: the standby takes the
+# lease, resumes the incident and switches the outlet on; the old leader wakes.
+PAUSED_DURING_THE_HOLD: list[Scripted] = [
+    (30.0, "freeze", "spark-2"),
+    (50.0, "leader_pause_40", None),
+]
+LONG_HOLD = {"policy": {"power_off_seconds": 30.0}, "guards": {"dry_run": False}}
+
+
+def test_a_leader_paused_in_its_off_hold_is_replaced_and_sends_nothing_when_it_wakes() -> None:
+    report = simulate(
+        1, 3.0, pair=True, self_timed="never", script=PAUSED_DURING_THE_HOLD, overrides=LONG_HOLD
+    )
+    assert report.violations == [], report.violations
+    assert report.pair and report.takeovers == 1
+    # One off by the first leader, one on by the second: the woken one sends nothing.
+    assert report.sent == [("spark-2", "off"), ("spark-2", "on")]
+    assert report.resolutions == ["recovered"]
+    # It says it stopped leading, and nothing about nodes.
+    assert report.alerts.count("leadership_lost") == 1
+    assert "held" not in report.alerts and "history_unwritable" not in report.alerts
+
+
+@pytest.mark.parametrize("fault", ["leader_kill", "leader_cut_30"])
+def test_a_leader_killed_or_cut_from_the_history_in_its_off_hold_is_replaced(fault: str) -> None:
+    script: list[Scripted] = [(30.0, "freeze", "spark-2"), (50.0, fault, None)]
+    report = simulate(1, 3.0, pair=True, self_timed="never", script=script, overrides=LONG_HOLD)
+    assert report.violations == [], report.violations
+    assert report.takeovers >= 1
+    assert report.sent == [("spark-2", "off"), ("spark-2", "on")]
+    assert report.resolutions == ["recovered"]
+
+
+def test_i12_catches_a_woken_leader_whose_fence_lets_its_on_out(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The invariant itself can fail: without the lease's write fence and send
+    gate, the paused leader wakes and sends its on while the other leads."""
+    from spark_watchdog.history.leadership import Lease
+
+    monkeypatch.setattr(Lease, "check", lambda self, conn: None)
+    monkeypatch.setattr(Lease, "send_refusal", lambda self: None)
+    monkeypatch.setattr(Lease, "ran_out", lambda self: False)
+    report = simulate(
+        1, 3.0, pair=True, self_timed="never", script=PAUSED_DURING_THE_HOLD, overrides=LONG_HOLD
+    )
+    assert any(": I12 " in v for v in report.violations), report.violations
+
+
+def test_pair_runs_replay_exactly() -> None:
+    first, second = simulate(5, 5.0, pair=True), simulate(5, 5.0, pair=True)
+    assert first == second and first.epochs >= 1
