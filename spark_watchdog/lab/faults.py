@@ -1,6 +1,8 @@
 """The faults the lab injects by name (:data:`FAULTS`; ``spark-watchdog lab
 inject``, the scenarios): :func:`inject` plays each on the cluster's nodes
-through lab/cluster.py's own means (signals, the stand-ins' modes, the PDU)."""
+through lab/cluster.py's own means (signals, the stand-ins' modes, the PDU).
+Their names are the fault menu's (spark_watchdog/fault_menu.py), which the
+simulation uses too."""
 
 from __future__ import annotations
 

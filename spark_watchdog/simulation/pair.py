@@ -48,7 +48,7 @@ from spark_watchdog.simulation.world import Incarnation, Killed, World
 
 T = TypeVar("T")
 
-PAIR_FAULTS = ("leader_pause", "leader_kill", "leader_cut")
+PAIR_FAULTS = ("leader-pause", "leader-kill", "leader-cut")
 # How long systemd waits before it starts an exited controller again.
 RESTART_AFTER_S = 5.0
 
@@ -258,13 +258,13 @@ class SimPair:
         member = self.leader()
         if member is None or not member.incarnation.alive:
             return
-        if fault == "leader_kill":
+        if fault == "leader-kill":
             self.resume(member)
             self.run.kill_quietly(member.incarnation)
             self.run.later(seconds, self.start)
-        elif fault == "leader_cut":
+        elif fault == "leader-cut":
             member.link.cut_until = self.run.world.now() + seconds
-        elif fault == "leader_pause" and not member.paused:
+        elif fault == "leader-pause" and not member.paused:
             member.paused = True
             self.run.later(seconds, lambda: self.resume(member))
 

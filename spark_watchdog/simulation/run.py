@@ -61,35 +61,35 @@ PAIR_SHARE = 0.3
 ALERT_KINDS = frozenset({"held", "gave_up", "circuit_breaker", "outlet_off", "ambiguous_power"})
 FAULTS = (
     "freeze",
-    "freeze_thaw",
+    "freeze-thaw",
     "reboot",
-    "reboot_hang",
-    "agent_crash",
-    "agent_stuck",
-    "agent_slow",
-    "loss",
-    "dns",
-    "net_down",
-    "witness_down",
-    "pdu_down",
-    "pdu_slow",
-    "pdu_refusing",
-    "pdu_ambiguous",
-    "pdu_lag",
-    "pdu_bug",
+    "reboot-hang",
+    "agent-crash",
+    "stuck-agent",
+    "slow-agent",
+    "packet-loss",
+    "dns-failure",
+    "controller-net-down",
+    "witness-down",
+    "pdu-down",
+    "pdu-slow",
+    "pdu-refusing",
+    "pdu-ambiguous",
+    "pdu-lag",
+    "pdu-bug",
     "partition",
-    "person_off",
-    "history_locked",
-    "history_full",
-    "crash",
-    "clock_step",
+    "outlet-off",
+    "history-locked",
+    "history-full",
+    "controller-kill",
+    "clock-step",
     "hold",
-    "memory_kill",
-    "gpu_wedge",
-    "clock_latch",
-    "serving_start_fails",
-    "serving_stop_hangs",
-    "serving_wrong_profile",
+    "mem-collapse",
+    "gpu-hang",
+    "clock-latch",
+    "serving-start-fails",
+    "serving-stop-hangs",
+    "serving-wrong-profile",
 )
 
 
@@ -549,96 +549,96 @@ class _Run:
         rng = self.rng
         if fault == "freeze":
             node.freeze(None)
-        elif fault == "clock_latch":
+        elif fault == "clock-latch":
             node.clock_latched = True
-        elif fault == "freeze_thaw":
+        elif fault == "freeze-thaw":
             node.freeze(rng.uniform(1.0, 40.0))
         elif fault == "thaw":  # scripted only: a frozen node comes back by itself
             node.thaw_at = min(node.thaw_at, now)
-        elif fault == "ssh_bug":  # scripted only: its next reboot or halt raises
+        elif fault == "ssh-bug":  # scripted only: its next reboot or halt raises
             node.ssh_bug = True
         elif fault == "reboot":
             node.planned_reboot(rng.uniform(1.0, 40.0), hang=False)
-        elif fault == "reboot_hang":
+        elif fault == "reboot-hang":
             node.planned_reboot(rng.uniform(1.0, 20.0), hang=True)
-        elif fault == "agent_crash":
+        elif fault == "agent-crash":
             node.agent, node.agent_until = "crashed", now + rng.uniform(1.0, 60.0)
-        elif fault == "agent_stuck":
+        elif fault == "stuck-agent":
             node.agent, node.agent_until = "stuck", now + rng.uniform(5.0, 120.0)
-        elif fault == "agent_slow":
+        elif fault == "slow-agent":
             node.agent, node.agent_until = "slow", now + rng.uniform(5.0, 60.0)
-        elif fault == "memory_kill":
+        elif fault == "mem-collapse":
             node.memory_kill(self.clock.base)
-        elif fault == "gpu_wedge" and node.phase == "up":
+        elif fault == "gpu-hang" and node.phase == "up":
             node.gpu_wedged = True
             node.gpu_sticky = rng.random() < 0.3
-        elif fault == "serving_start_fails":  # the rank exits at its next start
+        elif fault == "serving-start-fails":  # the rank exits at its next start
             node.next_start_fails = True
-        elif fault == "serving_stop_hangs":  # the agent never answers its next stop
+        elif fault == "serving-stop-hangs":  # the agent never answers its next stop
             node.next_stop_hangs = True
-        elif fault == "serving_wrong_profile":  # the next start runs a config less safe
+        elif fault == "serving-wrong-profile":  # the next start runs a config less safe
             node.next_start_unsafe = True
 
     def _network_fault(self, node: SimNode, outlet: SimOutlet, now: float, fault: str) -> None:
         rng, world = self.rng, self.world
-        if fault == "loss":
+        if fault == "packet-loss":
             node.loss = rng.choice([0.05, 0.3, 0.9])
             self.later(rng.uniform(5.0, 60.0), lambda: setattr(node, "loss", 0.0))
-        elif fault == "dns":
+        elif fault == "dns-failure":
             node.dns_broken_until = now + rng.uniform(5.0, 60.0)
-        elif fault == "net_down":
+        elif fault == "controller-net-down":
             world.controller_net_down = True
             self.later(rng.uniform(2.0, 40.0), lambda: setattr(world, "controller_net_down", False))
-        elif fault == "witness_down":
+        elif fault == "witness-down":
             world.witness_down = True
-            self.later(rng.uniform(2.0, 60.0), lambda: setattr(world, "witness_down", False))
+            self.later(rng.uniform(2.0, 60.0), lambda: setattr(world, "witness-down", False))
         elif fault == "partition":
             until = now + rng.uniform(5.0, 90.0)
             for other in rng.sample(list(world.nodes.values()), rng.randint(1, len(self.names))):
                 other.partitioned_until = until
-        elif fault in ("partition_3x60", "partition_3x10"):
-            lasting = 60.0 if fault == "partition_3x60" else 10.0
+        elif fault in ("partition-3x60", "partition-3x10"):
+            lasting = 60.0 if fault == "partition-3x60" else 10.0
             for other in list(world.nodes.values())[1:]:
                 other.partitioned_until = now + lasting
 
     def _pdu_fault(self, node: SimNode, outlet: SimOutlet, now: float, fault: str) -> None:
         rng = self.rng
-        if fault == "pdu_down":
+        if fault == "pdu-down":
             outlet.down_until = now + rng.uniform(2.0, 60.0)
-        elif fault == "pdu_slow":
+        elif fault == "pdu-slow":
             outlet.slow = rng.uniform(0.5, 8.0)
             self.later(rng.uniform(5.0, 60.0), lambda: setattr(outlet, "slow", 0.0))
-        elif fault == "pdu_refusing":
+        elif fault == "pdu-refusing":
             outlet.refusing_until = now + rng.uniform(2.0, 60.0)
-        elif fault == "pdu_ambiguous":
+        elif fault == "pdu-ambiguous":
             outlet.ambiguous_p = 1.0
             self.later(rng.uniform(5.0, 60.0), lambda: setattr(outlet, "ambiguous_p", 0.0))
-        elif fault == "pdu_lag":
+        elif fault == "pdu-lag":
             outlet.lag = rng.uniform(0.5, 10.0)
             self.later(rng.uniform(5.0, 60.0), lambda: setattr(outlet, "lag", 0.0))
-        elif fault == "pdu_bug":
+        elif fault == "pdu-bug":
             outlet.bug = True
 
     def _controller_fault(self, node: SimNode, outlet: SimOutlet, now: float, fault: str) -> None:
         rng, world = self.rng, self.world
-        if fault == "history_full_60":
+        if fault == "history-full-60":
             self.history_fault, self.history_fault_until = StoreFull, now + 60.0
-        elif fault in ("history_locked", "history_full"):
-            self.history_fault = StoreLocked if fault == "history_locked" else StoreFull
+        elif fault in ("history-locked", "history-full"):
+            self.history_fault = StoreLocked if fault == "history-locked" else StoreFull
             self.history_fault_until = now + rng.uniform(1.0, 30.0)
-        elif fault == "crash":
+        elif fault == "controller-kill":
             if self.incarnation.alive:
                 self.kill_quietly()
                 self.later(rng.uniform(0.5, 30.0), self.start_controller)
-        elif fault == "clock_step":
+        elif fault == "clock-step":
             # Steps of 10 minutes, the total kept within ±7.5 minutes: budgets of
             # earlier controller processes are counted over a window widened by
             # 15 minutes, the largest swing this allows (docs/design.md, "Guards").
             step = rng.choice([-600.0, 600.0])
             self.clock.offset = max(-450.0, min(450.0, self.clock.offset + step))
-        elif fault == "person_on":  # scripted only: a person switches the outlet on
+        elif fault == "outlet-on":  # scripted only: a person switches the outlet on
             world.person_switch(node.name, PowerState.ON)
-        elif fault == "person_off":
+        elif fault == "outlet-off":
             world.person_switch(node.name, PowerState.OFF)
             # The person switches it back on later (or a hold says they handle it).
             self.later(
@@ -654,8 +654,8 @@ class _Run:
 
     def _pair_fault(self, node: SimNode, outlet: SimOutlet, now: float, fault: str) -> None:
         # Its own draws, so that a run's other faults replay as without a pair.
-        # Scripted only: "leader_pause_40" and the like last that many seconds.
-        kind, _, lasting = fault.rpartition("_") if fault[-1].isdigit() else (fault, "", "")
+        # Scripted only: "leader-pause-40" and the like last that many seconds.
+        kind, _, lasting = fault.rpartition("-") if fault[-1].isdigit() else (fault, "", "")
         seconds = float(lasting) if lasting else self.pair_rng.uniform(3.0, 60.0)
         if self.pair is not None:
             self.pair.inject(kind, seconds)
@@ -935,52 +935,52 @@ _FAULT_GROUPS: tuple[tuple[_FaultPlay, tuple[str, ...]], ...] = (
         _Run._node_fault,
         (
             "freeze",
-            "clock_latch",
-            "freeze_thaw",
+            "clock-latch",
+            "freeze-thaw",
             "thaw",
-            "ssh_bug",
+            "ssh-bug",
             "reboot",
-            "reboot_hang",
-            "agent_crash",
-            "agent_stuck",
-            "agent_slow",
-            "memory_kill",
-            "gpu_wedge",
-            "serving_start_fails",
-            "serving_stop_hangs",
-            "serving_wrong_profile",
+            "reboot-hang",
+            "agent-crash",
+            "stuck-agent",
+            "slow-agent",
+            "mem-collapse",
+            "gpu-hang",
+            "serving-start-fails",
+            "serving-stop-hangs",
+            "serving-wrong-profile",
         ),
     ),
     (
         _Run._network_fault,
         (
-            "loss",
-            "dns",
-            "net_down",
-            "witness_down",
+            "packet-loss",
+            "dns-failure",
+            "controller-net-down",
+            "witness-down",
             "partition",
-            "partition_3x60",
-            "partition_3x10",
+            "partition-3x60",
+            "partition-3x10",
         ),
     ),
     (
         _Run._pdu_fault,
-        ("pdu_down", "pdu_slow", "pdu_refusing", "pdu_ambiguous", "pdu_lag", "pdu_bug"),
+        ("pdu-down", "pdu-slow", "pdu-refusing", "pdu-ambiguous", "pdu-lag", "pdu-bug"),
     ),
     (
         _Run._controller_fault,
         (
-            "history_full_60",
-            "history_locked",
-            "history_full",
-            "crash",
-            "clock_step",
-            "person_off",
-            "person_on",
+            "history-full-60",
+            "history-locked",
+            "history-full",
+            "controller-kill",
+            "clock-step",
+            "outlet-off",
+            "outlet-on",
             "hold",
         ),
     ),
-    (_Run._pair_fault, (*PAIR_FAULTS, "leader_pause_40", "leader_cut_30")),
+    (_Run._pair_fault, (*PAIR_FAULTS, "leader-pause-40", "leader-cut-30")),
 )
 # Every fault a run or a script can name, and what plays it.
 FAULT_PLAYS: dict[str, _FaultPlay] = {name: play for play, names in _FAULT_GROUPS for name in names}

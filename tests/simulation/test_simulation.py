@@ -178,7 +178,7 @@ def test_an_off_that_landed_and_a_person_switched_on_again_is_not_sent_twice() -
     assert first.sent == [("spark-2", "off"), ("spark-2", "on")]
     restarted = first.sent_at[1] - 5.0
     # A person's on just before the restart: the node is still booting at the resume.
-    person = (restarted - 2.0, "person_on", "spark-2")
+    person = (restarted - 2.0, "outlet-on", "spark-2")
     report = simulate(
         1, 2.0, script=[*script, person], crash_after_command=1, overrides=hold, self_timed="never"
     )
@@ -218,7 +218,7 @@ def test_a_controller_restarting_during_the_boot_wait_goes_on_with_it() -> None:
     node frozen for as long as the crashes last) nor cut short."""
     unsent = _unsent_off_write()
     once = _crash_after_write(unsent, "never")
-    crashes: list[Scripted] = [(60.0 + 90.0 * k, "crash", "spark-2") for k in range(14)]
+    crashes: list[Scripted] = [(60.0 + 90.0 * k, "controller-kill", "spark-2") for k in range(14)]
     report = _crash_after_write(unsent, "never", *crashes)
     assert report.violations == []
     assert report.crashes >= 5
@@ -277,20 +277,22 @@ def test_a_planned_reboot_sends_no_power_command() -> None:
 
 
 def test_a_failed_name_lookup_means_no_fencing_and_an_alert() -> None:
-    report = simulate(2, 3.0, script=[(30.0, "dns", "spark-3"), (31.0, "freeze", "spark-3")])
+    report = simulate(
+        2, 3.0, script=[(30.0, "dns-failure", "spark-3"), (31.0, "freeze", "spark-3")]
+    )
     assert report.violations == []
     assert "unobservable" in report.alerts
 
 
 def test_a_stuck_agent_is_agent_down_never_power() -> None:
-    report = simulate(3, 3.0, script=[(30.0, "agent_stuck", "spark-4")])
+    report = simulate(3, 3.0, script=[(30.0, "stuck-agent", "spark-4")])
     assert report.violations == []
     assert report.sent == []
     assert "agent_down" in report.alerts
 
 
 def test_an_outlet_found_off_is_held_and_never_switched_on() -> None:
-    report = simulate(4, 3.0, script=[(30.0, "person_off", "spark-2"), (30.5, "freeze", "spark-2")])
+    report = simulate(4, 3.0, script=[(30.0, "outlet-off", "spark-2"), (30.5, "freeze", "spark-2")])
     assert report.violations == []
     assert report.sent == []
     assert "outlet_off" in report.alerts
@@ -298,7 +300,7 @@ def test_an_outlet_found_off_is_held_and_never_switched_on() -> None:
 
 
 def test_an_unexpected_error_in_a_recovery_holds_and_never_cycles_again() -> None:
-    report = simulate(5, 3.0, script=[(30.0, "freeze", "spark-2"), (31.0, "pdu_bug", "spark-2")])
+    report = simulate(5, 3.0, script=[(30.0, "freeze", "spark-2"), (31.0, "pdu-bug", "spark-2")])
     assert report.violations == []
     assert report.sent == []
     assert report.verdicts["spark-2"] == "held"
@@ -318,9 +320,9 @@ CYCLE_SENT: dict[SelfTimed, list[tuple[str, str]]] = {
 def test_wall_clock_steps_neither_end_nor_stretch_a_wait(self_timed: SelfTimed) -> None:
     script = [
         (30.0, "freeze", "spark-2"),
-        (45.0, "clock_step", None),
-        (60.0, "clock_step", None),
-        (75.0, "clock_step", None),
+        (45.0, "clock-step", None),
+        (60.0, "clock-step", None),
+        (75.0, "clock-step", None),
     ]
     for seed in range(6):
         report = simulate(
@@ -339,7 +341,7 @@ def test_wall_clock_steps_neither_end_nor_stretch_a_wait(self_timed: SelfTimed) 
 def test_a_history_failure_during_the_off_hold_still_restores_power(
     self_timed: SelfTimed,
 ) -> None:
-    script = [(30.0, "freeze", "spark-2"), (45.0, "history_full_60", None)]
+    script = [(30.0, "freeze", "spark-2"), (45.0, "history-full-60", None)]
     report = simulate(
         6,
         3.0,
@@ -361,11 +363,11 @@ def test_three_of_four_frozen_are_recovered_one_after_another() -> None:
 
 def test_a_partition_opens_the_breaker_and_latches_only_when_it_lasts() -> None:
     guards = {"breaker_latch_after": 30.0}
-    blip = simulate(8, 3.0, script=[(30.0, "partition_3x10", None)], overrides={"guards": guards})
+    blip = simulate(8, 3.0, script=[(30.0, "partition-3x10", None)], overrides={"guards": guards})
     assert blip.violations == []
     assert blip.sent == []
     assert "circuit_breaker" not in blip.alerts
-    long = simulate(8, 3.0, script=[(30.0, "partition_3x60", None)], overrides={"guards": guards})
+    long = simulate(8, 3.0, script=[(30.0, "partition-3x60", None)], overrides={"guards": guards})
     assert long.violations == []
     assert long.sent == []
     assert "circuit_breaker" in long.alerts
@@ -375,7 +377,7 @@ def test_dry_run_sends_nothing_and_restarts_no_serving() -> None:
     report = simulate(
         9,
         3.0,
-        script=[(30.0, "freeze", "spark-2"), (60.0, "crash", None)],
+        script=[(30.0, "freeze", "spark-2"), (60.0, "controller-kill", None)],
         overrides={"guards": {"dry_run": True}},
     )
     assert report.violations == []
@@ -436,7 +438,7 @@ def test_memory_guard_kills_restart_serving_within_the_budget_and_never_power() 
     two: two memory_exhausted incidents, each with one safe serving restart,
     then the budget alert; no power command at all."""
     kills: list[tuple[float, str, str | None]] = [
-        (30.0 + 45.0 * i, "memory_kill", "spark-2") for i in range(5)
+        (30.0 + 45.0 * i, "mem-collapse", "spark-2") for i in range(5)
     ]
     overrides = {
         "serving": {"restart_budget": 2, "restart_budget_window": 3600.0, "restart_cooldown": 0.0}
@@ -453,7 +455,7 @@ def test_memory_guard_kills_restart_serving_within_the_budget_and_never_power() 
         # restart cut short after its stops leaves the ranks down: the next
         # controller sees serving_dead and restarts serving for that.
         crashed = simulate(
-            seed, 3.0, script=[kills[0], (31.5, "crash", None)], overrides={"serving": {}}
+            seed, 3.0, script=[kills[0], (31.5, "controller-kill", None)], overrides={"serving": {}}
         )
         assert crashed.violations == [] and crashed.sent == []
         assert crashed.kinds.count("memory_exhausted") == 1, crashed.kinds
@@ -468,7 +470,7 @@ def test_a_wedged_gpu_gets_a_serving_restart_then_one_forced_reboot_never_power_
     unless the reboot itself hung and the host went silent."""
     outcomes: set[str] = set()
     for seed in range(12):
-        report = simulate(seed, 6.0, script=[(30.0, "gpu_wedge", "spark-2")])
+        report = simulate(seed, 6.0, script=[(30.0, "gpu-hang", "spark-2")])
         assert report.violations == [], report.violations
         assert "forced_reboot" in report.alerts
         if report.sent:
@@ -491,7 +493,7 @@ def test_forced_reboots_stay_within_the_node_budget() -> None:
     """A GPU that wedges again and again: at most node_budget forced reboots in
     the window, then the node is held for a person."""
     script: list[tuple[float, str, str | None]] = [
-        (30.0 + 100.0 * i, "gpu_wedge", "spark-3") for i in range(4)
+        (30.0 + 100.0 * i, "gpu-hang", "spark-3") for i in range(4)
     ]
     overrides = {"guards": {"node_budget": 2, "budget_window": 3600.0, "dry_run": False}}
     held = 0
@@ -532,7 +534,7 @@ def test_a_guard_kill_without_auto_restart_is_told_once_and_restarts_nothing() -
     report = simulate(
         3,
         3.0,
-        script=[(30.0, "memory_kill", "spark-3")],
+        script=[(30.0, "mem-collapse", "spark-3")],
         overrides={"serving": {"auto_restart": False}},
     )
     assert report.violations == [] and report.sent == []
@@ -542,7 +544,7 @@ def test_a_guard_kill_without_auto_restart_is_told_once_and_restarts_nothing() -
 
 
 def test_an_unexpected_error_in_the_wedged_ladder_holds_the_node_and_sends_nothing() -> None:
-    script: list[Scripted] = [(29.0, "ssh_bug", "spark-2"), (30.0, "gpu_wedge", "spark-2")]
+    script: list[Scripted] = [(29.0, "ssh-bug", "spark-2"), (30.0, "gpu-hang", "spark-2")]
     report = simulate(1, 6.0, script=script)
     assert report.violations == []
     assert report.sent == []
@@ -551,7 +553,7 @@ def test_an_unexpected_error_in_the_wedged_ladder_holds_the_node_and_sends_nothi
 
 
 def test_an_unexpected_error_in_the_unlatch_ladder_is_alerted_and_sends_nothing() -> None:
-    script: list[Scripted] = [(29.0, "ssh_bug", "spark-2"), (30.0, "clock_latch", "spark-2")]
+    script: list[Scripted] = [(29.0, "ssh-bug", "spark-2"), (30.0, "clock-latch", "spark-2")]
     overrides = {"guards": {"dry_run": False}, "policy": {"clock_latch_off_seconds": 180.0}}
     report = simulate(3, 8.0, script=script, overrides=overrides, self_timed="never")
     assert report.violations == []
@@ -563,7 +565,7 @@ def test_an_unexpected_error_in_the_unlatch_ladder_is_alerted_and_sends_nothing(
 def test_a_clock_latched_gpu_is_halted_then_cut_once_for_the_long_hold() -> None:
     """The latch survives a reboot; the controller halts the node over SSH, and
     once it is silent the power path cuts it for clock_latch_off_seconds."""
-    script: list[tuple[float, str, str | None]] = [(30.0, "clock_latch", "spark-2")]
+    script: list[tuple[float, str, str | None]] = [(30.0, "clock-latch", "spark-2")]
     overrides = {"guards": {"dry_run": False}, "policy": {"clock_latch_off_seconds": 180.0}}
     report = simulate(3, 8.0, script=script, overrides=overrides, self_timed="never")
     assert report.violations == []
@@ -575,8 +577,8 @@ def test_a_clock_latched_gpu_is_halted_then_cut_once_for_the_long_hold() -> None
 
 def test_a_latch_that_outlives_its_long_cut_is_alerted_not_cut_again() -> None:
     script: list[tuple[float, str, str | None]] = [
-        (30.0, "clock_latch", "spark-2"),
-        (400.0, "clock_latch", "spark-2"),  # latched again on the boot after the cut
+        (30.0, "clock-latch", "spark-2"),
+        (400.0, "clock-latch", "spark-2"),  # latched again on the boot after the cut
         (420.0, "reboot", "spark-2"),
     ]
     overrides = {
@@ -591,7 +593,7 @@ def test_a_latch_that_outlives_its_long_cut_is_alerted_not_cut_again() -> None:
 
 
 def test_a_clock_latch_in_dry_run_or_with_the_cut_off_sends_nothing() -> None:
-    script: list[tuple[float, str, str | None]] = [(30.0, "clock_latch", "spark-2")]
+    script: list[tuple[float, str, str | None]] = [(30.0, "clock-latch", "spark-2")]
     for overrides in (
         {"guards": {"dry_run": True}},
         {"guards": {"dry_run": False}, "policy": {"clock_latch_off_seconds": 0}},
@@ -609,7 +611,7 @@ def test_a_latch_seen_while_the_node_is_busy_is_answered_once_it_is_free() -> No
     for seed, at in itertools.product((3, 5, 6), (40.0, 48.0, 56.0)):
         script: list[tuple[float, str, str | None]] = [
             (30.0, "freeze", "spark-2"),
-            (at, "clock_latch", "spark-2"),
+            (at, "clock-latch", "spark-2"),
         ]
         report = simulate(seed, 10.0, script=script, overrides=overrides, self_timed="never")
         assert report.violations == [], (seed, at)
@@ -621,7 +623,7 @@ def test_a_latch_seen_while_the_node_is_busy_is_answered_once_it_is_free() -> No
 
 def test_latches_on_every_node_are_answered_one_at_a_time() -> None:
     script: list[tuple[float, str, str | None]] = [
-        (30.0, "clock_latch", n) for n in ("spark-1", "spark-2", "spark-3", "spark-4")
+        (30.0, "clock-latch", n) for n in ("spark-1", "spark-2", "spark-3", "spark-4")
     ]
     overrides = {"guards": {"dry_run": False, "node_budget": 3, "cluster_budget": 8}}
     for seed in range(4):
@@ -632,7 +634,7 @@ def test_latches_on_every_node_are_answered_one_at_a_time() -> None:
 
 
 # Every committed write of one undisturbed unlatch (the halt, the handover, the long cut).
-UNLATCH_SCRIPT: list[tuple[float, str, str | None]] = [(30.0, "clock_latch", "spark-2")]
+UNLATCH_SCRIPT: list[tuple[float, str, str | None]] = [(30.0, "clock-latch", "spark-2")]
 UNLATCH_OVERRIDES = {"guards": {"dry_run": False}, "policy": {"clock_latch_off_seconds": 120.0}}
 UNLATCH_WRITES = simulate(
     3, 8.0, script=UNLATCH_SCRIPT, overrides=UNLATCH_OVERRIDES, self_timed="never"
@@ -656,7 +658,7 @@ def test_a_crash_after_any_write_of_an_unlatch_keeps_every_invariant(after: int)
 def test_a_hold_on_another_node_does_not_stop_an_unlatch() -> None:
     script: list[tuple[float, str, str | None]] = [
         (20.0, "hold", "spark-4"),
-        (30.0, "clock_latch", "spark-2"),
+        (30.0, "clock-latch", "spark-2"),
     ]
     report = simulate(3, 8.0, script=script, overrides={"guards": {"dry_run": False}})
     assert report.violations == []
@@ -682,7 +684,7 @@ def _freeze_then(fault: str, on: str) -> list[tuple[float, str, str | None]]:
 
 
 def test_a_rank_that_exits_at_its_start_fails_the_restart_and_serving_is_restarted_again() -> None:
-    report = simulate(1, 4.0, script=_freeze_then("serving_start_fails", "spark-1"))
+    report = simulate(1, 4.0, script=_freeze_then("serving-start-fails", "spark-1"))
     assert report.violations == [], report.violations
     assert report.sent == [("spark-2", "off"), ("spark-2", "on")]
     assert "serving_restart_failed" in report.alerts
@@ -692,14 +694,14 @@ def test_a_rank_that_exits_at_its_start_fails_the_restart_and_serving_is_restart
 
 
 def test_a_stop_that_never_answers_starts_nothing() -> None:
-    report = simulate(1, 4.0, script=_freeze_then("serving_stop_hangs", "spark-3"))
+    report = simulate(1, 4.0, script=_freeze_then("serving-stop-hangs", "spark-3"))
     assert report.violations == [], report.violations
     assert report.sent == [("spark-2", "off"), ("spark-2", "on")]
     assert "serving_restart_failed" in report.alerts
 
 
 def test_a_head_that_comes_up_less_safe_than_asked_is_a_mismatch_never_a_success() -> None:
-    report = simulate(1, 4.0, script=_freeze_then("serving_wrong_profile", "spark-1"))
+    report = simulate(1, 4.0, script=_freeze_then("serving-wrong-profile", "spark-1"))
     assert report.violations == [], report.violations
     assert report.alerts.count("serving_restart_failed") >= 1
 
@@ -710,7 +712,7 @@ def test_i11_catches_a_restart_that_calls_a_less_safe_head_a_success(
     """The invariant itself can fail: a restart that no longer reads the head's
     effective config reports success for a head running less safe than asked."""
     monkeypatch.setattr("spark_watchdog.controller.serving_restart._unsafe", lambda *a: False)
-    report = simulate(1, 4.0, script=_freeze_then("serving_wrong_profile", "spark-1"))
+    report = simulate(1, 4.0, script=_freeze_then("serving-wrong-profile", "spark-1"))
     assert any(v.startswith("I11") for v in report.violations), report.violations
 
 
@@ -720,7 +722,7 @@ def test_i11_catches_a_restart_that_calls_a_less_safe_head_a_success(
 # lease, resumes the incident and switches the outlet on; the old leader wakes.
 PAUSED_DURING_THE_HOLD: list[Scripted] = [
     (30.0, "freeze", "spark-2"),
-    (50.0, "leader_pause_40", None),
+    (50.0, "leader-pause-40", None),
 ]
 LONG_HOLD = {"policy": {"power_off_seconds": 30.0}, "guards": {"dry_run": False}}
 
@@ -739,7 +741,7 @@ def test_a_leader_paused_in_its_off_hold_is_replaced_and_sends_nothing_when_it_w
     assert "held" not in report.alerts and "history_unwritable" not in report.alerts
 
 
-@pytest.mark.parametrize("fault", ["leader_kill", "leader_cut_30"])
+@pytest.mark.parametrize("fault", ["leader-kill", "leader-cut-30"])
 def test_a_leader_killed_or_cut_from_the_history_in_its_off_hold_is_replaced(fault: str) -> None:
     script: list[Scripted] = [(30.0, "freeze", "spark-2"), (50.0, fault, None)]
     report = simulate(1, 3.0, pair=True, self_timed="never", script=script, overrides=LONG_HOLD)
