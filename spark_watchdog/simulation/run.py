@@ -35,6 +35,9 @@ from spark_watchdog.power.base import CommandSpacing, PowerState, SendGate, Step
 from spark_watchdog.power.paths import PowerPath, timing_for
 from spark_watchdog.power.send_window import SendWindow
 from spark_watchdog.sdnotify import SystemdNotifier
+from spark_watchdog.simulation.fault_plays import FAULT_PLAYS as FAULT_PLAYS
+from spark_watchdog.simulation.fault_plays import FAULTS as FAULTS
+from spark_watchdog.simulation.fault_plays import FaultPlays
 from spark_watchdog.simulation.loop import VirtualLoop, run_virtual
 from spark_watchdog.simulation.pair import PAIR_FAULTS, SimPair
 from spark_watchdog.simulation.world import (
@@ -43,7 +46,6 @@ from spark_watchdog.simulation.world import (
     InjectedBug,
     Killed,
     SimAgents,
-    SimNode,
     SimOutlet,
     World,
     sim_agent_restart,
@@ -59,38 +61,6 @@ SelfTimed = Literal["never", "always", "failing"]
 # The share of random runs with a controller pair (simulation/pair.py).
 PAIR_SHARE = 0.3
 ALERT_KINDS = frozenset({"held", "gave_up", "circuit_breaker", "outlet_off", "ambiguous_power"})
-FAULTS = (
-    "freeze",
-    "freeze-thaw",
-    "reboot",
-    "reboot-hang",
-    "agent-crash",
-    "stuck-agent",
-    "slow-agent",
-    "packet-loss",
-    "dns-failure",
-    "controller-net-down",
-    "witness-down",
-    "pdu-down",
-    "pdu-slow",
-    "pdu-refusing",
-    "pdu-ambiguous",
-    "pdu-lag",
-    "pdu-bug",
-    "partition",
-    "outlet-off",
-    "history-locked",
-    "history-full",
-    "controller-kill",
-    "clock-step",
-    "hold",
-    "mem-collapse",
-    "gpu-hang",
-    "clock-latch",
-    "serving-start-fails",
-    "serving-stop-hangs",
-    "serving-wrong-profile",
-)
 
 
 @functools.lru_cache(maxsize=512)
@@ -211,7 +181,7 @@ class _Store:
 Scripted = tuple[float, str, "str | None"]
 
 
-class _Run:
+class _Run(FaultPlays):
     def __init__(
         self,
         seed: int,
@@ -530,171 +500,6 @@ class _Run:
             if count > 1:
                 self.violate(f"I2 at {self.world.now():.1f}s: {node} has {count} open incidents")
 
-    # -- faults ----------------------------------------------------------------
-
-    def inject(self, fault: str, on: str | None = None) -> None:
-        world = self.world
-        node = world.nodes[self.rng.choice(self.names) if on is None else on]
-        outlet = world.outlets[node.name][0]
-        self.faults[fault] = self.faults.get(fault, 0) + 1
-        play = FAULT_PLAYS.get(fault)
-        if play is None:
-            raise ValueError(f"unknown simulated fault {fault!r}")
-        play(self, node, outlet, world.now(), fault)
-
-    # Each fault as it befalls the world; the random draws stay in this order,
-    # so that a seed replays the same run.
-
-    def _node_fault(self, node: SimNode, outlet: SimOutlet, now: float, fault: str) -> None:
-        rng = self.rng
-        if fault == "freeze":
-            node.freeze(None)
-        elif fault == "clock-latch":
-            node.clock_latched = True
-        elif fault == "freeze-thaw":
-            node.freeze(rng.uniform(1.0, 40.0))
-        elif fault == "thaw":  # scripted only: a frozen node comes back by itself
-            node.thaw_at = min(node.thaw_at, now)
-        elif fault == "ssh-bug":  # scripted only: its next reboot or halt raises
-            node.ssh_bug = True
-        elif fault == "reboot":
-            node.planned_reboot(rng.uniform(1.0, 40.0), hang=False)
-        elif fault == "reboot-hang":
-            node.planned_reboot(rng.uniform(1.0, 20.0), hang=True)
-        elif fault == "agent-crash":
-            node.agent, node.agent_until = "crashed", now + rng.uniform(1.0, 60.0)
-        elif fault == "stuck-agent":
-            node.agent, node.agent_until = "stuck", now + rng.uniform(5.0, 120.0)
-        elif fault == "slow-agent":
-            node.agent, node.agent_until = "slow", now + rng.uniform(5.0, 60.0)
-        elif fault == "mem-collapse":
-            node.memory_kill(self.clock.base)
-        elif fault == "gpu-hang" and node.phase == "up":
-            node.gpu_wedged = True
-            node.gpu_sticky = rng.random() < 0.3
-        elif fault == "serving-start-fails":  # the rank exits at its next start
-            node.next_start_fails = True
-        elif fault == "serving-stop-hangs":  # the agent never answers its next stop
-            node.next_stop_hangs = True
-        elif fault == "serving-wrong-profile":  # the next start runs a config less safe
-            node.next_start_unsafe = True
-
-    def _network_fault(self, node: SimNode, outlet: SimOutlet, now: float, fault: str) -> None:
-        rng, world = self.rng, self.world
-        if fault == "packet-loss":
-            node.loss = rng.choice([0.05, 0.3, 0.9])
-            self.later(rng.uniform(5.0, 60.0), lambda: setattr(node, "loss", 0.0))
-        elif fault == "dns-failure":
-            node.dns_broken_until = now + rng.uniform(5.0, 60.0)
-        elif fault == "controller-net-down":
-            world.controller_net_down = True
-            self.later(rng.uniform(2.0, 40.0), lambda: setattr(world, "controller_net_down", False))
-        elif fault == "witness-down":
-            world.witness_down = True
-            self.later(rng.uniform(2.0, 60.0), lambda: setattr(world, "witness-down", False))
-        elif fault == "partition":
-            until = now + rng.uniform(5.0, 90.0)
-            for other in rng.sample(list(world.nodes.values()), rng.randint(1, len(self.names))):
-                other.partitioned_until = until
-        elif fault in ("partition-3x60", "partition-3x10"):
-            lasting = 60.0 if fault == "partition-3x60" else 10.0
-            for other in list(world.nodes.values())[1:]:
-                other.partitioned_until = now + lasting
-
-    def _pdu_fault(self, node: SimNode, outlet: SimOutlet, now: float, fault: str) -> None:
-        rng = self.rng
-        if fault == "pdu-down":
-            outlet.down_until = now + rng.uniform(2.0, 60.0)
-        elif fault == "pdu-slow":
-            outlet.slow = rng.uniform(0.5, 8.0)
-            self.later(rng.uniform(5.0, 60.0), lambda: setattr(outlet, "slow", 0.0))
-        elif fault == "pdu-refusing":
-            outlet.refusing_until = now + rng.uniform(2.0, 60.0)
-        elif fault == "pdu-ambiguous":
-            outlet.ambiguous_p = 1.0
-            self.later(rng.uniform(5.0, 60.0), lambda: setattr(outlet, "ambiguous_p", 0.0))
-        elif fault == "pdu-lag":
-            outlet.lag = rng.uniform(0.5, 10.0)
-            self.later(rng.uniform(5.0, 60.0), lambda: setattr(outlet, "lag", 0.0))
-        elif fault == "pdu-bug":
-            outlet.bug = True
-
-    def _controller_fault(self, node: SimNode, outlet: SimOutlet, now: float, fault: str) -> None:
-        rng, world = self.rng, self.world
-        if fault == "history-full-60":
-            self.history_fault, self.history_fault_until = StoreFull, now + 60.0
-        elif fault in ("history-locked", "history-full"):
-            self.history_fault = StoreLocked if fault == "history-locked" else StoreFull
-            self.history_fault_until = now + rng.uniform(1.0, 30.0)
-        elif fault == "controller-kill":
-            if self.incarnation.alive:
-                self.kill_quietly()
-                self.later(rng.uniform(0.5, 30.0), self.start_controller)
-        elif fault == "clock-step":
-            # Steps of 10 minutes, the total kept within ±7.5 minutes: budgets of
-            # earlier controller processes are counted over a window widened by
-            # 15 minutes, the largest swing this allows (docs/design.md, "Guards").
-            step = rng.choice([-600.0, 600.0])
-            self.clock.offset = max(-450.0, min(450.0, self.clock.offset + step))
-        elif fault == "outlet-on":  # scripted only: a person switches the outlet on
-            world.person_switch(node.name, PowerState.ON)
-        elif fault == "outlet-off":
-            world.person_switch(node.name, PowerState.OFF)
-            # The person switches it back on later (or a hold says they handle it).
-            self.later(
-                rng.uniform(5.0, 120.0), lambda: world.person_switch(node.name, PowerState.ON)
-            )
-        elif fault == "hold":
-            target = node.name if rng.random() < 0.7 else CLUSTER
-            self.store.hold(target, "simulated operator", by="operator")
-            self.later(
-                rng.uniform(5.0, 120.0),
-                lambda: self.store.release(target, by="operator"),
-            )
-
-    def _pair_fault(self, node: SimNode, outlet: SimOutlet, now: float, fault: str) -> None:
-        # Its own draws, so that a run's other faults replay as without a pair.
-        # Scripted only: "leader-pause-40" and the like last that many seconds.
-        kind, _, lasting = fault.rpartition("-") if fault[-1].isdigit() else (fault, "", "")
-        seconds = float(lasting) if lasting else self.pair_rng.uniform(3.0, 60.0)
-        if self.pair is not None:
-            self.pair.inject(kind, seconds)
-
-    def later(self, delay: float, fn: Callable[[], Any]) -> None:
-        assert self.world.loop is not None
-        self.pending_heals.append(fn)
-
-        def fire() -> None:
-            if fn in self.pending_heals:
-                self.pending_heals.remove(fn)
-                fn()
-
-        self.world.loop.call_later(delay, fire)
-
-    def heal_all(self) -> None:
-        """The quiet tail begins: every temporary fault ends now."""
-        for fn in list(self.pending_heals):
-            self.pending_heals.remove(fn)
-            fn()
-        world = self.world
-        world.controller_net_down = world.witness_down = False
-        self.history_fault_until = -1.0
-        for node in world.nodes.values():
-            node.loss, node.dns_broken_until, node.partitioned_until = 0.0, -1.0, -1.0
-            if node.agent != "ok":
-                node.agent_until = world.now()
-            if node.phase == "hung":
-                node.phase, node.phase_until = "post", world.now() + 3.0
-        for outlets in world.outlets.values():
-            for outlet in outlets:
-                outlet.down_until = outlet.refusing_until = -1.0
-                outlet.slow = outlet.lag = outlet.ambiguous_p = 0.0
-                outlet.bug = False
-        if self.pair is not None:
-            self.pair.heal()
-        elif not self.incarnation.alive:
-            self.start_controller()
-
     # -- the run ----------------------------------------------------------------
 
     async def main(self) -> Report:
@@ -927,63 +732,6 @@ class _Run:
                 if s.step == StepName.RUNG_STARTED and _attempt([s]) == 2
             ),
         )
-
-
-_FaultPlay = Callable[[_Run, SimNode, SimOutlet, float, str], None]
-_FAULT_GROUPS: tuple[tuple[_FaultPlay, tuple[str, ...]], ...] = (
-    (
-        _Run._node_fault,
-        (
-            "freeze",
-            "clock-latch",
-            "freeze-thaw",
-            "thaw",
-            "ssh-bug",
-            "reboot",
-            "reboot-hang",
-            "agent-crash",
-            "stuck-agent",
-            "slow-agent",
-            "mem-collapse",
-            "gpu-hang",
-            "serving-start-fails",
-            "serving-stop-hangs",
-            "serving-wrong-profile",
-        ),
-    ),
-    (
-        _Run._network_fault,
-        (
-            "packet-loss",
-            "dns-failure",
-            "controller-net-down",
-            "witness-down",
-            "partition",
-            "partition-3x60",
-            "partition-3x10",
-        ),
-    ),
-    (
-        _Run._pdu_fault,
-        ("pdu-down", "pdu-slow", "pdu-refusing", "pdu-ambiguous", "pdu-lag", "pdu-bug"),
-    ),
-    (
-        _Run._controller_fault,
-        (
-            "history-full-60",
-            "history-locked",
-            "history-full",
-            "controller-kill",
-            "clock-step",
-            "outlet-off",
-            "outlet-on",
-            "hold",
-        ),
-    ),
-    (_Run._pair_fault, (*PAIR_FAULTS, "leader-pause-40", "leader-cut-30")),
-)
-# Every fault a run or a script can name, and what plays it.
-FAULT_PLAYS: dict[str, _FaultPlay] = {name: play for play, names in _FAULT_GROUPS for name in names}
 
 
 def _attempt(steps: list[IncidentStep]) -> int:
