@@ -23,13 +23,8 @@ from spark_watchdog.controller.node_watch import NodeWatch
 from spark_watchdog.controller.notify import Event
 from spark_watchdog.controller.parts import Ladder
 from spark_watchdog.controller.power_actions import rungs_of
-from spark_watchdog.controller.recovery import (
-    Phase,
-    ResumeInfo,
-    RungOutcome,
-    recover_frozen_host,
-    resume_plan,
-)
+from spark_watchdog.controller.recovery import RungOutcome, recover_frozen_host
+from spark_watchdog.controller.resume_plan import Phase, ResumeInfo, resume_plan
 from spark_watchdog.errors import IncidentAlreadyOpen
 from spark_watchdog.history.records import Incident
 from spark_watchdog.steps import StepName
