@@ -79,7 +79,19 @@ class PowerActions:
         self.budgets.note_cycle(node, action_id)
 
     def power_for(self, path: PowerPath, watch: NodeWatch, incident_id: int) -> VerifiedPower:
-        """A verified power path whose every step is written ahead, with the send gate."""
+        """A verified power path whose every step is written ahead, with the send gate.
+
+        What its cycle raises steers the ladder (controller/recovery.py):
+
+        :raises HistoryUnwritable: a step could not be written ahead; its
+            command was not sent (``NotLeading``: this controller of a pair
+            may not write any more).
+        :raises SendRefused: the gate or the lease's send window stopped the
+            command right before it left; nothing was sent.
+        :raises Withdrawn: the host showed life right before the off; nothing sent.
+        :raises FoundOff: the outlet was off before anything was sent.
+        :raises Ambiguous: a command may or may not have landed: held for a person.
+        """
         ledger, node = self.ledger, watch.name
         rung = rungs_of(self.config, watch).index(path)
 

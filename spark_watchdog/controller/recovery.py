@@ -423,6 +423,9 @@ async def _resume_cycle(
 
     The hold it restored, or how the boot wait is to settle an off of unknown
     fate with the outlet on.
+
+    :raises Ambiguous: the off's fate is unknown and the outlet reads on:
+        nothing is sent again, a person decides.
     """
     node, last = watch.name, plan.resume_from
     off_seconds = _off_seconds(host, plan)

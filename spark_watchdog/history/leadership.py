@@ -333,6 +333,11 @@ class Lease:
         return call
 
     def check(self, conn: Connection) -> None:
+        """Inside a write's transaction: may this process write now?
+
+        :raises NotLeader: it does not lead (any more), was stepped down, or
+            its lease has too little left; the transaction rolls back.
+        """
         started = self._monotonic()  # before the database reads its clock
         if self._epoch is None:
             raise NotLeader(self.store.path, "this controller does not lead: nothing written")

@@ -74,9 +74,24 @@ class PowerBackend(Protocol):
         """Commands to backends sharing this key are spaced by min_command_interval."""
         ...
 
-    async def read_state(self) -> PowerState: ...
+    async def read_state(self) -> PowerState:
+        """The device's state now.
 
-    async def command(self, target: PowerState) -> None: ...
+        :raises Unreachable: no answer; nothing is known about the state.
+        :raises PowerError: an answer it cannot read as on or off (a subclass names it).
+        """
+        ...
+
+    async def command(self, target: PowerState) -> None:
+        """Send ``target`` once; the caller reads it back.
+
+        :raises Unreachable: the command certainly did not reach the device.
+        :raises Refused: the device answered and did not do it.
+        :raises Ambiguous: it may have landed: never resent, read instead.
+        :raises SendRefused: the lease's send window closed before it left
+            (power/send_window.py): nothing was sent.
+        """
+        ...
 
     async def aclose(self) -> None:
         """Release the device's sockets (on the loop that used them); a backend
