@@ -24,7 +24,8 @@ from scenario_contract import CONTRACT_KEYS
 from spark_watchdog.history.store import HistoryStore
 from spark_watchdog.lab.cluster import lab_processes
 from spark_watchdog.lab.hardware.dockerd import docker_unavailable
-from spark_watchdog.lab.stories.scenarios import ScenarioResult, run_scenario
+from spark_watchdog.lab.stories.scenario_kit import ScenarioResult
+from spark_watchdog.lab.stories.scenarios import run_scenario
 
 # The scenarios the issue names for containers, each in a group of its own.
 DOCKER_SCENARIOS = ["crash", "wedge", "mem-collapse", "controller-kill"]

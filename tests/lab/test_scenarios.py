@@ -23,7 +23,8 @@ from spark_watchdog.history.store import HistoryStore
 from spark_watchdog.lab.cluster import LAB_LATCH_OFF_S, lab_processes
 from spark_watchdog.lab.hardware import gpu_standin
 from spark_watchdog.lab.netns import netns_unavailable
-from spark_watchdog.lab.stories.scenarios import SCENARIOS, ScenarioResult, run_scenario
+from spark_watchdog.lab.stories.scenario_kit import ScenarioResult
+from spark_watchdog.lab.stories.scenarios import SCENARIOS, run_scenario
 from spark_watchdog.lab.up import CONTROL_FAULTS
 from spark_watchdog.probes.gpu import GpuProbe, GpuReading
 

@@ -22,7 +22,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from spark_watchdog.lab.stories.scenarios import ScenarioResult, run_scenario
+from spark_watchdog.lab.stories.scenario_kit import ScenarioResult
+from spark_watchdog.lab.stories.scenarios import run_scenario
 from spark_watchdog.lab.timeline import Narrator
 
 FROZEN_NODE = "spark-3"

@@ -28,312 +28,57 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from spark_watchdog.history.records import Incident
 from spark_watchdog.history.store import HistoryStore
 from spark_watchdog.lab.cluster import (
     LAB_LATCH_CLEAR_S,
     LAB_LATCH_OFF_S,
     MEM_COLLAPSE_FLOOR,
     MEM_COLLAPSE_RATE,
-    REAL_START_TIMEOUT_S,
-    LabCluster,
 )
 from spark_watchdog.lab.hardware import lab_sshd
 from spark_watchdog.lab.lab_controller import ControllerProcess
 from spark_watchdog.lab.netns import netns_unavailable
 from spark_watchdog.lab.node import GIB, LabNode
 from spark_watchdog.lab.rank_containers import serving_conflict
-from spark_watchdog.lab.session import ControllerMode, LabSession, LabTimeout
+from spark_watchdog.lab.session import LabSession, LabTimeout
+from spark_watchdog.lab.stories.scenario_kit import (
+    PERSON_ALERTS,
+    QUIET_WATCH_S,
+    REBOOT_DOWN_S,
+    RECOVERY_TIMEOUT_S,
+    Run,
+    Scenario,
+    ScenarioResult,
+    Verdicts,
+    account,
+    controller_boot_id,
+    expect_cycles,
+    expect_no_incident,
+    expect_no_power,
+    expect_safe_restart,
+    incidents_of,
+    judge_incidents,
+    pick_target,
+    recovery_timeout,
+    wait_resolved,
+)
 from spark_watchdog.lab.timeline import Narrator
 from spark_watchdog.power.base import PowerState
 
-# After detection, how long a no-rule scenario watches for a wrong action:
-# twice the lab's freeze_after, so a mistaken freeze verdict would have fired.
-QUIET_WATCH_S = 6.0
-RECOVERY_TIMEOUT_S = 90.0
-# Notifications that ask a person to act.
-PERSON_ALERTS = frozenset({"gave_up", "held", "ambiguous_power", "outlet_off"})
-# How long a planned reboot keeps the node down (its SSH port refusing), at
-# least; longer than the lab's freeze_after, so that a controller counting a
-# refusal as silence would have fenced it.
-REBOOT_DOWN_S = 8.0
-# Verdicts that mean the controller took a node for frozen, or acted on it.
-FENCING_VERDICTS = frozenset({"host_frozen", "booting", "held", "isolated"})
-
-
-@dataclass
-class ScenarioResult:
-    scenario: str
-    outcome: str
-    expected: tuple[str, ...]
-    detected_after_s: float | None = None
-    recovered_after_s: float | None = None
-    power_actions: int = 0
-    false_power_actions: int = 0
-    serving_restarts: int = 0
-    incident_ids: list[int] = field(default_factory=list)
-    nodes: list[str] = field(default_factory=list)
-    pdu_commands: list[str] = field(default_factory=list)
-    alerts: list[str] = field(default_factory=list)
-    problems: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    history: str | None = None
-    lab_id: str | None = None  # the lab's process tag (cluster.LAB_ENV), for leak checks
-
-    @property
-    def ok(self) -> bool:
-        if self.outcome == "not_available":
-            return False
-        return self.outcome in self.expected and not self.problems
-
-    def to_json(self) -> dict[str, Any]:
-        def seconds(value: float | None) -> float | None:
-            return None if value is None else round(value, 2)
-
-        return {
-            "scenario": self.scenario,
-            "outcome": self.outcome,
-            "detected_after_s": seconds(self.detected_after_s),
-            "recovered_after_s": seconds(self.recovered_after_s),
-            "power_actions": self.power_actions,
-            "false_power_actions": self.false_power_actions,
-            "serving_restarts": self.serving_restarts,
-            "incident_ids": self.incident_ids,
-            "expected": list(self.expected),
-            "ok": self.ok,
-            "nodes": self.nodes,
-            "pdu_commands": self.pdu_commands,
-            "alerts": self.alerts,
-            "problems": self.problems,
-            "notes": self.notes,
-            "history": self.history,
-            # Every process of the lab carries it (SPARK_WATCHDOG_LAB): none is left after.
-            "lab_id": self.lab_id,
-        }
-
-
-@dataclass
-class Run:
-    """What a scenario function has while it runs."""
-
-    session: LabSession
-    result: ScenarioResult
-    injected_at: float = 0.0  # wall clock
-    sets_before: int = 0
-
-    @property
-    def lab(self) -> LabCluster:
-        return self.session.lab
-
-    def inject(self, fault: str, node: LabNode | None = None) -> None:
-        what = self.lab.inject(fault, node)
-        self.begin(fault, node, what)
-
-    def begin(self, fault: str, node: LabNode | None, what: str) -> None:
-        """The fault is in (injected, or played by the scenario itself): the clock starts."""
-        self.injected_at = time.time()
-        if node is not None and node.name not in self.result.nodes:
-            self.result.nodes.append(node.name)
-        self.session.say(f"FAULT {fault}: {what}")
-
-
-@dataclass(frozen=True)
-class Scenario:
-    name: str
-    summary: str
-    expected: tuple[str, ...]
-    run: Callable[[Run], None]
-    min_nodes: int = 2
-    controller: ControllerMode = "thread"
-    controller_overrides: dict[str, Any] = field(default_factory=dict)
-    netns: bool = False
-    doc: str = ""
-
-
-# -- helpers ----------------------------------------------------------------------
-
-
-def _target(run: Run, wanted: str | None, default_index: int) -> LabNode:
-    nodes = run.lab.nodes
-    if wanted is not None:
-        return run.lab.node(wanted)
-    return nodes[min(default_index, len(nodes) - 1)]
-
-
-def _incidents(run: Run) -> list[Incident]:
-    return sorted(run.session.store().list_incidents(), key=lambda i: i.id)
-
-
-def _wait_resolved(run: Run, count: int, what: str, held_node: LabNode | None = None) -> None:
-    """Until ``count`` incidents are resolved, or ``held_node`` is held."""
-
-    def done() -> bool:
-        incidents = _incidents(run)
-        resolved = [i for i in incidents if i.status == "resolved"]
-        if len(incidents) >= count and len(resolved) >= count:
-            return True
-        return held_node is not None and run.session.verdict(held_node) == "held"
-
-    run.session.wait_for(done, _recovery_timeout(run), what)
-
-
-def _recovery_timeout(run: Run) -> float:
-    """A real vLLM head is stopped and started again by a serving restart."""
-    real = run.session.vllm == "real"
-    return RECOVERY_TIMEOUT_S + (REAL_START_TIMEOUT_S if real else 0.0)
-
-
-def _judge_incidents(run: Run, kind: str) -> None:
-    """Outcome and timings from the incidents the controller recorded."""
-    result = run.result
-    incidents = [i for i in _incidents(run) if i.kind == kind]
-    result.incident_ids = [i.id for i in incidents]
-    if not incidents:
-        result.outcome = "held" if _any_held(run) else "not_detected"
-        return
-    resolutions = {i.resolution or "held" for i in incidents}
-    result.outcome = resolutions.pop() if len(resolutions) == 1 else "mixed"
-    result.detected_after_s = min(i.detected_at for i in incidents) - run.injected_at
-    ends = [i.resolved_at for i in incidents if i.resolution == "recovered" and i.resolved_at]
-    if len(ends) == len(incidents):
-        result.recovered_after_s = max(ends) - run.injected_at
-
-
-def _any_held(run: Run) -> bool:
-    status = run.session.status() or {}
-    return any(n.get("verdict") == "held" for n in status.get("nodes", []))
-
-
-def _account(run: Run) -> None:
-    """What reached the PDU and the history, whatever the outcome; and the
-    guarantees every scenario keeps: nothing against a healthy node."""
-    result, lab = run.result, run.lab
-    commands = lab.outlet_commands(run.sets_before)
-    by_outlet = {n.outlet: n.name for n in lab.nodes}
-    result.pdu_commands = [f"outlet {o} ({by_outlet.get(o, '?')}) {c}" for o, c in commands]
-    result.power_actions = len(commands)
-    faulted = set(result.nodes)
-    result.false_power_actions = sum(1 for o, _ in commands if by_outlet.get(o) not in faulted)
-    if result.false_power_actions:
-        result.problems.append(f"{result.false_power_actions} power command(s) to healthy nodes")
-    store = run.session.store()
-    result.serving_restarts = len(store.serving_restarts(limit=100))
-    for node in lab.nodes:
-        if node.name not in faulted and store.actions(node=node.name):
-            result.problems.append(f"the history shows an action against healthy {node.name}")
-    if run.session.receiver is not None:
-        result.alerts = run.session.receiver.kinds()
-    result.history = str(run.session.history_path)
-
-
-def _expect_cycles(run: Run, nodes: list[LabNode]) -> None:
-    """One verified cycle per incident, and exactly one off then one on per node."""
-    result, store = run.result, run.session.store()
-    for incident_id in result.incident_ids:
-        actions = [(a.operation, a.result) for a in store.actions(incident_id=incident_id)]
-        if actions != [("cycle", "verified")]:
-            result.problems.append(f"incident #{incident_id}: actions {actions}, expected 1 cycle")
-        steps = [s.step for s in store.steps(incident_id)]
-        for step in ("off_verified", "on_verified", "new_boot_seen", "resolved"):
-            if step not in steps:
-                result.problems.append(f"incident #{incident_id}: no {step} step recorded")
-    commands = run.lab.outlet_commands(run.sets_before)
-    for node in nodes:
-        seen = [c for o, c in commands if o == node.outlet]
-        if seen != ["off", "on"]:
-            result.problems.append(f"{node.name}: the PDU saw {seen}, expected one off, one on")
-
-
-def _expect_safe_restart(run: Run) -> None:
-    restarts = run.session.store().serving_restarts(limit=100)
-    if not any(r.profile == "safe" and r.result == "succeeded" for r in restarts):
-        run.result.problems.append("no succeeded serving restart with profile safe")
-
-
-def _expect_no_power(run: Run, allowed: tuple[str, ...] = ()) -> None:
-    if run.result.power_actions:
-        run.result.problems.append(f"{run.result.power_actions} power command(s) sent")
-    if [a for a in run.session.store().actions() if a.operation not in allowed]:
-        run.result.problems.append("the history shows power actions")
-
-
-def _expect_no_incident(run: Run) -> None:
-    incidents = _incidents(run)
-    run.result.incident_ids = [i.id for i in incidents]
-    if incidents:
-        kinds = [f"#{i.id} {i.kind} ({', '.join(i.nodes)})" for i in incidents]
-        run.result.problems.append(f"incident(s) opened: {kinds}")
-
-
-class _Verdicts:
-    """One node's verdicts in the controller's /v1/status, as the scenario
-    sees them change (every wait and watch polls it)."""
-
-    def __init__(self, run: Run, node: LabNode) -> None:
-        self.run, self.node = run, node
-        self.seen: list[str] = []
-        self.first_at: dict[str, float] = {}  # wall clock
-
-    def poll(self) -> str | None:
-        verdict = self.run.session.verdict(self.node)
-        if verdict is not None and (not self.seen or self.seen[-1] != verdict):
-            self.seen.append(verdict)
-            self.first_at.setdefault(verdict, time.time())
-        return verdict
-
-    def wait(self, wanted: Callable[[str | None], bool], timeout: float, what: str) -> float:
-        return self.run.session.wait_for(lambda: wanted(self.poll()), timeout, what)
-
-    def watch(self, seconds: float) -> None:
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
-            self.poll()
-            time.sleep(0.2)
-
-    def after_injection(self, verdict: str) -> float | None:
-        at = self.first_at.get(verdict)
-        return None if at is None else at - self.run.injected_at
-
-    def note(self, final: bool = False) -> None:
-        """The verdicts seen so far into the result's notes (a final note replaces it)."""
-        prefix = f"{self.node.name}'s verdicts, in order: "
-        notes = self.run.result.notes
-        if final:
-            notes[:] = [n for n in notes if not n.startswith(prefix)]
-        notes.append(prefix + (" -> ".join(self.seen) or "none read"))
-
-    def expect_no_fencing(self) -> None:
-        wrong = [v for v in self.seen if v in FENCING_VERDICTS]
-        if wrong:
-            self.run.result.problems.append(
-                f"the controller called {self.node.name} {', '.join(dict.fromkeys(wrong))}"
-            )
-
-
-def _controller_boot_id(run: Run, node: LabNode) -> str | None:
-    for entry in (run.session.status() or {}).get("nodes", []):
-        if entry.get("name") == node.name and isinstance(entry.get("boot_id"), str):
-            return str(entry["boot_id"]).replace("-", "")
-    return None
-
-
-# -- scenarios --------------------------------------------------------------------
-
 
 def _freeze(run: Run, node_name: str | None = None) -> None:
-    node = _target(run, node_name, 2)
+    node = pick_target(run, node_name, 2)
     boot_before = node.boot_id()
     run.inject("freeze", node)
-    _wait_resolved(run, 1, f"{node.name}'s incident to be resolved", held_node=node)
-    _judge_incidents(run, "host_frozen")
-    _account(run)
+    wait_resolved(run, 1, f"{node.name}'s incident to be resolved", held_node=node)
+    judge_incidents(run, "host_frozen")
+    account(run)
     if run.result.outcome == "recovered":
-        _expect_cycles(run, [node])
-        _expect_safe_restart(run)
+        expect_cycles(run, [node])
+        expect_safe_restart(run)
         if node.boot_id() == boot_before:
             run.result.problems.append(f"{node.name} did not boot again (same boot id)")
 
@@ -343,31 +88,31 @@ def _serving_fault(fault: str, kind: str) -> Callable[[Run], None]:
         head = run.lab.head
         run.inject(fault, head)
         # Only the head's rank was touched; serving restarts every rank (no power).
-        _wait_resolved(run, 1, f"the {kind} incident to be resolved")
-        _judge_incidents(run, kind)
-        _account(run)
-        _expect_no_power(run)
+        wait_resolved(run, 1, f"the {kind} incident to be resolved")
+        judge_incidents(run, kind)
+        account(run)
+        expect_no_power(run)
         if run.result.outcome == "recovered":
-            _expect_safe_restart(run)
+            expect_safe_restart(run)
 
     return scenario
 
 
 def _pdu_down(run: Run) -> None:
-    node = _target(run, None, 2)
+    node = pick_target(run, None, 2)
     receiver = run.session.receiver
     assert receiver is not None
     run.inject("pdu-down")
     run.inject("freeze", node)
-    _wait_resolved(run, 1, f"the controller to give up on {node.name} or hold it", node)
+    wait_resolved(run, 1, f"the controller to give up on {node.name} or hold it", node)
     # The hold (and its alert) follows the resolution within a tick.
     run.session.wait_for(lambda: run.session.verdict(node) == "held", 10, f"{node.name} held")
     try:
         run.session.wait_for(lambda: bool(PERSON_ALERTS & set(receiver.kinds())), 10, "an alert")
     except LabTimeout:
         run.result.problems.append("no alert for a person (gave_up, held or ambiguous_power)")
-    _judge_incidents(run, "host_frozen")
-    _account(run)
+    judge_incidents(run, "host_frozen")
+    account(run)
     # The attempt is in the history (recorded before it was tried) and failed;
     # nothing reached the PDU.
     if run.result.power_actions:
@@ -378,7 +123,7 @@ def _pdu_down(run: Run) -> None:
 
 
 def _controller_kill(run: Run) -> None:
-    node = _target(run, None, 2)
+    node = pick_target(run, None, 2)
     controller = run.session.controller
     assert isinstance(controller, ControllerProcess)
     outlet = node.outlet
@@ -396,12 +141,12 @@ def _controller_kill(run: Run) -> None:
     time.sleep(1.0)
     controller.start()
     run.session.say(f"controller restarted (pid {controller.pid}); it reads the history first")
-    _wait_resolved(run, 1, "the incident to be resolved by the restarted controller", node)
-    _judge_incidents(run, "host_frozen")
-    _account(run)
+    wait_resolved(run, 1, "the incident to be resolved by the restarted controller", node)
+    judge_incidents(run, "host_frozen")
+    account(run)
     if run.result.outcome == "recovered":
-        _expect_cycles(run, [node])
-        _expect_safe_restart(run)
+        expect_cycles(run, [node])
+        expect_safe_restart(run)
         for incident_id in run.result.incident_ids:
             steps = run.session.store().steps(incident_id)
             if "resumed" not in [s.step for s in steps]:
@@ -420,13 +165,13 @@ def _double_freeze(run: Run) -> None:
     first, second = run.lab.nodes[1], run.lab.nodes[3]
     run.inject("freeze", first)
     run.inject("freeze", second)
-    _wait_resolved(run, 2, f"both incidents ({first.name}, {second.name}) to be resolved")
-    _judge_incidents(run, "host_frozen")
-    _account(run)
+    wait_resolved(run, 2, f"both incidents ({first.name}, {second.name}) to be resolved")
+    judge_incidents(run, "host_frozen")
+    account(run)
     if run.result.outcome != "recovered":
         return
-    _expect_cycles(run, [first, second])
-    _expect_safe_restart(run)
+    expect_cycles(run, [first, second])
+    expect_safe_restart(run)
     store = run.session.store()
     spans = []
     for incident_id in run.result.incident_ids:
@@ -439,14 +184,14 @@ def _double_freeze(run: Run) -> None:
 
 
 def _mem_collapse(run: Run) -> None:
-    node = _target(run, None, 1)
+    node = pick_target(run, None, 1)
     run.inject("mem-collapse", node)
-    _wait_resolved(run, 1, f"the memory_exhausted incident of {node.name} to be resolved")
-    _judge_incidents(run, "memory_exhausted")
-    _account(run)
-    _expect_no_power(run)
+    wait_resolved(run, 1, f"the memory_exhausted incident of {node.name} to be resolved")
+    judge_incidents(run, "memory_exhausted")
+    account(run)
+    expect_no_power(run)
     result = run.result
-    incidents = [i for i in _incidents(run) if i.id in result.incident_ids]
+    incidents = [i for i in incidents_of(run) if i.id in result.incident_ids]
     kill = incidents[0].evidence.get("memory_guard") if incidents else None
     if not isinstance(kill, dict) or kill.get("result") != "killed":
         result.problems.append(f"no kill by {node.name}'s memory guard in the incident's evidence")
@@ -463,11 +208,11 @@ def _mem_collapse(run: Run) -> None:
     if margin <= 0:
         result.problems.append("MemAvailable reached exhaustion before the rank was killed")
     if result.outcome == "recovered":
-        _expect_safe_restart(run)
+        expect_safe_restart(run)
 
 
 def _clock_latch(run: Run) -> None:
-    node = _target(run, None, 1)
+    node = pick_target(run, None, 1)
     if node.sshd_port is None:
         run.result.outcome = "not_available"
         run.result.notes.append(f"no sshd for the halt: {lab_sshd.unavailable()}")
@@ -476,17 +221,17 @@ def _clock_latch(run: Run) -> None:
     run.inject("clock-latch", node)
 
     def settled() -> bool:
-        frozen = [i for i in _incidents(run) if i.kind == "host_frozen"]
+        frozen = [i for i in incidents_of(run) if i.kind == "host_frozen"]
         return bool(frozen) and all(i.status == "resolved" for i in frozen)
 
     run.session.wait_for(
-        settled, _recovery_timeout(run) + LAB_LATCH_OFF_S, f"{node.name}'s long cut to end"
+        settled, recovery_timeout(run) + LAB_LATCH_OFF_S, f"{node.name}'s long cut to end"
     )
-    _judge_incidents(run, "host_frozen")
-    _account(run)
-    _expect_cycles(run, [node])  # the freeze incident's one cycle, before the latch's id joins
+    judge_incidents(run, "host_frozen")
+    account(run)
+    expect_cycles(run, [node])  # the freeze incident's one cycle, before the latch's id joins
     result, store = run.result, run.session.store()
-    latched = [i for i in _incidents(run) if i.kind == "clock_latched"]
+    latched = [i for i in incidents_of(run) if i.kind == "clock_latched"]
     if len(latched) != 1:
         result.problems.append(f"{len(latched)} clock_latched incidents, expected 1")
     else:
@@ -500,7 +245,7 @@ def _clock_latch(run: Run) -> None:
             f"{node.name}: {check.get('busy_readings')} busy GPU readings, none above "
             f"{check.get('max_busy_sm_clock_mhz')} MHz (floor {check.get('floor_mhz')} MHz)"
         )
-    for incident in _incidents(run):
+    for incident in incidents_of(run):
         if incident.kind != "host_frozen":
             continue
         held = [
@@ -524,11 +269,11 @@ def _clock_latch(run: Run) -> None:
     except LabTimeout as exc:
         result.problems.append(str(exc))
     if result.outcome == "recovered":
-        _expect_safe_restart(run)
+        expect_safe_restart(run)
 
 
 def _gpu_hang(run: Run) -> None:
-    node = _target(run, None, 1)
+    node = pick_target(run, None, 1)
     if node.sshd_port is None:
         run.result.outcome = "not_available"
         run.result.notes.append(f"no sshd for the forced reboot: {lab_sshd.unavailable()}")
@@ -537,15 +282,15 @@ def _gpu_hang(run: Run) -> None:
     run.inject("gpu-hang", node)
 
     def settled() -> bool:
-        wedged = [i for i in _incidents(run) if i.kind == "gpu_wedged"]
+        wedged = [i for i in incidents_of(run) if i.kind == "gpu_wedged"]
         return bool(wedged) and all(i.status == "resolved" for i in wedged)
 
     run.session.wait_for(
-        settled, _recovery_timeout(run), f"the gpu_wedged incident of {node.name} to be resolved"
+        settled, recovery_timeout(run), f"the gpu_wedged incident of {node.name} to be resolved"
     )
-    _judge_incidents(run, "gpu_wedged")
-    _account(run)
-    _expect_no_power(run, allowed=("ssh_reboot",))
+    judge_incidents(run, "gpu_wedged")
+    account(run)
+    expect_no_power(run, allowed=("ssh_reboot",))
     result, store = run.result, run.session.store()
     for incident_id in result.incident_ids:
         steps = [s.step for s in store.steps(incident_id)]
@@ -560,23 +305,23 @@ def _gpu_hang(run: Run) -> None:
     if node.boot_id() == boot_before:
         result.problems.append(f"{node.name} did not boot again (same boot id)")
     if result.outcome == "recovered":
-        _expect_safe_restart(run)
+        expect_safe_restart(run)
 
 
 def _partition(run: Run) -> None:
-    node = _target(run, None, 2)
+    node = pick_target(run, None, 2)
     receiver = run.session.receiver
     assert receiver is not None
     boot_before = node.boot_id()
     run.inject("partition", node)
-    _wait_resolved(run, 1, f"the controller to give up on {node.name} or hold it", node)
+    wait_resolved(run, 1, f"the controller to give up on {node.name} or hold it", node)
     run.session.wait_for(lambda: run.session.verdict(node) == "held", 10, f"{node.name} held")
     try:
         run.session.wait_for(lambda: bool(PERSON_ALERTS & set(receiver.kinds())), 10, "an alert")
     except LabTimeout:
         run.result.problems.append("no alert for a person (gave_up, held or ambiguous_power)")
-    _judge_incidents(run, "host_frozen")
-    _account(run)
+    judge_incidents(run, "host_frozen")
+    account(run)
     commands = [c for o, c in run.lab.outlet_commands(run.sets_before) if o == node.outlet]
     if commands != ["off", "on"]:
         run.result.problems.append(f"{node.name}: the PDU saw {commands}, expected one cycle")
@@ -597,8 +342,8 @@ def _partition(run: Run) -> None:
 
 
 def _reboot(run: Run) -> None:
-    node = _target(run, None, 2)
-    verdicts = _Verdicts(run, node)
+    node = pick_target(run, None, 2)
+    verdicts = Verdicts(run, node)
     verdicts.poll()
     boot_before = node.boot_id()
     freeze_after = float(run.session.controller_config["detection"]["freeze_after"])
@@ -616,7 +361,7 @@ def _reboot(run: Run) -> None:
 
     def back() -> bool:
         booted = node.boot_id()
-        return booted not in (None, boot_before) and _controller_boot_id(run, node) == booted
+        return booted not in (None, boot_before) and controller_boot_id(run, node) == booted
 
     try:
         verdicts.wait(
@@ -631,9 +376,9 @@ def _reboot(run: Run) -> None:
         run.result.outcome = "rebooted"
     run.result.detected_after_s = verdicts.after_injection("rebooting")
     verdicts.note()
-    _account(run)
-    _expect_no_power(run)
-    _expect_no_incident(run)
+    account(run)
+    expect_no_power(run)
+    expect_no_incident(run)
     verdicts.expect_no_fencing()
     if "rebooting" not in verdicts.seen:
         run.result.problems.append(
@@ -659,10 +404,10 @@ def _reboot(run: Run) -> None:
 
 
 def _stuck_agent(run: Run) -> None:
-    node = _target(run, None, 1)
+    node = pick_target(run, None, 1)
     receiver = run.session.receiver
     assert receiver is not None
-    verdicts = _Verdicts(run, node)
+    verdicts = Verdicts(run, node)
     verdicts.poll()
     snapshot = run.lab.wedge_agent(node)
     run.begin(
@@ -695,10 +440,10 @@ def _stuck_agent(run: Run) -> None:
     run.result.detected_after_s = verdicts.after_injection("agent_down")
     run.result.outcome = "agent_down" if "agent_down" in verdicts.seen else "not_detected"
     run.session.say(f"{node.name}'s real agent is back (same boot, a fresh seq)")
-    _account(run)
+    account(run)
     # The agent restart over SSH reaches the lab host's sshd, which only reboots.
-    _expect_no_power(run, allowed=("agent_restart",))
-    _expect_no_incident(run)
+    expect_no_power(run, allowed=("agent_restart",))
+    expect_no_incident(run)
     verdicts.expect_no_fencing()
     verdicts.wait(lambda v: v == "healthy", 60, f"{node.name} healthy again")
     run.result.recovered_after_s = time.time() - run.injected_at
@@ -706,12 +451,12 @@ def _stuck_agent(run: Run) -> None:
 
 
 def _outlet_off(run: Run) -> None:
-    node = _target(run, None, 2)
+    node = pick_target(run, None, 2)
     receiver = run.session.receiver
     assert receiver is not None and run.lab.pdu is not None
     standin = run.lab.pdu.standin
     boot_before = node.boot_id()
-    verdicts = _Verdicts(run, node)
+    verdicts = Verdicts(run, node)
     verdicts.poll()
     run.lab.switch_by_hand(node, on=False)
     run.begin(
@@ -720,7 +465,7 @@ def _outlet_off(run: Run) -> None:
         f"a person switches outlet {node.outlet} off at the PDU itself (no SNMP): "
         f"{node.name} goes dark",
     )
-    _wait_resolved(run, 1, f"{node.name}'s incident to be resolved", held_node=node)
+    wait_resolved(run, 1, f"{node.name}'s incident to be resolved", held_node=node)
     try:
         verdicts.wait(lambda v: v == "held", 10, f"{node.name} held")
     except LabTimeout:
@@ -731,7 +476,7 @@ def _outlet_off(run: Run) -> None:
         run.result.problems.append("no outlet_off notification")
     # A while longer: the controller must not switch the outlet on later either.
     verdicts.watch(QUIET_WATCH_S / 2)
-    _judge_incidents(run, "host_frozen")
+    judge_incidents(run, "host_frozen")
     result, store = run.result, run.session.store()
     for incident_id in result.incident_ids:
         steps = [s.step for s in store.steps(incident_id)]
@@ -750,7 +495,7 @@ def _outlet_off(run: Run) -> None:
         result.problems.append(f"outlet {node.outlet} is {standin.state(node.outlet).value}")
     verdicts.note()
     _operator_restores(run, node, boot_before)
-    _account(run)  # the whole run, the clean-up included
+    account(run)  # the whole run, the clean-up included
 
 
 def _operator_restores(run: Run, node: LabNode, boot_before: str | None) -> None:
@@ -763,7 +508,7 @@ def _operator_restores(run: Run, node: LabNode, boot_before: str | None) -> None
 
     def booted() -> bool:
         boot_id = node.boot_id()
-        return boot_id not in (None, boot_before) and _controller_boot_id(run, node) == boot_id
+        return boot_id not in (None, boot_before) and controller_boot_id(run, node) == boot_id
 
     run.session.wait_for(booted, 60, f"the controller to see {node.name}'s new boot")
     operator = HistoryStore(run.session.history_path)
@@ -994,8 +739,8 @@ def run_scenario(
 
 def _judge_after_timeout(run: Run) -> None:
     try:
-        incidents = _incidents(run)
+        incidents = incidents_of(run)
         run.result.incident_ids = [i.id for i in incidents]
-        _account(run)
+        account(run)
     except Exception as exc:  # the lab may be half gone: report what we can
         run.result.notes.append(f"could not read the history after the timeout: {exc}")
