@@ -38,21 +38,42 @@ not seen (``journalctl --verify`` finds it); sd-journal just skips those entries
 
 from __future__ import annotations
 
-import errno
-import importlib
 import logging
-import re
-import struct
 import threading
-from collections import Counter, deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from spark_watchdog.errors import JournalFileError, ProbeError
+from spark_watchdog.probes import journal_read
 from spark_watchdog.probes.host import read_boot_id
+from spark_watchdog.probes.journal_read import (
+    CATCH_UP_ROUNDS,
+    EPOCH,
+    ID128,
+    BootScan,
+    IndexBroken,
+    JournalLine,
+    ResumeLost,
+    boot_bounds,
+    check_file,
+    damaged_file,
+    index_broken,
+    journal_files,
+    open_error,
+    own_machine_id,
+    read_tail,
+    salvage_boots,
+    scan_evidence,
+    systemd_journal,
+    unlistable_folders,
+)
+
+# The kinds of kernel evidence a boot record counts (part of the report).
+EVIDENCE_KINDS = journal_read.EVIDENCE_KINDS
 
 log = logging.getLogger(__name__)
 
@@ -73,56 +94,11 @@ JOURNAL_STOP = "d93fb3c9c24d451a97cea615ce59c00b"
 # shutdown we recognise.
 CLOSING_WINDOW = 16
 
-EVIDENCE_KINDS = ("xid", "nv_err_no_memory", "fallen_off_bus", "aer", "soft_lockup", "hung_task")
-_EVIDENCE_PATTERNS: dict[str, re.Pattern[str]] = {
-    # NVIDIA driver error report; Xid 31 is the MMU fault that comes with an
-    # illegal memory access (vllm #54385, #53726).
-    "xid": re.compile(r"NVRM: Xid\b"),
-    # Allocation failures before GB10 freezes (open-gpu-kernel-modules #1358);
-    # also seen in healthy boots (vllm #56824), so evidence, not a verdict.
-    "nv_err_no_memory": re.compile(r"NV_ERR_NO_MEMORY"),
-    "fallen_off_bus": re.compile(r"fallen off the bus", re.IGNORECASE),
-    # pcieport "AER: ... error received" and "PCIe Bus Error: severity=...".
-    "aer": re.compile(r"\bAER:|PCIe Bus Error"),
-    "soft_lockup": re.compile(r"soft lockup", re.IGNORECASE),
-    "hung_task": re.compile(r"\btask \S+ blocked for more than \d+ seconds"),
-}
-# journald logs this at start when the previous boot's file was left open.
-_UNCLEAN_FILE = re.compile(r"corrupted or uncleanly shut down")
-_JOURNALD = "systemd-journald"
-
-MAX_MESSAGE_CHARS = 2048
-# \Z, not $: "$" also matches before a final newline, which a _BOOT_ID field may hold.
-_ID128 = re.compile(r"^[0-9a-f]{32}\Z")
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
-SYSTEM_JOURNAL_ROOTS = (Path("/run/log/journal"), Path("/var/log/journal"))
-
-
-def _iso(usec: int) -> str:
-    """A journal timestamp (µs since the epoch) for a message.
-
-    Header fields are read raw from the file: a damaged header can hold any
-    64-bit value, far past what ``datetime`` holds (year 9999).
-    """
-    try:
-        return (_EPOCH + timedelta(microseconds=usec)).isoformat(timespec="microseconds")
-    except OverflowError:
-        return f"{usec} µs after 1970, past year 9999"
-
-
-def _text(raw: bytes | None) -> str:
-    if raw is None:
-        return ""
-    text = raw.decode("utf-8", "replace")
-    if len(text) > MAX_MESSAGE_CHARS:
-        return text[:MAX_MESSAGE_CHARS] + "…"
-    return text
-
 
 def normalise_boot_id(raw: str) -> str:
     """A boot id as journald writes it: 32 lowercase hex digits, no dashes."""
     boot_id = raw.strip().replace("-", "").lower()
-    if not _ID128.match(boot_id):
+    if not ID128.match(boot_id):
         raise ValueError(f"expected a boot id (32 hex digits, dashes allowed), got {raw!r}")
     return boot_id
 
@@ -245,402 +221,10 @@ def _boot_brief(boot: BootRecord) -> dict[str, Any]:
     }
 
 
-# -- reading entries ----------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class _Line:
-    """The few fields of one entry the probe needs (read where the reader stands)."""
-
-    realtime: int  # µs since the epoch
-    monotonic: int  # µs since boot
-    entry_boot: str  # the entry object's boot id (present even without _BOOT_ID)
-    boot_id: str  # the _BOOT_ID field, "" when missing
-    transport: str
-    identifier: str
-    message_id: str
-    message: str
-    cursor: str
-
-    @property
-    def order(self) -> tuple[int, int]:
-        # Within one boot sd-journal orders by the monotonic clock.
-        return (self.monotonic, self.realtime)
-
-
-def _field(reader: Any, name: str) -> bytes | None:
-    try:
-        value = reader._get(name)
-    except KeyError:
-        return None
-    return value if isinstance(value, bytes) else None
-
-
-def _line_here(reader: Any) -> _Line:
-    # The public get_next() decodes every field of every entry (~15 µs each,
-    # measured); the _Reader accessors it is built on fetch only what we ask
-    # for (~2 µs), which matters when a boot has 10^5 NVRM lines.
-    monotonic, entry_boot = reader._get_monotonic()
-    return _Line(
-        realtime=int(reader._get_realtime()),
-        monotonic=int(monotonic),
-        entry_boot=bytes(entry_boot).hex(),
-        boot_id=_text(_field(reader, "_BOOT_ID")),
-        transport=_text(_field(reader, "_TRANSPORT")),
-        identifier=_text(_field(reader, "SYSLOG_IDENTIFIER")),
-        message_id=_text(_field(reader, "MESSAGE_ID")),
-        message=_text(_field(reader, "MESSAGE")),
-        cursor=str(reader._get_cursor()),
-    )
-
-
-@dataclass
-class _BootScan:
-    """What one source (the merged healthy files, or one damaged file) holds of a boot."""
-
-    boot_id: str
-    first: _Line
-    last: _Line
-    window: int
-    evidence_per_kind: int
-    tail: deque[_Line] = field(init=False)
-    evidence: dict[str, deque[_Line]] = field(init=False)
-    counts: Counter[str] = field(default_factory=Counter)
-    kernel_lines: int = 0
-    lines_noted: int = 0
-    uncleanly_logged: bool = False
-    resume_cursor: str | None = None  # last entry the evidence scan has seen
-    source: str | None = None  # the damaged file this came from, if any
-
-    def __post_init__(self) -> None:
-        self.tail = deque(maxlen=self.window)
-        self.evidence = {k: deque(maxlen=self.evidence_per_kind) for k in EVIDENCE_KINDS}
-
-    def note(self, line: _Line) -> None:
-        """Count one kernel or journald line of the boot."""
-        self.lines_noted += 1
-        if line.identifier == _JOURNALD and _UNCLEAN_FILE.search(line.message):
-            self.uncleanly_logged = True
-        if line.transport != "kernel":
-            return
-        self.kernel_lines += 1
-        for kind, pattern in _EVIDENCE_PATTERNS.items():
-            if pattern.search(line.message):
-                self.counts[kind] += 1
-                self.evidence[kind].append(line)
-
-
-def _evidence_matches(reader: Any, boot_id: str) -> None:
-    """Kernel lines of the boot, or journald's own lines (any transport)."""
-    reader.flush_matches()
-    reader.add_match(_BOOT_ID=boot_id, _TRANSPORT="kernel")
-    reader.add_disjunction()
-    reader.add_match(_BOOT_ID=boot_id, SYSLOG_IDENTIFIER=_JOURNALD)
-
-
-def _boot_bounds(reader: Any, boot_id: str) -> tuple[_Line, _Line] | None:
-    reader.flush_matches()
-    reader.add_match(_BOOT_ID=boot_id)
-    reader.seek_head()
-    if not reader._next():
-        return None
-    first = _line_here(reader)
-    reader.seek_tail()
-    if not reader._previous():
-        return None
-    return first, _line_here(reader)
-
-
-def _read_tail(reader: Any, boot_id: str, count: int) -> list[_Line]:
-    reader.flush_matches()
-    reader.add_match(_BOOT_ID=boot_id)
-    reader.seek_tail()
-    lines: list[_Line] = []
-    while len(lines) < count and reader._previous():
-        lines.append(_line_here(reader))
-    lines.reverse()
-    return lines
-
-
-def _scan_forward(reader: Any, resume: str | None, visit: Callable[[_Line], None]) -> str | None:
-    """Visit every matching entry after ``resume``; return the cursor of the last one.
-
-    sd-journal's forward iteration silently stops where an entry index is
-    damaged, while seeking to the tail finds a later entry, or none at all
-    (both seen by experiment). So the scan must end on the entry ``seek_tail``
-    finds; when it cannot get there, :class:`_IndexBroken`. Entries appended
-    meanwhile (the live boot) just mean another round.
-    """
-    stuck_at: str | None = None
-    for _ in range(_CATCH_UP_ROUNDS):
-        if resume is None:
-            reader.seek_head()
-        else:
-            reader.seek_cursor(resume)
-            # seek_cursor lands on the remembered entry; step onto it first.
-            if not (reader._next() and reader.test_cursor(resume)):
-                raise _ResumeLost
-        progressed = False
-        while reader._next():
-            line = _line_here(reader)
-            visit(line)
-            resume, progressed = line.cursor, True
-        reader.seek_tail()
-        if not reader._previous():
-            if resume is None:
-                return None  # nothing matches
-            raise _IndexBroken  # read forward, yet not there from the end
-        if resume is not None and reader.test_cursor(resume):
-            return resume
-        tail = str(reader._get_cursor())
-        # No step forward twice towards the same tail: not a race with a writer.
-        if not progressed and tail == stuck_at:
-            raise _IndexBroken
-        stuck_at = None if progressed else tail
-    return resume
-
-
-_CATCH_UP_ROUNDS = 5
-
-
-class _ResumeLost(Exception):
-    """The entry an incremental scan stopped at is gone: scan the boot again."""
-
-
-class _IndexBroken(Exception):
-    """Reading forward stops before the last matching entry: an index is damaged."""
-
-
-def _scan_evidence(reader: Any, scan: _BootScan) -> None:
-    """Feed the boot's kernel/journald lines after ``scan.resume_cursor`` to ``scan``."""
-    _evidence_matches(reader, scan.boot_id)
-    scan.resume_cursor = _scan_forward(reader, scan.resume_cursor, scan.note)
-
-
-def _index_broken(journal: Any, path: Path, boot_id: str) -> bool:
-    """Whether this one file's index stops forward reads of the boot's evidence early."""
-    with journal.Reader(files=[str(path)]) as reader:
-        _evidence_matches(reader, boot_id)
-        try:
-            _scan_forward(reader, None, lambda line: None)
-        except _IndexBroken:
-            return True
-    return False
-
-
-# -- checking files -----------------------------------------------------------
-
-# Header layout from https://systemd.io/JOURNAL_FILE_FORMAT/: signature, flags,
-# state, ids, then le64 fields up to tail_entry_monotonic (208 bytes).
-_HEADER = struct.Struct("<8sIIB7x16s16s16s16s15Q")
-
-
-@dataclass(frozen=True)
-class _Header:
-    tail_boot: str
-    n_entries: int
-    head_realtime: int
-    tail_realtime: int
-    tail_monotonic: int
-
-
-def _read_header(path: Path) -> _Header | None:
-    try:
-        with path.open("rb") as handle:
-            raw = handle.read(_HEADER.size)
-    except OSError:
-        return None
-    if len(raw) < _HEADER.size:
-        return None
-    values = _HEADER.unpack(raw)
-    if values[0] != b"LPKSHHRH":
-        return None
-    return _Header(
-        tail_boot=bytes(values[6]).hex(),
-        n_entries=values[16],
-        head_realtime=values[20],
-        tail_realtime=values[21],
-        tail_monotonic=values[22],
-    )
-
-
-_OPEN_HINTS = {
-    errno.ENODATA: "file is shorter than its header says (truncated)",
-    errno.EBADMSG: "not a valid journal file (corrupt header)",
-    errno.EPROTONOSUPPORT: "journal format too new for this libsystemd",
-    errno.EACCES: "permission denied (run as root or in group systemd-journal or adm)",
-    errno.EPERM: "permission denied (run as root or in group systemd-journal or adm)",
-    errno.ENOENT: "file vanished (rotated or vacuumed)",
-}
-
-
-def _open_error(path: Path, exc: OSError) -> JournalFileError:
-    hint = _OPEN_HINTS.get(exc.errno or 0, exc.strerror or str(exc))
-    return JournalFileError(str(path), f"cannot open: {hint} [{exc.strerror or exc}]")
-
-
-def _check_file(journal: Any, path: Path, current_boot: str | None) -> JournalFileError | None:
-    """None when the file is healthy; a JournalFileError saying what is wrong otherwise.
-
-    Raises OSError when the file cannot be opened at all.
-    """
-    with journal.Reader(files=[str(path)]) as reader:
-        header = _read_header(path)
-        if header is None:
-            return JournalFileError(str(path), "cannot read the journal header")
-        if header.n_entries == 0:
-            return None
-        if header.tail_boot == current_boot:
-            # journald may be appending to it right now (it flips files OFFLINE
-            # between syncs, so the state field does not tell): header and
-            # entries race. Damage matters for finished boots.
-            return None
-        reader.seek_head()
-        if not reader._next():
-            return _damage(path, f"header lists {header.n_entries} entries, none readable")
-        head = _line_here(reader)
-        reader.seek_tail()
-        if not reader._previous():
-            return _damage(path, "no entry readable from the end (entry index damaged)")
-        tail = _line_here(reader)
-        if head.realtime != header.head_realtime:
-            return _damage(
-                path, f"first entry unreadable (header says {_iso(header.head_realtime)})"
-            )
-        if _older_than_header(tail, header):
-            return _damage(
-                path,
-                f"last readable entry is at {_iso(tail.realtime)}, header says "
-                f"{_iso(header.tail_realtime)}: entries at the end are unreadable",
-            )
-        for line, bound in ((head, "first"), (tail, "last")):
-            if line.boot_id != line.entry_boot:
-                continue  # an entry without a proper _BOOT_ID field: nothing to match
-            ends = _boot_bounds(reader, line.boot_id)
-            found = None if ends is None else ends[0 if bound == "first" else 1]
-            if found is None or found.cursor != line.cursor:
-                return _damage(
-                    path, f"index for boot {line.boot_id} damaged: its {bound} entry is lost"
-                )
-    return None
-
-
-def _older_than_header(tail: _Line, header: _Header) -> bool:
-    if (tail.realtime, tail.monotonic, tail.entry_boot) == (
-        header.tail_realtime,
-        header.tail_monotonic,
-        header.tail_boot,
-    ):
-        return False
-    # A header page that missed the disk lags its entries: that loses nothing.
-    if tail.entry_boot == header.tail_boot:
-        return tail.monotonic < header.tail_monotonic
-    return tail.realtime < header.tail_realtime
-
-
-def _damage(path: Path, reason: str) -> JournalFileError:
-    return JournalFileError(str(path), f"damaged: {reason}; salvaged what reads forward")
-
-
-def _salvage(journal: Any, path: Path, window: int, per_kind: int) -> tuple[list[_BootScan], int]:
-    """Read a damaged file forward without matches, boot by boot."""
-    scans: dict[str, _BootScan] = {}
-    read = 0
-    with journal.Reader(files=[str(path)]) as reader:
-        reader.seek_head()
-        while _next_or_stop(reader):
-            line = _line_here(reader)
-            read += 1
-            boot = line.boot_id if _ID128.match(line.boot_id) else line.entry_boot
-            scan = scans.get(boot)
-            if scan is None:
-                scan = scans[boot] = _BootScan(boot, line, line, window, per_kind)
-                scan.source = str(path)
-            scan.last = line
-            scan.tail.append(line)
-            if line.transport == "kernel" or line.identifier == _JOURNALD:
-                scan.note(line)
-    return list(scans.values()), read
-
-
-def _next_or_stop(reader: Any) -> bool:
-    try:
-        return bool(reader._next())
-    except OSError:  # salvage keeps what it read before the damage
-        return False
-
-
-def journal_files(directory: Path | None, machine_id: str | None = None) -> list[Path]:
-    """The files sd-journal would read: ``*.journal`` and ``*.journal~`` in each
-    root and its machine-id subdirectories (only this machine's for the system
-    journal, like journalctl's default)."""
-    roots = [directory] if directory is not None else list(SYSTEM_JOURNAL_ROOTS)
-    found: list[Path] = []
-    for root in roots:
-        folders = [root]
-        try:
-            children = sorted(root.iterdir())
-        except OSError:
-            continue
-        for child in children:
-            if child.is_dir() and _ID128.match(child.name):
-                if directory is None and machine_id is not None and child.name != machine_id:
-                    continue
-                folders.append(child)
-        for folder in folders:
-            try:
-                names = sorted(folder.iterdir())
-            except OSError:
-                continue
-            found += [
-                p for p in names if p.name.endswith((".journal", ".journal~")) and p.is_file()
-            ]
-    return found
-
-
-def unlistable_folders(directory: Path | None) -> list[Path]:
-    """The journal folders :func:`journal_files` would list but may not (mode 000, or
-    no systemd-journal group): "no journal files" would be wrong there."""
-    roots = [directory] if directory is not None else list(SYSTEM_JOURNAL_ROOTS)
-    denied: list[Path] = []
-    for root in roots:
-        try:
-            children = sorted(root.iterdir())
-        except PermissionError:
-            denied.append(root)
-            continue
-        except OSError:
-            continue
-        for child in children:
-            if _ID128.match(child.name) and child.is_dir():
-                try:
-                    next(iter(child.iterdir()), None)
-                except PermissionError:
-                    denied.append(child)
-                except OSError:
-                    continue
-    return denied
-
-
-def _machine_id() -> str | None:
-    try:
-        text = Path("/etc/machine-id").read_text(encoding="ascii").strip()
-    except (OSError, UnicodeDecodeError):
-        return None
-    return text if _ID128.match(text) else None
-
-
-def _systemd_journal() -> Any | None:
-    try:
-        return importlib.import_module("systemd.journal")
-    except ImportError:
-        return None
-
-
 # -- merging and judging ------------------------------------------------------
 
 
-def _clean_shutdown(tail: Sequence[_Line]) -> bool:
+def _clean_shutdown(tail: Sequence[JournalLine]) -> bool:
     for line in reversed(tail[-CLOSING_WINDOW:]):
         if line.message_id == JOURNAL_STOP:
             return True
@@ -650,9 +234,9 @@ def _clean_shutdown(tail: Sequence[_Line]) -> bool:
 
 
 def _boot_record(
-    scans: Sequence[_BootScan], current: bool, tail_entries: int, per_kind: int
+    scans: Sequence[BootScan], current: bool, tail_entries: int, per_kind: int
 ) -> BootRecord:
-    def newest(lines: Iterable[_Line], count: int) -> list[_Line]:
+    def newest(lines: Iterable[JournalLine], count: int) -> list[JournalLine]:
         ordered = sorted(lines, key=lambda line: line.order)
         return ordered[-count:] if count > 0 else []
 
@@ -671,12 +255,12 @@ def _boot_record(
     last = max((s.last for s in scans), key=lambda line: line.order)
     return BootRecord(
         boot_id=scans[0].boot_id,
-        first_entry=_EPOCH + timedelta(microseconds=first.realtime),
-        last_entry=_EPOCH + timedelta(microseconds=last.realtime),
+        first_entry=EPOCH + timedelta(microseconds=first.realtime),
+        last_entry=EPOCH + timedelta(microseconds=last.realtime),
         current=current,
         clean_shutdown=None if current else _clean_shutdown(tail),
         evidence=tuple(
-            Evidence(_EPOCH + timedelta(microseconds=line.realtime), kind, line.message)
+            Evidence(EPOCH + timedelta(microseconds=line.realtime), kind, line.message)
             for line, kind in evidence
         ),
         evidence_counts={kind: counts[kind] for kind in EVIDENCE_KINDS},
@@ -698,7 +282,7 @@ class _FileVerdict:
     stat_key: tuple[int, int]  # (st_size, st_mtime_ns)
     error: JournalFileError | None
     openable: bool
-    salvage: list[_BootScan] | None = None  # a damaged file's boots, read forward
+    salvage: list[BootScan] | None = None  # a damaged file's boots, read forward
 
     @property
     def healthy(self) -> bool:
@@ -734,7 +318,7 @@ class JournalProbe:
         self._window = max(tail_entries, CLOSING_WINDOW)
         self._lock = threading.Lock()
         self._files: dict[Path, _FileVerdict] = {}
-        self._scans: dict[str, _BootScan] = {}
+        self._scans: dict[str, BootScan] = {}
         self._scanned_from: frozenset[tuple[int, int]] = frozenset()
         self._scanned = 0  # entries looked at during the current read()
 
@@ -774,7 +358,7 @@ class JournalProbe:
                 "error", message=f"{self.directory}: not a directory", source=self.source
             )
         current = self._current_boot()
-        files = journal_files(self.directory, None if self.directory else _machine_id())
+        files = journal_files(self.directory, None if self.directory else own_machine_id())
         if not files:
             denied = unlistable_folders(self.directory)
             if denied:
@@ -782,7 +366,7 @@ class JournalProbe:
                     f"permission denied: cannot list {', '.join(map(str, denied))}"
                 )
             return self._unavailable(f"no journal files in {self.source}")
-        journal = _systemd_journal()
+        journal = systemd_journal()
         if journal is None:
             return self._unavailable(
                 "systemd-python is not installed (Debian: apt install python3-systemd; "
@@ -822,7 +406,7 @@ class JournalProbe:
             try:
                 st = path.stat()
             except OSError as exc:
-                verdicts[path] = _FileVerdict(path, (0, 0), (0, 0), _open_error(path, exc), False)
+                verdicts[path] = _FileVerdict(path, (0, 0), (0, 0), open_error(path, exc), False)
                 continue
             identity, key = (st.st_dev, st.st_ino), (st.st_size, st.st_mtime_ns)
             known = self._files.get(path)
@@ -830,17 +414,17 @@ class JournalProbe:
                 verdicts[path] = known
                 continue
             try:
-                error = _check_file(journal, path, current)
+                error = check_file(journal, path, current)
                 verdict = _FileVerdict(path, identity, key, error, openable=True)
             except OSError as exc:
-                verdict = _FileVerdict(path, identity, key, _open_error(path, exc), openable=False)
+                verdict = _FileVerdict(path, identity, key, open_error(path, exc), openable=False)
             verdicts[path] = verdict
         self._files = verdicts  # files that are gone are forgotten
 
-    def _scan_healthy(self, journal: Any) -> dict[str, list[_BootScan]]:
+    def _scan_healthy(self, journal: Any) -> dict[str, list[BootScan]]:
         """Scan the healthy files as one merged view; find and set aside files whose
         index turns out to be damaged (that only shows while scanning)."""
-        for _ in range(_CATCH_UP_ROUNDS):
+        for _ in range(CATCH_UP_ROUNDS):
             healthy = [p for p, v in self._files.items() if v.healthy]
             identities = frozenset(self._files[p].identity for p in healthy)
             if not identities >= self._scanned_from:
@@ -852,7 +436,7 @@ class JournalProbe:
                 return {}
             try:
                 return self._scan_view(journal, healthy)
-            except _IndexBroken as broken:
+            except IndexBroken as broken:
                 self._scans.pop(broken.args[0], None)
                 if not self._set_aside_broken(journal, healthy, broken.args[0]):
                     raise RuntimeError(
@@ -864,68 +448,70 @@ class JournalProbe:
     def _set_aside_broken(self, journal: Any, healthy: Sequence[Path], boot_id: str) -> bool:
         found = False
         for path in healthy:
-            if _index_broken(journal, path, boot_id):
-                self._files[path].error = _damage(
+            if index_broken(journal, path, boot_id):
+                self._files[path].error = damaged_file(
                     path, f"index for boot {boot_id} damaged: reading forward stops early"
                 )
                 found = True
         return found
 
     def _salvage(
-        self, journal: Any, verdict: _FileVerdict, sources: dict[str, list[_BootScan]]
+        self, journal: Any, verdict: _FileVerdict, sources: dict[str, list[BootScan]]
     ) -> None:
         if verdict.salvage is None:
-            verdict.salvage, read = _salvage(
+            verdict.salvage, read = salvage_boots(
                 journal, verdict.path, self._window, self.evidence_per_kind
             )
             self._scanned += read
         for scan in verdict.salvage:
             sources.setdefault(scan.boot_id, []).append(scan)
 
-    def _scan_view(self, journal: Any, files: Sequence[Path]) -> dict[str, list[_BootScan]]:
-        sources: dict[str, list[_BootScan]] = {}
+    def _scan_view(self, journal: Any, files: Sequence[Path]) -> dict[str, list[BootScan]]:
+        sources: dict[str, list[BootScan]] = {}
         with journal.Reader(files=[str(p) for p in files]) as reader:
-            bounds: dict[str, tuple[_Line, _Line]] = {}
+            bounds: dict[str, tuple[JournalLine, JournalLine]] = {}
             for value in reader.query_unique("_BOOT_ID"):
                 boot_id = _boot_id_value(value)
-                ends = None if boot_id is None else _boot_bounds(reader, boot_id)
+                ends = None if boot_id is None else boot_bounds(reader, boot_id)
                 if boot_id is not None and ends is not None:
                     bounds[boot_id] = ends
             newest = sorted(bounds, key=lambda b: bounds[b][0].realtime)[-self.max_boots :]
-            scans: dict[str, _BootScan] = {}
+            scans: dict[str, BootScan] = {}
             for boot_id in newest:
                 try:
                     scans[boot_id] = self._boot_scan(reader, boot_id, *bounds[boot_id])
-                except _IndexBroken:
+                except IndexBroken:
                     self._scans.update(scans)  # keep what was scanned for the retry
-                    raise _IndexBroken(boot_id) from None
+                    raise IndexBroken(boot_id) from None
                 sources[boot_id] = [scans[boot_id]]
         self._scans = scans  # boots that fell out of the window are forgotten
         return sources
 
-    def _boot_scan(self, reader: Any, boot_id: str, first: _Line, last: _Line) -> _BootScan:
+    def _boot_scan(
+        self, reader: Any, boot_id: str, first: JournalLine, last: JournalLine
+    ) -> BootScan:
         scan = self._scans.get(boot_id)
         if scan is not None and scan.first.cursor == first.cursor:
             if scan.last.cursor == last.cursor:
                 return scan  # nothing new in this boot
             try:
                 self._evidence(reader, scan)
-            except _ResumeLost:
+            except ResumeLost:
                 pass
             else:
                 scan.last = last
                 scan.tail.clear()
-                scan.tail.extend(_read_tail(reader, boot_id, self._window))
+                scan.tail.extend(read_tail(reader, boot_id, self._window))
                 return scan
-        scan = _BootScan(boot_id, first, last, self._window, self.evidence_per_kind)
+        scan = BootScan(boot_id, first, last, self._window, self.evidence_per_kind)
         self._evidence(reader, scan)
-        scan.tail.extend(_read_tail(reader, boot_id, self._window))
+        scan.tail.extend(read_tail(reader, boot_id, self._window))
         return scan
 
-    def _evidence(self, reader: Any, scan: _BootScan) -> None:
+    def _evidence(self, reader: Any, scan: BootScan) -> None:
         before = scan.lines_noted
         try:
-            _scan_evidence(reader, scan)
+            scan_evidence(reader, scan)
         finally:
             self._scanned += scan.lines_noted - before
 
@@ -934,6 +520,6 @@ def _boot_id_value(value: object) -> str | None:
     # Reader.query_unique converts _BOOT_ID to uuid.UUID, or leaves bytes when
     # the value is not a UUID (a bad entry); those cannot be matched sensibly.
     hex_value = getattr(value, "hex", None)
-    if isinstance(hex_value, str) and _ID128.match(hex_value):
+    if isinstance(hex_value, str) and ID128.match(hex_value):
         return hex_value
     return None
