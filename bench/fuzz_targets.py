@@ -340,14 +340,15 @@ def journal_header(entries: Sequence[FakeEntry], source: Bytes) -> bytes:
 
 @contextlib.contextmanager
 def fake_journal(module: FakeJournalModule) -> Iterator[None]:
-    from spark_watchdog.probes import journal
+    from spark_watchdog.probes import journal_read
 
-    saved = journal._systemd_journal
-    journal._systemd_journal = lambda: module
+    # The one place the probe finds systemd's module (probes/journal_read.py).
+    saved = journal_read.systemd_journal
+    journal_read.systemd_journal = lambda: module
     try:
         yield
     finally:
-        journal._systemd_journal = saved
+        journal_read.systemd_journal = saved
 
 
 _JOURNAL_DIR: Path | None = None

@@ -68,7 +68,6 @@ from spark_watchdog.probes.journal_read import (
     read_tail,
     salvage_boots,
     scan_evidence,
-    systemd_journal,
     unlistable_folders,
 )
 
@@ -366,7 +365,7 @@ class JournalProbe:
                     f"permission denied: cannot list {', '.join(map(str, denied))}"
                 )
             return self._unavailable(f"no journal files in {self.source}")
-        journal = systemd_journal()
+        journal = journal_read.systemd_journal()
         if journal is None:
             return self._unavailable(
                 "systemd-python is not installed (Debian: apt install python3-systemd; "
