@@ -479,7 +479,8 @@ _OUTLET_NAMES = ("spark-1", "spark-2", "Outlet 1", "")
 def fuzz_snmp(data: bytes) -> None:
     from spark_watchdog.config.secrets import Secret
     from spark_watchdog.power.base import PowerState
-    from spark_watchdog.power.snmp import SnmpCredentials, SnmpOutlet
+    from spark_watchdog.power.snmp import SnmpCredentials
+    from spark_watchdog.power.snmp_outlet import SnmpOutlet
     from spark_watchdog.power.snmp_profiles import PROFILES, generic_profile
 
     global _FUZZ_PDU

@@ -298,7 +298,7 @@ async def _read_one(
     state = await power.state()
     detail = backend.name
     if path.kind == "snmp":
-        from spark_watchdog.power.snmp import describe_snmp_backend
+        from spark_watchdog.power.snmp_outlet import describe_snmp_backend
 
         outlets = await describe_snmp_backend(backend)
         row["outlets"] = [o.to_json() for o in outlets]

@@ -88,7 +88,7 @@ async def _read(config: ControllerConfig, path: PowerPath, backend: PowerBackend
         state = await power.state()
         outlets: list[Any] = []
         if path.kind == "snmp":
-            from spark_watchdog.power.snmp import describe_snmp_backend
+            from spark_watchdog.power.snmp_outlet import describe_snmp_backend
 
             outlets = await describe_snmp_backend(backend)
     except Unreachable as exc:

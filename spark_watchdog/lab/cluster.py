@@ -515,7 +515,7 @@ class LabCluster:
         from spark_watchdog.config.controller import SnmpDevice
         from spark_watchdog.config.secrets import read_secret
         from spark_watchdog.power.base import PowerTiming, VerifiedPower
-        from spark_watchdog.power.snmp import build_snmp_backend
+        from spark_watchdog.power.snmp_outlet import build_snmp_backend
 
         assert self.pdu is not None and self.community_file is not None
         device = SnmpDevice(

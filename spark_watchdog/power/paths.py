@@ -70,7 +70,7 @@ def read_device_secrets(
 
 
 def _snmp(device: SnmpDevice, secrets: Mapping[str, Secret]) -> PowerBackend:
-    from spark_watchdog.power.snmp import build_snmp_backend
+    from spark_watchdog.power.snmp_outlet import build_snmp_backend
 
     return build_snmp_backend(device, secrets)
 

@@ -209,7 +209,7 @@ def test_a_group_is_timed_only_when_every_outlet_can_be() -> None:
 
 def test_the_plugs_and_the_pdu_are_self_timing_backends() -> None:
     from spark_watchdog.power.plugs import ShellyPlug, TasmotaPlug
-    from spark_watchdog.power.snmp import SnmpOutlet
+    from spark_watchdog.power.snmp_outlet import SnmpOutlet
 
     for cls in (ShellyPlug, TasmotaPlug, SnmpOutlet, OutletGroup):
         assert issubclass(cls, SelfTimingBackend), cls

@@ -14,7 +14,7 @@ from spark_watchdog.config.controller import SnmpDevice
 from spark_watchdog.config.secrets import Secret
 from spark_watchdog.errors import ConfigError
 from spark_watchdog.power.base import OutletGroup
-from spark_watchdog.power.snmp import SnmpOutlet, build_snmp_backend
+from spark_watchdog.power.snmp_outlet import SnmpOutlet, build_snmp_backend
 from spark_watchdog.power.snmp_profiles import (
     APC_MASTERSWITCH,
     APC_RPDU,

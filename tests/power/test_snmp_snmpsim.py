@@ -27,7 +27,8 @@ from spark_watchdog.config.secrets import Secret
 from spark_watchdog.errors import Refused, StateTimeout, Unreachable
 from spark_watchdog.lab.ports import free_port
 from spark_watchdog.power.base import CommandSpacing, PowerState, PowerTiming, VerifiedPower
-from spark_watchdog.power.snmp import DeviceMismatch, SnmpCredentials, SnmpOutlet, SnmpPdu
+from spark_watchdog.power.snmp import DeviceMismatch, SnmpCredentials, SnmpPdu
+from spark_watchdog.power.snmp_outlet import SnmpOutlet
 
 pytestmark = pytest.mark.integration
 

@@ -47,11 +47,9 @@ from spark_watchdog.power.snmp import (
     DeviceMismatch,
     MalformedAnswer,
     SnmpCredentials,
-    SnmpOutlet,
     SnmpPdu,
-    build_snmp_backend,
-    describe_snmp_backend,
 )
+from spark_watchdog.power.snmp_outlet import SnmpOutlet, build_snmp_backend, describe_snmp_backend
 from spark_watchdog.power.snmp_profiles import APC_RPDU2, PROFILES, RARITAN_PX2, PduProfile
 
 pytestmark = pytest.mark.integration
