@@ -31,13 +31,14 @@ from typing import Any
 
 from spark_watchdog.config.controller import ControllerConfig
 from spark_watchdog.config.history_location import is_postgres_url
-from spark_watchdog.controller import unlatch, wedged
+from spark_watchdog.controller import incident_log, unlatch, wedged
 from spark_watchdog.controller.agent_restart import AgentRestarts
 from spark_watchdog.controller.budgets import Budgets
 from spark_watchdog.controller.crew import Crew
 from spark_watchdog.controller.detector import DetectionPolicy, Verdict
 from spark_watchdog.controller.freeze_path import FreezePath
 from spark_watchdog.controller.holds import Holds
+from spark_watchdog.controller.incident_log import Resolution
 from spark_watchdog.controller.io import ControllerIO
 from spark_watchdog.controller.ladder_tasks import UnlatchLadders, WedgedLadders
 from spark_watchdog.controller.ledger import HistoryUnwritable, Ledger
@@ -268,10 +269,10 @@ class Controller:
             if incident.kind == unlatch.KIND and not incident.dry_run:
                 await self.unlatch.resume(incident)
             if incident.kind != "host_frozen" or incident.dry_run:
-                await self.ledger.write(
-                    self.ledger.store.resolve_incident,
+                await incident_log.resolve(
+                    self.ledger,
                     incident.id,
-                    "false_alarm" if incident.dry_run else "gave_up",
+                    Resolution.FALSE_ALARM if incident.dry_run else Resolution.GAVE_UP,
                     detail={"why": "controller restarted mid-incident"},
                 )
                 continue

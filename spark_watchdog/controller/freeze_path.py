@@ -16,7 +16,9 @@ import asyncio
 import logging
 from typing import Any
 
+from spark_watchdog.controller import incident_log
 from spark_watchdog.controller.crew import Crew
+from spark_watchdog.controller.incident_log import Resolution
 from spark_watchdog.controller.ledger import HistoryUnwritable
 from spark_watchdog.controller.node_states import NodeEvent, NodeState
 from spark_watchdog.controller.node_watch import NodeWatch
@@ -75,8 +77,8 @@ class FreezePath:
 
     async def _open_incident(self, watch: NodeWatch) -> Incident | None:
         try:
-            incident: Incident = await self.crew.ledger.write(
-                self.crew.ledger.store.open_incident,
+            incident: Incident = await incident_log.open_incident(
+                self.crew.ledger,
                 "host_frozen",
                 [watch.name],
                 evidence=self._evidence(watch),
@@ -123,8 +125,8 @@ class FreezePath:
         if watch.dry_run_incident is not None:
             return
         rungs = rungs_of(self.crew.config, watch)
-        incident = await self.crew.ledger.write(
-            self.crew.ledger.store.open_incident,
+        incident = await incident_log.open_incident(
+            self.crew.ledger,
             "host_frozen",
             [watch.name],
             evidence=self._evidence(watch),
@@ -151,10 +153,10 @@ class FreezePath:
                 incident.id,
             )
         )
-        await self.crew.ledger.write(
-            self.crew.ledger.store.resolve_incident,
+        await incident_log.resolve(
+            self.crew.ledger,
             incident.id,
-            "false_alarm",
+            Resolution.FALSE_ALARM,
             detail={"dry_run": True},
         )
 
@@ -178,10 +180,10 @@ class FreezePath:
                 by_controller=True,
             )
             watch.incident_id = None
-            await self.crew.ledger.write(
-                self.crew.ledger.store.resolve_incident,
+            await incident_log.resolve(
+                self.crew.ledger,
                 incident_id,
-                "gave_up",
+                Resolution.GAVE_UP,
                 detail={"why": "the controller runs in dry run: held for a person"},
             )
             return
@@ -192,13 +194,7 @@ class FreezePath:
         self._spawn(watch, incident_id, info)
 
     async def supersede(self, older: Incident, newer: Incident) -> None:
-        detail = {"why": f"superseded by incident #{newer.id}"}
-        await self.crew.ledger.write(
-            self.crew.ledger.store.add_step, older.id, StepName.SUPERSEDED, detail=detail
-        )
-        await self.crew.ledger.write(
-            self.crew.ledger.store.resolve_incident, older.id, "gave_up", detail=detail
-        )
+        await incident_log.supersede(self.crew.ledger, older.id, newer.id)
 
     async def refresh_offenders(self) -> None:
         """Freezes per node within suspect_window and cycles ever, from the history:

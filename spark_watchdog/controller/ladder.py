@@ -1,8 +1,8 @@
 """What the gentler ladders share (a wedged GPU: controller/wedged.py; a
 clock-latched one: controller/unlatch.py): the part of the running
-controller they use, a poll-until-done wait, and how an incident opens and
-ends (also in dry run, which every incident path shares; the serving
-faults' incidents too)."""
+controller they use, a poll-until-done wait, the one boot wait, and an
+incident of one node opened and ended through the incident log
+(controller/incident_log.py; the serving faults' incidents too)."""
 
 from __future__ import annotations
 
@@ -10,13 +10,13 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from spark_watchdog.controller import incident_log
 from spark_watchdog.controller.clock import wait_until
-from spark_watchdog.controller.ledger import Ledger
+from spark_watchdog.controller.incident_log import Resolution
 from spark_watchdog.controller.node_watch import NodeWatch
 from spark_watchdog.controller.parts import Parts
 from spark_watchdog.errors import IncidentAlreadyOpen
 from spark_watchdog.history.records import Incident
-from spark_watchdog.steps import StepName
 
 log = logging.getLogger("spark_watchdog.controller.ladder")
 
@@ -29,10 +29,9 @@ async def open_incident(
     fault_onset: float | None,
 ) -> Incident | None:
     """Open an incident of one node (flagged in dry run); None when one is open."""
-    ledger = host.ledger
     try:
-        incident: Incident = await ledger.write(
-            ledger.store.open_incident,
+        incident = await incident_log.open_incident(
+            host.ledger,
             kind,
             [watch.name],
             evidence=evidence,
@@ -58,21 +57,10 @@ async def new_boot(host: Parts, watch: NodeWatch, before: str | None, within: fl
     return await wait_until(host.clock, lambda: watch.booted_since(before), within, tick)
 
 
-async def resolve(host: Parts, incident_id: int, kind: str, resolution: str, why: str) -> str:
+async def resolve(
+    host: Parts, incident_id: int, kind: str, resolution: Resolution, why: str
+) -> str:
     """Close the incident with ``why`` recorded; returns the resolution."""
-    await host.ledger.write(
-        host.ledger.store.resolve_incident, incident_id, resolution, detail={"why": why}
-    )
-    log.info("incident #%d (%s): %s: %s", incident_id, kind, resolution, why)
-    return resolution
-
-
-async def close_dry_run(ledger: Ledger, incident_id: int, would: str) -> None:
-    """In dry run an incident records what would have been done and closes
-    as a false alarm: nothing is sent."""
-    await ledger.write(
-        ledger.store.add_step, incident_id, StepName.DRY_RUN, detail={"would": would}
-    )
-    await ledger.write(
-        ledger.store.resolve_incident, incident_id, "false_alarm", detail={"dry_run": True}
-    )
+    await incident_log.resolve(host.ledger, incident_id, resolution, detail={"why": why})
+    log.info("incident #%d (%s): %s: %s", incident_id, kind, resolution.value, why)
+    return resolution.value

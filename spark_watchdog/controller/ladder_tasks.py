@@ -13,10 +13,11 @@ import logging
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
-from spark_watchdog.controller import unlatch, wedged
+from spark_watchdog.controller import incident_log, unlatch, wedged
 from spark_watchdog.controller.crew import Crew
 from spark_watchdog.controller.detector import Verdict
-from spark_watchdog.controller.ladder import close_dry_run, open_incident
+from spark_watchdog.controller.incident_log import Resolution, close_dry_run
+from spark_watchdog.controller.ladder import open_incident
 from spark_watchdog.controller.ledger import HistoryUnwritable
 from spark_watchdog.controller.node_states import NodeEvent, NodeState
 from spark_watchdog.controller.node_watch import NodeWatch
@@ -268,10 +269,10 @@ async def _guarded(
         log.exception("%s: %s failed", watch.name, what)
         with contextlib.suppress(HistoryUnwritable):
             await failed(exc)
-            await host.ledger.write(
-                host.ledger.store.resolve_incident,
+            await incident_log.resolve(
+                host.ledger,
                 incident_id,
-                "gave_up",
+                Resolution.GAVE_UP,
                 detail={"why": f"the ladder failed: {exc!r}"},
             )
         return "gave_up"

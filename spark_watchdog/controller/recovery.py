@@ -26,8 +26,10 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+from spark_watchdog.controller import incident_log
 from spark_watchdog.controller.clock import remaining
 from spark_watchdog.controller.crew import Crew
+from spark_watchdog.controller.incident_log import Resolution
 from spark_watchdog.controller.ladder import new_boot
 from spark_watchdog.controller.ledger import HistoryUnwritable, Ledger
 from spark_watchdog.controller.node_states import NodeEvent, NodeState
@@ -383,9 +385,7 @@ async def _false_alarm(
     ledger, node = host.ledger, watch.name
     await _note(host, incident_id, node, StepName.PREFLIGHT_ANSWERED, why=why)
     await _finish(ledger, action, "failed", why)
-    await ledger.write(
-        ledger.store.resolve_incident, incident_id, "false_alarm", detail={"why": why}
-    )
+    await incident_log.resolve(ledger, incident_id, Resolution.FALSE_ALARM, detail={"why": why})
     watch.incident_id = None
     watch.rungs_done.clear()
     watch.apply(NodeEvent.FALSE_ALARM)
@@ -580,8 +580,8 @@ async def await_new_boot(
         watch.apply(NodeEvent.NEW_BOOT)
         await record_boots(host, watch, incident_id)
         return await finish_recovery(host, watch, incident_id)
-    await ledger.write(
-        ledger.store.add_step,
+    await incident_log.step(
+        ledger,
         incident_id,
         StepName.BOOT_TIMEOUT,
         node=node,
@@ -595,10 +595,10 @@ async def await_new_boot(
 
 async def finish_recovery(host: Crew, watch: NodeWatch, incident_id: int) -> RungOutcome:
     await host.serving.restart_after(incident_id, f"{watch.name} recovered from host_frozen")
-    incident = await host.ledger.write(
-        host.ledger.store.resolve_incident,
+    incident = await incident_log.resolve(
+        host.ledger,
         incident_id,
-        "recovered",
+        Resolution.RECOVERED,
         detail={"boot_id": watch.boot_id},
     )
     watch.incident_id = None
@@ -635,8 +635,8 @@ async def _hold_and_close(
     watch.incident_id = None
     try:
         await _note(host, incident_id, watch.name, StepName.HELD, why=reason)
-        await host.ledger.write(
-            host.ledger.store.resolve_incident, incident_id, "gave_up", detail={"why": reason}
+        await incident_log.resolve(
+            host.ledger, incident_id, Resolution.GAVE_UP, detail={"why": reason}
         )
     except HistoryUnwritable as exc:
         log.error("%s: incident #%d left open: %s", watch.name, incident_id, exc)
@@ -667,9 +667,7 @@ async def _note(
     """Record one step. ``off_side``: the outlet may be off, so a failed record
     must not stop the on that follows (logged and alerted instead)."""
     try:
-        await host.ledger.write(
-            host.ledger.store.add_step, incident_id, step, node=node, detail=detail
-        )
+        await incident_log.step(host.ledger, incident_id, step, node=node, detail=detail)
     except HistoryUnwritable as exc:
         if not off_side:
             raise

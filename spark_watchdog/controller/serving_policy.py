@@ -18,9 +18,11 @@ import logging
 from typing import Any
 
 from spark_watchdog.config.secrets import read_secret
+from spark_watchdog.controller import incident_log
 from spark_watchdog.controller.budgets import CLOCK_STEP_MARGIN_S
 from spark_watchdog.controller.detector import Verdict
-from spark_watchdog.controller.ladder import close_dry_run, open_incident
+from spark_watchdog.controller.incident_log import Resolution, close_dry_run
+from spark_watchdog.controller.ladder import open_incident
 from spark_watchdog.controller.ledger import BY, HistoryUnwritable
 from spark_watchdog.controller.node_states import NodeState
 from spark_watchdog.controller.node_watch import GUARD_KILL_FRESH_S, NodeWatch
@@ -84,8 +86,8 @@ class ServingRestarts:
                 host.ledger.store.set_setting, "serving_profile", profile, by=BY
             )
         if busy and incident_id is not None:
-            await host.ledger.write(
-                host.ledger.store.add_step,
+            await incident_log.step(
+                host.ledger,
                 incident_id,
                 StepName.SERVING_RESTART_DEFERRED,
                 detail={"waiting_for": busy},
@@ -123,8 +125,8 @@ class ServingRestarts:
         if kind in SERVING_FAULT_KINDS:
             self.fault_restarts.append((host.clock.monotonic(), record.id))
         if incident_id is not None:
-            await ledger.write(
-                ledger.store.add_step,
+            await incident_log.step(
+                ledger,
                 incident_id,
                 StepName.SERVING_RESTART_STARTED,
                 detail={"profile": profile, "reason": reason},
@@ -135,8 +137,8 @@ class ServingRestarts:
         )
         self._last_restart = host.clock.monotonic()
         if incident_id is not None and report.stacks:
-            await ledger.write(
-                ledger.store.add_step,
+            await incident_log.step(
+                ledger,
                 incident_id,
                 StepName.STACKS_RECORDED,
                 detail={"nodes": report.stacks},
@@ -149,8 +151,8 @@ class ServingRestarts:
             error=report.error,
         )
         if incident_id is not None:
-            await ledger.write(
-                ledger.store.add_step,
+            await incident_log.step(
+                ledger,
                 incident_id,
                 StepName.SERVING_RESTART_DONE,
                 detail={"result": report.result, "error": report.error}
@@ -279,10 +281,10 @@ class ServingRestarts:
             return False
         try:
             ok = await self.restart_after(incident.id, finding.summary, kind=kind)
-            await ledger.write(
-                ledger.store.resolve_incident,
+            await incident_log.resolve(
+                ledger,
                 incident.id,
-                "recovered" if ok else "gave_up",
+                Resolution.RECOVERED if ok else Resolution.GAVE_UP,
                 detail={"profile": self.profile},
             )
         except HistoryUnwritable as exc:

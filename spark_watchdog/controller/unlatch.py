@@ -29,7 +29,9 @@ never cut on a host showing life, so:
 from __future__ import annotations
 
 from spark_watchdog.config.controller import ControllerConfig
+from spark_watchdog.controller import incident_log
 from spark_watchdog.controller.crew import Crew
+from spark_watchdog.controller.incident_log import Resolution
 from spark_watchdog.controller.ladder import new_boot, resolve, wait_for
 from spark_watchdog.controller.node_watch import NodeWatch
 from spark_watchdog.controller.notify import Event
@@ -50,7 +52,7 @@ def off_seconds(config: ControllerConfig) -> float:
 
 async def unlatch(host: Crew, watch: NodeWatch, incident_id: int) -> str:
     """Run the ladder for one open ``clock_latched`` incident; its resolution."""
-    ledger, store = host.ledger, host.ledger.store
+    ledger = host.ledger
     name = watch.name
     why = await blocked(host, watch)
     if why is not None:
@@ -59,8 +61,8 @@ async def unlatch(host: Crew, watch: NodeWatch, incident_id: int) -> str:
     assert device is not None
     boot = watch.boot_id
     hold = off_seconds(host.config)
-    await ledger.write(
-        store.add_step,
+    await incident_log.step(
+        ledger,
         incident_id,
         StepName.HALT_REQUESTED,
         node=name,
@@ -74,8 +76,8 @@ async def unlatch(host: Crew, watch: NodeWatch, incident_id: int) -> str:
     if attempt.sent is False:
         watch.expect_reboot(None, host.clock.monotonic())
         watch.arm_long_cut(None, None)
-        await ledger.write(
-            store.add_step,
+        await incident_log.step(
+            ledger,
             incident_id,
             StepName.HALT_NOT_SENT,
             node=name,
@@ -84,8 +86,8 @@ async def unlatch(host: Crew, watch: NodeWatch, incident_id: int) -> str:
         return await _unanswered(
             host, watch, incident_id, f"the halt was not sent ({attempt.detail})"
         )
-    await ledger.write(
-        store.add_step,
+    await incident_log.step(
+        ledger,
         incident_id,
         StepName.HALT_SENT,
         node=name,
@@ -103,8 +105,8 @@ async def unlatch(host: Crew, watch: NodeWatch, incident_id: int) -> str:
         )
     # Silent: the freeze path cuts it, with its guards, for the long hold.
     watch.expect_reboot(None, host.clock.monotonic())
-    await ledger.write(
-        store.add_step,
+    await incident_log.step(
+        ledger,
         incident_id,
         StepName.HANDED_TO_POWER_PATH,
         node=name,
@@ -132,7 +134,9 @@ async def await_boot(host: Crew, watch: NodeWatch, incident_id: int, boot: str |
         + _DETECT_MARGIN_S
     )
     if await new_boot(host, watch, boot, limit):
-        return await resolve(host, incident_id, KIND, "recovered", "a new boot after the long cut")
+        return await resolve(
+            host, incident_id, KIND, Resolution.RECOVERED, "a new boot after the long cut"
+        )
     return await _unanswered(host, watch, incident_id, "no new boot after the halt and the cut")
 
 
@@ -177,4 +181,4 @@ async def _unanswered(host: Crew, watch: NodeWatch, incident_id: int, why: str) 
     """An alert: the latch stays; the node keeps its freeze protection (no hold)."""
     text = f"clock latched, not cleared: {why}; cut its AC for a few minutes when it can be spared"
     host.notifier.send(Event("clock_latch_not_cleared", f"{watch.name}: {text}", watch.name))
-    return await resolve(host, incident_id, KIND, "gave_up", why)
+    return await resolve(host, incident_id, KIND, Resolution.GAVE_UP, why)

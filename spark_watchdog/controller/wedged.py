@@ -22,8 +22,10 @@ Every rung is a step of the incident; holds, budgets and dry run apply.
 from __future__ import annotations
 
 from spark_watchdog.config.controller import SshDevice
+from spark_watchdog.controller import incident_log
 from spark_watchdog.controller.crew import Crew
 from spark_watchdog.controller.detector import Verdict
+from spark_watchdog.controller.incident_log import Resolution
 from spark_watchdog.controller.ladder import new_boot, resolve, wait_for
 from spark_watchdog.controller.node_states import NodeEvent
 from spark_watchdog.controller.node_watch import NodeWatch
@@ -49,10 +51,10 @@ async def unwedge(host: Crew, watch: NodeWatch, incident_id: int) -> str:
         settle = host.config.detection.gpu_wedged_after
         if await wait_for(host, lambda: watch.gpu_answers(), settle):
             return await resolve(
-                host, incident_id, KIND, "recovered", "the GPU answers after a restart"
+                host, incident_id, KIND, Resolution.RECOVERED, "the GPU answers after a restart"
             )
-    await ledger.write(
-        store.add_step,
+    await incident_log.step(
+        ledger,
         incident_id,
         StepName.STILL_WEDGED,
         node=name,
@@ -62,10 +64,10 @@ async def unwedge(host: Crew, watch: NodeWatch, incident_id: int) -> str:
     blocked = await _reboot_blocked(host, watch, device)
     if blocked is not None:
         await host.holds.hold(watch, blocked, NodeEvent.HOLD, by_controller=True)
-        return await resolve(host, incident_id, KIND, "gave_up", blocked)
+        return await resolve(host, incident_id, KIND, Resolution.GAVE_UP, blocked)
     assert device is not None
     if watch.gpu_answers():
-        return await resolve(host, incident_id, KIND, "recovered", "the GPU answers again")
+        return await resolve(host, incident_id, KIND, Resolution.RECOVERED, "the GPU answers again")
     boot_before = watch.boot_id
     action = await ledger.write(
         store.record_action,
@@ -95,9 +97,9 @@ async def unwedge(host: Crew, watch: NodeWatch, incident_id: int) -> str:
         )
         why = f"gpu_wedged and the forced reboot was not sent ({attempt.detail}): a person decides"
         await host.holds.hold(watch, why, NodeEvent.HOLD, by_controller=True)
-        return await resolve(host, incident_id, KIND, "gave_up", why)
-    await ledger.write(
-        store.add_step,
+        return await resolve(host, incident_id, KIND, Resolution.GAVE_UP, why)
+    await incident_log.step(
+        ledger,
         incident_id,
         StepName.REBOOT_SENT,
         node=name,
@@ -125,8 +127,8 @@ async def _boot_wait(
     ledger, store = host.ledger, host.ledger.store
     name = watch.name
     timeout = host.config.guards.boot_timeout
-    await ledger.write(
-        store.add_step,
+    await incident_log.step(
+        ledger,
         incident_id,
         StepName.BOOT_WAIT_STARTED,
         node=name,
@@ -146,14 +148,16 @@ async def _boot_wait(
                 "the GPU is still wedged after a forced reboot: minutes without AC power may "
                 "clear it; a person decides (power is never cut on a host showing life)"
             )
-            await ledger.write(
-                store.add_step, incident_id, StepName.STILL_WEDGED, node=name, detail={"why": why}
+            await incident_log.step(
+                ledger, incident_id, StepName.STILL_WEDGED, node=name, detail={"why": why}
             )
             await host.holds.hold(watch, why, NodeEvent.HOLD, by_controller=True)
-            return await resolve(host, incident_id, KIND, "gave_up", why)
+            return await resolve(host, incident_id, KIND, Resolution.GAVE_UP, why)
         # Bounded by the reboot budget, not the serving one (like a restart after a cycle).
         await host.serving.restart_after(incident_id, f"{name} rebooted", kind="forced_reboot")
-        return await resolve(host, incident_id, KIND, "recovered", "a new boot, the GPU answers")
+        return await resolve(
+            host, incident_id, KIND, Resolution.RECOVERED, "a new boot, the GPU answers"
+        )
     if watch.shows_life(host.clock.monotonic(), host.config.detection.freeze_after):
         await ledger.write(
             store.finish_action,
@@ -170,7 +174,7 @@ async def _boot_wait(
             "a person decides (power is never cut on a host showing life)"
         )
         await host.holds.hold(watch, why, NodeEvent.HOLD, by_controller=True)
-        return await resolve(host, incident_id, KIND, "gave_up", why)
+        return await resolve(host, incident_id, KIND, Resolution.GAVE_UP, why)
     return await hand_over(host, watch, incident_id, action_id)
 
 
@@ -181,11 +185,13 @@ async def hand_over(host: Crew, watch: NodeWatch, incident_id: int, action_id: i
         await ledger.write(
             store.finish_action, action_id, "ambiguous", error="the host went silent"
         )
-    await ledger.write(
-        store.add_step,
+    await incident_log.step(
+        ledger,
         incident_id,
         StepName.HANDED_TO_POWER_PATH,
         node=watch.name,
         detail={"verdict": watch.finding.verdict.value},
     )
-    return await resolve(host, incident_id, KIND, "gave_up", "silent: handed to the power path")
+    return await resolve(
+        host, incident_id, KIND, Resolution.GAVE_UP, "silent: handed to the power path"
+    )
