@@ -171,6 +171,25 @@ class ShellyDevice:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ShellyGen1Device:
+    """A Shelly Gen1 plug or relay (``/relay/N`` over HTTP, Basic auth)."""
+
+    type: Literal["shelly_gen1"] = setting()
+    url: str = setting()
+    switch_id: int = setting(0, minimum=0)
+    user: str | None = setting(None)
+    password_file: str | None = setting(None)
+    timeout: float = setting(5.0, above=0)
+
+    def __post_init__(self) -> None:
+        _check_url("url", self.url)
+        if self.user is not None and self.password_file is None:
+            raise InvalidSetting(
+                "user", "a Shelly Gen1 login needs its password: set password_file, or remove user"
+            )
+
+
+@dataclass(frozen=True, kw_only=True)
 class TasmotaDevice:
     """A Tasmota smart plug (``/cm?cmnd=Power``)."""
 
@@ -219,7 +238,15 @@ class SshDevice:
         check_host("host", self.host)
 
 
-PowerDevice = SnmpDevice | IpmiDevice | RedfishDevice | ShellyDevice | TasmotaDevice | SshDevice
+PowerDevice = (
+    SnmpDevice
+    | IpmiDevice
+    | RedfishDevice
+    | ShellyDevice
+    | ShellyGen1Device
+    | TasmotaDevice
+    | SshDevice
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -526,7 +553,8 @@ def device_timeout(device: PowerDevice) -> float:
         return device.timeout * (device.retries + 1)
     if isinstance(device, SshDevice):
         return device.connect_timeout
-    if isinstance(device, (ShellyDevice, TasmotaDevice)) and device.url.startswith("https:"):
+    plug = (ShellyDevice, ShellyGen1Device, TasmotaDevice)
+    if isinstance(device, plug) and device.url.startswith("https:"):
         return 2 * device.timeout
     return device.timeout
 
@@ -574,7 +602,7 @@ def _physical_targets(device: PowerDevice) -> list[tuple[tuple[str, ...], str, s
             (("snmp", pdu, str(outlet)), f"outlet {outlet} of PDU {pdu}", "outlet")
             for outlet in device.outlet_list
         ]
-    if isinstance(device, (ShellyDevice, TasmotaDevice)):
+    if isinstance(device, (ShellyDevice, ShellyGen1Device, TasmotaDevice)):
         plug = _url_host_port(device.url)
         return [
             (

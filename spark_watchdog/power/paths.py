@@ -17,6 +17,7 @@ from spark_watchdog.config.controller import (
     PowerDevice,
     RedfishDevice,
     ShellyDevice,
+    ShellyGen1Device,
     SnmpDevice,
     SshDevice,
     TasmotaDevice,
@@ -93,6 +94,12 @@ def _shelly(device: ShellyDevice, secrets: Mapping[str, Secret]) -> PowerBackend
     return build_shelly_backend(device, secrets)
 
 
+def _shelly_gen1(device: ShellyGen1Device, secrets: Mapping[str, Secret]) -> PowerBackend:
+    from spark_watchdog.power.shelly_gen1 import build_shelly_gen1_backend
+
+    return build_shelly_gen1_backend(device, secrets)
+
+
 def _tasmota(device: TasmotaDevice, secrets: Mapping[str, Secret]) -> PowerBackend:
     from spark_watchdog.power.plugs import build_tasmota_backend
 
@@ -105,6 +112,7 @@ BUILDERS: dict[type, Callable[[Any, Mapping[str, Secret]], PowerBackend]] = {
     IpmiDevice: _ipmi,
     RedfishDevice: _redfish,
     ShellyDevice: _shelly,
+    ShellyGen1Device: _shelly_gen1,
     TasmotaDevice: _tasmota,
 }
 

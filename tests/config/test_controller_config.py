@@ -35,9 +35,10 @@ def _problems(data: object) -> list[str]:
 
 def test_example_loads() -> None:
     config = load_controller_config(EXAMPLE)
-    assert [n.name for n in config.nodes] == ["spark-1", "spark-2"]
+    assert [n.name for n in config.nodes] == ["spark-1", "spark-2", "spark-3"]
     assert [d.type for d in config.nodes[0].power] == ["snmp", "shelly", "ssh"]
     assert [d.type for d in config.nodes[1].power] == ["tasmota", "ipmi", "redfish"]
+    assert [d.type for d in config.nodes[2].power] == ["shelly_gen1"]
     assert config.policy.power_off_seconds == 60.0
     assert config.nodes[0].banner_host == "10.0.0.11"
 
@@ -70,6 +71,7 @@ def test_every_key_of_every_device_type_is_documented() -> None:
         "IpmiDevice",
         "RedfishDevice",
         "ShellyDevice",
+        "ShellyGen1Device",
         "TasmotaDevice",
         "SshDevice",
         "PolicyConfig",
@@ -111,7 +113,7 @@ def test_unknown_device_type_and_wrong_type_keys() -> None:
             ]
         }
     )
-    kinds = "snmp, ipmi, redfish, shelly, tasmota, ssh"
+    kinds = "snmp, ipmi, redfish, shelly, shelly_gen1, tasmota, ssh"
     assert f'nodes[0].power[0].type: expected one of {kinds}, got "ups"' in problems
     assert any(p.startswith("nodes[0].power[1].cipher_suite: unknown key") for p in problems)
 
@@ -160,6 +162,14 @@ def test_unknown_device_type_and_wrong_type_keys() -> None:
         (
             {"type": "redfish", "url": "10.0.0.1", "user": "u", "password_file": "/p"},
             'nodes[0].power[0].url: expected an http(s)://host[:port] URL, got "10.0.0.1"',
+        ),
+        (
+            {"type": "shelly_gen1", "url": "http://10.0.0.33", "user": "admin"},
+            "nodes[0].power[0].user: a Shelly Gen1 login needs its password: set password_file",
+        ),
+        (
+            {"type": "shelly_gen1", "url": "http://10.0.0.33", "switch_id": -1},
+            "nodes[0].power[0].switch_id: expected an integer ≥ 0, got -1",
         ),
     ],
 )
@@ -233,6 +243,11 @@ def test_two_nodes_on_one_outlet_are_refused_with_both_key_paths() -> None:
             {"type": "tasmota", "url": "http://10.0.0.32", "switch_id": 2},
             {"type": "tasmota", "url": "http://10.0.0.32:80", "switch_id": 2},
             "switch 2 of tasmota plug 10.0.0.32:80",
+        ),
+        (
+            {"type": "shelly_gen1", "url": "http://10.0.0.33"},
+            {"type": "shelly_gen1", "url": "http://10.0.0.33:80", "switch_id": 0},
+            "switch 0 of shelly_gen1 plug 10.0.0.33:80",
         ),
         ({**_IPMI, "host": "BMC-1"}, {**_IPMI, "host": "bmc-1", "port": 623}, "IPMI BMC bmc-1:623"),
         (
@@ -355,6 +370,7 @@ def test_schema_module_exports_every_device_type() -> None:
         schema.IpmiDevice,
         schema.RedfishDevice,
         schema.ShellyDevice,
+        schema.ShellyGen1Device,
         schema.TasmotaDevice,
         schema.SshDevice,
     }

@@ -258,6 +258,10 @@ def test_a_node_without_a_power_path_warns() -> None:
         ("shelly", "on", "ok", None),
         ("shelly", "off", "warn", "stays off after its own power loss"),
         ("shelly", "match_input", "warn", "follows its button"),
+        ("shelly_gen1", "last", "ok", None),
+        ("shelly_gen1", "on", "ok", None),
+        ("shelly_gen1", "off", "warn", "stays off after its own power loss"),
+        ("shelly_gen1", "switch", "warn", "follows its button"),
         ("tasmota", 3, "ok", None),
         ("tasmota", 0, "warn", "stays off after its own power loss"),
         ("tasmota", 4, "warn", "the controller cannot cut power"),
@@ -280,7 +284,7 @@ def test_a_plug_that_would_leave_the_node_off_after_an_outage_warns(
         assert plug.commands == [], "doctor switched the plug"
 
 
-@pytest.mark.parametrize("kind", ["shelly", "tasmota"])
+@pytest.mark.parametrize("kind", ["shelly", "shelly_gen1", "tasmota"])
 def test_doctor_says_whether_a_plug_switches_the_node_back_on_by_itself(kind: str) -> None:
     from spark_watchdog.lab.hardware.plug_standin import PlugStandin
 
