@@ -8,6 +8,7 @@ tagged by ``type``; each type accepts only its own keys. Secrets are only
 from __future__ import annotations
 
 import re
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -23,6 +24,7 @@ from spark_watchdog.config.files import read_yaml
 from spark_watchdog.config.history_location import check_url, is_postgres_url
 from spark_watchdog.config.schema import InvalidSetting, load, setting
 from spark_watchdog.errors import ConfigError
+from spark_watchdog.redact import redact_argv
 
 _NODE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 _OID = re.compile(r"^\.?[0-9]+(\.[0-9]+)+$")
@@ -204,6 +206,47 @@ class TasmotaDevice:
         _check_url("url", self.url)
 
 
+# The exit status with which an exec path's off or on command says that it certainly
+# did not reach the device (sysexits.h EX_TEMPFAIL; docs/power.md, "exec").
+EXEC_NOT_SENT_EXIT = 75
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExecDevice:
+    """The operator's own commands switch and read the power (docs/power.md, "exec")."""
+
+    type: Literal["exec"] = setting()
+    # Each an argv (no shell): the program's absolute path, then its arguments. Not
+    # "off:" and "on:": YAML 1.1 reads those keys as the booleans false and true.
+    off_command: tuple[str, ...] = setting()
+    on_command: tuple[str, ...] = setting()
+    status_command: tuple[str, ...] = setting()
+    # Seconds each run may take before it is killed.
+    timeout: float = setting(10.0, above=0)
+
+    def __post_init__(self) -> None:
+        for key in ("off_command", "on_command", "status_command"):
+            argv: tuple[str, ...] = getattr(self, key)
+            if not argv or not argv[0].strip():
+                raise InvalidSetting(
+                    key, "required: the command as a list, e.g. [/usr/local/bin/relay, off, 3]"
+                )
+            if not argv[0].startswith("/"):
+                raise InvalidSetting(
+                    f"{key}[0]",
+                    f'expected the program\'s absolute path, got "{argv[0]}": the controller '
+                    "runs it without a shell or a search of PATH",
+                )
+            shown = redact_argv(argv)
+            for i, (given, said) in enumerate(zip(argv, shown, strict=True)):
+                if given != said:
+                    raise InvalidSetting(
+                        f"{key}[{i}]",
+                        f'looks like a secret ("{said}"): any user can read a command line '
+                        "(ps); let the command read it from a file (mode 0600) instead",
+                    )
+
+
 # Sync, remount read-only, restart: sysrq's emergency path, which neither waits for
 # services nor calls the drivers' shutdown hooks (where a wedged driver hangs a reboot).
 # Detached, so the ssh session ends (exit 0) before the host drops.
@@ -245,6 +288,7 @@ PowerDevice = (
     | ShellyDevice
     | ShellyGen1Device
     | TasmotaDevice
+    | ExecDevice
     | SshDevice
 )
 
@@ -611,6 +655,9 @@ def _physical_targets(device: PowerDevice) -> list[tuple[tuple[str, ...], str, s
                 "switch",
             )
         ]
+    if isinstance(device, ExecDevice):
+        off = shlex.join(device.off_command)
+        return [(("exec", off), f'the exec off command "{off}"', "command")]
     if isinstance(device, IpmiDevice):
         bmc = _host_port(device.host.lower(), device.port)
         return [(("ipmi", bmc), f"IPMI BMC {bmc}", "BMC")]

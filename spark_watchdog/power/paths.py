@@ -12,6 +12,7 @@ from typing import Any
 
 from spark_watchdog.config.controller import (
     ControllerConfig,
+    ExecDevice,
     IpmiDevice,
     NodeConfig,
     PowerDevice,
@@ -106,6 +107,12 @@ def _tasmota(device: TasmotaDevice, secrets: Mapping[str, Secret]) -> PowerBacke
     return build_tasmota_backend(device, secrets)
 
 
+def _exec(device: ExecDevice, secrets: Mapping[str, Secret]) -> PowerBackend:
+    from spark_watchdog.power.exec_path import build_exec_backend
+
+    return build_exec_backend(device, secrets)
+
+
 # The on/off devices by their config class (SSH is the soft path: no backend).
 BUILDERS: dict[type, Callable[[Any, Mapping[str, Secret]], PowerBackend]] = {
     SnmpDevice: _snmp,
@@ -114,6 +121,7 @@ BUILDERS: dict[type, Callable[[Any, Mapping[str, Secret]], PowerBackend]] = {
     ShellyDevice: _shelly,
     ShellyGen1Device: _shelly_gen1,
     TasmotaDevice: _tasmota,
+    ExecDevice: _exec,
 }
 
 

@@ -1,7 +1,8 @@
 """``controller --check`` and ``spark-watchdog power status|cycle`` with the small-lab paths.
 
 Each path against its stand-in or real server on loopback: the Shelly Gen1
-plug stand-in (built from Shelly's gen1 ``/relay/N`` API docs).
+plug stand-in (built from Shelly's gen1 ``/relay/N`` API docs); a homemade
+relay board's script, run as real subprocesses, for ``exec``.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import yaml
 
 from spark_watchdog.cli.main import main
 from spark_watchdog.lab.hardware.plug_standin import PlugStandin
+from spark_watchdog.lab.hardware.relay_board import RelayBoard
 
 pytestmark = pytest.mark.integration
 
@@ -74,3 +76,18 @@ def test_shelly_gen1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
     code, _, err = _run(["controller", "--config", str(bad), "--check"], capsys)
     assert code == 2
     assert "nodes[0].power[0].user: a Shelly Gen1 login needs its password" in err
+
+
+def test_exec(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    board = RelayBoard(tmp_path)
+    config = _config(tmp_path, board.device())
+    body = _status_and_cycle(config, capsys)
+    assert board.commands == ["off", "on"] and board.state() == "on"
+    assert body["device"].startswith("exec ")
+    code, out, err = _run(["power", "--config", str(config), "--check", "--json"], capsys)
+    assert code == 0, err
+    assert [row["state"] for row in json.loads(out)["devices"]] == ["on"]
+    bad = _config(tmp_path, {**board.device(), "off_command": ["relay-board", "off"]})
+    code, _, err = _run(["controller", "--config", str(bad), "--check"], capsys)
+    assert code == 2
+    assert "nodes[0].power[0].off_command[0]: expected the program's absolute path" in err

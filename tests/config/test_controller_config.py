@@ -38,7 +38,7 @@ def test_example_loads() -> None:
     assert [n.name for n in config.nodes] == ["spark-1", "spark-2", "spark-3"]
     assert [d.type for d in config.nodes[0].power] == ["snmp", "shelly", "ssh"]
     assert [d.type for d in config.nodes[1].power] == ["tasmota", "ipmi", "redfish"]
-    assert [d.type for d in config.nodes[2].power] == ["shelly_gen1"]
+    assert [d.type for d in config.nodes[2].power] == ["shelly_gen1", "exec"]
     assert config.policy.power_off_seconds == 60.0
     assert config.nodes[0].banner_host == "10.0.0.11"
 
@@ -73,6 +73,7 @@ def test_every_key_of_every_device_type_is_documented() -> None:
         "ShellyDevice",
         "ShellyGen1Device",
         "TasmotaDevice",
+        "ExecDevice",
         "SshDevice",
         "PolicyConfig",
         "NodeConfig",
@@ -113,7 +114,7 @@ def test_unknown_device_type_and_wrong_type_keys() -> None:
             ]
         }
     )
-    kinds = "snmp, ipmi, redfish, shelly, shelly_gen1, tasmota, ssh"
+    kinds = "snmp, ipmi, redfish, shelly, shelly_gen1, tasmota, exec, ssh"
     assert f'nodes[0].power[0].type: expected one of {kinds}, got "ups"' in problems
     assert any(p.startswith("nodes[0].power[1].cipher_suite: unknown key") for p in problems)
 
@@ -249,6 +250,21 @@ def test_two_nodes_on_one_outlet_are_refused_with_both_key_paths() -> None:
             {"type": "shelly_gen1", "url": "http://10.0.0.33:80", "switch_id": 0},
             "switch 0 of shelly_gen1 plug 10.0.0.33:80",
         ),
+        (
+            {
+                "type": "exec",
+                "off_command": ["/r", "off"],
+                "on_command": ["/r", "on"],
+                "status_command": ["/r"],
+            },
+            {
+                "type": "exec",
+                "off_command": ["/r", "off"],
+                "on_command": ["/q", "on"],
+                "status_command": ["/q"],
+            },
+            'the exec off command "/r off"',
+        ),
         ({**_IPMI, "host": "BMC-1"}, {**_IPMI, "host": "bmc-1", "port": 623}, "IPMI BMC bmc-1:623"),
         (
             {**_REDFISH, "url": "https://bmc-1", "system": "Node2"},
@@ -372,5 +388,6 @@ def test_schema_module_exports_every_device_type() -> None:
         schema.ShellyDevice,
         schema.ShellyGen1Device,
         schema.TasmotaDevice,
+        schema.ExecDevice,
         schema.SshDevice,
     }

@@ -354,3 +354,16 @@ def test_the_launchers_commands_are_found_before_an_incident(tmp_path: Path) -> 
         asyncio.run(check_launcher(agents)).detail
         == "the agents stop and start the ranks (native order)"
     )
+
+
+def test_doctor_reads_an_exec_path_without_switching(tmp_path: Path) -> None:
+    from spark_watchdog.lab.hardware.relay_board import RelayBoard
+
+    board = RelayBoard(tmp_path, initially_on=False)
+    config = _config([_node("spark-2", "http://127.0.0.1:9", power=[board.device()])])
+    found = asyncio.run(check_power_path(config, power_paths(config, config.nodes[0])[0]))
+    assert found.status == "warn" and "power off: spark-2 is not powered now" in found.detail
+    board.set_fault("garbage")
+    found = asyncio.run(check_power_path(config, power_paths(config, config.nodes[0])[0]))
+    assert found.status == "fail" and "relay 3 is ON-ish" in found.detail
+    assert board.commands == [], "doctor switched the relay"
