@@ -206,6 +206,29 @@ class TasmotaDevice:
         _check_url("url", self.url)
 
 
+_SWITCH_ENTITY = re.compile(r"^switch\.[a-z0-9_]+$")
+
+
+@dataclass(frozen=True, kw_only=True)
+class HomeAssistantDevice:
+    """A Home Assistant ``switch`` entity, through HA's REST API (docs/power.md)."""
+
+    type: Literal["home_assistant"] = setting()
+    url: str = setting()
+    entity_id: str = setting()
+    token_file: str = setting()
+    timeout: float = setting(5.0, above=0)
+
+    def __post_init__(self) -> None:
+        _check_url("url", self.url)
+        if not _SWITCH_ENTITY.match(self.entity_id):
+            raise InvalidSetting(
+                "entity_id",
+                f'expected a switch entity like switch.spark_1, got "{self.entity_id}": only '
+                "switches are power (wrap anything else in a template switch)",
+            )
+
+
 # The exit status with which an exec path's off or on command says that it certainly
 # did not reach the device (sysexits.h EX_TEMPFAIL; docs/power.md, "exec").
 EXEC_NOT_SENT_EXIT = 75
@@ -288,6 +311,7 @@ PowerDevice = (
     | ShellyDevice
     | ShellyGen1Device
     | TasmotaDevice
+    | HomeAssistantDevice
     | ExecDevice
     | SshDevice
 )
@@ -597,8 +621,8 @@ def device_timeout(device: PowerDevice) -> float:
         return device.timeout * (device.retries + 1)
     if isinstance(device, SshDevice):
         return device.connect_timeout
-    plug = (ShellyDevice, ShellyGen1Device, TasmotaDevice)
-    if isinstance(device, plug) and device.url.startswith("https:"):
+    over_http = (ShellyDevice, ShellyGen1Device, TasmotaDevice, HomeAssistantDevice)
+    if isinstance(device, over_http) and device.url.startswith("https:"):
         return 2 * device.timeout
     return device.timeout
 
@@ -652,6 +676,15 @@ def _physical_targets(device: PowerDevice) -> list[tuple[tuple[str, ...], str, s
             (
                 (device.type, plug, str(device.switch_id)),
                 f"switch {device.switch_id} of {device.type} plug {plug}",
+                "switch",
+            )
+        ]
+    if isinstance(device, HomeAssistantDevice):
+        home = _url_host_port(device.url)
+        return [
+            (
+                ("home_assistant", home, device.entity_id),
+                f"{device.entity_id} of Home Assistant {home}",
                 "switch",
             )
         ]

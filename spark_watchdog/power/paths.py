@@ -13,6 +13,7 @@ from typing import Any
 from spark_watchdog.config.controller import (
     ControllerConfig,
     ExecDevice,
+    HomeAssistantDevice,
     IpmiDevice,
     NodeConfig,
     PowerDevice,
@@ -23,10 +24,12 @@ from spark_watchdog.config.controller import (
     SshDevice,
     TasmotaDevice,
 )
+from spark_watchdog.config.secret_refs import DEVICE_SECRET_KEYS
 from spark_watchdog.config.secrets import Secret, read_secret
 from spark_watchdog.power.base import PowerBackend, PowerTiming
 
-_SECRET_KEYS = ("community_file", "auth_key_file", "priv_key_file", "password_file")
+# The device keys naming a secret file: one list for --check and for the reads here.
+_SECRET_KEYS = DEVICE_SECRET_KEYS
 
 
 @dataclass(frozen=True)
@@ -107,6 +110,12 @@ def _tasmota(device: TasmotaDevice, secrets: Mapping[str, Secret]) -> PowerBacke
     return build_tasmota_backend(device, secrets)
 
 
+def _home_assistant(device: HomeAssistantDevice, secrets: Mapping[str, Secret]) -> PowerBackend:
+    from spark_watchdog.power.home_assistant import build_home_assistant_backend
+
+    return build_home_assistant_backend(device, secrets)
+
+
 def _exec(device: ExecDevice, secrets: Mapping[str, Secret]) -> PowerBackend:
     from spark_watchdog.power.exec_path import build_exec_backend
 
@@ -121,6 +130,7 @@ BUILDERS: dict[type, Callable[[Any, Mapping[str, Secret]], PowerBackend]] = {
     ShellyDevice: _shelly,
     ShellyGen1Device: _shelly_gen1,
     TasmotaDevice: _tasmota,
+    HomeAssistantDevice: _home_assistant,
     ExecDevice: _exec,
 }
 

@@ -2,7 +2,8 @@
 
 Each path against its stand-in or real server on loopback: the Shelly Gen1
 plug stand-in (built from Shelly's gen1 ``/relay/N`` API docs); a homemade
-relay board's script, run as real subprocesses, for ``exec``.
+relay board's script, run as real subprocesses, for ``exec``; the Home
+Assistant stand-in (built from HA's REST API docs).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import pytest
 import yaml
 
 from spark_watchdog.cli.main import main
+from spark_watchdog.lab.hardware.home_assistant_standin import HomeAssistantStandin
 from spark_watchdog.lab.hardware.plug_standin import PlugStandin
 from spark_watchdog.lab.hardware.relay_board import RelayBoard
 
@@ -91,3 +93,23 @@ def test_exec(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = _run(["controller", "--config", str(bad), "--check"], capsys)
     assert code == 2
     assert "nodes[0].power[0].off_command[0]: expected the program's absolute path" in err
+
+
+def test_home_assistant(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    token = _secret(tmp_path, "ha-token", "standin-token")
+    with HomeAssistantStandin("standin-token", lag_s=0.3, clock_offset_s=120.0) as home:
+        device = {
+            "type": "home_assistant",
+            "url": home.url,
+            "entity_id": "switch.spark_1",
+            "token_file": str(token),
+        }
+        config = _config(tmp_path, device)
+        _status_and_cycle(config, capsys)
+        assert [c.service for c in home.calls] == ["turn_off", "turn_on"]
+        assert home.state() == "on"
+        code, out, err = _run(["power", "--config", str(config), "spark-1", "status"], capsys)
+        assert "standin-token" not in out + err
+    missing = _config(tmp_path, {**device, "token_file": str(tmp_path / "absent")})
+    code, _, err = _run(["controller", "--config", str(missing), "--check"], capsys)
+    assert code == 2 and "nodes[0].power[0].token_file" in err and "does not exist" in err

@@ -38,7 +38,7 @@ def test_example_loads() -> None:
     assert [n.name for n in config.nodes] == ["spark-1", "spark-2", "spark-3"]
     assert [d.type for d in config.nodes[0].power] == ["snmp", "shelly", "ssh"]
     assert [d.type for d in config.nodes[1].power] == ["tasmota", "ipmi", "redfish"]
-    assert [d.type for d in config.nodes[2].power] == ["shelly_gen1", "exec"]
+    assert [d.type for d in config.nodes[2].power] == ["shelly_gen1", "home_assistant", "exec"]
     assert config.policy.power_off_seconds == 60.0
     assert config.nodes[0].banner_host == "10.0.0.11"
 
@@ -73,6 +73,7 @@ def test_every_key_of_every_device_type_is_documented() -> None:
         "ShellyDevice",
         "ShellyGen1Device",
         "TasmotaDevice",
+        "HomeAssistantDevice",
         "ExecDevice",
         "SshDevice",
         "PolicyConfig",
@@ -114,7 +115,7 @@ def test_unknown_device_type_and_wrong_type_keys() -> None:
             ]
         }
     )
-    kinds = "snmp, ipmi, redfish, shelly, shelly_gen1, tasmota, exec, ssh"
+    kinds = "snmp, ipmi, redfish, shelly, shelly_gen1, tasmota, home_assistant, exec, ssh"
     assert f'nodes[0].power[0].type: expected one of {kinds}, got "ups"' in problems
     assert any(p.startswith("nodes[0].power[1].cipher_suite: unknown key") for p in problems)
 
@@ -214,6 +215,7 @@ def _pdu(**keys: object) -> dict[str, object]:
 
 _IPMI = {"type": "ipmi", "user": "u", "password_file": "/p"}
 _REDFISH = {"type": "redfish", "user": "u", "password_file": "/p"}
+_HA = {"token_file": "/t"}
 _SSH = {"host": "10.0.1.2", "user": "u", "key_file": "/k", "known_hosts_file": "/h"}
 
 
@@ -249,6 +251,11 @@ def test_two_nodes_on_one_outlet_are_refused_with_both_key_paths() -> None:
             {"type": "shelly_gen1", "url": "http://10.0.0.33"},
             {"type": "shelly_gen1", "url": "http://10.0.0.33:80", "switch_id": 0},
             "switch 0 of shelly_gen1 plug 10.0.0.33:80",
+        ),
+        (
+            {"type": "home_assistant", "url": "http://HA:8123", "entity_id": "switch.a", **_HA},
+            {"type": "home_assistant", "url": "http://ha:8123/", "entity_id": "switch.a", **_HA},
+            "switch.a of Home Assistant ha:8123",
         ),
         (
             {
@@ -388,6 +395,7 @@ def test_schema_module_exports_every_device_type() -> None:
         schema.ShellyDevice,
         schema.ShellyGen1Device,
         schema.TasmotaDevice,
+        schema.HomeAssistantDevice,
         schema.ExecDevice,
         schema.SshDevice,
     }

@@ -367,3 +367,26 @@ def test_doctor_reads_an_exec_path_without_switching(tmp_path: Path) -> None:
     found = asyncio.run(check_power_path(config, power_paths(config, config.nodes[0])[0]))
     assert found.status == "fail" and "relay 3 is ON-ish" in found.detail
     assert board.commands == [], "doctor switched the relay"
+
+
+def test_doctor_reads_a_home_assistant_switch_without_switching(tmp_path: Path) -> None:
+    from spark_watchdog.lab.hardware.home_assistant_standin import HomeAssistantStandin
+
+    token = tmp_path / "ha-token"
+    token.write_text("doctor-token\n")
+    token.chmod(0o600)
+    with HomeAssistantStandin("doctor-token") as home:
+        device = {
+            "type": "home_assistant",
+            "url": home.url,
+            "entity_id": "switch.spark_1",
+            "token_file": str(token),
+        }
+        config = _config([_node("spark-2", "http://127.0.0.1:9", power=[device])])
+        path = power_paths(config, config.nodes[0])[0]
+        found = asyncio.run(check_power_path(config, path))
+        assert found.status == "ok" and "switch.spark_1: power on" in found.detail, found
+        home.set_state("unavailable")
+        found = asyncio.run(check_power_path(config, path))
+        assert found.status == "fail" and "Home Assistant cannot see the device" in found.detail
+        assert home.calls == [], "doctor switched the entity"
