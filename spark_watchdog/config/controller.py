@@ -229,6 +229,34 @@ class HomeAssistantDevice:
             )
 
 
+_NUT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+@dataclass(frozen=True, kw_only=True)
+class NutDevice:
+    """An outlet of a UPS or PDU driven by Network UPS Tools, through upsd (docs/power.md)."""
+
+    type: Literal["nut"] = setting()
+    host: str = setting()
+    port: int = setting(3493, minimum=1, maximum=65535)
+    # The UPS's name in upsd (ups.conf's section: `upsc -l HOST` lists them).
+    ups: str = setting()
+    outlet: int = setting(minimum=0)
+    user: str = setting()
+    password_file: str = setting()
+    timeout: float = setting(5.0, above=0)
+
+    def __post_init__(self) -> None:
+        check_host("host", self.host)
+        for key in ("ups", "user"):
+            if not _NUT_NAME.match(getattr(self, key)):
+                raise InvalidSetting(
+                    key,
+                    f'expected a name of letters, digits, ".", "_" and "-", got '
+                    f'"{getattr(self, key)}" (as upsd.conf and upsd.users spell it)',
+                )
+
+
 # The exit status with which an exec path's off or on command says that it certainly
 # did not reach the device (sysexits.h EX_TEMPFAIL; docs/power.md, "exec").
 EXEC_NOT_SENT_EXIT = 75
@@ -312,6 +340,7 @@ PowerDevice = (
     | ShellyGen1Device
     | TasmotaDevice
     | HomeAssistantDevice
+    | NutDevice
     | ExecDevice
     | SshDevice
 )
@@ -621,6 +650,9 @@ def device_timeout(device: PowerDevice) -> float:
         return device.timeout * (device.retries + 1)
     if isinstance(device, SshDevice):
         return device.connect_timeout
+    if isinstance(device, NutDevice):
+        # Connect, USERNAME, PASSWORD, then the INSTCMD line.
+        return 4 * device.timeout
     over_http = (ShellyDevice, ShellyGen1Device, TasmotaDevice, HomeAssistantDevice)
     if isinstance(device, over_http) and device.url.startswith("https:"):
         return 2 * device.timeout
@@ -677,6 +709,15 @@ def _physical_targets(device: PowerDevice) -> list[tuple[tuple[str, ...], str, s
                 (device.type, plug, str(device.switch_id)),
                 f"switch {device.switch_id} of {device.type} plug {plug}",
                 "switch",
+            )
+        ]
+    if isinstance(device, NutDevice):
+        upsd = _host_port(device.host.lower(), device.port)
+        return [
+            (
+                ("nut", upsd, device.ups, str(device.outlet)),
+                f"outlet {device.outlet} of {device.ups}@{upsd}",
+                "outlet",
             )
         ]
     if isinstance(device, HomeAssistantDevice):

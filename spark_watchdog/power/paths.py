@@ -16,6 +16,7 @@ from spark_watchdog.config.controller import (
     HomeAssistantDevice,
     IpmiDevice,
     NodeConfig,
+    NutDevice,
     PowerDevice,
     RedfishDevice,
     ShellyDevice,
@@ -116,6 +117,12 @@ def _home_assistant(device: HomeAssistantDevice, secrets: Mapping[str, Secret]) 
     return build_home_assistant_backend(device, secrets)
 
 
+def _nut(device: NutDevice, secrets: Mapping[str, Secret]) -> PowerBackend:
+    from spark_watchdog.power.nut import build_nut_backend
+
+    return build_nut_backend(device, secrets)
+
+
 def _exec(device: ExecDevice, secrets: Mapping[str, Secret]) -> PowerBackend:
     from spark_watchdog.power.exec_path import build_exec_backend
 
@@ -131,6 +138,7 @@ BUILDERS: dict[type, Callable[[Any, Mapping[str, Secret]], PowerBackend]] = {
     ShellyGen1Device: _shelly_gen1,
     TasmotaDevice: _tasmota,
     HomeAssistantDevice: _home_assistant,
+    NutDevice: _nut,
     ExecDevice: _exec,
 }
 

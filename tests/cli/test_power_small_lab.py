@@ -3,7 +3,8 @@
 Each path against its stand-in or real server on loopback: the Shelly Gen1
 plug stand-in (built from Shelly's gen1 ``/relay/N`` API docs); a homemade
 relay board's script, run as real subprocesses, for ``exec``; the Home
-Assistant stand-in (built from HA's REST API docs).
+Assistant stand-in (built from HA's REST API docs); a real NUT ``upsd``
+(tests/conftest.py's ``nut_server``) for ``nut``.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import yaml
 
 from spark_watchdog.cli.main import main
 from spark_watchdog.lab.hardware.home_assistant_standin import HomeAssistantStandin
+from spark_watchdog.lab.hardware.nut_server import NutServer
 from spark_watchdog.lab.hardware.plug_standin import PlugStandin
 from spark_watchdog.lab.hardware.relay_board import RelayBoard
 
@@ -113,3 +115,26 @@ def test_home_assistant(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
     missing = _config(tmp_path, {**device, "token_file": str(tmp_path / "absent")})
     code, _, err = _run(["controller", "--config", str(missing), "--check"], capsys)
     assert code == 2 and "nodes[0].power[0].token_file" in err and "does not exist" in err
+
+
+def test_nut(tmp_path: Path, capsys: pytest.CaptureFixture[str], nut_server: NutServer) -> None:
+    password = _secret(tmp_path, "nut-password", nut_server.password)
+    device = {
+        "type": "nut",
+        "host": nut_server.host,
+        "port": nut_server.port,
+        "ups": "rack",
+        "outlet": 2,
+        "user": "watchdog",
+        "password_file": str(password),
+    }
+    config = _config(tmp_path, device)
+    _status_and_cycle(config, capsys)
+    assert nut_server.rack.commands == ["outlet.2.load.off", "outlet.2.load.on"]
+    assert nut_server.rack.state(2) == "on"
+    wrong = _secret(tmp_path, "wrong-password", "not-it")
+    config = _config(tmp_path, {**device, "password_file": str(wrong)})
+    argv = ["power", "--config", str(config), "spark-1", "off", "--yes", "--json"]
+    code, out, _ = _run(argv, capsys)
+    assert code == 1 and "ERR ACCESS-DENIED" in json.loads(out)["error"]
+    assert "not-it" not in out and nut_server.rack.state(2) == "on"

@@ -38,7 +38,12 @@ def test_example_loads() -> None:
     assert [n.name for n in config.nodes] == ["spark-1", "spark-2", "spark-3"]
     assert [d.type for d in config.nodes[0].power] == ["snmp", "shelly", "ssh"]
     assert [d.type for d in config.nodes[1].power] == ["tasmota", "ipmi", "redfish"]
-    assert [d.type for d in config.nodes[2].power] == ["shelly_gen1", "home_assistant", "exec"]
+    assert [d.type for d in config.nodes[2].power] == [
+        "shelly_gen1",
+        "home_assistant",
+        "nut",
+        "exec",
+    ]
     assert config.policy.power_off_seconds == 60.0
     assert config.nodes[0].banner_host == "10.0.0.11"
 
@@ -74,6 +79,7 @@ def test_every_key_of_every_device_type_is_documented() -> None:
         "ShellyGen1Device",
         "TasmotaDevice",
         "HomeAssistantDevice",
+        "NutDevice",
         "ExecDevice",
         "SshDevice",
         "PolicyConfig",
@@ -115,7 +121,7 @@ def test_unknown_device_type_and_wrong_type_keys() -> None:
             ]
         }
     )
-    kinds = "snmp, ipmi, redfish, shelly, shelly_gen1, tasmota, home_assistant, exec, ssh"
+    kinds = "snmp, ipmi, redfish, shelly, shelly_gen1, tasmota, home_assistant, nut, exec, ssh"
     assert f'nodes[0].power[0].type: expected one of {kinds}, got "ups"' in problems
     assert any(p.startswith("nodes[0].power[1].cipher_suite: unknown key") for p in problems)
 
@@ -216,6 +222,7 @@ def _pdu(**keys: object) -> dict[str, object]:
 _IPMI = {"type": "ipmi", "user": "u", "password_file": "/p"}
 _REDFISH = {"type": "redfish", "user": "u", "password_file": "/p"}
 _HA = {"token_file": "/t"}
+_NUT = {"user": "u", "password_file": "/p"}
 _SSH = {"host": "10.0.1.2", "user": "u", "key_file": "/k", "known_hosts_file": "/h"}
 
 
@@ -251,6 +258,11 @@ def test_two_nodes_on_one_outlet_are_refused_with_both_key_paths() -> None:
             {"type": "shelly_gen1", "url": "http://10.0.0.33"},
             {"type": "shelly_gen1", "url": "http://10.0.0.33:80", "switch_id": 0},
             "switch 0 of shelly_gen1 plug 10.0.0.33:80",
+        ),
+        (
+            {"type": "nut", "host": "UPS-1", "ups": "rack", "outlet": 2, **_NUT},
+            {"type": "nut", "host": "ups-1", "port": 3493, "ups": "rack", "outlet": 2, **_NUT},
+            "outlet 2 of rack@ups-1:3493",
         ),
         (
             {"type": "home_assistant", "url": "http://HA:8123", "entity_id": "switch.a", **_HA},
@@ -396,6 +408,7 @@ def test_schema_module_exports_every_device_type() -> None:
         schema.ShellyGen1Device,
         schema.TasmotaDevice,
         schema.HomeAssistantDevice,
+        schema.NutDevice,
         schema.ExecDevice,
         schema.SshDevice,
     }

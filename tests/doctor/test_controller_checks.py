@@ -39,6 +39,21 @@ from spark_watchdog.power.paths import (
 pytestmark = pytest.mark.integration
 
 
+def _nut(nut: Any, tmp_path: Path, outlet: int) -> dict[str, Any]:
+    password = tmp_path / "nut-password"
+    password.write_text(nut.password + "\n")
+    password.chmod(0o600)
+    return {
+        "type": "nut",
+        "host": nut.host,
+        "port": nut.port,
+        "ups": "pdu",
+        "outlet": outlet,
+        "user": "watchdog",
+        "password_file": str(password),
+    }
+
+
 def _config(nodes: list[dict[str, Any]], **extra: Any) -> ControllerConfig:
     return parse_controller_config(
         {"nodes": nodes, "detection": {"agent_timeout": 0.8, "banner_timeout": 1.0}, **extra}
@@ -390,3 +405,19 @@ def test_doctor_reads_a_home_assistant_switch_without_switching(tmp_path: Path) 
         found = asyncio.run(check_power_path(config, path))
         assert found.status == "fail" and "Home Assistant cannot see the device" in found.detail
         assert home.calls == [], "doctor switched the entity"
+
+
+def test_doctor_reads_a_nut_outlet_without_switching(nut_server: Any, tmp_path: Path) -> None:
+    """Against dummy-ups behind a real upsd; the test plays the device for outlet 2."""
+    nut_server.set_var("pdu", "outlet.2.status", "off")
+    nut_server.wait_var("pdu", "outlet.2.status", "off")
+    config = _config(
+        [
+            _node("spark-1", "http://127.0.0.1:9", power=[_nut(nut_server, tmp_path, 1)]),
+            _node("spark-2", "http://127.0.0.1:9", power=[_nut(nut_server, tmp_path, 2)]),
+        ]
+    )
+    first = asyncio.run(check_power_path(config, power_paths(config, config.nodes[0])[0]))
+    second = asyncio.run(check_power_path(config, power_paths(config, config.nodes[1])[0]))
+    assert first.status == "ok" and "nut pdu@" in first.detail and "power on" in first.detail
+    assert second.status == "warn" and "spark-2 is not powered now" in second.detail
