@@ -101,10 +101,13 @@ def test_a_state_from_before_the_command_is_no_read_back(home: HomeAssistantStan
     """The entity reads off, but its last_changed is older than the command: not proof."""
     home.set_fault("stale", times=1)
     steps: list[str] = []
-    with pytest.raises(StateTimeout, match="not after the command was sent"):
-        run(verified(switch(home), steps, power_timeout=1.0).off())
+    backend = switch(home)
+    with pytest.raises(StateTimeout, match=r"off not read back within 3s"):
+        run(verified(backend, steps, power_timeout=3.0).off())
     assert steps == ["off_requested"] and len(home.calls) == 1
     assert home.state() == "off"  # what HA shows; the proof is missing
+    with pytest.raises(Unreachable, match=r"reads off, but .* not after the command was sent"):
+        run(backend.read_state())
 
 
 def test_unavailable_after_the_command_is_ambiguous_never_off(home: HomeAssistantStandin) -> None:
@@ -176,7 +179,7 @@ def test_a_failed_service_call_still_on_is_held_not_resent(home: HomeAssistantSt
     home.set_fault("error", times=1)
     steps: list[str] = []
     with pytest.raises(Ambiguous, match=r"HTTP 500.*Not retried"):
-        run(verified(switch(home), steps, power_timeout=1.0).off())
+        run(verified(switch(home), steps, power_timeout=3.0).off())
     assert steps == ["off_requested", "off_ambiguous"]
     assert [c.answered for c in home.calls] == [] and home.state() == "on"
 
@@ -184,8 +187,8 @@ def test_a_failed_service_call_still_on_is_held_not_resent(home: HomeAssistantSt
 def test_a_device_that_never_follows_is_a_state_timeout(home: HomeAssistantStandin) -> None:
     home.set_fault("ignore")
     steps: list[str] = []
-    with pytest.raises(StateTimeout, match=r"off not read back within 1s \(last read on\)"):
-        run(verified(switch(home), steps, power_timeout=1.0).off())
+    with pytest.raises(StateTimeout, match=r"off not read back within 3s \(last read on"):
+        run(verified(switch(home), steps, power_timeout=3.0).off())
     assert [c.service for c in home.calls] == ["turn_off"]
 
 

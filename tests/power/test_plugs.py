@@ -415,7 +415,7 @@ def test_shelly_gen1_that_answers_on_to_an_off_is_ambiguous_and_never_resent() -
     person; the off is sent once."""
     with PlugStandin("shelly_gen1") as standin:
         steps: list[str] = []
-        power = verified(plug_for(standin), steps, power_timeout=1.0)
+        power = verified(plug_for(standin), steps, power_timeout=3.0)
         standin.ignores_commands = True
         with pytest.raises(Ambiguous, match=r'answered "ison": true.*Not retried'):
             run(power.off())
