@@ -19,6 +19,7 @@ APT_PACKAGES=(
     postgresql                                       # the history in PostgreSQL, a real server in tests
     faketime                                         # a controller of a pair with its clock ahead, in tests
     docker.io                                        # serving.runtime docker: a dockerd of the tests' own
+    nut-server nut-client                            # NUT power paths: a real upsd and dummy-ups in tests
 )
 
 missing=()
@@ -34,15 +35,19 @@ if ((${#missing[@]})); then
     $sudo apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends \
         "${missing[@]}" >/dev/null
-    # The tests start their own Prometheus tools, PostgreSQL and dockerd; the packages'
-    # services (:9090, :9093, :5432, the system's Docker) are not wanted on a development
-    # machine that did not have them.
+    # The tests start their own Prometheus tools, PostgreSQL, dockerd and upsd; the
+    # packages' services (:9090, :9093, :5432, the system's Docker, NUT's :3493) are not
+    # wanted on a development machine that did not have them.
     if [ -d /run/systemd/system ]; then
         for service in prometheus prometheus-alertmanager postgresql; do
             if [[ " ${missing[*]} " == *" $service "* ]]; then
                 $sudo systemctl disable --now "$service" >/dev/null 2>&1 || true
             fi
         done
+        if [[ " ${missing[*]} " == *" nut-server "* ]]; then
+            $sudo systemctl disable --now nut-server nut-monitor nut-driver.target \
+                >/dev/null 2>&1 || true
+        fi
         if [[ " ${missing[*]} " == *" docker.io "* ]]; then
             $sudo systemctl disable --now docker.socket docker containerd >/dev/null 2>&1 || true
         fi

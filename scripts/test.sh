@@ -110,6 +110,9 @@ fi
 # setup.sh installed PostgreSQL and psycopg: the history's PostgreSQL tier
 # runs (tests/history), and fails rather than skips if it cannot.
 export SPARK_WATCHDOG_REQUIRE_POSTGRES=1
+# setup.sh installed nut-server: the NUT power path's tier (a real upsd with
+# dummy-ups, tests/power/test_nut.py) runs, and fails rather than skips if it cannot.
+export SPARK_WATCHDOG_REQUIRE_NUT=1
 # setup.sh installed docker.io: as root, the Docker tier (tests/docker) starts
 # a dockerd of its own, and fails rather than skips if it cannot. Its image is
 # the guest tier's root file system, so it needs that tier's image too.

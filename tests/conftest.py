@@ -5,6 +5,11 @@
 psycopg here, those tests are skipped with the way to get them, unless
 ``SPARK_WATCHDOG_REQUIRE_POSTGRES=1`` (scripts/test.sh sets it after
 setup.sh installed both), where they fail instead.
+
+``nut_server`` is a real NUT ``upsd`` per test, with ``dummy-ups`` and an
+outlet driver stand-in behind it (lab/hardware/nut_server.py). Without NUT
+here those tests are skipped, unless ``SPARK_WATCHDOG_REQUIRE_NUT=1``
+(scripts/test.sh sets it after setup.sh installed nut-server).
 """
 
 from __future__ import annotations
@@ -12,10 +17,14 @@ from __future__ import annotations
 import itertools
 import logging
 import os
+import shutil
+import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
+from spark_watchdog.lab.hardware.nut_server import NutServer, NutUnavailable
 from spark_watchdog.lab.hardware.postgres_server import ROLE, PostgresServer, PostgresUnavailable
 
 # Groups, order and timing of the parallel run (tests/support/suite_plan.py).
@@ -68,3 +77,30 @@ def postgres_url(postgres_server: PostgresServer) -> str:
     name = f"history_{next(_databases)}"
     postgres_server.psql(f"CREATE DATABASE {name} OWNER {ROLE}")
     return postgres_server.url.rsplit("/", 1)[0] + "/" + name
+
+
+NUT_PASSWORD = "nut-pw-4711"
+
+
+@pytest.fixture
+def nut_server() -> Iterator[NutServer]:
+    """A real upsd on loopback: ``pdu`` (dummy-ups) and ``rack`` (outlets that switch).
+
+    In a short directory of its own: upsd's Unix sockets to its drivers allow
+    paths of about 100 characters, fewer than pytest's ``tmp_path`` may take.
+    """
+    directory = Path(tempfile.mkdtemp(prefix="nut-"))
+    try:
+        try:
+            server = NutServer(directory, NUT_PASSWORD)
+            server.__enter__()
+        except NutUnavailable as exc:
+            if os.environ.get("SPARK_WATCHDOG_REQUIRE_NUT") == "1":
+                pytest.fail(f"NUT tier required but unavailable: {exc}")
+            pytest.skip(f"NUT tier skipped: {exc} (scripts/setup.sh installs it)")
+        try:
+            yield server
+        finally:
+            server.__exit__(None, None, None)
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)

@@ -8,6 +8,7 @@ tagged by ``type``; each type accepts only its own keys. Secrets are only
 from __future__ import annotations
 
 import re
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -23,6 +24,7 @@ from spark_watchdog.config.files import read_yaml
 from spark_watchdog.config.history_location import check_url, is_postgres_url
 from spark_watchdog.config.schema import InvalidSetting, load, setting
 from spark_watchdog.errors import ConfigError
+from spark_watchdog.redact import redact_argv
 
 _NODE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 _OID = re.compile(r"^\.?[0-9]+(\.[0-9]+)+$")
@@ -171,6 +173,25 @@ class ShellyDevice:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ShellyGen1Device:
+    """A Shelly Gen1 plug or relay (``/relay/N`` over HTTP, Basic auth)."""
+
+    type: Literal["shelly_gen1"] = setting()
+    url: str = setting()
+    switch_id: int = setting(0, minimum=0)
+    user: str | None = setting(None)
+    password_file: str | None = setting(None)
+    timeout: float = setting(5.0, above=0)
+
+    def __post_init__(self) -> None:
+        _check_url("url", self.url)
+        if self.user is not None and self.password_file is None:
+            raise InvalidSetting(
+                "user", "a Shelly Gen1 login needs its password: set password_file, or remove user"
+            )
+
+
+@dataclass(frozen=True, kw_only=True)
 class TasmotaDevice:
     """A Tasmota smart plug (``/cm?cmnd=Power``)."""
 
@@ -183,6 +204,98 @@ class TasmotaDevice:
 
     def __post_init__(self) -> None:
         _check_url("url", self.url)
+
+
+_SWITCH_ENTITY = re.compile(r"^switch\.[a-z0-9_]+$")
+
+
+@dataclass(frozen=True, kw_only=True)
+class HomeAssistantDevice:
+    """A Home Assistant ``switch`` entity, through HA's REST API (docs/power.md)."""
+
+    type: Literal["home_assistant"] = setting()
+    url: str = setting()
+    entity_id: str = setting()
+    token_file: str = setting()
+    timeout: float = setting(5.0, above=0)
+
+    def __post_init__(self) -> None:
+        _check_url("url", self.url)
+        if not _SWITCH_ENTITY.match(self.entity_id):
+            raise InvalidSetting(
+                "entity_id",
+                f'expected a switch entity like switch.spark_1, got "{self.entity_id}": only '
+                "switches are power (wrap anything else in a template switch)",
+            )
+
+
+_NUT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+@dataclass(frozen=True, kw_only=True)
+class NutDevice:
+    """An outlet of a UPS or PDU driven by Network UPS Tools, through upsd (docs/power.md)."""
+
+    type: Literal["nut"] = setting()
+    host: str = setting()
+    port: int = setting(3493, minimum=1, maximum=65535)
+    # The UPS's name in upsd (ups.conf's section: `upsc -l HOST` lists them).
+    ups: str = setting()
+    outlet: int = setting(minimum=0)
+    user: str = setting()
+    password_file: str = setting()
+    timeout: float = setting(5.0, above=0)
+
+    def __post_init__(self) -> None:
+        check_host("host", self.host)
+        for key in ("ups", "user"):
+            if not _NUT_NAME.match(getattr(self, key)):
+                raise InvalidSetting(
+                    key,
+                    f'expected a name of letters, digits, ".", "_" and "-", got '
+                    f'"{getattr(self, key)}" (as upsd.conf and upsd.users spell it)',
+                )
+
+
+# The exit status with which an exec path's off or on command says that it certainly
+# did not reach the device (sysexits.h EX_TEMPFAIL; docs/power.md, "exec").
+EXEC_NOT_SENT_EXIT = 75
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExecDevice:
+    """The operator's own commands switch and read the power (docs/power.md, "exec")."""
+
+    type: Literal["exec"] = setting()
+    # Each an argv (no shell): the program's absolute path, then its arguments. Not
+    # "off:" and "on:": YAML 1.1 reads those keys as the booleans false and true.
+    off_command: tuple[str, ...] = setting()
+    on_command: tuple[str, ...] = setting()
+    status_command: tuple[str, ...] = setting()
+    # Seconds each run may take before it is killed.
+    timeout: float = setting(10.0, above=0)
+
+    def __post_init__(self) -> None:
+        for key in ("off_command", "on_command", "status_command"):
+            argv: tuple[str, ...] = getattr(self, key)
+            if not argv or not argv[0].strip():
+                raise InvalidSetting(
+                    key, "required: the command as a list, e.g. [/usr/local/bin/relay, off, 3]"
+                )
+            if not argv[0].startswith("/"):
+                raise InvalidSetting(
+                    f"{key}[0]",
+                    f'expected the program\'s absolute path, got "{argv[0]}": the controller '
+                    "runs it without a shell or a search of PATH",
+                )
+            shown = redact_argv(argv)
+            for i, (given, said) in enumerate(zip(argv, shown, strict=True)):
+                if given != said:
+                    raise InvalidSetting(
+                        f"{key}[{i}]",
+                        f'looks like a secret ("{said}"): any user can read a command line '
+                        "(ps); let the command read it from a file (mode 0600) instead",
+                    )
 
 
 # Sync, remount read-only, restart: sysrq's emergency path, which neither waits for
@@ -219,7 +332,18 @@ class SshDevice:
         check_host("host", self.host)
 
 
-PowerDevice = SnmpDevice | IpmiDevice | RedfishDevice | ShellyDevice | TasmotaDevice | SshDevice
+PowerDevice = (
+    SnmpDevice
+    | IpmiDevice
+    | RedfishDevice
+    | ShellyDevice
+    | ShellyGen1Device
+    | TasmotaDevice
+    | HomeAssistantDevice
+    | NutDevice
+    | ExecDevice
+    | SshDevice
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -526,7 +650,11 @@ def device_timeout(device: PowerDevice) -> float:
         return device.timeout * (device.retries + 1)
     if isinstance(device, SshDevice):
         return device.connect_timeout
-    if isinstance(device, (ShellyDevice, TasmotaDevice)) and device.url.startswith("https:"):
+    if isinstance(device, NutDevice):
+        # Connect, USERNAME, PASSWORD, then the INSTCMD line.
+        return 4 * device.timeout
+    over_http = (ShellyDevice, ShellyGen1Device, TasmotaDevice, HomeAssistantDevice)
+    if isinstance(device, over_http) and device.url.startswith("https:"):
         return 2 * device.timeout
     return device.timeout
 
@@ -574,7 +702,7 @@ def _physical_targets(device: PowerDevice) -> list[tuple[tuple[str, ...], str, s
             (("snmp", pdu, str(outlet)), f"outlet {outlet} of PDU {pdu}", "outlet")
             for outlet in device.outlet_list
         ]
-    if isinstance(device, (ShellyDevice, TasmotaDevice)):
+    if isinstance(device, (ShellyDevice, ShellyGen1Device, TasmotaDevice)):
         plug = _url_host_port(device.url)
         return [
             (
@@ -583,6 +711,27 @@ def _physical_targets(device: PowerDevice) -> list[tuple[tuple[str, ...], str, s
                 "switch",
             )
         ]
+    if isinstance(device, NutDevice):
+        upsd = _host_port(device.host.lower(), device.port)
+        return [
+            (
+                ("nut", upsd, device.ups, str(device.outlet)),
+                f"outlet {device.outlet} of {device.ups}@{upsd}",
+                "outlet",
+            )
+        ]
+    if isinstance(device, HomeAssistantDevice):
+        home = _url_host_port(device.url)
+        return [
+            (
+                ("home_assistant", home, device.entity_id),
+                f"{device.entity_id} of Home Assistant {home}",
+                "switch",
+            )
+        ]
+    if isinstance(device, ExecDevice):
+        off = shlex.join(device.off_command)
+        return [(("exec", off), f'the exec off command "{off}"', "command")]
     if isinstance(device, IpmiDevice):
         bmc = _host_port(device.host.lower(), device.port)
         return [(("ipmi", bmc), f"IPMI BMC {bmc}", "BMC")]

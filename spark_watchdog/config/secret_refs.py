@@ -27,9 +27,15 @@ from spark_watchdog.config.controller import ControllerConfig
 from spark_watchdog.config.secrets import check_secret
 from spark_watchdog.errors import ConfigError
 
-# Power device keys that name a secret file (power/paths.py reads the first
-# four; ssh hands key_file to ssh -i, which refuses a key others can read).
-DEVICE_SECRET_KEYS = ("community_file", "auth_key_file", "priv_key_file", "password_file")
+# Power device keys that name a secret file (power/paths.py reads these;
+# ssh hands key_file to ssh -i, which refuses a key others can read).
+DEVICE_SECRET_KEYS = (
+    "community_file",
+    "auth_key_file",
+    "priv_key_file",
+    "password_file",
+    "token_file",
+)
 
 
 @dataclass(frozen=True)

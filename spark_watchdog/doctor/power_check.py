@@ -141,7 +141,8 @@ async def _with_timed_on(
 
 def judge_power_on(node: str, device: str, policy: str) -> Finding | None:
     """A plug that would leave the node off (or out of reach) after its own power
-    loss: Shelly ``initial_state``, Tasmota ``PowerOnState``. None when it is fine."""
+    loss: Shelly ``initial_state``, Shelly Gen1 ``default_state``, Tasmota ``PowerOnState``.
+    None when it is fine."""
     if policy in ("on", "restore_last"):
         return None
     why = {
@@ -155,7 +156,8 @@ def judge_power_on(node: str, device: str, policy: str) -> Finding | None:
     return warn(
         f"{device}: power-on setting {policy}: {why}",
         "set it to restore the last state or to on (Shelly: Switch.SetConfig initial_state "
-        "restore_last; Tasmota: PowerOnState 3 or 1)",
+        "restore_last; Shelly Gen1: /settings/relay/N?default_state=last; Tasmota: "
+        "PowerOnState 3 or 1)",
     )
 
 

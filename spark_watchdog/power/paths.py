@@ -12,19 +12,25 @@ from typing import Any
 
 from spark_watchdog.config.controller import (
     ControllerConfig,
+    ExecDevice,
+    HomeAssistantDevice,
     IpmiDevice,
     NodeConfig,
+    NutDevice,
     PowerDevice,
     RedfishDevice,
     ShellyDevice,
+    ShellyGen1Device,
     SnmpDevice,
     SshDevice,
     TasmotaDevice,
 )
+from spark_watchdog.config.secret_refs import DEVICE_SECRET_KEYS
 from spark_watchdog.config.secrets import Secret, read_secret
 from spark_watchdog.power.base import PowerBackend, PowerTiming
 
-_SECRET_KEYS = ("community_file", "auth_key_file", "priv_key_file", "password_file")
+# The device keys naming a secret file: one list for --check and for the reads here.
+_SECRET_KEYS = DEVICE_SECRET_KEYS
 
 
 @dataclass(frozen=True)
@@ -93,10 +99,34 @@ def _shelly(device: ShellyDevice, secrets: Mapping[str, Secret]) -> PowerBackend
     return build_shelly_backend(device, secrets)
 
 
+def _shelly_gen1(device: ShellyGen1Device, secrets: Mapping[str, Secret]) -> PowerBackend:
+    from spark_watchdog.power.shelly_gen1 import build_shelly_gen1_backend
+
+    return build_shelly_gen1_backend(device, secrets)
+
+
 def _tasmota(device: TasmotaDevice, secrets: Mapping[str, Secret]) -> PowerBackend:
     from spark_watchdog.power.plugs import build_tasmota_backend
 
     return build_tasmota_backend(device, secrets)
+
+
+def _home_assistant(device: HomeAssistantDevice, secrets: Mapping[str, Secret]) -> PowerBackend:
+    from spark_watchdog.power.home_assistant import build_home_assistant_backend
+
+    return build_home_assistant_backend(device, secrets)
+
+
+def _nut(device: NutDevice, secrets: Mapping[str, Secret]) -> PowerBackend:
+    from spark_watchdog.power.nut import build_nut_backend
+
+    return build_nut_backend(device, secrets)
+
+
+def _exec(device: ExecDevice, secrets: Mapping[str, Secret]) -> PowerBackend:
+    from spark_watchdog.power.exec_path import build_exec_backend
+
+    return build_exec_backend(device, secrets)
 
 
 # The on/off devices by their config class (SSH is the soft path: no backend).
@@ -105,7 +135,11 @@ BUILDERS: dict[type, Callable[[Any, Mapping[str, Secret]], PowerBackend]] = {
     IpmiDevice: _ipmi,
     RedfishDevice: _redfish,
     ShellyDevice: _shelly,
+    ShellyGen1Device: _shelly_gen1,
     TasmotaDevice: _tasmota,
+    HomeAssistantDevice: _home_assistant,
+    NutDevice: _nut,
+    ExecDevice: _exec,
 }
 
 

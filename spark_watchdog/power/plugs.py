@@ -81,7 +81,7 @@ def timed_on_after(off_seconds: float) -> float | None:
     return math.ceil(off_seconds) + TIMED_ON_MARGIN_S
 
 
-def _base_url(url: str) -> tuple[str, str]:
+def base_url(url: str) -> tuple[str, str]:
     """``scheme://host:port`` (no user info, no path) and ``host:port`` for keys."""
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
@@ -91,8 +91,8 @@ def _base_url(url: str) -> tuple[str, str]:
     return urlunsplit((parts.scheme, f"{host}:{port}", "", "", "")), f"{host}:{port}"
 
 
-class _HttpPlug:
-    """The HTTP plumbing both plugs share: a session, a timeout on every request, error mapping."""
+class HttpPlug:
+    """The HTTP plumbing every plug shares: a session, a timeout on every request, error mapping."""
 
     def __init__(self, label: str, key: str, timeout: float) -> None:
         self._label = label
@@ -159,7 +159,7 @@ def shelly_rpc_error(body: Any) -> tuple[int, str] | None:
     return None
 
 
-class ShellyPlug(_HttpPlug):
+class ShellyPlug(HttpPlug):
     """One switch (relay) of a Shelly Gen2+ device."""
 
     def __init__(
@@ -171,7 +171,7 @@ class ShellyPlug(_HttpPlug):
         user: str = SHELLY_USER,
         timeout: float = 5.0,
     ) -> None:
-        base, key = _base_url(url)
+        base, key = base_url(url)
         super().__init__(f"shelly {base} switch {switch_id}", f"shelly:{key}", timeout)
         self._base = base
         self.switch_id = switch_id
@@ -258,10 +258,10 @@ class ShellyPlug(_HttpPlug):
             raise Refused(
                 self.name, f"{method} answered {excerpt(response.text)!r}: expected a JSON object"
             )
-        raise _status_error(self.name, method, status, excerpt(response.text), command=command)
+        raise status_error(self.name, method, status, excerpt(response.text), command=command)
 
 
-class TasmotaPlug(_HttpPlug):
+class TasmotaPlug(HttpPlug):
     """One relay of a Tasmota device (``Power<relay>``).
 
     Tasmota's own HTTP protocol takes the web password as ``user=`` and
@@ -284,7 +284,7 @@ class TasmotaPlug(_HttpPlug):
     ) -> None:
         if relay < 1:
             raise ValueError(f"Tasmota relays count from 1, got {relay}")
-        base, key = _base_url(url)
+        base, key = base_url(url)
         super().__init__(f"tasmota {base} relay {relay}", f"tasmota:{key}", timeout)
         self._base = base
         self.relay = relay
@@ -418,10 +418,10 @@ class TasmotaPlug(_HttpPlug):
             raise Refused(
                 self.name, f"{cmnd} answered {excerpt(response.text)!r}: expected a JSON object"
             )
-        raise _status_error(self.name, cmnd, status, excerpt(response.text), command=command)
+        raise status_error(self.name, cmnd, status, excerpt(response.text), command=command)
 
 
-def _status_error(name: str, what: str, status: int, text: str, *, command: bool) -> PowerError:
+def status_error(name: str, what: str, status: int, text: str, *, command: bool) -> PowerError:
     """Any other HTTP status: 4xx the device said no, 5xx it failed (and may have acted)."""
     if 300 <= status < 400:
         return Refused(name, f"{what} redirected (HTTP {status}); not followed")

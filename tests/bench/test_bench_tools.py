@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import flight_recorder, memory_guard
+from bench import flight_recorder, memory_guard, power_paths
 from bench.delay_relay import DelayRelay
 from bench.detection_latency import percentiles, production_overrides, recovery_split
 from bench.production import production_settings
@@ -165,3 +165,21 @@ def test_the_flight_recorder_bench_measures_what_it_holds(tmp_path: Path) -> Non
     result = json.loads(out.read_text())
     assert result["samples_per_node"] == 31
     assert result["bytes_per_node"] > 31 * 8 and result["evidence_bytes_per_incident"] > 31 * 10
+
+
+@pytest.mark.integration
+def test_the_power_path_benchmark_measures_verified_cycles(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "power_paths.json"
+    argv = ["--cycles", "2", "--paths", "shelly_gen1", "exec", "--json-out", str(out)]
+    assert power_paths.main(argv) == 0
+    results = json.loads(out.read_text())
+    assert set(results) == {"shelly_gen1", "exec"}
+    for result in results.values():
+        assert result["cycles"] == 2 and len(result["samples"]) == 2
+        for sample in result["samples"]:
+            assert (
+                0 < sample["off_s"] < sample["cycle_s"] and 0 < sample["on_s"] < sample["cycle_s"]
+            )
+    assert "exec (relay board script)" in capsys.readouterr().out

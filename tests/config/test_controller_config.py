@@ -35,9 +35,15 @@ def _problems(data: object) -> list[str]:
 
 def test_example_loads() -> None:
     config = load_controller_config(EXAMPLE)
-    assert [n.name for n in config.nodes] == ["spark-1", "spark-2"]
+    assert [n.name for n in config.nodes] == ["spark-1", "spark-2", "spark-3"]
     assert [d.type for d in config.nodes[0].power] == ["snmp", "shelly", "ssh"]
     assert [d.type for d in config.nodes[1].power] == ["tasmota", "ipmi", "redfish"]
+    assert [d.type for d in config.nodes[2].power] == [
+        "shelly_gen1",
+        "home_assistant",
+        "nut",
+        "exec",
+    ]
     assert config.policy.power_off_seconds == 60.0
     assert config.nodes[0].banner_host == "10.0.0.11"
 
@@ -70,7 +76,11 @@ def test_every_key_of_every_device_type_is_documented() -> None:
         "IpmiDevice",
         "RedfishDevice",
         "ShellyDevice",
+        "ShellyGen1Device",
         "TasmotaDevice",
+        "HomeAssistantDevice",
+        "NutDevice",
+        "ExecDevice",
         "SshDevice",
         "PolicyConfig",
         "NodeConfig",
@@ -111,7 +121,7 @@ def test_unknown_device_type_and_wrong_type_keys() -> None:
             ]
         }
     )
-    kinds = "snmp, ipmi, redfish, shelly, tasmota, ssh"
+    kinds = "snmp, ipmi, redfish, shelly, shelly_gen1, tasmota, home_assistant, nut, exec, ssh"
     assert f'nodes[0].power[0].type: expected one of {kinds}, got "ups"' in problems
     assert any(p.startswith("nodes[0].power[1].cipher_suite: unknown key") for p in problems)
 
@@ -161,6 +171,14 @@ def test_unknown_device_type_and_wrong_type_keys() -> None:
             {"type": "redfish", "url": "10.0.0.1", "user": "u", "password_file": "/p"},
             'nodes[0].power[0].url: expected an http(s)://host[:port] URL, got "10.0.0.1"',
         ),
+        (
+            {"type": "shelly_gen1", "url": "http://10.0.0.33", "user": "admin"},
+            "nodes[0].power[0].user: a Shelly Gen1 login needs its password: set password_file",
+        ),
+        (
+            {"type": "shelly_gen1", "url": "http://10.0.0.33", "switch_id": -1},
+            "nodes[0].power[0].switch_id: expected an integer ≥ 0, got -1",
+        ),
     ],
 )
 def test_device_problems(device: dict[str, object], expected: str) -> None:
@@ -203,6 +221,8 @@ def _pdu(**keys: object) -> dict[str, object]:
 
 _IPMI = {"type": "ipmi", "user": "u", "password_file": "/p"}
 _REDFISH = {"type": "redfish", "user": "u", "password_file": "/p"}
+_HA = {"token_file": "/t"}
+_NUT = {"user": "u", "password_file": "/p"}
 _SSH = {"host": "10.0.1.2", "user": "u", "key_file": "/k", "known_hosts_file": "/h"}
 
 
@@ -233,6 +253,36 @@ def test_two_nodes_on_one_outlet_are_refused_with_both_key_paths() -> None:
             {"type": "tasmota", "url": "http://10.0.0.32", "switch_id": 2},
             {"type": "tasmota", "url": "http://10.0.0.32:80", "switch_id": 2},
             "switch 2 of tasmota plug 10.0.0.32:80",
+        ),
+        (
+            {"type": "shelly_gen1", "url": "http://10.0.0.33"},
+            {"type": "shelly_gen1", "url": "http://10.0.0.33:80", "switch_id": 0},
+            "switch 0 of shelly_gen1 plug 10.0.0.33:80",
+        ),
+        (
+            {"type": "nut", "host": "UPS-1", "ups": "rack", "outlet": 2, **_NUT},
+            {"type": "nut", "host": "ups-1", "port": 3493, "ups": "rack", "outlet": 2, **_NUT},
+            "outlet 2 of rack@ups-1:3493",
+        ),
+        (
+            {"type": "home_assistant", "url": "http://HA:8123", "entity_id": "switch.a", **_HA},
+            {"type": "home_assistant", "url": "http://ha:8123/", "entity_id": "switch.a", **_HA},
+            "switch.a of Home Assistant ha:8123",
+        ),
+        (
+            {
+                "type": "exec",
+                "off_command": ["/r", "off"],
+                "on_command": ["/r", "on"],
+                "status_command": ["/r"],
+            },
+            {
+                "type": "exec",
+                "off_command": ["/r", "off"],
+                "on_command": ["/q", "on"],
+                "status_command": ["/q"],
+            },
+            'the exec off command "/r off"',
         ),
         ({**_IPMI, "host": "BMC-1"}, {**_IPMI, "host": "bmc-1", "port": 623}, "IPMI BMC bmc-1:623"),
         (
@@ -355,6 +405,10 @@ def test_schema_module_exports_every_device_type() -> None:
         schema.IpmiDevice,
         schema.RedfishDevice,
         schema.ShellyDevice,
+        schema.ShellyGen1Device,
         schema.TasmotaDevice,
+        schema.HomeAssistantDevice,
+        schema.NutDevice,
+        schema.ExecDevice,
         schema.SshDevice,
     }

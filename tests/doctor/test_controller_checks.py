@@ -39,6 +39,21 @@ from spark_watchdog.power.paths import (
 pytestmark = pytest.mark.integration
 
 
+def _nut(nut: Any, tmp_path: Path, outlet: int) -> dict[str, Any]:
+    password = tmp_path / "nut-password"
+    password.write_text(nut.password + "\n")
+    password.chmod(0o600)
+    return {
+        "type": "nut",
+        "host": nut.host,
+        "port": nut.port,
+        "ups": "pdu",
+        "outlet": outlet,
+        "user": "watchdog",
+        "password_file": str(password),
+    }
+
+
 def _config(nodes: list[dict[str, Any]], **extra: Any) -> ControllerConfig:
     return parse_controller_config(
         {"nodes": nodes, "detection": {"agent_timeout": 0.8, "banner_timeout": 1.0}, **extra}
@@ -258,6 +273,10 @@ def test_a_node_without_a_power_path_warns() -> None:
         ("shelly", "on", "ok", None),
         ("shelly", "off", "warn", "stays off after its own power loss"),
         ("shelly", "match_input", "warn", "follows its button"),
+        ("shelly_gen1", "last", "ok", None),
+        ("shelly_gen1", "on", "ok", None),
+        ("shelly_gen1", "off", "warn", "stays off after its own power loss"),
+        ("shelly_gen1", "switch", "warn", "follows its button"),
         ("tasmota", 3, "ok", None),
         ("tasmota", 0, "warn", "stays off after its own power loss"),
         ("tasmota", 4, "warn", "the controller cannot cut power"),
@@ -280,7 +299,7 @@ def test_a_plug_that_would_leave_the_node_off_after_an_outage_warns(
         assert plug.commands == [], "doctor switched the plug"
 
 
-@pytest.mark.parametrize("kind", ["shelly", "tasmota"])
+@pytest.mark.parametrize("kind", ["shelly", "shelly_gen1", "tasmota"])
 def test_doctor_says_whether_a_plug_switches_the_node_back_on_by_itself(kind: str) -> None:
     from spark_watchdog.lab.hardware.plug_standin import PlugStandin
 
@@ -350,3 +369,55 @@ def test_the_launchers_commands_are_found_before_an_incident(tmp_path: Path) -> 
         asyncio.run(check_launcher(agents)).detail
         == "the agents stop and start the ranks (native order)"
     )
+
+
+def test_doctor_reads_an_exec_path_without_switching(tmp_path: Path) -> None:
+    from spark_watchdog.lab.hardware.relay_board import RelayBoard
+
+    board = RelayBoard(tmp_path, initially_on=False)
+    config = _config([_node("spark-2", "http://127.0.0.1:9", power=[board.device()])])
+    found = asyncio.run(check_power_path(config, power_paths(config, config.nodes[0])[0]))
+    assert found.status == "warn" and "power off: spark-2 is not powered now" in found.detail
+    board.set_fault("garbage")
+    found = asyncio.run(check_power_path(config, power_paths(config, config.nodes[0])[0]))
+    assert found.status == "fail" and "relay 3 is ON-ish" in found.detail
+    assert board.commands == [], "doctor switched the relay"
+
+
+def test_doctor_reads_a_home_assistant_switch_without_switching(tmp_path: Path) -> None:
+    from spark_watchdog.lab.hardware.home_assistant_standin import HomeAssistantStandin
+
+    token = tmp_path / "ha-token"
+    token.write_text("doctor-token\n")
+    token.chmod(0o600)
+    with HomeAssistantStandin("doctor-token") as home:
+        device = {
+            "type": "home_assistant",
+            "url": home.url,
+            "entity_id": "switch.spark_1",
+            "token_file": str(token),
+        }
+        config = _config([_node("spark-2", "http://127.0.0.1:9", power=[device])])
+        path = power_paths(config, config.nodes[0])[0]
+        found = asyncio.run(check_power_path(config, path))
+        assert found.status == "ok" and "switch.spark_1: power on" in found.detail, found
+        home.set_state("unavailable")
+        found = asyncio.run(check_power_path(config, path))
+        assert found.status == "fail" and "Home Assistant cannot see the device" in found.detail
+        assert home.calls == [], "doctor switched the entity"
+
+
+def test_doctor_reads_a_nut_outlet_without_switching(nut_server: Any, tmp_path: Path) -> None:
+    """Against dummy-ups behind a real upsd; the test plays the device for outlet 2."""
+    nut_server.set_var("pdu", "outlet.2.status", "off")
+    nut_server.wait_var("pdu", "outlet.2.status", "off")
+    config = _config(
+        [
+            _node("spark-1", "http://127.0.0.1:9", power=[_nut(nut_server, tmp_path, 1)]),
+            _node("spark-2", "http://127.0.0.1:9", power=[_nut(nut_server, tmp_path, 2)]),
+        ]
+    )
+    first = asyncio.run(check_power_path(config, power_paths(config, config.nodes[0])[0]))
+    second = asyncio.run(check_power_path(config, power_paths(config, config.nodes[1])[0]))
+    assert first.status == "ok" and "nut pdu@" in first.detail and "power on" in first.detail
+    assert second.status == "warn" and "spark-2 is not powered now" in second.detail

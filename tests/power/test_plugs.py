@@ -1,9 +1,12 @@
-"""Shelly Gen2+ and Tasmota backends against the plug stand-in, over real HTTP on loopback.
+"""Shelly Gen2+, Shelly Gen1 and Tasmota backends against the plug stand-in, over real
+HTTP on loopback.
 
 The stand-in (spark_watchdog.lab.hardware.plug_standin) speaks each firmware's
-documented HTTP API, including Shelly's SHA-256 digest auth and Tasmota's
-query-string password, and injects faults: refuse, drop after applying,
-stall after applying, hang, and answers of an unknown shape.
+documented HTTP API (Shelly's gen2 RPC and gen1 ``/relay/N`` API docs,
+Tasmota's Commands page), including Shelly Gen2+'s SHA-256 digest auth, Shelly
+Gen1's Basic auth and Tasmota's query-string password, and injects faults:
+refuse, drop after applying, stall after applying, hang, and answers of an
+unknown shape.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from spark_watchdog.config.controller import ShellyDevice, TasmotaDevice
+from spark_watchdog.config.controller import ShellyDevice, ShellyGen1Device, TasmotaDevice
 from spark_watchdog.config.secrets import Secret
 from spark_watchdog.errors import Ambiguous, ConfigError, Refused, SendRefused, Unreachable
 from spark_watchdog.lab.hardware.plug_standin import AppliedCommand, PlugStandin
@@ -30,13 +33,22 @@ from spark_watchdog.power.plugs import (
     build_shelly_backend,
     build_tasmota_backend,
 )
+from spark_watchdog.power.shelly_gen1 import ShellyGen1Plug, build_shelly_gen1_backend
 
 ON, OFF = PowerState.ON, PowerState.OFF
-KINDS = ("shelly", "tasmota")
+KINDS = ("shelly", "shelly_gen1", "tasmota")
 # Characters that break a hand-built query string (Arksine/moonraker#393).
 PASSWORD = "pl&g #pw%20=x"
 
-Plug = ShellyPlug | TasmotaPlug
+Plug = ShellyPlug | ShellyGen1Plug | TasmotaPlug
+
+
+def plug_at(kind: str, url: str, password: Secret | None = None, timeout: float = 5.0) -> Plug:
+    if kind == "shelly":
+        return ShellyPlug(url, password=password, timeout=timeout)
+    if kind == "shelly_gen1":
+        return ShellyGen1Plug(url, password=password, timeout=timeout)
+    return TasmotaPlug(url, password=password, timeout=timeout)
 
 
 def run(coro: Any) -> Any:
@@ -48,6 +60,8 @@ def plug_for(standin: PlugStandin, password: str | None = None, **kwargs: Any) -
     kwargs.setdefault("timeout", 2.0)
     if standin.kind == "shelly":
         return ShellyPlug(standin.url, password=secret, **kwargs)
+    if standin.kind == "shelly_gen1":
+        return ShellyGen1Plug(standin.url, password=secret, **kwargs)
     return TasmotaPlug(standin.url, password=secret, **kwargs)
 
 
@@ -227,6 +241,8 @@ def test_a_refusing_plug_is_refused_and_nothing_changes(standin: PlugStandin) ->
         run(plug_for(standin, PASSWORD).command(OFF))
     if standin.kind == "shelly":
         assert caught.value.message.startswith('Switch.Set failed: code -109: "Switch is in safe')
+    elif standin.kind == "shelly_gen1":
+        assert caught.value.message.startswith("/relay/0?turn=off refused (HTTP 400)")
     else:
         assert caught.value.message == 'Power1 Off answered Command "Error"'
     assert standin.is_on() and standin.commands == [] and standin.refused_commands == 1
@@ -236,7 +252,11 @@ def test_a_refusing_plug_is_refused_and_nothing_changes(standin: PlugStandin) ->
 def test_an_answer_of_unknown_shape_is_a_clear_error(standin: PlugStandin) -> None:
     plug = plug_for(standin, PASSWORD)
     standin.set_fault("garble")
-    expected = '{"output": true|false}' if standin.kind == "shelly" else '{"POWER1": "ON"|"OFF"}'
+    expected = {
+        "shelly": '{"output": true|false}',
+        "shelly_gen1": '{"ison": true|false}',
+        "tasmota": '{"POWER1": "ON"|"OFF"}',
+    }[standin.kind]
     with pytest.raises(Refused) as caught:
         run(plug.read_state())
     assert "garbled" in caught.value.message and expected in caught.value.message
@@ -247,9 +267,18 @@ def test_an_answer_of_unknown_shape_is_a_clear_error(standin: PlugStandin) -> No
 
 @pytest.mark.integration
 def test_a_switch_the_plug_does_not_have_is_refused() -> None:
-    with PlugStandin("shelly") as shelly, PlugStandin("tasmota") as tasmota:
+    with (
+        PlugStandin("shelly") as shelly,
+        PlugStandin("shelly_gen1") as gen1,
+        PlugStandin("tasmota") as tasmota,
+    ):
         with pytest.raises(Refused, match=r'Switch.GetStatus failed: code -105: "Bad id=3"'):
             run(ShellyPlug(shelly.url, 3, timeout=2.0).read_state())
+        with pytest.raises(Refused, match=r"/relay/3 answered 'Bad relay index': no relay 3"):
+            run(ShellyGen1Plug(gen1.url, 3, timeout=2.0).read_state())
+        with pytest.raises(Refused, match="no relay 3"):
+            run(ShellyGen1Plug(gen1.url, 3, timeout=2.0).command(OFF))
+        assert gen1.commands == []
         with pytest.raises(Refused, match=r'Power3 answered Command "Unknown".*no relay 3'):
             run(TasmotaPlug(tasmota.url, 3, timeout=2.0).read_state())
 
@@ -268,8 +297,7 @@ def test_tasmota_indexed_keys_and_several_relays() -> None:
 @pytest.mark.integration
 @pytest.mark.parametrize("kind", KINDS)
 def test_nothing_listening_is_unreachable_and_nothing_was_sent(kind: str) -> None:
-    url = f"http://127.0.0.1:{free_port()}"
-    plug: Plug = ShellyPlug(url) if kind == "shelly" else TasmotaPlug(url)
+    plug = plug_at(kind, f"http://127.0.0.1:{free_port()}")
     with pytest.raises(Unreachable, match=r"cannot connect .*; nothing was sent"):
         run(plug.read_state())
     with pytest.raises(Unreachable, match="nothing was sent"):
@@ -303,15 +331,11 @@ def test_the_standin_runs_standalone(kind: str, tmp_path: Any) -> None:
         match = re.search(r"listening on (http://\S+)", line)
         assert match, line
         url = match.group(1)
-        plug: Plug = (
-            ShellyPlug(url, password=Secret(PASSWORD, "t"), timeout=2.0)
-            if kind == "shelly"
-            else TasmotaPlug(url, password=Secret(PASSWORD, "t"), timeout=2.0)
-        )
+        plug = plug_at(kind, url, Secret(PASSWORD, "t"), timeout=2.0)
         assert run(plug.read_state()) is ON
         run(plug.command(OFF))
         assert run(plug.read_state()) is OFF
-        relay = 0 if kind == "shelly" else 1
+        relay = 0 if kind.startswith("shelly") else 1
         assert process.stdout.readline().strip() == f"relay {relay} -> off"
     finally:
         process.terminate()
@@ -335,6 +359,16 @@ def test_build_backends_from_config() -> None:
         build_tasmota_backend(
             TasmotaDevice(type="tasmota", url="http://10.0.0.8", password_file="/run/pw"), {}
         )
+    gen1 = build_shelly_gen1_backend(
+        ShellyGen1Device(type="shelly_gen1", url="http://10.0.0.9", switch_id=1), {}
+    )
+    assert gen1.name == "shelly_gen1 http://10.0.0.9:80 relay 1"
+    assert gen1.limiter_key == "shelly_gen1:10.0.0.9:80"
+    with pytest.raises(ConfigError, match="password_file"):
+        build_shelly_gen1_backend(
+            ShellyGen1Device(type="shelly_gen1", url="http://10.0.0.9", password_file="/run/pw"),
+            {},
+        )
 
 
 @pytest.mark.integration
@@ -354,3 +388,36 @@ def test_a_command_past_its_send_window_never_reaches_the_plug(standin: PlugStan
         run(power.off())
     assert steps == ["off_requested", "off_withdrawn"]
     assert standin.commands == [] and standin.is_on()
+
+
+@pytest.mark.integration
+def test_shelly_gen1_sends_its_password_only_as_basic_auth(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Gen1's login is HTTP Basic (user admin): the password is never in a URL, a log
+    line or an error, and a wrong one is refused before anything switches."""
+    with PlugStandin("shelly_gen1", password=PASSWORD) as standin:
+        with caplog.at_level(logging.DEBUG):
+            plug = plug_for(standin, PASSWORD)
+            assert run(plug.read_state()) is ON
+            run(plug.command(OFF))
+            with pytest.raises(Refused, match=r"credentials rejected \(HTTP 401"):
+                run(plug_for(standin, "wrong").command(ON))
+        assert PASSWORD not in caplog.text
+        assert [c.on for c in standin.commands] == [False]
+        assert not standin.is_on()
+
+
+@pytest.mark.integration
+def test_shelly_gen1_that_answers_on_to_an_off_is_ambiguous_and_never_resent() -> None:
+    """A relay that answers "ison": true to turn=off (a welded relay, firmware that
+    lies) has done something else than asked: ambiguous, read back, held for a
+    person; the off is sent once."""
+    with PlugStandin("shelly_gen1") as standin:
+        steps: list[str] = []
+        power = verified(plug_for(standin), steps, power_timeout=3.0)
+        standin.ignores_commands = True
+        with pytest.raises(Ambiguous, match=r'answered "ison": true.*Not retried'):
+            run(power.off())
+        assert steps == ["off_requested", "off_ambiguous"]
+        assert standin.is_on() and [c.on for c in standin.commands] == [False]

@@ -209,16 +209,17 @@ def test_a_group_is_timed_only_when_every_outlet_can_be() -> None:
 
 def test_the_plugs_and_the_pdu_are_self_timing_backends() -> None:
     from spark_watchdog.power.plugs import ShellyPlug, TasmotaPlug
+    from spark_watchdog.power.shelly_gen1 import ShellyGen1Plug
     from spark_watchdog.power.snmp_outlet import SnmpOutlet
 
-    for cls in (ShellyPlug, TasmotaPlug, SnmpOutlet, OutletGroup):
+    for cls in (ShellyPlug, ShellyGen1Plug, TasmotaPlug, SnmpOutlet, OutletGroup):
         assert issubclass(cls, SelfTimingBackend), cls
 
 
 # -- against the stand-ins, over the wire ---------------------------------------
 
 
-@pytest.fixture(params=["shelly", "tasmota"])
+@pytest.fixture(params=["shelly", "shelly_gen1", "tasmota"])
 def plug(request: pytest.FixtureRequest) -> Iterator[object]:
     from spark_watchdog.lab.hardware.plug_standin import PlugStandin
 
@@ -229,10 +230,13 @@ def plug(request: pytest.FixtureRequest) -> Iterator[object]:
 def _plug_backend(standin: object) -> object:
     from spark_watchdog.lab.hardware.plug_standin import PlugStandin
     from spark_watchdog.power.plugs import ShellyPlug, TasmotaPlug
+    from spark_watchdog.power.shelly_gen1 import ShellyGen1Plug
 
     assert isinstance(standin, PlugStandin)
     if standin.kind == "shelly":
         return ShellyPlug(standin.url, 0, timeout=5.0)
+    if standin.kind == "shelly_gen1":
+        return ShellyGen1Plug(standin.url, 0, timeout=5.0)
     return TasmotaPlug(standin.url, 1, timeout=5.0)
 
 

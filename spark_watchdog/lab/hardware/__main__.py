@@ -57,7 +57,7 @@ def _real_vllm(argv: list[str]) -> int:
 # Each device imports its module only when it runs (pysnmp for the PDU alone).
 DEVICES: dict[str, tuple[Callable[[list[str]], int], str]] = {
     "pdu": (_pdu, "a switched PDU on loopback SNMP"),
-    "plug": (_plug, "a Shelly or Tasmota smart plug on loopback HTTP"),
+    "plug": (_plug, "a Shelly (Gen2+ or Gen1) or Tasmota smart plug on loopback HTTP"),
     "vllm": (_vllm, "a vLLM server stand-in (the lab's rank)"),
     "host": (_host, "one simulated Spark host: its agent, sshd and journal"),
     "ssh-command": (_ssh_command, "the lab host's forced SSH command"),

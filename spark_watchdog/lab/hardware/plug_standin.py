@@ -1,7 +1,8 @@
-"""A stand-in smart plug for tests and the lab: Shelly Gen2+ RPC or Tasmota ``/cm``.
+"""A stand-in smart plug for tests and the lab: Shelly Gen2+ RPC, Shelly Gen1 or Tasmota.
 
 It keeps relay state and answers the way the real firmware documents
-(shelly-api-docs.shelly.cloud gen2 Switch; tasmota.github.io/docs/Commands):
+(shelly-api-docs.shelly.cloud gen2 Switch and gen1 Shelly 1/Plug;
+tasmota.github.io/docs/Commands):
 
 - ``shelly``: ``GET /rpc/Switch.GetStatus?id=N`` → ``{"id": N, "output": bool, ...}``,
   ``GET /rpc/Switch.GetConfig?id=N`` → ``{..., "initial_state": power_on}``,
@@ -9,6 +10,13 @@ It keeps relay state and answers the way the real firmware documents
   (device info, never behind auth). With a password, every ``/rpc`` call needs
   RFC 7616 digest auth, SHA-256, user ``admin``, as Shelly Gen2+ does.
   RPC errors answer ``{"code": ..., "message": ...}`` with a 4xx/5xx status.
+- ``shelly_gen1``: ``GET /relay/N`` → ``{"ison": bool, "has_timer": bool, ...}``,
+  ``GET /relay/N?turn=on|off[&timer=S]`` switches (``timer``: the flip-back
+  timer, in seconds) and answers the same object with the new state,
+  ``GET /settings/relay/N`` → ``{..., "default_state": power_on}`` (off, on,
+  last, switch), ``GET /shelly`` (device info, never behind auth). With a
+  password, every other path needs HTTP Basic auth as ``admin``; otherwise
+  401 with ``WWW-Authenticate: Basic``. A relay it does not have: 404.
 - ``tasmota``: ``GET /cm?cmnd=Power1`` → ``{"POWER": "ON"}`` with one relay (or
   ``{"POWER1": ...}`` with several, or with ``indexed_keys``), ``cmnd=Power1 Off``
   switches and answers the new state, ``cmnd=PowerOnState`` answers
@@ -42,6 +50,7 @@ Run as ``python -m spark_watchdog.lab.hardware plug --kind shelly --port N``
 from __future__ import annotations
 
 import argparse
+import base64
 import hashlib
 import hmac
 import json
@@ -63,10 +72,14 @@ from urllib.request import parse_http_list, parse_keqv_list
 
 log = logging.getLogger("spark_watchdog.lab.hardware.plug_standin")
 
-PLUG_KINDS = ("shelly", "tasmota")
+PLUG_KINDS = ("shelly", "shelly_gen1", "tasmota")
 FAULTS = ("none", "refuse", "drop", "stall", "hang", "garble")
 CONTROL_PREFIX = "/_standin/"
 SHELLY_USER = "admin"
+# Shelly Gen1's default web login (its /settings/login can change it).
+SHELLY_GEN1_USER = "admin"
+# Shelly Gen1's relay default_state values (what the relay does at its own power-up).
+SHELLY_GEN1_DEFAULT_STATES = ("off", "on", "last", "switch")
 TASMOTA_USER = "admin"
 NEED_CREDENTIALS = "Need user=<username>&password=<password>"
 
@@ -106,7 +119,8 @@ class PlugStandin:
         on_change: OnChange | None = None,
         legacy_auth_answer: bool = False,
         indexed_keys: bool = False,
-        # After the plug's own power loss: Shelly initial_state, Tasmota PowerOnState.
+        # After the plug's own power loss: Shelly initial_state, Shelly Gen1
+        # default_state, Tasmota PowerOnState.
         power_on: str | int | None = None,
         hang_s: float = 300.0,
     ) -> None:
@@ -122,12 +136,11 @@ class PlugStandin:
         self.on_change = on_change
         self.legacy_auth_answer = legacy_auth_answer
         self.indexed_keys = indexed_keys
-        self.power_on: str | int = (
-            power_on if power_on is not None else ("restore_last" if kind == "shelly" else 3)
-        )
+        default_power_on: str | int = {"shelly": "restore_last", "shelly_gen1": "last"}.get(kind, 3)
+        self.power_on: str | int = power_on if power_on is not None else default_power_on
         self.hang_s = hang_s
         # Shelly numbers switches from 0, Tasmota relays from 1.
-        self.first_relay = 0 if kind == "shelly" else 1
+        self.first_relay = 0 if kind.startswith("shelly") else 1
         self._lock = threading.Lock()
         self._outputs = {self.first_relay + i: initially_on for i in range(relays)}
         self._pending: dict[int, threading.Timer] = {}
@@ -136,6 +149,9 @@ class PlugStandin:
         # False: the plug accepts a timed off but its timer never fires (the
         # controller must then send the on itself).
         self.timers_fire = True
+        # True: the plug accepts and records commands, answers as usual, and
+        # its relay does not move (a welded relay, firmware that lies).
+        self.ignores_commands = False
         self._commands: list[AppliedCommand] = []
         self._refused = 0
         self._fault = "none"
@@ -262,11 +278,13 @@ class PlugStandin:
         with self._lock:
             was_on = self._outputs[relay]
             self._commands.append(AppliedCommand(relay, on, answered, on_after_s))
+            if self.ignores_commands:
+                return was_on
             pending = self._pending.pop(relay, None)
             if pending is not None:
                 pending.cancel()  # the newer command wins, as on a real relay
-            if self.kind == "shelly":
-                # A newer Switch.Set replaces the flip-back timer; a Tasmota
+            if self.kind.startswith("shelly"):
+                # A newer Switch.Set (or turn=) replaces the flip-back timer; a Tasmota
                 # backlog runs on whatever else is sent.
                 flip = self._timed.pop(relay, None)
                 if flip is not None:
@@ -343,6 +361,21 @@ class PlugStandin:
         )
         return hmac.compare_digest(expected, fields.get("response", ""))
 
+    def basic_ok(self, header: str | None) -> bool:
+        """HTTP Basic auth as Shelly Gen1 checks it (user ``admin``)."""
+        if self.password is None:
+            return True
+        if not header or not header.lower().startswith("basic "):
+            return False
+        try:
+            decoded = base64.b64decode(header[len("basic ") :], validate=True).decode("utf-8")
+        except (ValueError, UnicodeDecodeError):
+            return False
+        user, _, password = decoded.partition(":")
+        return user == SHELLY_GEN1_USER and hmac.compare_digest(
+            password.encode(), self.password.encode()
+        )
+
     def tasmota_credentials_ok(self, query: dict[str, list[str]]) -> bool:
         if self.password is None:
             return True
@@ -387,7 +420,7 @@ class _PlugHandler(BaseHTTPRequestHandler):
         return cast(_PlugServer, self.server).plug
 
     def version_string(self) -> str:
-        return "ShellyHTTP" if self.plug.kind == "shelly" else "Tasmota"
+        return "ShellyHTTP" if self.plug.kind.startswith("shelly") else "Tasmota"
 
     def log_message(self, format: str, *args: Any) -> None:
         pass  # a line per poll would bury the test output (and Tasmota URLs hold passwords)
@@ -401,6 +434,8 @@ class _PlugHandler(BaseHTTPRequestHandler):
                 self._control(parts.path[len(CONTROL_PREFIX) :], query)
             elif self.plug.kind == "shelly":
                 self._shelly(parts.path, query)
+            elif self.plug.kind == "shelly_gen1":
+                self._shelly_gen1(parts.path, query)
             else:
                 self._tasmota(parts.path, query)
         except _Answer as answer:
@@ -545,6 +580,82 @@ class _PlugHandler(BaseHTTPRequestHandler):
             self.plug._wait_hang()
             raise _NoAnswer
 
+    # --- Shelly Gen1 ------------------------------------------------------------
+
+    def _shelly_gen1(self, path: str, query: dict[str, list[str]]) -> None:
+        plug = self.plug
+        if path == "/shelly":  # device info: never behind auth (Shelly Gen1 API docs)
+            raise _Answer(
+                HTTPStatus.OK,
+                {"type": "SHPLG-S", "mac": "A4CF12F3D1E2", "auth": plug.password is not None},
+            )
+        self._hang_if_asked()
+        if not plug.basic_ok(self.headers.get("Authorization")):
+            raise _Answer(
+                HTTPStatus.UNAUTHORIZED,
+                "401 Unauthorized",
+                {"WWW-Authenticate": 'Basic realm="SHPLG-S-F3D1E2"'},
+            )
+        settings = path.startswith("/settings/relay/")
+        prefix = "/settings/relay/" if settings else "/relay/"
+        if not path.startswith(prefix) or not path[len(prefix) :].isdigit():
+            raise _Answer(HTTPStatus.NOT_FOUND, "Not Found")
+        relay = int(path[len(prefix) :])
+        if relay not in plug._outputs:
+            raise _Answer(HTTPStatus.NOT_FOUND, "Bad relay index")
+        if settings:
+            raise _Answer(
+                HTTPStatus.OK,
+                {"name": None, "default_state": plug.power_on, "btn_type": "toggle"},
+            )
+        turn = query.get("turn", [""])[0]
+        if not turn:
+            raise _Answer(HTTPStatus.OK, self._gen1_relay(relay))
+        if turn not in ("on", "off"):
+            raise _Answer(HTTPStatus.BAD_REQUEST, "Bad turn")
+        timer = self._gen1_timer(query)
+        fault = plug._take_fault(("refuse", "drop", "stall"))
+        if fault == "refuse":
+            with plug._lock:
+                plug._refused += 1
+            raise _Answer(HTTPStatus.BAD_REQUEST, "Relay is locked (stand-in refuse)")
+        on = turn == "on"
+        # timer flips back to the other state; only a timed off is modelled.
+        plug._accept(relay, on, "yes" if fault == "none" else fault, None if on else timer)
+        self._after_apply(fault)
+        body = self._gen1_relay(relay)
+        if not plug.ignores_commands:
+            # The answer carries the commanded state even with a slow relay.
+            body["ison"] = on
+        raise _Answer(HTTPStatus.OK, body)
+
+    def _gen1_relay(self, relay: int) -> dict[str, Any]:
+        plug = self.plug
+        with plug._lock:
+            output = plug._outputs[relay]
+            timed = relay in plug._timed
+        return {
+            "ison": output,
+            "has_timer": timed,
+            "timer_started": 0,
+            "timer_duration": 0,
+            "timer_remaining": 0,
+            "overpower": False,
+            "source": "http",
+        }
+
+    def _gen1_timer(self, query: dict[str, list[str]]) -> float | None:
+        text = query.get("timer", [""])[0]
+        if not text:
+            return None
+        try:
+            seconds = float(text)
+        except ValueError:
+            seconds = -1.0
+        if not seconds > 0:
+            raise _Answer(HTTPStatus.BAD_REQUEST, "Bad timer")
+        return seconds
+
     # --- Tasmota ----------------------------------------------------------------
 
     def _tasmota(self, path: str, query: dict[str, list[str]]) -> None:
@@ -630,9 +741,11 @@ class _PlugHandler(BaseHTTPRequestHandler):
     # --- output -------------------------------------------------------------------
 
     def _send(self, status: int, body: object, headers: dict[str, str]) -> None:
-        data = json.dumps(body).encode()
+        # A str is a plain-text answer (Shelly Gen1's errors), anything else JSON.
+        text = isinstance(body, str)
+        data = (body if isinstance(body, str) else json.dumps(body)).encode()
         self.send_response(status)
-        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Type", "text/plain" if text else "application/json")
         self.send_header("Content-Length", str(len(data)))
         self.send_header("Connection", "close")
         for name, value in headers.items():
@@ -647,8 +760,9 @@ class _PlugHandler(BaseHTTPRequestHandler):
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m spark_watchdog.lab.hardware plug",
-        description="Stand-in smart plug (Shelly Gen2+ RPC or Tasmota /cm) with state, "
-        "optional auth and faults (GET /_standin/fault?mode=refuse|drop|stall|hang|garble|none).",
+        description="Stand-in smart plug (Shelly Gen2+ RPC, Shelly Gen1 or Tasmota /cm) with "
+        "state, optional auth and faults "
+        "(GET /_standin/fault?mode=refuse|drop|stall|hang|garble|none).",
     )
     parser.add_argument("--kind", choices=PLUG_KINDS, required=True)
     parser.add_argument("--host", default="127.0.0.1")
@@ -657,7 +771,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--password-file",
         type=Path,
         default=None,
-        help="require this password (Shelly: digest auth as admin; Tasmota: user=admin&password=)",
+        help="require this password (Shelly: digest auth as admin; Shelly Gen1: basic auth as "
+        "admin; Tasmota: user=admin&password=)",
     )
     parser.add_argument("--relays", type=int, default=1)
     parser.add_argument("--initial", choices=("on", "off"), default="on")
