@@ -1,5 +1,5 @@
 """The faults this project is tried against, by one name each, in the lab and
-in the simulation (docs/simulation.md, "Fault menu"; docs/lab.md's scenarios).
+in the simulation (docs/simulation.md, "Fault menu"; the README lists the lab's).
 
 The lab plays a fault on real processes (``spark-watchdog lab inject NAME``,
 or a scenario of that name: lab/faults.py, lab/stories/scenarios.py); the

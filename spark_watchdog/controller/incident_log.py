@@ -1,9 +1,9 @@
 """Every incident's record, in one place: opened, stepped, resolved, and
-closed at once in dry run (docs/design.md, "Freeze history", "Restart and
-resume"). The step names are the history's (spark_watchdog/steps.py), the same
-the power layer writes; every write goes through the ledger, so one that
-cannot be made raises ``HistoryUnwritable`` and the action it stands before
-does not happen."""
+closed at once in dry run (docs/design.md, "Freeze history"). The step
+names are the history's (spark_watchdog/steps.py), the same the power layer
+writes; every write goes through the ledger, so one that cannot be made
+raises ``HistoryUnwritable`` and the action it stands before does not
+happen (docs/design.md, "Restart and resume")."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Reading a frozen host's incident log back: where a controller that stopped
 (killed, deposed, restarted) left its recovery, so that the next one goes on
-from there through the same code (controller/recovery.py, docs/design.md,
-"Crash safety"). Pure: steps in, a plan out."""
+from there through the same code (controller/recovery.py;
+docs/design.md, "Restart and resume"). Pure: steps in, a plan out."""
 
 from __future__ import annotations
 

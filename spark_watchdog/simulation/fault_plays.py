@@ -1,6 +1,6 @@
-"""The simulation's faults as they befall the world (docs/simulation.md, "Fault
-menu"): a part of the run (simulation/run.py), by the fault menu's names
-(spark_watchdog/fault_menu.py)."""
+"""The simulation's faults as they befall the world: a part of the run
+(simulation/run.py), by the fault menu's names (spark_watchdog/fault_menu.py;
+docs/simulation.md, "Fault menu")."""
 
 from __future__ import annotations
 

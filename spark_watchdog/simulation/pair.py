@@ -1,4 +1,4 @@
-"""The controller pair in the simulation (docs/simulation.md, "The pair").
+"""The controller pair in the simulation (docs/simulation.md, "How it works").
 
 Two controller processes share one SQLite history, which holds the real
 lease (history/leadership.py, the contract both engines pass). Each runs
