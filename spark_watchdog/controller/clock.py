@@ -13,31 +13,11 @@ virtual time.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Callable
-from typing import Protocol
 
-
-class Clock(Protocol):
-    def monotonic(self) -> float: ...
-
-    def time(self) -> float: ...
-
-    async def sleep(self, seconds: float) -> None: ...
-
-
-class SystemClock:
-    """The real clocks; ``sleep`` is asyncio's (the event loop's monotonic time)."""
-
-    def monotonic(self) -> float:
-        return time.monotonic()
-
-    def time(self) -> float:
-        return time.time()
-
-    async def sleep(self, seconds: float) -> None:
-        await asyncio.sleep(seconds)
+from spark_watchdog.clock import Clock as Clock
+from spark_watchdog.clock import SystemClock as SystemClock
 
 
 class SharedWallClock(SystemClock):

@@ -127,8 +127,7 @@ def device_power_factory(config: ControllerConfig, clock: Clock) -> PowerFactory
             on_step=on_step,
             gate=gate,
             send_window=window,
-            clock=clock.monotonic,
-            sleep=clock.sleep,
+            clock=clock,
         )
 
     return make

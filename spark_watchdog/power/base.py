@@ -26,11 +26,11 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
-import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
+from spark_watchdog.clock import Clock, SystemClock
 from spark_watchdog.errors import (
     Ambiguous,
     FoundOff,
@@ -250,8 +250,7 @@ class VerifiedPower:
         on_step: StepHook | None = None,
         gate: SendGate | None = None,
         send_window: SendWindow | None = None,
-        clock: Callable[[], float] = time.monotonic,
-        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        clock: Clock | None = None,
         spacing: CommandSpacing = COMMAND_SPACING,
     ) -> None:
         self.backend = backend
@@ -260,8 +259,10 @@ class VerifiedPower:
         self._on_step = on_step
         self._gate = gate
         self._send_window = send_window
-        self._clock = clock
-        self._sleep = sleep
+        # Holds, deadlines and polls on the caller's one clock (spark_watchdog/clock.py).
+        clock = clock or SystemClock()
+        self._clock = clock.monotonic
+        self._sleep = clock.sleep
         self._spacing = spacing
 
     @property

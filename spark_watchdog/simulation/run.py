@@ -330,8 +330,7 @@ class _Run(FaultPlays):
                 on_step=on_step,
                 gate=gate,
                 send_window=window,
-                clock=clock.monotonic,
-                sleep=clock.sleep,
+                clock=clock,
                 spacing=self.spacing,  # per run: virtual time starts at 0 in each
             )
 

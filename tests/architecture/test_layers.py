@@ -23,6 +23,18 @@ PACKAGE = Path(__file__).resolve().parents[2] / "spark_watchdog"
 FORBIDDEN: dict[str, tuple[str, ...]] = {
     "spark_watchdog.config": ("agent", "controller", "lab", "cli", "doctor", "probes", "power"),
     "spark_watchdog.profiles": ("agent", "controller", "lab", "cli", "config"),
+    # The one clock of a process: a foundation, it depends on nothing of ours.
+    "spark_watchdog.clock": (
+        "agent",
+        "controller",
+        "lab",
+        "cli",
+        "doctor",
+        "probes",
+        "power",
+        "history",
+        "config",
+    ),
     "spark_watchdog.http_server": ("agent", "controller", "lab", "cli"),
     "spark_watchdog.probes": ("agent", "controller", "lab", "cli", "doctor"),
     "spark_watchdog.power": ("agent", "controller", "lab", "cli", "doctor"),

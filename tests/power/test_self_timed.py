@@ -32,6 +32,12 @@ class FakeClock:
     def __init__(self) -> None:
         self.now = 1000.0
 
+    def monotonic(self) -> float:
+        return self.now
+
+    def time(self) -> float:
+        return self.now
+
     def __call__(self) -> float:
         return self.now
 
@@ -101,7 +107,6 @@ def make(
         timing,
         on_step=record,
         clock=clock,
-        sleep=clock.sleep,
         spacing=CommandSpacing(),
         **kwargs,  # type: ignore[arg-type]
     )

@@ -28,6 +28,12 @@ class FakeClock:
     def __init__(self) -> None:
         self.now = 1000.0
 
+    def monotonic(self) -> float:
+        return self.now
+
+    def time(self) -> float:
+        return self.now
+
     def __call__(self) -> float:
         return self.now
 
@@ -100,7 +106,6 @@ def make(
         timing,
         on_step=record,
         clock=clock,
-        sleep=clock.sleep,
         spacing=CommandSpacing(),
         **kwargs,  # type: ignore[arg-type]
     )
@@ -276,7 +281,7 @@ def test_outlet_group_off_means_all_off() -> None:
     group = OutletGroup([a, b])
     clock = FakeClock()
     timing = PowerTiming(poll_interval=1.0, power_timeout=10.0, min_command_interval=5.0)
-    power = VerifiedPower(group, timing, clock=clock, sleep=clock.sleep, spacing=CommandSpacing())
+    power = VerifiedPower(group, timing, clock=clock, spacing=CommandSpacing())
     result = asyncio.run(power.off())
     assert result.verified
     assert a.state is OFF and b.state is OFF
@@ -290,7 +295,7 @@ def test_outlet_group_reads_mixed_and_verifies_neither() -> None:
 
 def group_power(group: OutletGroup, clock: FakeClock) -> VerifiedPower:
     timing = PowerTiming(poll_interval=1.0, power_timeout=10.0, min_command_interval=5.0)
-    return VerifiedPower(group, timing, clock=clock, sleep=clock.sleep, spacing=CommandSpacing())
+    return VerifiedPower(group, timing, clock=clock, spacing=CommandSpacing())
 
 
 @dataclass
