@@ -435,74 +435,106 @@ async def _resume_cycle(
     )
     off_verified_at = plan.off_verified_at
     if last in OFF_UNSETTLED:
-        booted = _booted_since(watch, plan)
-        if state is PowerState.ON and booted:
-            await _note(
-                host, incident_id, node, StepName.RESUMED, settled_by="new boot id", off_side=True
-            )
-            return off_seconds
-        # A second try only for an off that may never have left (an off_ambiguous
-        # did leave), against the recorded boot of the frozen host (without it,
-        # the old boot answering again would pass for a new one).
-        again = (
-            last == StepName.OFF_REQUESTED and plan.attempt == 1 and plan.boot_before is not None
-        )
-        if state is PowerState.ON and (plan.timed_on_after is not None or again):
-            # Nothing is sent now, and the boot wait settles it: a new boot id,
-            # or boot_timeout. The off may have landed and power come back by
-            # the device's own timer (a timed off), or by a person: the node may
-            # be booting. Or it never left: a controller killed (or deposed, its
-            # datagram held back at the socket) between its record and the send.
-            # A node silent for all of boot_timeout is still frozen: the rung
-            # runs once more as a new action, through the preflight (last look,
-            # holds, budgets) and the gate like any other; otherwise (a timed
-            # off) the ladder goes on to the next rung. This off is never sent
-            # again (docs/design.md, "Restart and resume").
-            await _note(
-                host,
-                incident_id,
-                node,
-                StepName.RESUMED,
-                settled_by="the boot wait, then "
-                + ("the rung once more" if again else "the next rung")
-                + " (nothing is sent now)",
-                again=again,
-                off_side=True,
-            )
-            return Unsettled.THEN_AGAIN if again else Unsettled.THEN_NEXT
-        if state is not PowerState.OFF:
-            # The off may or may not have landed; a second off is never sent.
-            raise Ambiguous(
-                power.name,
-                f"resumed after {last}, but the outlet reads {state.value}: a person must decide "
-                "(a device that times its own on may have cycled it already)",
-            )
+        settled = await _settle_unknown_off(host, watch, incident_id, power, plan, state)
+        if settled is not None:
+            return settled
         # Off, but since when is unknown: the whole hold again.
         last, off_verified_at = StepName.OFF_VERIFIED, None
     if last in OFF_SIDE or last == "spacing":  # "spacing": records before the step had a side
-        if state is PowerState.OFF:
-            left = remaining(off_seconds, off_verified_at, host.clock.time())
-            await _note(
-                host,
-                incident_id,
-                node,
-                StepName.HOLD_STARTED,
-                remaining_s=round(left, 1),
-                resumed=True,
-                off_side=True,
-            )
-            await host.clock.sleep(left)
-            await _note(host, incident_id, node, StepName.HOLD_DONE, off_side=True)
-            if await _device_switched_on(host, watch, incident_id, power, plan):
-                return off_seconds
-        if state is not PowerState.ON:
-            await power.on()
+        await _resume_hold(host, watch, incident_id, power, plan, state, off_verified_at)
         return off_seconds
     if last in ON_UNSETTLED and state is not PowerState.ON:
         # Turning an off outlet on cannot hurt a healthy node: it has no power.
         await power.on()
     # on_verified / power_restored: only the boot wait remains.
     return off_seconds
+
+
+async def _settle_unknown_off(
+    host: Crew,
+    watch: NodeWatch,
+    incident_id: int,
+    power: VerifiedPower,
+    plan: RungPlan,
+    state: PowerState,
+) -> float | Unsettled | None:
+    """An off whose fate the record does not say, the outlet read ``state``:
+    the hold (a new boot settled it), how the boot wait is to settle it, or
+    None (the outlet is off: the whole hold again).
+
+    :raises Ambiguous: the outlet reads neither: a person decides.
+    """
+    node, last = watch.name, plan.resume_from
+    if state is PowerState.ON and _booted_since(watch, plan):
+        await _note(
+            host, incident_id, node, StepName.RESUMED, settled_by="new boot id", off_side=True
+        )
+        return _off_seconds(host, plan)
+    # A second try only for an off that may never have left (an off_ambiguous
+    # did leave), against the recorded boot of the frozen host (without it,
+    # the old boot answering again would pass for a new one).
+    again = last == StepName.OFF_REQUESTED and plan.attempt == 1 and plan.boot_before is not None
+    if state is PowerState.ON and (plan.timed_on_after is not None or again):
+        # Nothing is sent now, and the boot wait settles it: a new boot id,
+        # or boot_timeout. The off may have landed and power come back by
+        # the device's own timer (a timed off), or by a person: the node may
+        # be booting. Or it never left: a controller killed (or deposed, its
+        # datagram held back at the socket) between its record and the send.
+        # A node silent for all of boot_timeout is still frozen: the rung
+        # runs once more as a new action, through the preflight (last look,
+        # holds, budgets) and the gate like any other; otherwise (a timed
+        # off) the ladder goes on to the next rung. This off is never sent
+        # again (docs/design.md, "Restart and resume").
+        await _note(
+            host,
+            incident_id,
+            node,
+            StepName.RESUMED,
+            settled_by="the boot wait, then "
+            + ("the rung once more" if again else "the next rung")
+            + " (nothing is sent now)",
+            again=again,
+            off_side=True,
+        )
+        return Unsettled.THEN_AGAIN if again else Unsettled.THEN_NEXT
+    if state is not PowerState.OFF:
+        # The off may or may not have landed; a second off is never sent.
+        raise Ambiguous(
+            power.name,
+            f"resumed after {last}, but the outlet reads {state.value}: a person must decide "
+            "(a device that times its own on may have cycled it already)",
+        )
+    return None
+
+
+async def _resume_hold(
+    host: Crew,
+    watch: NodeWatch,
+    incident_id: int,
+    power: VerifiedPower,
+    plan: RungPlan,
+    state: PowerState,
+    off_verified_at: float | None,
+) -> None:
+    """The off side of a resumed cycle: what is left of the hold, then the on."""
+    if state is PowerState.OFF:
+        left = remaining(_off_seconds(host, plan), off_verified_at, host.clock.time())
+        node = watch.name
+        await _note(
+            host,
+            incident_id,
+            node,
+            StepName.HOLD_STARTED,
+            remaining_s=round(left, 1),
+            resumed=True,
+            off_side=True,
+        )
+        await host.clock.sleep(left)
+        await _note(host, incident_id, node, StepName.HOLD_DONE, off_side=True)
+        if await _device_switched_on(host, watch, incident_id, power, plan):
+            return
+    if state is not PowerState.ON:
+        await power.on()
 
 
 async def _device_switched_on(
