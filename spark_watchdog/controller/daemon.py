@@ -48,6 +48,7 @@ from spark_watchdog.controller.node_watch import NodeWatch
 from spark_watchdog.controller.notify import Event, Notifier
 from spark_watchdog.controller.parts import Ladder, Parts, Work
 from spark_watchdog.controller.planner import (
+    ACTED_ON,
     Decision,
     Step,
     decide,
@@ -210,14 +211,7 @@ class Controller:
                 watch, f"history unwritable: {self.ledger.problem}", NodeEvent.HOLD, record=False
             )
             return
-        if verdict not in (
-            Verdict.HOST_FROZEN,
-            Verdict.AGENT_DOWN,
-            Verdict.SERVING_STALLED,
-            Verdict.SERVING_DEAD,
-            Verdict.MEMORY_EXHAUSTED,
-            Verdict.GPU_WEDGED,
-        ):
+        if verdict not in ACTED_ON:
             watch.dry_run_incident = None  # the next freeze is a new dry-run incident
             return  # nothing to decide: skip the history reads
         if verdict is Verdict.MEMORY_EXHAUSTED and await self.serving.guard_kill_recorded(watch):

@@ -136,6 +136,20 @@ class Decision:
     event: NodeEvent | None = None  # what to feed the state machine, if anything
 
 
+# The verdicts ``decide`` can act on. For any other it decides nothing, so the
+# controller reads no guards from the history for it (a test checks the two agree).
+ACTED_ON: frozenset[Verdict] = frozenset(
+    {
+        Verdict.HOST_FROZEN,
+        Verdict.AGENT_DOWN,
+        Verdict.SERVING_STALLED,
+        Verdict.SERVING_DEAD,
+        Verdict.MEMORY_EXHAUSTED,
+        Verdict.GPU_WEDGED,
+    }
+)
+
+
 def decide(state: NodeState, finding: Finding, guards: Guards) -> Decision:
     if state is NodeState.HELD:
         return Decision(Step.NOTHING, "held: nothing automatic until released")

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from spark_watchdog.controller.detector import (
     DetectionPolicy,
+    Finding,
     NodeObservation,
     Verdict,
     classify,
@@ -199,3 +200,25 @@ def test_the_simulation_reaches_power_actions() -> None:
 
     count()
     assert sum(1 for n in seen if n > 0) >= 20
+
+
+@given(
+    verdict=st.sampled_from(list(Verdict)),
+    state=st.sampled_from(list(NodeState)),
+    held=st.booleans(),
+    dry_run=st.booleans(),
+    cycles=st.integers(min_value=0, max_value=9),
+    rungs=st.integers(min_value=0, max_value=3),
+)
+def test_decide_acts_only_on_the_verdicts_the_controller_reads_guards_for(
+    verdict: Verdict, state: NodeState, held: bool, dry_run: bool, cycles: int, rungs: int
+) -> None:
+    """The controller skips the guards' history reads for a verdict outside
+    ACTED_ON (controller/daemon.py); that is safe only if decide would do
+    nothing for it in any state with any guards."""
+    from spark_watchdog.controller.planner import ACTED_ON
+
+    guards = Guards(node_held=held, dry_run=dry_run, node_cycles_in_window=cycles, rungs=rungs)
+    decision = decide(state, Finding(verdict, ("x",)), guards)
+    if verdict not in ACTED_ON:
+        assert decision.step is Step.NOTHING
