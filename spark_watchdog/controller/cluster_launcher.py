@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import json
 import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from spark_watchdog.config.controller import PLACEHOLDER, LauncherConfig
@@ -153,8 +153,11 @@ class LauncherRestart(ServingRestart):
         runner: CommandRunner,
         timeout: float,
         request_timeout: float = 30.0,
+        heard: Callable[[str], None] | None = None,
     ) -> None:
-        super().__init__(head, workers, token, timeout=timeout, request_timeout=request_timeout)
+        super().__init__(
+            head, workers, token, timeout=timeout, request_timeout=request_timeout, heard=heard
+        )
         self.launcher = launcher
         self.runner = runner
         self._profile: Profile | None = None

@@ -98,6 +98,8 @@ class NodeObservation:
     agent_answer_at: float | None = None
     # Last SSH answer of any kind: banner, refusal, close, garbage (monotonic).
     ssh_alive_at: float | None = None
+    # Last answer of the agent to anything else asked of it (a serving restart's).
+    heard_at: float | None = None
     # Since when the node is going down in an orderly way, and why.
     going_down_at: float | None = None
     going_down_why: str | None = None
@@ -119,6 +121,8 @@ class NodeObservation:
             return f"the agent answered {self.now - self.agent_answer_at:.1f}s ago"
         if self.ssh_alive_at is not None and self.now - self.ssh_alive_at < seconds:
             return f"ssh answered {self.now - self.ssh_alive_at:.1f}s ago"
+        if self.heard_at is not None and self.now - self.heard_at < seconds:
+            return f"the agent answered a serving request {self.now - self.heard_at:.1f}s ago"
         return None
 
 

@@ -64,8 +64,11 @@ class Blocking(Protocol):
 BannerCheck = Callable[[str, int, float], Awaitable[BannerResult]]
 WitnessCheck = Callable[[Sequence[str], float], Awaitable[WitnessReport]]
 PowerFactory = Callable[[PowerPath, StepHook, SendGate, SendWindow | None], VerifiedPower]
+# head, workers, token, timeout, profile, and what to tell of each node whose
+# agent answers (a sign of life: controller/node_watch.py).
 ServingRunner = Callable[
-    [ServingNode, Sequence[ServingNode], str, float, str], Awaitable[ServingRestartReport]
+    [ServingNode, Sequence[ServingNode], str, float, str, Callable[[str], None]],
+    Awaitable[ServingRestartReport],
 ]
 AgentRestart = Callable[[SshDevice], Awaitable[str]]
 
@@ -139,12 +142,15 @@ def serving_restart_for(
     workers: Sequence[ServingNode],
     token: str,
     timeout: float,
+    heard: Callable[[str], None] | None = None,
 ) -> ServingRestart:
     """The restart ``serving.launcher`` names: through the agents, or the cluster's
     own launcher (its commands run here or over SSH on a node)."""
     launcher = config.serving.launcher
     if launcher.type == "agents":
-        return ServingRestart(head, workers, token, timeout=timeout, order=launcher.order)
+        return ServingRestart(
+            head, workers, token, timeout=timeout, order=launcher.order, heard=heard
+        )
     from spark_watchdog.controller.cluster_launcher import LauncherRestart
     from spark_watchdog.controller.launcher_commands import (
         CommandRunner,
@@ -159,15 +165,22 @@ def serving_restart_for(
         node = config.node(launcher.run_on)
         assert launcher.ssh is not None and node.ssh_host is not None  # checked at load
         runner = SshRunner(node.ssh_host, node.ssh_port, launcher.ssh, launcher.working_directory)
-    return LauncherRestart(head, workers, token, launcher=launcher, runner=runner, timeout=timeout)
+    return LauncherRestart(
+        head, workers, token, launcher=launcher, runner=runner, timeout=timeout, heard=heard
+    )
 
 
 def serving_runner(config: ControllerConfig) -> ServingRunner:
     async def run(
-        head: ServingNode, workers: Sequence[ServingNode], token: str, timeout: float, profile: str
+        head: ServingNode,
+        workers: Sequence[ServingNode],
+        token: str,
+        timeout: float,
+        profile: str,
+        heard: Callable[[str], None],
     ) -> ServingRestartReport:
         try:
-            restart = serving_restart_for(config, head, workers, token, timeout)
+            restart = serving_restart_for(config, head, workers, token, timeout, heard)
         except (ConfigError, ValueError) as exc:  # e.g. a credential name that does not resolve
             return ServingRestartReport(profile, "failed", f"{exc}; nothing was run")
         return await restart.run(profile)

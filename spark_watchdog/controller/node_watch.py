@@ -56,6 +56,9 @@ class NodeWatch:
     banner_detail: str | None = None
     banner_ok_at: float | None = None
     ssh_alive_at: float | None = None  # last banner, refusal, close or garbage
+    # The last answer from the node's agent to anything else the controller
+    # asked it (a serving restart's requests): life, though not the agent's loop.
+    heard_at: float | None = None
     banner_blind: str | None = None
     # Handshake proven on the last miss (no_banner): the path to the host works.
     banner_reachable: bool = False
@@ -105,8 +108,13 @@ class NodeWatch:
     @property
     def last_life_at(self) -> float | None:
         """The last evidence of a live host: any agent answer or any SSH answer."""
-        times = [t for t in (self.agent_answer_at, self.ssh_alive_at) if t is not None]
+        answers = (self.agent_answer_at, self.ssh_alive_at, self.heard_at)
+        times = [t for t in answers if t is not None]
         return max(times) if times else None
+
+    def note_heard(self, now: float) -> None:
+        """The node's agent answered a request other than the state poll."""
+        self.heard_at = now
 
     def note_http_answer(self, status: int, body: bytes, now: float, wall: float) -> bool:
         """Take the agent's HTTP answer to ``/v1/state``; True when it shows progress.
@@ -341,6 +349,7 @@ class NodeWatch:
             banner_ok_at=self.banner_ok_at,
             agent_answer_at=self.agent_answer_at,
             ssh_alive_at=self.ssh_alive_at,
+            heard_at=self.heard_at,
             going_down_at=self.going_down_at,
             going_down_why=self.going_down_why,
             unobservable=self.agent_blind or self.banner_blind,

@@ -95,6 +95,12 @@ class ServingRestarts:
             return True
         return await self._restart(profile, incident_id, reason, kind)
 
+    def _heard(self, node: str) -> None:
+        """A node's agent answered a serving request: a sign of life."""
+        watch = self.host.watches.get(node)
+        if watch is not None:
+            watch.note_heard(self.host.clock.monotonic())
+
     def _layout(self) -> tuple[ServingNode, list[ServingNode]] | None:
         config = self.host.config
         head = config.serving.head
@@ -133,7 +139,7 @@ class ServingRestarts:
             )
         host.fence.check_leading()
         report = await host.io.serving(
-            head, workers, token, host.config.serving.start_timeout, profile
+            head, workers, token, host.config.serving.start_timeout, profile, self._heard
         )
         self._last_restart = host.clock.monotonic()
         if incident_id is not None and report.stacks:

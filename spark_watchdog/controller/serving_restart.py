@@ -17,7 +17,7 @@ fails there with nothing stopped, instead of after every rank is down.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -42,6 +42,31 @@ class Requester(Protocol):
         body: Any = ...,
         headers: dict[str, str] | None = ...,
     ) -> HttpAnswer: ...
+
+
+def heard_through(
+    http: Requester, nodes: Sequence[ServingNode], heard: Callable[[str], None]
+) -> Requester:
+    """``http``, telling ``heard`` the name of each node whose agent answered
+    (any status): an answer to a serving request is a sign of life like any
+    other, and the detector must know of it (controller/node_watch.py)."""
+    agents = {n.agent.rstrip("/") + "/": n.name for n in nodes}
+
+    async def ask(
+        url: str,
+        *,
+        method: str = "GET",
+        timeout: float,
+        body: Any = None,
+        headers: dict[str, str] | None = None,
+    ) -> HttpAnswer:
+        answer = await http(url, method=method, timeout=timeout, body=body, headers=headers)
+        name = next((n for prefix, n in agents.items() if url.startswith(prefix)), None)
+        if name is not None:
+            heard(name)
+        return answer
+
+    return ask
 
 
 @dataclass
@@ -183,9 +208,11 @@ class ServingRestart:
         order: Literal["native", "ray"] = "native",
         http: Requester = request,
         clock: Clock | None = None,
+        heard: Callable[[str], None] | None = None,
     ) -> None:
-        """``http`` and ``clock``: the seams the simulation runs this very code through."""
-        self.http = http
+        """``http`` and ``clock``: the seams the simulation runs this very code through.
+        ``heard``: told the name of each node whose agent answers a request."""
+        self.http = http if heard is None else heard_through(http, [head, *workers], heard)
         self.clock: Clock = clock or SystemClock()
         self.head = head
         self.workers = tuple(workers)

@@ -599,11 +599,18 @@ def sim_serving(
     http = SimServingHttp(world, incarnation, agents)
 
     async def run(
-        head: ServingNode, workers: Sequence[ServingNode], token: str, timeout: float, profile: str
+        head: ServingNode,
+        workers: Sequence[ServingNode],
+        token: str,
+        timeout: float,
+        profile: str,
+        heard: Callable[[str], None],
     ) -> ServingRestartReport:
         incarnation.check()
         world.truth.serving_restarts.append(world.now())
-        restart = ServingRestart(head, workers, token, timeout=timeout, http=http, clock=clock)
+        restart = ServingRestart(
+            head, workers, token, timeout=timeout, http=http, clock=clock, heard=heard
+        )
         report = await restart.run(profile)
         incarnation.check()
         node = world.nodes[head.name]

@@ -186,3 +186,14 @@ def test_gpu_reads_timing_out_on_a_live_host_is_gpu_wedged_after_its_time() -> N
     # Silence still wins: a host that stops answering is judged as a frozen one.
     silent = obs(gpu_timeout_for=90.0, agent_progress_at=80.0, banner_misses=2)
     assert classify(silent, policy).verdict is Verdict.HOST_FROZEN
+
+
+def test_an_answer_to_a_serving_request_is_life_and_stops_fencing() -> None:
+    """The agent answered the controller's serving restart while its state
+    polls were lost: a live host, never host_frozen (nor agent_down: its loop
+    was not what answered)."""
+    silent = obs(agent_progress_at=80.0, banner_misses=3)
+    assert classify(silent, POLICY).verdict is Verdict.HOST_FROZEN
+    heard = obs(agent_progress_at=80.0, banner_misses=3, heard_at=99.2)
+    finding = classify(heard, POLICY)
+    assert finding.verdict is Verdict.PENDING and "serving request" in finding.summary

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from spark_watchdog.config.controller import NodeConfig
 from spark_watchdog.controller.http_client import ANSWERED, NO_NETWORK, SILENCE
 from spark_watchdog.controller.node_watch import NodeWatch
@@ -138,3 +140,31 @@ def test_a_new_boot_is_a_boot_id_seen_and_not_the_one_before() -> None:
     w.note_answer(snapshot(1, boot="b1"), 1.0, 1001.0)
     assert w.booted_since("b0") and w.booted_since(None)
     assert not w.booted_since("b1")
+
+
+def test_an_agent_answer_to_a_serving_request_is_a_sign_of_life() -> None:
+    """controller/serving_restart.heard_through: every node whose agent answers
+    a request (any status) is told; one that does not answer is not."""
+    import asyncio
+
+    from spark_watchdog.controller.http_client import HttpAnswer, HttpError
+    from spark_watchdog.controller.serving_restart import ServingNode, heard_through
+
+    nodes = [ServingNode("spark-1", "http://a:9720"), ServingNode("spark-2", "http://b:9720/")]
+
+    async def http(url: str, **_: object) -> HttpAnswer:
+        if url.startswith("http://b:9720"):
+            raise HttpError("no answer")
+        return HttpAnswer(500, b"")
+
+    heard: list[str] = []
+    ask = heard_through(http, nodes, heard.append)
+
+    async def both() -> None:
+        answer = await ask("http://a:9720/v1/serving/stop", method="POST", timeout=1.0)
+        assert answer.status == 500  # an error status is an answer all the same
+        with pytest.raises(HttpError):  # no answer: not heard
+            await ask("http://b:9720/v1/serving", timeout=1.0)
+
+    asyncio.run(both())
+    assert heard == ["spark-1"]

@@ -427,6 +427,10 @@ def test_resume_takes_the_newest_open_incident_and_closes_the_older() -> None:
         # tail now covers the longest ladder and the serving restart after it).
         834,
         2690,
+        # A pair run (I1): the serving restart got answers from spark-1's agent
+        # while packet loss kept the state polls from it, and the controller cut
+        # spark-1 0.8 s later; an answer to a serving request is a sign of life.
+        7980,
     ],
 )
 def test_seeds_that_found_a_violation(seed: int) -> None:
