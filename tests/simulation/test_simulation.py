@@ -431,6 +431,10 @@ def test_resume_takes_the_newest_open_incident_and_closes_the_older() -> None:
         # while packet loss kept the state polls from it, and the controller cut
         # spark-1 0.8 s later; an answer to a serving request is a sign of life.
         7980,
+        # A clock latch answered late in a long tail (serving restarts kept it
+        # from settling): the run ended inside the 180 s cut. The simulation's
+        # own fault: a ladder begun in the tail now runs to its end.
+        10284,
     ],
 )
 def test_seeds_that_found_a_violation(seed: int) -> None:
