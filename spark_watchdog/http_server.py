@@ -151,6 +151,9 @@ def open_files_limit() -> int:
     return soft if soft != resource.RLIM_INFINITY else 1 << 20
 
 
+_NOTHING = memoryview(b"")
+
+
 class _Phase:
     READING = "reading"  # waiting for a request, or the rest of one
     RUNNING = "running"  # a POST route runs on its thread
@@ -165,7 +168,7 @@ class _Connection:
     def __init__(self, address: Any) -> None:
         self.address = address
         self.inbox = bytearray()
-        self.outbox = memoryview(b"")
+        self.outbox = _NOTHING
         self.keep_alive = True
         self.phase = _Phase.READING
         self.since = 0.0
@@ -421,7 +424,7 @@ class HardenedHTTPServer:
         self._phases[conn.phase].pop(conn, None)
         self._held -= _holding(conn)
         conn.inbox = bytearray()
-        conn.outbox = memoryview(b"")
+        conn.outbox = _NOTHING
         conn.phase = _Phase.CLOSED
         with contextlib.suppress(OSError):
             sock.close()
@@ -586,7 +589,8 @@ class HardenedHTTPServer:
             except OSError as exc:
                 self._broken(conn, exc)
                 return
-            conn.outbox = conn.outbox[sent:]
+            # An empty slice would still keep the whole answer alive.
+            conn.outbox = conn.outbox[sent:] if sent < len(conn.outbox) else _NOTHING
             self._held -= sent
         if conn.outbox:
             if conn.phase != _Phase.WRITING:
