@@ -132,7 +132,8 @@ def test_idle_and_slow_connections_do_not_keep_a_poll_out(endpoint: HttpEndpoint
     with _crowd(endpoint.port, idle=300) as held:
         # The server has the whole crowd open at once, on no thread of theirs.
         assert _wait_for(lambda: endpoint.server.open_connections >= len(held))
-        assert threading.active_count() == before
+        # (Fewer is fine: a thread of an earlier test may end meanwhile.)
+        assert threading.active_count() <= before
         # The slow reader's answer waits in this process, not refused.
         assert _wait_for(lambda: endpoint.server.held_bytes > 0)
         for _ in range(5):
