@@ -3,26 +3,34 @@ caller (the agent's ``/v1/state``, ``/v1/boots``, ``/metrics`` and serving
 controls, :mod:`spark_watchdog.agent.daemon`; the controller's ``/v1/status``,
 :mod:`spark_watchdog.controller.status_api`; the lab's control endpoint).
 
-The server runs on its own threads and only reads snapshots the caller's main
-loop has already built, so a scrape never waits on a probe. Whether the loop is
-alive shows in ``seq``: it advances once per loop, and a frozen ``seq`` behind
-a live HTTP port is itself a finding for the controller.
+One thread serves every connection, event-driven (``selectors``: epoll on
+Linux): a connection that is open and silent, or sends a byte a second, or
+reads its answer a byte a second, costs a socket and a few hundred bytes,
+never a thread, so a thousand of them do not keep the controller's poll
+waiting (docs/design.md, "The HTTP servers"). The routes only read snapshots
+the caller's main loop has already built, so a scrape never waits on a probe.
+Whether the loop is alive shows in ``seq``: it advances once per loop, and a
+frozen ``seq`` behind a live HTTP port is itself a finding for the controller.
 
-POST routes take a JSON object body (empty means ``{}``) of at most
-``MAX_BODY_BYTES``, nested at most ``MAX_BODY_DEPTH`` deep, and run in the
-request's own thread, so a serving stop that waits for a process group never
-holds up the agent's event loop or a scrape. When an ``authorize`` check is
-given, every POST must pass it before its body is even read.
+What a connection may hold, and for how long:
 
-The port is reachable from the network, so whatever a client sends gets a JSON
-answer, never a traceback: every error (a wrong method, a malformed request
-line, an oversized header) is ``{"error": "..."}`` with its status. At most
-``MAX_CONNECTIONS`` connections are served at once; past that a connection
-gets a 503 from the accepting thread and is closed, with no thread of its own,
-and a request that has not arrived within ``REQUEST_DEADLINE_S`` (a client
-dripping a byte at a time) is closed, so slow clients cannot hold every slot.
-A client that drops its connection costs one log line, and a flood of them at
-most ``BROKEN_LOG_BURST`` lines a ``BROKEN_LOG_WINDOW_S``.
+- a request (its line, headers and body) must arrive within
+  ``REQUEST_DEADLINE_S`` of the connection's opening or its last answer, and an
+  answer must be taken within ``ANSWER_DEADLINE_S``; past that it is closed;
+- at most ``max_connections`` connections are open (``MAX_CONNECTIONS``, fewer
+  where the open-file limit is lower); a new one past that closes the oldest
+  one that is not running a route, so the newest client, the controller's
+  poll, always gets in;
+- all connections together hold at most ``MAX_HELD_BYTES`` of requests not yet
+  answered and answers not yet taken; past that the one holding the most is
+  closed.
+
+Parsing, routes and the JSON errors are :mod:`spark_watchdog.http_handler`;
+where a head ends, :mod:`spark_watchdog.http_framing`. A POST runs on a
+thread of its own (at most ``MAX_ROUTE_THREADS`` at once), so a serving stop
+that waits for a process group never holds up the agent's event loop or a
+scrape. A client that drops its connection costs one log line, and a flood of
+them at most ``BROKEN_LOG_BURST`` lines a ``BROKEN_LOG_WINDOW_S``.
 """
 
 from __future__ import annotations
@@ -30,79 +38,97 @@ from __future__ import annotations
 import collections
 import contextlib
 import errno
-import json
+import http.client
+import io
 import logging
-import re
+import queue
+import resource
+import selectors
 import socket
-import sys
 import threading
 import time
 from collections.abc import Callable
-from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from spark_watchdog.errors import WatchdogError
+from spark_watchdog.http_framing import MAX_HEAD_BYTES, Scan, scan_head
+from spark_watchdog.http_handler import (
+    JSON,
+    MAX_BODY_BYTES,
+    MAX_BODY_DEPTH,
+    PROMETHEUS_TEXT,
+    Authorize,
+    Exchange,
+    PostRoute,
+    Response,
+    Route,
+    Routes,
+    error_answer,
+    json_nesting,
+    json_response,
+)
+from spark_watchdog.line_budget import LineBudget
+
+__all__ = [
+    "JSON",
+    "MAX_BODY_BYTES",
+    "MAX_BODY_DEPTH",
+    "MAX_CONNECTIONS",
+    "PROMETHEUS_TEXT",
+    "REQUEST_DEADLINE_S",
+    "Authorize",
+    "HardenedHTTPServer",
+    "HttpEndpoint",
+    "PostRoute",
+    "Response",
+    "Route",
+    "json_nesting",
+    "json_response",
+]
 
 log = logging.getLogger("spark_watchdog.http")
 
-# A route answers (status, content type, body).
-Response = tuple[int, str, bytes]
-Route = Callable[[], Response]
-# A POST route gets the request's JSON object.
-PostRoute = Callable[[dict[str, Any]], Response]
-# Checks an Authorization header value: None to let the request in, else why not.
-Authorize = Callable[[str | None], str | None]
-
-# Serving requests are a few dozen bytes; anything near this is not one of them.
-MAX_BODY_BYTES = 64 * 1024
-# Serving requests are flat objects; the JSON parser recurses once per level.
-MAX_BODY_DEPTH = 32
-# Connections served at once (one thread each). The controller needs one, a
-# Prometheus scrape another; past this a connection gets a 503.
-MAX_CONNECTIONS = 32
+# Connections open at once. Each costs a socket and a few hundred bytes here
+# (the kernel's buffers are not the process's memory); past this a new one
+# closes the oldest idle one. Lowered to the open-file limit less
+# RESERVED_FILES (the systemd units set LimitNOFILE=4096).
+MAX_CONNECTIONS = 2048
+# Open files kept for the process's own use (journal files, probes' sockets, logs).
+RESERVED_FILES = 256
 # A request (its line, headers and body) must arrive within this, however it
 # is paced: a client that sends a byte every few seconds would otherwise hold
-# its connection slot forever, each read being within the socket timeout.
+# its connection forever. A silent kept-alive connection is closed at this too.
 REQUEST_DEADLINE_S = 10.0
+# An answer must be taken within this: a client reading a byte a second holds
+# the rest of it in this process's memory until then.
+ANSWER_DEADLINE_S = 10.0
+# Bytes held for all clients together: requests not yet whole, answers not yet
+# taken. Real requests and answers are a few KB and gone within milliseconds.
+MAX_HELD_BYTES = 4 * 1024 * 1024
+# POST routes running at once (each on a thread of its own); past this a POST is a 503.
+MAX_ROUTE_THREADS = 8
 # Broken connections logged per window; the rest are counted, then reported in one line.
 BROKEN_LOG_BURST = 10
 BROKEN_LOG_WINDOW_S = 60.0
-# A refused connection stays open this long after its 503, so the client's
-# request can arrive and be discarded instead of turning into a TCP reset.
-_REFUSED_LINGER_S = 1.0
-_MAX_LINGERING = 64
+# A connection answered for the last time stays open this long, its input
+# discarded, so the client reads the answer instead of a TCP reset.
+CLOSING_LINGER_S = 1.0
 
-JSON = "application/json"
-PROMETHEUS_TEXT = "text/plain; version=0.0.4; charset=utf-8"
+_RECV_BYTES = 65536
+_ACCEPTS_PER_TURN = 64
+# The loop wakes at least this often (deadlines, log counts).
+_TICK_S = 0.5
+# Accepting pauses this long when the process is out of file descriptors.
+_ACCEPT_PAUSE_S = 0.1
 
 # What a client that went away leaves behind: not the server's fault, not a bug.
 _BROKEN_ERRNOS = frozenset(
     {errno.EPIPE, errno.ECONNRESET, errno.ECONNABORTED, errno.ENOTCONN, errno.ETIMEDOUT}
 )
-# A JSON string (escapes included) or a bracket: enough to measure nesting.
-_JSON_NESTING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]', re.DOTALL)
+_OUT_OF_FILES = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 
 
-def json_response(payload: Any, status: int = 200) -> Response:
-    body = json.dumps(payload, indent=None, separators=(",", ":"), sort_keys=False).encode()
-    return status, JSON, body + b"\n"
-
-
-def json_nesting(raw: bytes) -> int:
-    """How deep arrays and objects nest in ``raw`` (brackets in strings don't count)."""
-    depth = deepest = 0
-    for match in _JSON_NESTING.finditer(raw):
-        token = match.group()
-        if token in (b"[", b"{"):
-            depth += 1
-            deepest = max(deepest, depth)
-        elif token in (b"]", b"}"):
-            depth -= 1
-    return deepest
-
-
-def _is_broken_connection(exc: BaseException | None) -> bool:
+def _is_broken_connection(exc: BaseException) -> bool:
     if isinstance(exc, (ConnectionError, TimeoutError)):
         return True
     return isinstance(exc, OSError) and exc.errno in _BROKEN_ERRNOS
@@ -114,76 +140,47 @@ def _peer(client_address: Any) -> str:
     return str(client_address)
 
 
-# A logging call: log.info, log.error and the like.
-_LogCall = Callable[..., None]
+def connection_cap(wanted: int, open_files: int) -> int:
+    """Connections to serve at once under an open-file limit of ``open_files``."""
+    return max(1, min(wanted, open_files - RESERVED_FILES))
 
 
-class _LineBudget:
-    """At most ``burst`` log lines per ``window`` seconds.
-
-    Past the burst one line says that counting has begun; :meth:`flush`, called
-    from the server loop, reports the count once the window is over.
-    """
-
-    def __init__(
-        self,
-        burst: int,
-        window: float,
-        what: str = "broken connections",
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self._what = what
-        self._burst = burst
-        self._window = window
-        self._clock = clock
-        self._lock = threading.Lock()
-        self._started = clock()
-        self._logged = 0
-        self._suppressed = 0
-
-    def _roll(self, now: float) -> tuple[int, float]:
-        """Start a new window if the old one is over: (suppressed, its length)."""
-        elapsed = now - self._started
-        if elapsed < self._window:
-            return 0, 0.0
-        suppressed = self._suppressed
-        self._started, self._logged, self._suppressed = now, 0, 0
-        return suppressed, elapsed
-
-    def _report(self, emit: _LogCall, suppressed: int, elapsed: float) -> None:
-        if suppressed:
-            emit("%d more %s in the last %.0f s were not logged", suppressed, self._what, elapsed)
-
-    def log(self, emit: _LogCall, message: str, *args: Any, **kwargs: Any) -> None:
-        with self._lock:
-            suppressed, elapsed = self._roll(self._clock())
-            self._report(emit, suppressed, elapsed)
-            if self._logged >= self._burst:
-                self._suppressed += 1
-                return
-            self._logged += 1
-            last = self._logged == self._burst
-        emit(message, *args, **kwargs)
-        if last:
-            emit(
-                "%d %s logged in %.0f s; further ones in that time are counted, not logged",
-                self._burst,
-                self._what,
-                self._window,
-            )
-
-    def flush(self, emit: _LogCall) -> None:
-        with self._lock:
-            suppressed, elapsed = self._roll(self._clock())
-        self._report(emit, suppressed, elapsed)
+def open_files_limit() -> int:
+    """The process's soft RLIMIT_NOFILE."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return soft if soft != resource.RLIM_INFINITY else 1 << 20
 
 
-class HardenedHTTPServer(ThreadingHTTPServer):
-    daemon_threads = True
-    # A restarted agent must be able to bind again while old sockets linger.
-    allow_reuse_address = True
-    # Connections past the cap are answered from the backlog, not left in SYN retries.
-    request_queue_size = 128
+_NOTHING = memoryview(b"")
+
+
+class _Phase:
+    READING = "reading"  # waiting for a request, or the rest of one
+    RUNNING = "running"  # a POST route runs on its thread
+    WRITING = "writing"  # the answer is not all taken yet
+    CLOSING = "closing"  # answered for the last time; input discarded until the linger ends
+    CLOSED = "closed"
+
+
+class _Connection:
+    __slots__ = ("address", "due", "events", "inbox", "keep_alive", "outbox", "phase", "since")
+
+    def __init__(self, address: Any) -> None:
+        self.address = address
+        self.inbox = bytearray()
+        self.outbox = _NOTHING
+        self.keep_alive = True
+        self.phase = _Phase.READING
+        self.since = 0.0
+        self.due = 0.0
+        # What the selector watches for (0: not registered).
+        self.events = 0
+
+
+class HardenedHTTPServer:
+    """The event loop: accepts, reads, frames, answers and writes; cuts late
+    and oldest connections. ``serve_forever`` on one thread, ``shutdown`` from
+    another, then ``server_close``."""
 
     def __init__(
         self,
@@ -193,381 +190,424 @@ class HardenedHTTPServer(ThreadingHTTPServer):
         authorize: Authorize | None = None,
         *,
         max_connections: int = MAX_CONNECTIONS,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if max_connections < 1:
             raise ValueError(f"max_connections: expected ≥ 1, got {max_connections!r}")
-        self.routes = routes
-        self.post_routes = post_routes or {}
-        self.authorize = authorize
+        self.routes = Routes(routes, post_routes or {}, authorize)
         self.max_connections = max_connections
-        self._slots = threading.BoundedSemaphore(max_connections)
-        self._lingering: collections.deque[tuple[float, socket.socket]] = collections.deque()
-        self._broken_log = _LineBudget(BROKEN_LOG_BURST, BROKEN_LOG_WINDOW_S)
-        self._refused_log = _LineBudget(
-            BROKEN_LOG_BURST, BROKEN_LOG_WINDOW_S, "refused connections"
-        )
-        self._error_log = _LineBudget(BROKEN_LOG_BURST, BROKEN_LOG_WINDOW_S, "unexpected errors")
-        self._slow_log = _LineBudget(BROKEN_LOG_BURST, BROKEN_LOG_WINDOW_S, "slow requests")
-        # Connections reading a request, with the monotonic time it must be in by.
-        self._reading: dict[socket.socket, tuple[float, str]] = {}
-        self._reading_lock = threading.Lock()
-        # Connections a handler thread serves (closed when the server closes).
-        self._open: set[socket.socket] = set()
-        self._open_lock = threading.Lock()
-        super().__init__(address, _Handler)
+        self._clock = clock
+        family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
+        # create_server sets SO_REUSEADDR: a restarted agent binds while old sockets linger.
+        self._listener = socket.create_server(address, family=family, backlog=1024)
+        self._listener.setblocking(False)
+        self.server_address: tuple[Any, ...] = self._listener.getsockname()
+        self._selector = selectors.DefaultSelector()
+        self._selector.register(self._listener, selectors.EVENT_READ)
+        self._accept_paused_until: float | None = None
+        self._wake_in, self._wake_out = socket.socketpair()
+        self._wake_in.setblocking(False)
+        self._wake_out.setblocking(False)
+        self._selector.register(self._wake_in, selectors.EVENT_READ)
+        self._sockets: dict[_Connection, socket.socket] = {}
+        # Connections by phase, oldest first (each phase has one deadline).
+        self._phases: dict[str, collections.OrderedDict[_Connection, None]] = {
+            phase: collections.OrderedDict()
+            for phase in (_Phase.READING, _Phase.RUNNING, _Phase.WRITING, _Phase.CLOSING)
+        }
+        self._held = 0
+        self._running = 0
+        self._finished: queue.SimpleQueue[tuple[_Connection, bytes, bool]] = queue.SimpleQueue()
+        self._stopping = threading.Event()
+        self._stopped = threading.Event()
+        self._broken_log = LineBudget(BROKEN_LOG_BURST, BROKEN_LOG_WINDOW_S)
+        self._refused_log = LineBudget(BROKEN_LOG_BURST, BROKEN_LOG_WINDOW_S, "refused connections")
+        self._evicted_log = LineBudget(BROKEN_LOG_BURST, BROKEN_LOG_WINDOW_S, "evicted connections")
+        self._error_log = LineBudget(BROKEN_LOG_BURST, BROKEN_LOG_WINDOW_S, "unexpected errors")
+        self._slow_log = LineBudget(BROKEN_LOG_BURST, BROKEN_LOG_WINDOW_S, "slow requests")
 
-    def allowed_methods(self, path: str) -> tuple[str, ...]:
-        """The methods ``path`` answers, in ``Allow`` order; () for no such path."""
-        methods: tuple[str, ...] = ()
-        if path in self.routes:
-            methods += ("GET", "HEAD")
-        if path in self.post_routes:
-            methods += ("POST",)
-        return methods
+    @property
+    def open_connections(self) -> int:
+        return len(self._sockets)
 
-    def paths(self) -> list[str]:
-        return sorted({*self.routes, *self.post_routes})
+    @property
+    def held_bytes(self) -> int:
+        return self._held
 
-    # -- the connection cap --------------------------------------------------
+    # -- the loop ----------------------------------------------------------------
 
-    def process_request(self, request: Any, client_address: Any) -> None:
-        if not self._slots.acquire(blocking=False):
-            self._refuse(request)
-            self._refused_log.log(
-                log.warning,
-                "refused a connection from %s: %d connections already open",
-                _peer(client_address),
-                self.max_connections,
-            )
-            return
+    def serve_forever(self) -> None:
         try:
-            super().process_request(request, client_address)
-        except BaseException:
-            self._slots.release()  # no thread started: nothing else will
-            raise
-
-    def process_request_thread(self, request: Any, client_address: Any) -> None:
-        with self._open_lock:
-            self._open.add(request)
-        try:
-            super().process_request_thread(request, client_address)
+            while not self._stopping.is_set():
+                for key, events in self._selector.select(self._wait()):
+                    self._on_event(key, events)
+                self._tick(self._clock())
         finally:
-            with self._open_lock:
-                self._open.discard(request)
-            self._slots.release()
+            self._stopped.set()
 
-    def _refuse(self, sock: socket.socket) -> None:
-        """Answer 503 from the accepting thread without ever blocking it."""
-        code, _, body = json_response(
-            {"error": f"too many connections: {self.max_connections} already open; retry shortly"},
-            503,
-        )
-        head = (
-            f"HTTP/1.1 {code} {HTTPStatus(code).phrase}\r\n"
-            f"Content-Type: {JSON}\r\nContent-Length: {len(body)}\r\n"
-            "Cache-Control: no-store\r\nRetry-After: 1\r\nConnection: close\r\n\r\n"
-        )
+    def shutdown(self) -> None:
+        """Stop the loop; returns once it has stopped (or after 5 s)."""
+        self._stopping.set()
+        self._wake()
+        self._stopped.wait(5.0)
+
+    def server_close(self) -> None:
+        """Close the port and every connection: a kept-alive one would otherwise
+        go on being answered after the server stopped (a scraper reusing it)."""
+        for conn in list(self._sockets):
+            self._close(conn)
+        with contextlib.suppress(KeyError, ValueError):
+            self._selector.unregister(self._listener)
+        self._listener.close()
+        self._selector.close()
+        self._wake_in.close()
+        self._wake_out.close()
+
+    def _wake(self) -> None:
         with contextlib.suppress(OSError):
-            sock.setblocking(False)
-            # A fresh socket's send buffer holds far more than this: one send.
-            sock.send(head.encode() + body)
-            sock.shutdown(socket.SHUT_WR)
-        _drain(sock)
-        self._lingering.append((time.monotonic() + _REFUSED_LINGER_S, sock))
-        while len(self._lingering) > _MAX_LINGERING:
-            _close(self._lingering.popleft()[1])
+            self._wake_out.send(b"\0")
 
-    # -- the request deadline ------------------------------------------------
+    def _wait(self) -> float:
+        now = self._clock()
+        due = now + _TICK_S
+        for phase in (_Phase.READING, _Phase.WRITING, _Phase.CLOSING):
+            oldest = next(iter(self._phases[phase]), None)
+            if oldest is not None:
+                due = min(due, oldest.due)
+        if self._accept_paused_until is not None:
+            due = min(due, self._accept_paused_until)
+        return max(0.0, due - now)
 
-    def reading(self, sock: socket.socket, client_address: Any) -> None:
-        """``sock`` starts reading a request: it has REQUEST_DEADLINE_S to arrive."""
-        with self._reading_lock:
-            self._reading[sock] = (time.monotonic() + REQUEST_DEADLINE_S, _peer(client_address))
+    def _on_event(self, key: selectors.SelectorKey, events: int) -> None:
+        if key.fileobj is self._listener:
+            self._accept()
+        elif key.fileobj is self._wake_in:
+            with contextlib.suppress(OSError):
+                self._wake_in.recv(4096)
+            self._answer_finished_routes()
+        else:
+            conn: _Connection = key.data
+            if conn.phase == _Phase.CLOSED:
+                return  # closed earlier in this turn
+            if events & selectors.EVENT_READ:
+                self._on_readable(conn)
+            if events & selectors.EVENT_WRITE and conn.phase == _Phase.WRITING:
+                self._flush(conn)
 
-    def read(self, sock: socket.socket) -> bool:
-        """The request on ``sock`` is in (or was answered): no deadline while it runs.
-        False when the deadline had already cut it: the route must not run."""
-        with self._reading_lock:
-            return self._reading.pop(sock, None) is not None
-
-    def _cut_slow_requests(self, now: float) -> None:
-        with self._reading_lock:
-            late = [(s, peer) for s, (due, peer) in self._reading.items() if due <= now]
-            for sock, _ in late:
-                del self._reading[sock]
-                # Under the lock: a handler that finishes reading now finds its
-                # entry gone and runs no route on a socket that is being cut.
-                # The handler's blocked read returns end-of-file, and its thread ends.
-                with contextlib.suppress(OSError):
-                    sock.shutdown(socket.SHUT_RDWR)
-        for _, peer in late:
-            self._slow_log.log(
-                log.info,
-                "closed the connection from %s: its request was not in within %g s",
-                peer,
-                REQUEST_DEADLINE_S,
-            )
-
-    def service_actions(self) -> None:
-        # Called by serve_forever at least every poll interval (0.5 s).
-        now = time.monotonic()
-        self._cut_slow_requests(now)
-        while self._lingering and self._lingering[0][0] <= now:
-            _close(self._lingering.popleft()[1])
+    def _tick(self, now: float) -> None:
+        for phase in (_Phase.READING, _Phase.WRITING, _Phase.CLOSING):
+            waiting = self._phases[phase]
+            while waiting:
+                conn = next(iter(waiting))
+                if conn.due > now:
+                    break
+                self._expire(conn)
+        if self._accept_paused_until is not None and self._accept_paused_until <= now:
+            self._accept_paused_until = None
+            self._selector.register(self._listener, selectors.EVENT_READ)
         self._broken_log.flush(log.info)
         self._refused_log.flush(log.warning)
+        self._evicted_log.flush(log.info)
         self._error_log.flush(log.error)
         self._slow_log.flush(log.info)
 
-    def server_close(self) -> None:
-        super().server_close()
-        while self._lingering:
-            _close(self._lingering.popleft()[1])
-        # A kept-alive connection would otherwise go on being answered by this
-        # server after it stopped (a scraper reusing it every few seconds).
-        with self._open_lock:
-            still_open = list(self._open)
-        for sock in still_open:
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
+    # -- connections come and go --------------------------------------------------
 
-    # -- errors ----------------------------------------------------------------
+    def _accept(self) -> None:
+        for _ in range(_ACCEPTS_PER_TURN):
+            try:
+                sock, address = self._listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:
+                if exc.errno in _OUT_OF_FILES and self._evict_oldest("no file descriptor left"):
+                    continue
+                self._refused_log.log(
+                    log.warning,
+                    "cannot accept connections for %g s: %s",
+                    _ACCEPT_PAUSE_S,
+                    exc.strerror or exc,
+                )
+                self._selector.unregister(self._listener)
+                self._accept_paused_until = self._clock() + _ACCEPT_PAUSE_S
+                return
+            if len(self._sockets) >= self.max_connections and not self._evict_oldest(
+                f"{len(self._sockets)} connections open, the most served at once"
+            ):
+                self._refuse(sock, address)
+                continue
+            self._open(sock, address)
 
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        """One line for a connection the client broke; socketserver's default
-        prints a traceback to stderr (the journal) for each."""
-        exc = sys.exc_info()[1]
-        peer = _peer(client_address)
+    def _open(self, sock: socket.socket, address: Any) -> None:
+        sock.setblocking(False)
+        conn = _Connection(address)
+        self._sockets[conn] = sock
+        self._enter(conn, _Phase.READING)
+
+    def _refuse(self, sock: socket.socket, address: Any) -> None:
+        """Every open connection is running a route: nothing to evict."""
+        answer = error_answer(
+            503,
+            f"too many connections: {self.max_connections} already open; retry shortly",
+            **{"Retry-After": "1"},
+        )
+        with contextlib.suppress(OSError):
+            sock.setblocking(False)
+            sock.send(answer)  # a fresh socket's send buffer takes it whole
+        sock.close()
+        self._refused_log.log(
+            log.warning,
+            "refused a connection from %s: %d connections already open",
+            _peer(address),
+            self.max_connections,
+        )
+
+    def _evict_oldest(self, why: str) -> bool:
+        """Close the connection that has waited longest (never one running a route)."""
+        fronts = [
+            next(iter(self._phases[phase]), None)
+            for phase in (_Phase.CLOSING, _Phase.READING, _Phase.WRITING)
+        ]
+        candidates = [conn for conn in fronts if conn is not None]
+        if not candidates:
+            return False
+        oldest = min(candidates, key=lambda conn: conn.since)
+        if oldest.phase != _Phase.CLOSING:
+            self._evicted_log.log(
+                log.info,
+                "closed the oldest connection, from %s (%s for %.1f s): %s",
+                _peer(oldest.address),
+                oldest.phase,
+                self._clock() - oldest.since,
+                why,
+            )
+        self._close(oldest)
+        return True
+
+    def _shed(self) -> None:
+        """Past MAX_HELD_BYTES: close the connections holding the most."""
+        while self._held > MAX_HELD_BYTES:
+            biggest = max(self._sockets, key=_holding)
+            self._evicted_log.log(
+                log.info,
+                "closed the connection from %s: it held %d bytes, the most while all held over %d",
+                _peer(biggest.address),
+                _holding(biggest),
+                MAX_HELD_BYTES,
+            )
+            self._close(biggest)
+
+    def _expire(self, conn: _Connection) -> None:
+        if conn.phase == _Phase.READING and conn.inbox:
+            self._slow_log.log(
+                log.info,
+                "closed the connection from %s: its request was not in within %g s",
+                _peer(conn.address),
+                REQUEST_DEADLINE_S,
+            )
+        elif conn.phase == _Phase.WRITING:
+            self._slow_log.log(
+                log.info,
+                "closed the connection from %s: %d bytes of its answer were not taken within %g s",
+                _peer(conn.address),
+                len(conn.outbox),
+                ANSWER_DEADLINE_S,
+            )
+        self._close(conn)
+
+    def _close(self, conn: _Connection) -> None:
+        sock = self._sockets.pop(conn, None)
+        if sock is None:
+            return
+        if conn.events:
+            self._selector.unregister(sock)
+        self._phases[conn.phase].pop(conn, None)
+        self._held -= _holding(conn)
+        conn.inbox = bytearray()
+        conn.outbox = _NOTHING
+        conn.phase = _Phase.CLOSED
+        with contextlib.suppress(OSError):
+            sock.close()
+
+    def _broken(self, conn: _Connection, exc: OSError) -> None:
         if _is_broken_connection(exc):
-            assert exc is not None
-            reason = getattr(exc, "strerror", None) or str(exc) or "no detail"
+            reason = exc.strerror or str(exc) or "no detail"
             self._broken_log.log(
                 log.info,
                 "connection from %s broken by the client (%s: %s)",
-                peer,
+                _peer(conn.address),
                 type(exc).__name__,
                 reason,
             )
         else:
-            self._error_log.log(log.error, "unexpected error serving %s", peer, exc_info=exc)
-
-
-def _drain(sock: socket.socket) -> None:
-    with contextlib.suppress(OSError):
-        for _ in range(16):
-            if not sock.recv(65536, socket.MSG_DONTWAIT):
-                return
-
-
-def _close(sock: socket.socket) -> None:
-    _drain(sock)
-    with contextlib.suppress(OSError):
-        sock.close()
-
-
-class _Handler(BaseHTTPRequestHandler):
-    server: HardenedHTTPServer
-    protocol_version = "HTTP/1.1"
-    # Slow or half-open clients must not pin a thread forever.
-    timeout = 10
-
-    # -- dispatch ----------------------------------------------------------------
-
-    def handle_one_request(self) -> None:
-        # Each request of a kept-alive connection gets its own deadline.
-        self.server.reading(self.connection, self.client_address)
-        try:
-            super().handle_one_request()
-        finally:
-            self.server.read(self.connection)
-
-    def do_GET(self) -> None:
-        if self.server.read(self.connection):
-            self._get()
-
-    def do_HEAD(self) -> None:
-        if self.server.read(self.connection):
-            self._get()  # _send leaves the body out
-
-    def do_POST(self) -> None:
-        path = self._path()
-        route = self.server.post_routes.get(path)
-        if route is None:
-            self._no_route(path)
-            return
-        authorize = self.server.authorize
-        if authorize is not None:
-            problem = authorize(self.headers.get("Authorization"))
-            if problem is not None:
-                # RFC 6750 §3: a 401 names the scheme it wants.
-                self._error(401, problem, **{"WWW-Authenticate": 'Bearer realm="spark-watchdog"'})
-                return
-        body = self._read_json()
-        # A serving stop may take longer than the deadline, which ends here.
-        if not self.server.read(self.connection) or body is None:
-            return
-        try:
-            response = route(body)
-        except Exception as exc:
-            log.exception("POST %s failed", path)
-            response = json_response({"error": f"{type(exc).__name__}: {exc}"}, 500)
-        self._send(*response)
-
-    def _not_allowed(self) -> None:
-        self._no_route(self._path())
-
-    # Standard methods these paths do not take (QUERY: the IETF httpbis draft's
-    # safe method with a body); a method the server does not know is a 501.
-    do_OPTIONS = do_PUT = do_DELETE = do_PATCH = do_TRACE = do_CONNECT = do_QUERY = _not_allowed
-
-    def _get(self) -> None:
-        path = self._path()
-        route = self.server.routes.get(path)
-        if route is None:
-            self._no_route(path)
-            return
-        try:
-            response = route()
-        except Exception as exc:
-            log.exception("%s %s failed", self.command, path)
-            response = json_response({"error": f"{type(exc).__name__}: {exc}"}, 500)
-        self._send(*response)
-
-    def _path(self) -> str:
-        return self.path.split("?", 1)[0]
-
-    def _no_route(self, path: str) -> None:
-        """405 with Allow when the path takes other methods, else 404."""
-        allowed = self.server.allowed_methods(path)
-        if allowed:
-            use = " or ".join(allowed)
-            message = f"{self.command} is not allowed on {path}; use {use}"
-            self._error(405, message, Allow=", ".join(allowed))
-            return
-        known = ", ".join(self.server.paths()) or "none"
-        self._error(404, f"no such path {path}; paths: {known}")
-
-    # -- the request body ---------------------------------------------------------
-
-    def _read_json(self) -> dict[str, Any] | None:
-        """The body as a JSON object, or None after answering why it is not one."""
-        if self.headers.get("Transfer-Encoding"):
-            self._error(411, "send the body with a Content-Length (no chunked bodies)")
-            return None
-        raw_length = self.headers.get("Content-Length")
-        length = 0
-        if raw_length is not None:
-            try:
-                length = int(raw_length)
-                if length < 0:
-                    raise ValueError(raw_length)
-            except ValueError:
-                self._error(400, f"Content-Length: expected a byte count, got {raw_length!r}")
-                return None
-        if length > MAX_BODY_BYTES:
-            self._error(413, f"body of {length} bytes; at most {MAX_BODY_BYTES} accepted")
-            return None
-        raw = self.rfile.read(length) if length else b""
-        if len(raw) < length:
-            self._error(400, f"body ended after {len(raw)} of {length} bytes")
-            return None
-        if not raw.strip():
-            return {}
-        depth = json_nesting(raw)
-        if depth > MAX_BODY_DEPTH:
-            self._error(
-                400,
-                f"body nests {depth} levels of arrays and objects; at most {MAX_BODY_DEPTH} "
-                "are accepted (a serving request is one flat object)",
+            self._error_log.log(
+                log.error, "unexpected error serving %s", _peer(conn.address), exc_info=exc
             )
-            return None
-        try:
-            value = json.loads(raw)
-        except (ValueError, RecursionError) as exc:
-            self._error(400, f"body is not JSON: {exc}")
-            return None
-        if not isinstance(value, dict):
-            self._error(400, f"body: expected a JSON object, got {type(value).__name__}")
-            return None
-        return value
+        self._close(conn)
 
-    # -- answers -------------------------------------------------------------------
-
-    def parse_request(self) -> bool:
-        raw: bytes = getattr(self, "raw_requestline", b"")  # set by handle_one_request
-        words = raw.split()
-        if len(words) == 2:
-            # No HTTP version: HTTP/0.9 ("GET /path"), which has no headers and
-            # no status line; http.server would wait for headers that never come.
-            self.command = ""
-            self.requestline = str(raw, "iso-8859-1").rstrip("\r\n")
-            self.request_version = "HTTP/1.0"
-            self.close_connection = True
-            if words[0] == b"GET":
-                self.send_error(
-                    505, "HTTP/0.9 is not supported; send HTTP/1.0 or HTTP/1.1 requests"
-                )
-            else:
-                self.send_error(400, f"Bad request syntax ({self.requestline!r})")
-            return False
-        return bool(super().parse_request())
-
-    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
-        """Every error http.server raises itself (a malformed request line, an
-        unknown method, oversized headers) answered in JSON, not HTML."""
-        if self.request_version in ("HTTP/0.9", ""):
-            # A request line that did not parse still gets a status line.
-            self.request_version = "HTTP/1.0"
-        if code == HTTPStatus.NOT_IMPLEMENTED and self.command:
-            text = f"unsupported method {self.command!r}; use GET, HEAD or POST"
-        elif code == HTTPStatus.REQUEST_URI_TOO_LONG:
-            text = "request line longer than 65536 bytes; shorten the URL"
-        elif code == HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE:
-            text = (
-                "a header line longer than 65536 bytes; send shorter headers"
-                if message == "Line too long"
-                else "more than 100 headers; send fewer"
-            )
-        elif code == HTTPStatus.BAD_REQUEST and message and message.startswith("Bad request"):
-            text = f"{message}; expected a request line METHOD /path HTTP/1.1"
-        elif code == HTTPStatus.HTTP_VERSION_NOT_SUPPORTED and message:
-            text = message if "HTTP/1.1" in message else f"{message}; send HTTP/1.1 requests"
+    def _enter(self, conn: _Connection, phase: str) -> None:
+        """``conn`` moves to ``phase``: its clock starts and the selector
+        watches what that phase waits for."""
+        self._phases[conn.phase].pop(conn, None)
+        now = self._clock()
+        conn.phase, conn.since = phase, now
+        if phase == _Phase.READING:
+            conn.due = now + REQUEST_DEADLINE_S
+        elif phase == _Phase.WRITING:
+            conn.due = now + ANSWER_DEADLINE_S
+        elif phase == _Phase.CLOSING:
+            conn.due = now + CLOSING_LINGER_S
+        self._phases[phase][conn] = None
+        events = {
+            _Phase.READING: selectors.EVENT_READ,
+            _Phase.CLOSING: selectors.EVENT_READ,
+            _Phase.WRITING: selectors.EVENT_WRITE,
+        }.get(phase, 0)
+        sock = self._sockets[conn]
+        if events == conn.events:
+            return
+        if not conn.events:
+            self._selector.register(sock, events, conn)
+        elif not events:
+            self._selector.unregister(sock)
         else:
-            text = message or HTTPStatus(code).phrase
-            if explain:
-                text = f"{text}: {explain}"
-        self._error(code, text)
+            self._selector.modify(sock, events, conn)
+        conn.events = events
 
-    def _error(self, status: int, message: str, **headers: str) -> None:
-        """Answer an error; the connection closes, since a body may be left unread."""
-        self.close_connection = True
-        code, content_type, body = json_response({"error": message}, status)
-        self._send(code, content_type, body, {"Connection": "close", **headers})
+    # -- requests in ---------------------------------------------------------------
 
-    def _send(
-        self,
-        status: int,
-        content_type: str,
-        body: bytes,
-        headers: dict[str, str] | None = None,
-    ) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
-        self.send_header("Cache-Control", "no-store")
-        for name, value in (headers or {}).items():
-            self.send_header(name, value)
-        self.end_headers()
-        if self.command != "HEAD":
-            self.wfile.write(body)
+    def _on_readable(self, conn: _Connection) -> None:
+        try:
+            data = self._sockets[conn].recv(_RECV_BYTES)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as exc:
+            self._broken(conn, exc)
+            return
+        if not data:
+            self._close(conn)  # the client closed its side
+            return
+        if conn.phase != _Phase.READING:
+            return  # closing: input is discarded
+        conn.inbox += data
+        self._held += len(data)
+        self._serve(conn)
+        if self._held > MAX_HELD_BYTES:
+            self._shed()
 
-    def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
-        # Access logs would flood the journal at 1 request/s per controller.
-        return
+    def _serve(self, conn: _Connection) -> None:
+        """Answer every whole request ``conn`` has sent (pipelined ones in turn)."""
+        while conn.phase == _Phase.READING and conn.inbox:
+            scan = scan_head(conn.inbox)
+            if scan.scan == Scan.PARTIAL:
+                return
+            if scan.scan == Scan.TOO_LARGE:
+                self._take(conn, len(conn.inbox))
+                message = f"request head longer than {MAX_HEAD_BYTES} bytes; send shorter headers"
+                self._answer(conn, error_answer(431, message), keep_alive=False)
+                return
+            method, end = "", len(conn.inbox)
+            if scan.scan == Scan.WHOLE:
+                method, target, _ = bytes(conn.inbox[: scan.line_end]).decode("latin-1").split()
+                head = io.BytesIO(bytes(conn.inbox[scan.line_end : scan.end]))
+                headers = http.client.parse_headers(head)
+                end = scan.end + self.routes.body_length(method, target, headers)
+                if len(conn.inbox) < end:
+                    return  # the body is on its way
+            request = self._take(conn, end)
+            if method == "POST":
+                self._run_route(conn, request)
+            else:
+                self._exchange(conn, request)
 
-    def log_message(self, format: str, *args: Any) -> None:
-        # http.server's own lines (timeouts, errors): each is answered, none logged.
-        return
+    def _take(self, conn: _Connection, end: int) -> bytes:
+        request = bytes(conn.inbox[:end])
+        del conn.inbox[:end]
+        self._held -= len(request)
+        return request
+
+    def _exchange(self, conn: _Connection, request: bytes) -> None:
+        """Answer a request on this thread (GET, HEAD, errors: all quick)."""
+        try:
+            exchange = Exchange(request, conn.address, self.routes)
+        except Exception as exc:
+            self._error_log.log(
+                log.error, "unexpected error serving %s", _peer(conn.address), exc_info=exc
+            )
+            self._answer(conn, error_answer(500, "internal error"), keep_alive=False)
+            return
+        self._answer(conn, exchange.answer, keep_alive=not exchange.close_connection)
+
+    def _run_route(self, conn: _Connection, request: bytes) -> None:
+        """A POST runs on a thread of its own; its answer comes back to the loop."""
+        if self._running >= MAX_ROUTE_THREADS:
+            message = f"too many requests running: {MAX_ROUTE_THREADS} at once; retry shortly"
+            self._answer(conn, error_answer(503, message, **{"Retry-After": "1"}), keep_alive=False)
+            return
+        self._running += 1
+        self._enter(conn, _Phase.RUNNING)
+
+        def run() -> None:
+            answer, keep_alive = error_answer(500, "internal error"), False
+            try:
+                exchange = Exchange(request, conn.address, self.routes)
+                answer, keep_alive = exchange.answer, not exchange.close_connection
+            except Exception:
+                log.exception("unexpected error serving %s", _peer(conn.address))
+            finally:
+                self._finished.put((conn, answer, keep_alive))
+                self._wake()
+
+        threading.Thread(target=run, name="http-post", daemon=True).start()
+
+    def _answer_finished_routes(self) -> None:
+        while True:
+            try:
+                conn, answer, keep_alive = self._finished.get_nowait()
+            except queue.Empty:
+                return
+            self._running -= 1
+            if conn.phase == _Phase.RUNNING:
+                self._answer(conn, answer, keep_alive=keep_alive)
+                self._serve(conn)
+
+    # -- answers out ---------------------------------------------------------------
+
+    def _answer(self, conn: _Connection, answer: bytes, *, keep_alive: bool) -> None:
+        conn.keep_alive = keep_alive
+        conn.outbox = memoryview(answer)
+        self._held += len(answer)
+        self._flush(conn)
+
+    def _flush(self, conn: _Connection) -> None:
+        sock = self._sockets[conn]
+        while conn.outbox:
+            try:
+                sent = sock.send(conn.outbox)
+            except (BlockingIOError, InterruptedError):
+                break
+            except OSError as exc:
+                self._broken(conn, exc)
+                return
+            # An empty slice would still keep the whole answer alive.
+            conn.outbox = conn.outbox[sent:] if sent < len(conn.outbox) else _NOTHING
+            self._held -= sent
+        if conn.outbox:
+            if conn.phase != _Phase.WRITING:
+                self._enter(conn, _Phase.WRITING)  # its deadline runs from now, once
+            return
+        if conn.keep_alive:
+            self._enter(conn, _Phase.READING)
+            return
+        self._held -= len(conn.inbox)
+        conn.inbox = bytearray()
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_WR)
+        self._enter(conn, _Phase.CLOSING)
+
+
+def _holding(conn: _Connection) -> int:
+    return len(conn.inbox) + len(conn.outbox)
 
 
 class HttpEndpoint:
@@ -597,6 +637,11 @@ class HttpEndpoint:
         assert self._server is not None
         return int(self._server.server_address[1])
 
+    @property
+    def server(self) -> HardenedHTTPServer:
+        assert self._server is not None
+        return self._server
+
     def operations(self) -> dict[str, tuple[str, ...]]:
         """Every path served and the methods it answers (what docs/api/ describes)."""
         paths = sorted({*self._routes, *self._post_routes})
@@ -607,13 +652,24 @@ class HttpEndpoint:
         }
 
     def start(self) -> None:
+        cap = connection_cap(self._max_connections, open_files_limit())
+        if cap < self._max_connections:
+            log.info(
+                "serving at most %d connections at once on %s:%d: the open-file limit is %d "
+                "(LimitNOFILE=; %d files kept for the rest of the process)",
+                cap,
+                self._address,
+                self._port,
+                open_files_limit(),
+                RESERVED_FILES,
+            )
         try:
             self._server = HardenedHTTPServer(
                 (self._address, self._port),
                 self._routes,
                 self._post_routes,
                 self._authorize,
-                max_connections=self._max_connections,
+                max_connections=cap,
             )
         except OSError as exc:
             raise WatchdogError(

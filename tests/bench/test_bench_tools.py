@@ -183,3 +183,38 @@ def test_the_power_path_benchmark_measures_verified_cycles(
                 0 < sample["off_s"] < sample["cycle_s"] and 0 < sample["on_s"] < sample["cycle_s"]
             )
     assert "exec (relay board script)" in capsys.readouterr().out
+
+
+def test_the_http_bench_times_polls_beside_a_crowd_of_each_kind() -> None:
+    import psutil
+
+    from bench import http_under_load
+    from spark_watchdog.http_server import HttpEndpoint, json_response
+
+    server = HttpEndpoint(
+        "127.0.0.1",
+        0,
+        {
+            "/v1/state": lambda: json_response({"seq": 1}),
+            "/metrics": lambda: (200, "text/plain", b"m" * 50_000),
+        },
+    )
+    server.start()
+    try:
+        run = http_under_load._measure(
+            psutil.Process(),
+            server.port,
+            "/v1/state",
+            "/metrics",
+            http_under_load.KINDS,
+            20,
+            5,
+            0.0,
+        )
+    finally:
+        server.stop()
+    assert run["crowd"] == "idle+slow-sender+slow-reader"
+    assert run["answers"] == {"200": 5} and run["failures"] == 0
+    assert run["connections_open_during_polls"]["min"] >= 57  # 95 % of 60
+    assert run["ms"]["p50"] is not None and run["rss_mb"]["max"] > 0
+    assert run["goal_met"] is True

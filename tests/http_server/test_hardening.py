@@ -9,7 +9,6 @@ import json
 import logging
 import socket
 import struct
-import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -20,11 +19,11 @@ import requests
 from spark_watchdog import http_server
 from spark_watchdog.http_server import (
     MAX_BODY_DEPTH,
-    MAX_CONNECTIONS,
     HttpEndpoint,
     Response,
     json_response,
 )
+from spark_watchdog.line_budget import LineBudget
 
 pytestmark = pytest.mark.integration
 
@@ -155,7 +154,7 @@ def test_a_flood_of_resets_is_logged_at_a_bounded_rate(
 def test_the_suppressed_count_is_reported_when_the_window_ends() -> None:
     lines: list[str] = []
     now = [0.0]
-    budget = http_server._LineBudget(2, 60.0, clock=lambda: now[0])
+    budget = LineBudget(2, 60.0, clock=lambda: now[0])
 
     def note(text: str) -> None:
         budget.log(lambda message, *args: lines.append(message % args), text)
@@ -175,45 +174,7 @@ def test_the_suppressed_count_is_reported_when_the_window_ends() -> None:
     assert lines[-1] == "event 6"
 
 
-# --- 2. a cap on connections ----------------------------------------------------
-
-
-def test_connections_past_the_cap_get_a_json_503_without_a_thread_each(
-    endpoint: HttpEndpoint,
-) -> None:
-    before = threading.active_count()
-    held: list[socket.socket] = []
-    extra = 8
-    try:
-        # Each sends half a request head and then nothing (a dripping client).
-        for _ in range(MAX_CONNECTIONS + extra):
-            sock = socket.create_connection(("127.0.0.1", endpoint.port), timeout=10)
-            sock.sendall(b"GET /v1/state HTTP/1.1\r\n")
-            held.append(sock)
-        for sock in held[MAX_CONNECTIONS:]:
-            answer = b""
-            while chunk := sock.recv(65536):
-                answer += chunk
-            status, headers, body = _parse(answer)
-            assert status == "HTTP/1.1 503 Service Unavailable"
-            assert headers["content-type"] == "application/json"
-            assert headers["retry-after"] == "1"
-            assert headers["connection"] == "close"
-            assert json.loads(body) == {
-                "error": f"too many connections: {MAX_CONNECTIONS} already open; retry shortly"
-            }
-        assert threading.active_count() - before <= MAX_CONNECTIONS
-        # The held ones are still being served (waiting for the rest of their head).
-        held[0].settimeout(0.2)
-        with pytest.raises(TimeoutError):
-            held[0].recv(1)
-    finally:
-        for sock in held:
-            sock.close()
-    # Slots come back as the held connections end.
-    assert _wait_for(
-        lambda: requests.get(f"{_base(endpoint)}/v1/state", timeout=5).status_code == 200
-    )
+# --- 2. slow requests (connections in numbers: test_under_load.py) -------------
 
 
 def test_a_dripping_client_is_cut_at_the_request_deadline(
