@@ -17,7 +17,6 @@ import os
 import random
 import tempfile
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
 from spark_watchdog.config.controller import ControllerConfig, parse_controller_config
@@ -29,7 +28,7 @@ from spark_watchdog.controller.node_states import NodeState
 from spark_watchdog.controller.notify import ABOUT_LEADERSHIP, Event, Notifier
 from spark_watchdog.errors import StoreFull, StoreLocked
 from spark_watchdog.history.core import is_write
-from spark_watchdog.history.records import CLUSTER, IncidentStep
+from spark_watchdog.history.records import CLUSTER
 from spark_watchdog.history.store import HistoryStore
 from spark_watchdog.power.base import CommandSpacing, PowerState, SendGate, StepHook, VerifiedPower
 from spark_watchdog.power.paths import PowerPath, timing_for
@@ -40,6 +39,8 @@ from spark_watchdog.simulation.fault_plays import FAULTS as FAULTS
 from spark_watchdog.simulation.fault_plays import FaultPlays
 from spark_watchdog.simulation.loop import VirtualLoop, run_virtual
 from spark_watchdog.simulation.pair import PAIR_FAULTS, SimPair
+from spark_watchdog.simulation.report import ErrorTrap, attempt_of
+from spark_watchdog.simulation.report import Report as Report
 from spark_watchdog.simulation.world import (
     PROCESS,
     Incarnation,
@@ -80,43 +81,6 @@ def _token_file() -> str:
         os.close(fd)
         _TOKEN.append(path)
     return _TOKEN[0]
-
-
-@dataclass
-class Report:
-    seed: int
-    simulated_s: float
-    nodes: int
-    violations: list[str]
-    faults: dict[str, int] = field(default_factory=dict)
-    commands: int = 0
-    incidents: int = 0
-    recovered: int = 0
-    crashes: int = 0
-    dry_run: bool = False
-    writes: int = 0
-    # (node, target) of every command the controller sent, in order, and when.
-    sent: list[tuple[str, str]] = field(default_factory=list)
-    sent_at: list[float] = field(default_factory=list)
-    # Kinds of the alerts sent, in order, and the final verdict of each node.
-    alerts: list[str] = field(default_factory=list)
-    verdicts: dict[str, str] = field(default_factory=dict)
-    resolutions: list[str] = field(default_factory=list)
-    # The kind of each incident (not dry run), in order.
-    kinds: list[str] = field(default_factory=list)
-    # Outlets switched on by their own timer (a self-timed cycle), not by a command.
-    timed_ons: int = 0
-    # Rungs run a second time: a resumed off never seen to land (recovery.Unsettled).
-    second_tries: int = 0
-    # A controller pair ran (simulation/pair.py): leaderships taken, and of them
-    # those taken after another controller had led.
-    pair: bool = False
-    epochs: int = 0
-    takeovers: int = 0
-
-    @property
-    def node_hours(self) -> float:
-        return self.simulated_s * self.nodes / 3600.0
 
 
 class _SimClock:
@@ -467,7 +431,7 @@ class _Run(FaultPlays):
             if (last is None or last.step != wanted) and not excused:
                 self.violate(f"I7 {where}: last step {last and last.step}, not {wanted}")
             if target is PowerState.OFF and last is not None and isinstance(last.detail, dict):
-                key = (incident.id, int(last.detail.get("rung", -1)), _attempt(mine))
+                key = (incident.id, int(last.detail.get("rung", -1)), attempt_of(mine))
                 self.off_counts[key] = self.off_counts.get(key, 0) + 1
                 if key[2] > 2:
                     self.violate(f"I2 {where}: try {key[2]} of incident #{key[0]} rung {key[1]}")
@@ -745,30 +709,9 @@ class _Run(FaultPlays):
                 1
                 for i in incidents
                 for s in self.store.steps(i.id)
-                if s.step == StepName.RUNG_STARTED and _attempt([s]) == 2
+                if s.step == StepName.RUNG_STARTED and attempt_of([s]) == 2
             ),
         )
-
-
-def _attempt(steps: list[IncidentStep]) -> int:
-    """Which try of its rung the latest ``rung_started`` is: a rung runs a second
-    time only after its first off was never seen to land (recovery.Unsettled)."""
-    started = [s for s in steps if s.step == StepName.RUNG_STARTED]
-    detail = started[-1].detail if started else None
-    attempt = detail.get("attempt", 1) if isinstance(detail, dict) else 1
-    return attempt if isinstance(attempt, int) else 1
-
-
-class _ErrorTrap(logging.Handler):
-    """Tracebacks from the controller are bugs: each one is a violation."""
-
-    def __init__(self, sink: list[str]) -> None:
-        super().__init__(logging.ERROR)
-        self.sink = sink
-
-    def emit(self, record: logging.LogRecord) -> None:
-        if record.exc_info and not isinstance(record.exc_info[1], (InjectedBug, Killed)):
-            self.sink.append(f"{record.getMessage()} ({record.exc_info[1]!r})")
 
 
 def simulate(
@@ -792,7 +735,7 @@ def simulate(
     """
     run = _Run(seed, minutes, crash_after_write, script, overrides, prepare, self_timed, pair)
     run.crash_after_command = crash_after_command
-    trap = _ErrorTrap(run.errors)
+    trap = ErrorTrap(run.errors)
     logger = logging.getLogger("spark_watchdog")
     previous = logger.level
     logger.addHandler(trap)

@@ -1,0 +1,69 @@
+"""What a simulation run reports (simulation/run.py), and how it reads what
+the controller logged and recorded."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from spark_watchdog.history.records import IncidentStep
+from spark_watchdog.simulation.world import InjectedBug, Killed
+from spark_watchdog.steps import StepName
+
+
+@dataclass
+class Report:
+    seed: int
+    simulated_s: float
+    nodes: int
+    violations: list[str]
+    faults: dict[str, int] = field(default_factory=dict)
+    commands: int = 0
+    incidents: int = 0
+    recovered: int = 0
+    crashes: int = 0
+    dry_run: bool = False
+    writes: int = 0
+    # (node, target) of every command the controller sent, in order, and when.
+    sent: list[tuple[str, str]] = field(default_factory=list)
+    sent_at: list[float] = field(default_factory=list)
+    # Kinds of the alerts sent, in order, and the final verdict of each node.
+    alerts: list[str] = field(default_factory=list)
+    verdicts: dict[str, str] = field(default_factory=dict)
+    resolutions: list[str] = field(default_factory=list)
+    # The kind of each incident (not dry run), in order.
+    kinds: list[str] = field(default_factory=list)
+    # Outlets switched on by their own timer (a self-timed cycle), not by a command.
+    timed_ons: int = 0
+    # Rungs run a second time: a resumed off never seen to land (recovery.Unsettled).
+    second_tries: int = 0
+    # A controller pair ran (simulation/pair.py): leaderships taken, and of them
+    # those taken after another controller had led.
+    pair: bool = False
+    epochs: int = 0
+    takeovers: int = 0
+
+    @property
+    def node_hours(self) -> float:
+        return self.simulated_s * self.nodes / 3600.0
+
+
+def attempt_of(steps: list[IncidentStep]) -> int:
+    """Which try of its rung the latest ``rung_started`` is: a rung runs a second
+    time only after its first off was never seen to land (recovery.Unsettled)."""
+    started = [s for s in steps if s.step == StepName.RUNG_STARTED]
+    detail = started[-1].detail if started else None
+    attempt = detail.get("attempt", 1) if isinstance(detail, dict) else 1
+    return attempt if isinstance(attempt, int) else 1
+
+
+class ErrorTrap(logging.Handler):
+    """Tracebacks from the controller are bugs: each one is a violation."""
+
+    def __init__(self, sink: list[str]) -> None:
+        super().__init__(logging.ERROR)
+        self.sink = sink
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.exc_info and not isinstance(record.exc_info[1], (InjectedBug, Killed)):
+            self.sink.append(f"{record.getMessage()} ({record.exc_info[1]!r})")
