@@ -50,9 +50,6 @@ Run as ``python -m spark_watchdog.lab.hardware plug --kind shelly --port N``
 from __future__ import annotations
 
 import argparse
-import base64
-import hashlib
-import hmac
 import json
 import logging
 import re
@@ -68,7 +65,8 @@ from pathlib import Path
 from types import FrameType, TracebackType
 from typing import Any, cast
 from urllib.parse import parse_qs, urlsplit
-from urllib.request import parse_http_list, parse_keqv_list
+
+from spark_watchdog.lab.hardware import plug_auth
 
 log = logging.getLogger("spark_watchdog.lab.hardware.plug_standin")
 
@@ -339,49 +337,23 @@ class PlugStandin:
         """RFC 7616 digest check with SHA-256 and qop=auth, as Shelly Gen2+ does it."""
         if self.password is None:
             return True
-        if not header or not header.lower().startswith("digest "):
-            return False
-        fields = parse_keqv_list(parse_http_list(header[len("digest ") :]))
+        fields = plug_auth.digest_fields(header)
         with self._lock:
-            known_nonce = fields.get("nonce") in self._nonces
-        if not known_nonce or fields.get("username") != SHELLY_USER:
+            known_nonce = fields is not None and fields.get("nonce") in self._nonces
+        if fields is None or not known_nonce:
             return False
-        if fields.get("realm") != self.realm or fields.get("uri") != uri:
-            return False
-        if fields.get("qop") != "auth" or fields.get("algorithm", "SHA-256") != "SHA-256":
-            return False
-
-        def sha256(text: str) -> str:
-            return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-        ha1 = sha256(f"{SHELLY_USER}:{self.realm}:{self.password}")
-        ha2 = sha256(f"{method}:{uri}")
-        expected = sha256(
-            f"{ha1}:{fields['nonce']}:{fields.get('nc', '')}:{fields.get('cnonce', '')}:auth:{ha2}"
-        )
-        return hmac.compare_digest(expected, fields.get("response", ""))
+        return plug_auth.digest_ok(fields, method, uri, self.realm, SHELLY_USER, self.password)
 
     def basic_ok(self, header: str | None) -> bool:
         """HTTP Basic auth as Shelly Gen1 checks it (user ``admin``)."""
         if self.password is None:
             return True
-        if not header or not header.lower().startswith("basic "):
-            return False
-        try:
-            decoded = base64.b64decode(header[len("basic ") :], validate=True).decode("utf-8")
-        except (ValueError, UnicodeDecodeError):
-            return False
-        user, _, password = decoded.partition(":")
-        return user == SHELLY_GEN1_USER and hmac.compare_digest(
-            password.encode(), self.password.encode()
-        )
+        return plug_auth.basic_ok(header, SHELLY_GEN1_USER, self.password)
 
     def tasmota_credentials_ok(self, query: dict[str, list[str]]) -> bool:
         if self.password is None:
             return True
-        user = query.get("user", [""])[0]
-        password = query.get("password", [""])[0]
-        return user == TASMOTA_USER and hmac.compare_digest(password, self.password)
+        return plug_auth.query_credentials_ok(query, TASMOTA_USER, self.password)
 
 
 class _PlugServer(ThreadingHTTPServer):
