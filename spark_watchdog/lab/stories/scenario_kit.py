@@ -17,21 +17,6 @@ from spark_watchdog.lab.cluster import (
 from spark_watchdog.lab.node import LabNode
 from spark_watchdog.lab.session import ControllerMode, LabSession
 
-
-def _freeze(run: Run, node_name: str | None = None) -> None:
-    node = pick_target(run, node_name, 2)
-    boot_before = node.boot_id()
-    run.inject("freeze", node)
-    wait_resolved(run, 1, f"{node.name}'s incident to be resolved", held_node=node)
-    judge_incidents(run, "host_frozen")
-    account(run)
-    if run.result.outcome == "recovered":
-        expect_cycles(run, [node])
-        expect_safe_restart(run)
-        if node.boot_id() == boot_before:
-            run.result.problems.append(f"{node.name} did not boot again (same boot id)")
-
-
 # After detection, how long a no-rule scenario watches for a wrong action:
 # twice the lab's freeze_after, so a mistaken freeze verdict would have fired.
 QUIET_WATCH_S = 6.0
