@@ -20,7 +20,7 @@ from spark_watchdog.controller import incident_log
 from spark_watchdog.controller.crew import Crew
 from spark_watchdog.controller.incident_log import Resolution
 from spark_watchdog.controller.ledger import HistoryUnwritable
-from spark_watchdog.controller.node_states import NodeEvent, NodeState
+from spark_watchdog.controller.node_states import NodeEvent
 from spark_watchdog.controller.node_watch import NodeWatch
 from spark_watchdog.controller.notify import Event
 from spark_watchdog.controller.parts import Ladder
@@ -113,10 +113,8 @@ class FreezePath:
         if error is not None:
             # recover_frozen_host holds on every error it sees; this is the last net.
             log.error("%s: recovery failed: %r", watch.name, error, exc_info=error)
-            watch.held_reason = f"recovery failed: {error}"
             watch.held_by_controller = True
-            if watch.state is not NodeState.HELD:
-                watch.apply(NodeEvent.RECOVERY_FAILED)
+            watch.apply(NodeEvent.RECOVERY_FAILED, reason=f"recovery failed: {error}")
             self.crew.notifier.send(
                 Event("held", f"{watch.name}: recovery failed: {error}", watch.name)
             )

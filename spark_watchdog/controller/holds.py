@@ -18,13 +18,18 @@ from spark_watchdog.config.controller import ControllerConfig
 from spark_watchdog.controller.clock import Clock
 from spark_watchdog.controller.detector import Verdict
 from spark_watchdog.controller.ledger import BY, HistoryUnwritable, Ledger
-from spark_watchdog.controller.node_states import HOLD_EVENTS, NodeEvent, NodeState
+from spark_watchdog.controller.node_states import HOLD_EVENTS, HeldBy, NodeEvent, NodeState
 from spark_watchdog.controller.node_watch import NodeWatch
 from spark_watchdog.controller.notify import Event, Notifier
 from spark_watchdog.controller.planner import breaker_trips
 from spark_watchdog.history.records import CLUSTER
 
 log = logging.getLogger("spark_watchdog.controller")
+
+# The states a hold from the history or the breaker takes at once: no power
+# action is in progress (a rung stops at its next preflight, which reads the
+# holds itself; a gentler ladder asks the guard before it reboots or cuts).
+HOLDABLE = frozenset({NodeState.WATCHING, NodeState.UNWEDGING, NodeState.UNLATCHING})
 
 
 class Holds:
@@ -65,8 +70,7 @@ class Holds:
         ``sync`` once it can (the incident, if any, is then resumed).
         """
         assert event in HOLD_EVENTS, event  # each leads to HELD from every state
-        watch.held_reason = reason
-        watch.apply(event)
+        watch.apply(event, reason=reason, by=HeldBy.CONTROLLER if record else HeldBy.PAUSE)
         watch.held_by_controller = False
         if record:
             try:
@@ -81,10 +85,11 @@ class Holds:
             holds = await self.ledger.read(self.ledger.store.active_holds)
         except HistoryUnwritable:
             return
-        held = {h.node: h.reason for h in holds}
-        self.cluster_hold = held.get(CLUSTER)
+        held = {h.node: h for h in holds}
+        cluster = held.get(CLUSTER)
+        self.cluster_hold = None if cluster is None else cluster.reason
         for watch in self.watches.values():
-            reason = held.get(watch.name) or held.get(CLUSTER)
+            hold = held.get(watch.name) or cluster
             if watch.held_by_controller:
                 # Our own hold, not yet in the history: write it now, release never.
                 with contextlib.suppress(HistoryUnwritable):
@@ -94,11 +99,10 @@ class Holds:
                     )
                     watch.held_by_controller = False
                 continue
-            if reason and watch.state is NodeState.WATCHING:
-                watch.held_reason = reason
-                watch.apply(NodeEvent.HOLD)
-            elif not reason and watch.state is NodeState.HELD:
-                watch.held_reason = None
+            if hold is not None and watch.state in HOLDABLE:
+                by = HeldBy.CONTROLLER if hold.created_by == BY else HeldBy.OPERATOR
+                watch.apply(NodeEvent.HOLD, reason=hold.reason, by=by)
+            elif hold is None and watch.state is NodeState.HELD:
                 watch.apply(NodeEvent.RELEASE)
 
     # -- the circuit breaker ------------------------------------------------
@@ -118,7 +122,7 @@ class Holds:
         return [
             w.name
             for w in self.watches.values()
-            if w.state is NodeState.WATCHING
+            if w.state in HOLDABLE
             and w.finding.verdict is Verdict.HOST_FROZEN
             and not w.banner_reachable
             and w.off_seconds_override is None  # halted by the controller for its latch
@@ -149,6 +153,5 @@ class Holds:
             self.cluster_hold = reason
         self.notifier.send(Event("circuit_breaker", reason))
         for watch in self.watches.values():
-            if watch.state is NodeState.WATCHING:
-                watch.held_reason = reason
-                watch.apply(NodeEvent.HOLD)
+            if watch.state in HOLDABLE:
+                watch.apply(NodeEvent.HOLD, reason=reason)

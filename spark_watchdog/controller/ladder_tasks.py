@@ -46,6 +46,7 @@ class WedgedLadders:
         incident_id = self._incidents[watch.name]
         if watch.finding.verdict is not Verdict.HOST_FROZEN:
             return True
+        watch.leave_ladder(incident_id, NodeEvent.HANDED_TO_POWER)
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError, HistoryUnwritable):
             await task
@@ -76,6 +77,7 @@ class WedgedLadders:
                 ledger, incident.id, "restart serving, then a forced reboot over ssh"
             )
             return
+        watch.apply(NodeEvent.WEDGED_CONFIRMED, incident=incident.id)
         task = asyncio.get_running_loop().create_task(
             self._run(watch, incident.id), name=f"unwedge-{watch.name}"
         )
@@ -91,14 +93,17 @@ class WedgedLadders:
                 watch, f"gpu_wedged ladder failed: {exc}", NodeEvent.HOLD, by_controller=True
             )
 
-        return await _guarded(
-            host,
-            watch,
-            incident_id,
-            "gpu_wedged ladder",
-            wedged.unwedge(host, watch, incident_id),
-            failed,
-        )
+        try:
+            return await _guarded(
+                host,
+                watch,
+                incident_id,
+                "gpu_wedged ladder",
+                wedged.unwedge(host, watch, incident_id),
+                failed,
+            )
+        finally:
+            watch.leave_ladder(incident_id)
 
     async def resume(self, incident: Incident) -> None:
         """A ladder cut short after its forced reboot may have left: the node's
@@ -190,6 +195,7 @@ class UnlatchLadders:
                 f"halt it over ssh, then hold its AC off {unlatch.off_seconds(host.config):g}s",
             )
             return
+        watch.apply(NodeEvent.LATCH_CONFIRMED, incident=incident.id)
         task = asyncio.get_running_loop().create_task(
             self._run(watch, incident.id), name=f"unlatch-{watch.name}"
         )
@@ -209,14 +215,17 @@ class UnlatchLadders:
                 )
             )
 
-        return await _guarded(
-            host,
-            watch,
-            incident_id,
-            "clock latch ladder",
-            unlatch.unlatch(host, watch, incident_id),
-            failed,
-        )
+        try:
+            return await _guarded(
+                host,
+                watch,
+                incident_id,
+                "clock latch ladder",
+                unlatch.unlatch(host, watch, incident_id),
+                failed,
+            )
+        finally:
+            watch.leave_ladder(incident_id)
 
     async def resume(self, incident: Incident) -> None:
         """A halt for a clock latch may have left before a restart: the node's

@@ -1,20 +1,33 @@
 """The node state machine, in one place, as a table a reader can check.
 
-docs/design.md's verdicts in states (what the controller is doing about a node), not in
-verdicts (what the detector sees). The reported verdict of a node is its
-detector verdict while ``watching``, ``host_frozen`` while ``fencing``, and
-``booting`` / ``held`` otherwise.
+What the controller is doing about a node, apart from what it sees of the
+node (the observations the monitor writes into controller/node_watch.py);
+docs/architecture.md, "The node state machine", draws it. The state is one tagged value,
+:data:`Doing`: ``Watching``, ``Fencing(rung)``, ``Booting(rung)``,
+``Unwedging(incident)``, ``Unlatching(incident)`` or ``Held(reason, by)``, and
+it changes only through :func:`enter`, which asks the table. The reported
+verdict of a node is its detector verdict while watching, unwedging or
+unlatching (the host answers), ``host_frozen`` while fencing, and ``booting`` /
+``held`` otherwise.
 """
 
 from __future__ import annotations
 
 import enum
+from dataclasses import dataclass
+from typing import ClassVar, TypeAlias
 
 
 class NodeState(enum.Enum):
-    WATCHING = "watching"  # no power action in progress; the detector's verdict stands
+    WATCHING = "watching"  # no ladder runs; the detector's verdict stands
     FENCING = "fencing"  # a power rung is in progress: off, verify, hold, on, verify
     BOOTING = "booting"  # power restored; waiting for the agent with a new boot id
+    # The wedged-but-alive ladder runs (controller/wedged.py): serving restart,
+    # forced reboot over SSH; the host answers, so no power is cut.
+    UNWEDGING = "unwedging"
+    # The clock-latch ladder runs (controller/unlatch.py) until the halted host
+    # is handed to the power path.
+    UNLATCHING = "unlatching"
     HELD = "held"  # nothing automatic until an operator releases the node
 
 
@@ -33,9 +46,16 @@ class NodeEvent(enum.Enum):
     RESUMED_LADDER = "resumed_ladder"  # a restarted controller continues a rung from the history
     RESUMED_BOOT_WAIT = "resumed_boot_wait"  # ... or the wait for a new boot
     RECOVERY_FAILED = "recovery_failed"  # an unexpected error: held, recorded, for a person
+    RUNG_STARTED = "rung_started"  # a rung's first record: which power path is in progress
+    WEDGED_CONFIRMED = "wedged_confirmed"  # gpu_wedged: the wedged ladder's incident is open
+    LATCH_CONFIRMED = "latch_confirmed"  # a clock latch: the unlatch ladder's incident is open
+    # A halted (or silent) host goes to the freeze path, with every guard of a freeze.
+    HANDED_TO_POWER = "handed_to_power"
+    LADDER_ENDED = "ladder_ended"  # a gentler ladder ended (recovered, or alerted and left)
 
 
 W, F, B, H = NodeState.WATCHING, NodeState.FENCING, NodeState.BOOTING, NodeState.HELD
+UW, UL = NodeState.UNWEDGING, NodeState.UNLATCHING
 E = NodeEvent
 
 TRANSITIONS: dict[tuple[NodeState, NodeEvent], NodeState] = {
@@ -48,6 +68,9 @@ TRANSITIONS: dict[tuple[NodeState, NodeEvent], NodeState] = {
     (W, E.RESUMED_BOOT_WAIT): B,  # WATCHING -> BOOTING: resume the boot wait after a restart
     (W, E.RECOVERY_FAILED): H,  # WATCHING -> HELD: failed resuming; a person decides
     (W, E.AMBIGUOUS): H,  # WATCHING -> HELD: a resumed rung whose outcome reads cannot settle
+    (W, E.WEDGED_CONFIRMED): UW,  # WATCHING -> UNWEDGING: restart serving, then a forced reboot
+    (W, E.LATCH_CONFIRMED): UL,  # WATCHING -> UNLATCHING: a clean halt, then the long cut
+    (F, E.RUNG_STARTED): F,  # FENCING -> FENCING: this rung's power path
     (F, E.POWER_RESTORED): B,  # FENCING -> BOOTING: wait for a new boot id
     (F, E.RUNG_FAILED): F,  # FENCING -> FENCING: next rung (another device)
     (F, E.LADDER_EXHAUSTED): H,  # FENCING -> HELD: gave up; alert
@@ -65,6 +88,22 @@ TRANSITIONS: dict[tuple[NodeState, NodeEvent], NodeState] = {
     (B, E.AMBIGUOUS): H,  # BOOTING -> HELD: a resumed rung whose outcome reads cannot settle
     (B, E.RECOVERY_FAILED): H,  # BOOTING -> HELD: an unexpected error
     (B, E.GUARD_BLOCKED): H,  # BOOTING -> HELD: the next rung's guard, right after a boot timeout
+    (UW, E.LADDER_ENDED): W,  # UNWEDGING -> WATCHING: the GPU answers again, or a person was told
+    (UW, E.HANDED_TO_POWER): W,  # UNWEDGING -> WATCHING: silent; the freeze path takes it
+    (UW, E.HOLD): H,  # UNWEDGING -> HELD: a guard, a reboot not sent, still wedged, an operator
+    (UW, E.RELEASE): UW,  # nothing held: no-op
+    (UW, E.GUARD_BLOCKED): H,  # UNWEDGING -> HELD (every hold event holds, from every state)
+    (UW, E.LADDER_EXHAUSTED): H,
+    (UW, E.AMBIGUOUS): H,
+    (UW, E.RECOVERY_FAILED): H,  # UNWEDGING -> HELD: the ladder failed
+    (UL, E.LADDER_ENDED): W,  # UNLATCHING -> WATCHING: not cleared; alerted, left as it is
+    (UL, E.HANDED_TO_POWER): W,  # UNLATCHING -> WATCHING: halted; the freeze path cuts it long
+    (UL, E.HOLD): H,  # UNLATCHING -> HELD: an operator, the breaker
+    (UL, E.RELEASE): UL,  # nothing held: no-op
+    (UL, E.GUARD_BLOCKED): H,
+    (UL, E.LADDER_EXHAUSTED): H,
+    (UL, E.AMBIGUOUS): H,
+    (UL, E.RECOVERY_FAILED): H,
     (H, E.HOLD): H,  # already held
     (H, E.RELEASE): W,  # HELD -> WATCHING: operator released
     (H, E.NEW_BOOT): H,  # a held node that reboots stays held
@@ -94,6 +133,108 @@ def transition(state: NodeState, event: NodeEvent) -> NodeState:
         return TRANSITIONS[(state, event)]
     except KeyError:
         raise InvalidTransition(state, event) from None
+
+
+class HeldBy(enum.Enum):
+    """Who a hold is from, and so who ends it."""
+
+    # The controller's own decision (a guard, ambiguity, an error, the breaker):
+    # in the history, released only by a person.
+    CONTROLLER = "controller"
+    # A hold in the history that a person placed (the CLI, the page).
+    OPERATOR = "operator"
+    # The history cannot be written: nothing unrecorded acts, so the node
+    # waits; the next sync that can read the history releases it.
+    PAUSE = "pause"
+
+
+@dataclass(frozen=True)
+class Watching:
+    kind: ClassVar[NodeState] = NodeState.WATCHING
+
+
+@dataclass(frozen=True)
+class Fencing:
+    rung: int | None = None  # the power path in progress (0-based); None: before its first record
+    kind: ClassVar[NodeState] = NodeState.FENCING
+
+
+@dataclass(frozen=True)
+class Booting:
+    rung: int | None = None  # the power path whose cycle restored power, where known
+    kind: ClassVar[NodeState] = NodeState.BOOTING
+
+
+@dataclass(frozen=True)
+class Unwedging:
+    incident: int
+    kind: ClassVar[NodeState] = NodeState.UNWEDGING
+
+
+@dataclass(frozen=True)
+class Unlatching:
+    incident: int
+    kind: ClassVar[NodeState] = NodeState.UNLATCHING
+
+
+@dataclass(frozen=True)
+class Held:
+    reason: str
+    by: HeldBy = HeldBy.CONTROLLER
+    kind: ClassVar[NodeState] = NodeState.HELD
+
+
+Doing: TypeAlias = Watching | Fencing | Booting | Unwedging | Unlatching | Held
+
+
+class MissingDetail(InvalidTransition):
+    """A transition into a state that carries something, without it."""
+
+    def __init__(self, state: NodeState, event: NodeEvent, what: str) -> None:
+        super().__init__(state, event)
+        self.args = (f"{event.value} into {TRANSITIONS[(state, event)].value} needs {what}",)
+
+
+def enter(
+    doing: Doing,
+    event: NodeEvent,
+    *,
+    rung: int | None = None,
+    incident: int | None = None,
+    reason: str | None = None,
+    by: HeldBy = HeldBy.CONTROLLER,
+) -> Doing:
+    """The state ``event`` leads to from ``doing``, by the table, carrying what it needs:
+
+    - fencing: ``rung`` (kept from the state before when not given);
+    - booting: the rung that restored power, from fencing;
+    - unwedging, unlatching: the ``incident`` the ladder runs for;
+    - held: its ``reason`` and who placed it (an already held node keeps its
+      hold when no new reason is given).
+
+    :raises InvalidTransition: no such pair in the table, or what the state
+        needs was not given (:class:`MissingDetail`).
+    """
+    target = transition(doing.kind, event)
+    if target is NodeState.WATCHING:
+        return Watching()
+    if target is NodeState.FENCING:
+        kept = doing.rung if isinstance(doing, Fencing) else None
+        return Fencing(kept if rung is None else rung)
+    if target is NodeState.BOOTING:
+        kept = doing.rung if isinstance(doing, (Fencing, Booting)) else None
+        return Booting(kept if rung is None else rung)
+    if target in (NodeState.UNWEDGING, NodeState.UNLATCHING):
+        if isinstance(doing, (Unwedging, Unlatching)) and doing.kind is target:
+            return doing
+        if incident is None:
+            raise MissingDetail(doing.kind, event, "the incident")
+        return Unwedging(incident) if target is NodeState.UNWEDGING else Unlatching(incident)
+    if reason is None:
+        if isinstance(doing, Held):
+            return doing
+        raise MissingDetail(doing.kind, event, "a reason")
+    return Held(reason, by)
 
 
 def diagram(transitions: dict[tuple[NodeState, NodeEvent], NodeState] = TRANSITIONS) -> str:

@@ -16,7 +16,17 @@ from typing import Any
 from spark_watchdog.config.controller import NodeConfig
 from spark_watchdog.controller.detector import Finding, NodeObservation, Verdict, vllm_status
 from spark_watchdog.controller.http_client import ANSWERED, NO_NETWORK, UNRESOLVABLE
-from spark_watchdog.controller.node_states import NodeEvent, NodeState, transition
+from spark_watchdog.controller.node_states import (
+    Doing,
+    Held,
+    HeldBy,
+    NodeEvent,
+    NodeState,
+    Unlatching,
+    Unwedging,
+    Watching,
+    enter,
+)
 
 # Silence: what a frozen host (the kernel completes the handshake, userland is
 # silent) or a powered-off one (nothing answers on the segment) looks like.
@@ -38,7 +48,9 @@ class NodeWatch:
     watch_started_at: float  # monotonic
     # Agent silence after which it is late (banner checks, refusals mean going down).
     late_after: float = 2.0
-    state: NodeState = NodeState.WATCHING
+    # What the controller is doing about the node (controller/node_states.py):
+    # changed only through ``apply``; everything else here is what it sees.
+    doing: Doing = field(default_factory=Watching)
     finding: Finding = field(default_factory=lambda: Finding(Verdict.PENDING, ("starting",)))
     # Agent
     snapshot: dict[str, Any] | None = None
@@ -75,9 +87,9 @@ class NodeWatch:
     send_refusals: int = 0
     dry_run_incident: int | None = None
     last_agent_restart: float = float("-inf")
-    held_reason: str | None = None
-    # A hold the controller placed itself (recovery failure, ambiguity): the
-    # history's hold stays until a person releases it, whatever the sync sees.
+    # A hold the controller placed itself (recovery failure, ambiguity) that the
+    # history could not take yet: written as soon as it can be, released never
+    # by the sync.
     held_by_controller: bool = False
     # Memory guard kills, keyed (agent started_at, kill id): the last one
     # answered, and the one reported and not answered yet.
@@ -357,10 +369,38 @@ class NodeWatch:
             gpu_timeout_for=None if since is None else now - since,
         )
 
-    def apply(self, event: NodeEvent) -> NodeState:
-        """Every state change goes through the table in node_states."""
-        self.state = transition(self.state, event)
-        return self.state
+    @property
+    def state(self) -> NodeState:
+        return self.doing.kind
+
+    @property
+    def held_reason(self) -> str | None:
+        return self.doing.reason if isinstance(self.doing, Held) else None
+
+    def apply(
+        self,
+        event: NodeEvent,
+        *,
+        rung: int | None = None,
+        incident: int | None = None,
+        reason: str | None = None,
+        by: HeldBy = HeldBy.CONTROLLER,
+    ) -> NodeState:
+        """Every state change goes through the table in node_states.
+
+        :raises InvalidTransition: the table has no such change, or the new
+            state lacks what it carries.
+        """
+        self.doing = enter(self.doing, event, rung=rung, incident=incident, reason=reason, by=by)
+        return self.doing.kind
+
+    def leave_ladder(self, incident: int, event: NodeEvent = NodeEvent.LADDER_ENDED) -> None:
+        """The gentler ladder of ``incident`` ended (``LADDER_ENDED``) or gave
+        a silent host to the freeze path (``HANDED_TO_POWER``): the node is
+        watched again, if that ladder still has it (a hold took it already)."""
+        doing = self.doing
+        if isinstance(doing, (Unwedging, Unlatching)) and doing.incident == incident:
+            self.apply(event)
 
     @property
     def verdict(self) -> str:
@@ -382,6 +422,7 @@ class NodeWatch:
             "name": self.name,
             "verdict": self.verdict,
             "state": self.state.value,
+            "doing": doing_json(self.doing),
             "reasons": list(self.finding.reasons),
             "boot_id": self.boot_id,
             "seq": self.seq,
@@ -396,3 +437,10 @@ class NodeWatch:
             "power_cycles_total": self.power_cycles_total,
             "gpu_clock_latched": self.clock_latched_boot is not None,
         }
+
+
+def doing_json(doing: Doing) -> dict[str, Any]:
+    """The state and what it carries, for ``/v1/status``."""
+    out: dict[str, Any] = {"state": doing.kind.value}
+    out.update({k: (v.value if isinstance(v, HeldBy) else v) for k, v in vars(doing).items()})
+    return out

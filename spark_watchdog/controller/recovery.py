@@ -164,6 +164,7 @@ async def _run_rung(
     host: Crew, watch: NodeWatch, incident_id: int, path: PowerPath, plan: RungPlan
 ) -> RungOutcome:
     ledger, node = host.ledger, watch.name
+    watch.apply(NodeEvent.RUNG_STARTED, rung=plan.rung)
     power = host.power.power_for(path, watch, incident_id)
     if plan.boot_before is None:
         plan.boot_before = watch.boot_id
@@ -681,10 +682,8 @@ async def _fail(host: Crew, watch: NodeWatch, incident_id: int, reason: str) -> 
         await _hold_and_close(host, watch, incident_id, reason, NodeEvent.RECOVERY_FAILED)
     except Exception as exc:  # the record failed too: held in memory, never released
         log.error("%s: could not record the hold: %r", watch.name, exc)
-        watch.held_reason = reason
         watch.held_by_controller = True
-        if watch.state is not NodeState.HELD:
-            watch.apply(NodeEvent.RECOVERY_FAILED)
+        watch.apply(NodeEvent.RECOVERY_FAILED, reason=reason)
 
 
 async def _note(

@@ -33,6 +33,7 @@ from spark_watchdog.controller import incident_log
 from spark_watchdog.controller.crew import Crew
 from spark_watchdog.controller.incident_log import Resolution
 from spark_watchdog.controller.ladder import new_boot, resolve, wait_for
+from spark_watchdog.controller.node_states import NodeEvent
 from spark_watchdog.controller.node_watch import NodeWatch
 from spark_watchdog.controller.notify import Event
 from spark_watchdog.controller.planner import Action, power_blocked
@@ -104,6 +105,7 @@ async def unlatch(host: Crew, watch: NodeWatch, incident_id: int) -> str:
             host, watch, incident_id, "the halt was sent, but the host still answers"
         )
     # Silent: the freeze path cuts it, with its guards, for the long hold.
+    watch.leave_ladder(incident_id, NodeEvent.HANDED_TO_POWER)
     watch.expect_reboot(None, host.clock.monotonic())
     await incident_log.step(
         ledger,

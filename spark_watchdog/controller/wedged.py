@@ -181,6 +181,7 @@ async def _boot_wait(
 async def hand_over(host: Crew, watch: NodeWatch, incident_id: int, action_id: int | None) -> str:
     """The host went silent: the freeze path (and its own incident) takes over."""
     ledger, store = host.ledger, host.ledger.store
+    watch.leave_ladder(incident_id, NodeEvent.HANDED_TO_POWER)
     if action_id is not None:
         await ledger.write(
             store.finish_action, action_id, "ambiguous", error="the host went silent"

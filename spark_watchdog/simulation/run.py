@@ -26,6 +26,7 @@ from spark_watchdog.controller.fence import LONE, Fence
 from spark_watchdog.controller.io import ControllerIO
 from spark_watchdog.controller.node_states import NodeState
 from spark_watchdog.controller.notify import ABOUT_LEADERSHIP, Event, Notifier
+from spark_watchdog.controller.parts import Ladder
 from spark_watchdog.errors import StoreFull, StoreLocked
 from spark_watchdog.history.core import is_write
 from spark_watchdog.history.records import CLUSTER
@@ -62,6 +63,9 @@ SelfTimed = Literal["never", "always", "failing"]
 # The share of random runs with a controller pair (simulation/pair.py).
 PAIR_SHARE = 0.3
 ALERT_KINDS = frozenset({"held", "gave_up", "circuit_breaker", "outlet_off", "ambiguous_power"})
+
+# A gentler ladder's state, and the task that must be running while a node has it.
+_GENTLE = {NodeState.UNWEDGING: Ladder.UNWEDGING, NodeState.UNLATCHING: Ladder.UNLATCHING}
 
 
 @functools.lru_cache(maxsize=512)
@@ -592,6 +596,9 @@ class _Run(FaultPlays):
             person = [p for p in truth.person_switches if p[1] == name]
             if watch.state in (NodeState.FENCING, NodeState.BOOTING):
                 self.violate(f"I5 at the end: {name} still {watch.state.value}")
+            ladder = _GENTLE.get(watch.state)
+            if ladder is not None and not controller.work.running_for(ladder, name):
+                self.violate(f"I5 at the end: {name} {watch.state.value} with no ladder running")
             left_off = world.outlets[name][0].state is not PowerState.ON
             last_ours = mine[-1] if mine else None
             ours_last = last_ours is not None and (not person or person[-1][0] < last_ours.at)
