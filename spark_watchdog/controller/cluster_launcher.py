@@ -196,44 +196,64 @@ class LauncherRestart(ServingRestart):
         )
         environment = {**self.launcher.environment, **launcher_environment(values)}
         record["ranks"]["before"] = await self._ranks()
-
-        stop = await self._command(report, "stop", self.launcher.stop, environment, values)
-        after_stop = record["ranks"]["after_stop"] = await self._ranks()
-        if not stop.ok:
-            report.result = "failed"
-            report.error = f"{stop.detail}; nothing was started{_still(after_stop)}{_said(stop)}"
+        failed = await self._stop(report, record["ranks"], environment, values)
+        if failed is None:
+            failed = await self._start(report, record["ranks"], environment, values)
+        if failed is not None:
+            report.result, report.error = failed
             return report
+        return self._confirm(report, profile)
+
+    async def _stop(
+        self,
+        report: ServingRestartReport,
+        ranks: dict[str, Any],
+        environment: dict[str, str],
+        values: dict[str, Any],
+    ) -> tuple[str, str] | None:
+        """The launcher's stop, and every rank down after it; else (result, error)."""
+        stop = await self._command(report, "stop", self.launcher.stop, environment, values)
+        after_stop = ranks["after_stop"] = await self._ranks()
+        if not stop.ok:
+            return "failed", f"{stop.detail}; nothing was started{_still(after_stop)}{_said(stop)}"
         # A stop that says it is done while a rank still runs (or cannot be asked)
         # would have the start and its checks meet the old ranks.
         if _still(after_stop):
-            report.result = "failed"
-            report.error = (
+            return "failed", (
                 f"the launcher's stop ended, but not every rank is down{_still(after_stop)}; "
                 "nothing was started"
             )
-            return report
+        return None
+
+    async def _start(
+        self,
+        report: ServingRestartReport,
+        ranks: dict[str, Any],
+        environment: dict[str, str],
+        values: dict[str, Any],
+    ) -> tuple[str, str] | None:
+        """The launcher's start, then every rank running and the head serving
+        within the timeout; else (result, error)."""
         start = await self._command(report, "start", self.launcher.start, environment, values)
         if not start.ok:
-            record["ranks"]["after_start"] = await self._ranks()
-            report.result = "failed"
-            report.error = f"{start.detail}{_said(start)}"
-            return report
-
+            ranks["after_start"] = await self._ranks()
+            return "failed", f"{start.detail}{_said(start)}"
         try:
             ready = await self._timed(report, "wait ready", self._wait_all_ready(report))
         except HttpError as exc:  # the head's agent refused or dropped the canary
-            record["ranks"]["after_start"] = await self._ranks()
-            report.result, report.error = "failed", str(exc)
-            return report
-        ranks = await self._ranks()
-        record["ranks"]["after_start"] = ranks
-        if not ready:
-            down = sorted(n for n, state in ranks.items() if state != "running")
-            report.result = "timed_out"
-            report.error = f"the launcher's start ended, but within {self.timeout:g}s " + (
-                f"ranks on {', '.join(down)} did not run" if down else "the head did not serve"
-            )
-            return report
+            ranks["after_start"] = await self._ranks()
+            return "failed", str(exc)
+        after_start = ranks["after_start"] = await self._ranks()
+        if ready:
+            return None
+        down = sorted(n for n, state in after_start.items() if state != "running")
+        return "timed_out", f"the launcher's start ended, but within {self.timeout:g}s " + (
+            f"ranks on {', '.join(down)} did not run" if down else "the head did not serve"
+        )
+
+    def _confirm(self, report: ServingRestartReport, profile: str) -> ServingRestartReport:
+        """Serving is back: judge the profile in force from what the ranks show."""
+        assert self._profile is not None
         asked = profile_requests(self._profile)
         report = self._judge(report, profile, asked)
         head = report.effective.get(self.head.name) or {}

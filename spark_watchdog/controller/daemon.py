@@ -63,8 +63,6 @@ from spark_watchdog.sdnotify import SystemdNotifier
 
 log = logging.getLogger("spark_watchdog.controller")
 
-# How often the repeat-offender counts are read again from the history (seconds).
-
 
 class Controller:
     def __init__(
@@ -88,7 +86,6 @@ class Controller:
         self.tallies = self.ledger.tallies
         self.tallies.seed_nodes(n.name for n in config.nodes)
         self._counted_verdicts: dict[str, str] = {}
-        now = self.clock.monotonic()
         self.policy = DetectionPolicy(
             freeze_after=config.detection.freeze_after,
             banner_misses=config.detection.banner_misses,
@@ -97,8 +94,21 @@ class Controller:
         )
         # A late agent: banner checks every monitor.LATE_BANNER_INTERVAL_S, and an SSH
         # refusal from then on means the host is going down.
-        late_after = self.policy.late_after
+        now, late_after = self.clock.monotonic(), self.policy.late_after
         self.watches = {n.name: NodeWatch(n, now, late_after=late_after) for n in config.nodes}
+        self._assemble()
+        self.ticks = 0
+        self._tick_started = 0.0
+        self.last_sweep_s = 0.0
+        self.started_at = self.clock.time()
+        # What the HTTP threads read: rebuilt after every tick, never mutated.
+        self.published: dict[str, Any] = {}
+        # READY/WATCHDOG/STATUS to systemd (Type=notify); None: from the environment.
+        self.systemd = systemd
+
+    def _assemble(self) -> None:
+        """The parts, each given what it works with (controller/parts.py)."""
+        config = self.config
         # Node and cluster holds, and the breaker that places one (controller/holds.py).
         self.holds = Holds(config, self.ledger, self.notifier, self.clock, self.watches)
         self.budgets = Budgets(config, self.ledger, self.clock)
@@ -132,14 +142,6 @@ class Controller:
         self.agent_restarts = AgentRestarts(
             config, self.ledger, self.notifier, self.clock, self.io, self.fence.check_leading
         )
-        self.ticks = 0
-        self._tick_started = 0.0
-        self.last_sweep_s = 0.0
-        self.started_at = self.clock.time()
-        # What the HTTP threads read: rebuilt after every tick, never mutated.
-        self.published: dict[str, Any] = {}
-        # READY/WATCHDOG/STATUS to systemd (Type=notify); None: from the environment.
-        self.systemd = systemd
 
     # -- the loop ---------------------------------------------------------
 
@@ -185,18 +187,15 @@ class Controller:
             )
 
     async def _act(self, watch: NodeWatch) -> None:
+        """Monitor, decide, act for one node: settle what the last answers
+        settle, leave a node something already runs for, resume an incident
+        nothing runs, else carry out the decision."""
         if self.fence.deposed():
             return  # lost in the middle of this tick: start and resume nothing (pair.py)
         await self.unlatch.answer(watch)
         self.serving.settle_guard_kill(watch)
         watch.expire_expected_reboot(self.clock.monotonic(), self.policy.boot_timeout)
-        if watch.finding.verdict is Verdict.MEMORY_EXHAUSTED and watch.guard_kill is None:
-            return  # answered just now: the next tick judges the node afresh
-        if self.work.running_for(Ladder.FENCING, watch.name):
-            return
-        if await self.wedged.busy_with(watch):
-            return
-        if watch.state is not NodeState.WATCHING:
+        if await self._occupied(watch):
             return
         if watch.incident_id is not None:
             # Ours, open, and nothing runs it (paused while the history could
@@ -204,28 +203,47 @@ class Controller:
             with contextlib.suppress(HistoryUnwritable):
                 await self.freeze.resume_incident(watch, watch.incident_id)
             return
+        decision = await self._decide(watch)
+        if decision is None:
+            return
+        try:
+            await self._carry_out(watch, decision)
+        except HistoryUnwritable as exc:
+            # Nothing that needed a record happened; the next tick decides again.
+            log.warning("%s: %s not carried out: %s", watch.name, decision.step.value, exc)
+
+    async def _occupied(self, watch: NodeWatch) -> bool:
+        """Something already has the node: a ladder (a silent host's wedged
+        ladder is handed to the freeze path here), a state only a ladder
+        leaves, or a memory guard kill answered this very tick."""
+        if watch.finding.verdict is Verdict.MEMORY_EXHAUSTED and watch.guard_kill is None:
+            return True  # answered just now: the next tick judges the node afresh
+        if self.work.running_for(Ladder.FENCING, watch.name):
+            return True
+        if await self.wedged.busy_with(watch):
+            return True
+        return watch.state is not NodeState.WATCHING
+
+    async def _decide(self, watch: NodeWatch) -> Decision | None:
+        """The planner's decision with the guards from the history; None when
+        there is nothing to decide (or it cannot be decided safely now)."""
         verdict = watch.finding.verdict
         if verdict is Verdict.HOST_FROZEN and self.ledger.problem:
             # Holds rather than acts blind: nothing unrecorded touches power.
             await self.holds.hold(
                 watch, f"history unwritable: {self.ledger.problem}", NodeEvent.HOLD, record=False
             )
-            return
+            return None
         if verdict not in ACTED_ON:
             watch.dry_run_incident = None  # the next freeze is a new dry-run incident
-            return  # nothing to decide: skip the history reads
+            return None  # nothing to decide: skip the history reads
         if verdict is Verdict.MEMORY_EXHAUSTED and await self.serving.guard_kill_recorded(watch):
-            return
+            return None
         try:
             guards = await self.power.guards(watch)
         except HistoryUnwritable:
-            return
-        decision = decide(watch.state, watch.finding, guards)
-        try:
-            await self._carry_out(watch, decision)
-        except HistoryUnwritable as exc:
-            # Nothing that needed a record happened; the next tick decides again.
-            log.warning("%s: %s not carried out: %s", watch.name, decision.step.value, exc)
+            return None
+        return decide(watch.state, watch.finding, guards)
 
     async def _carry_out(self, watch: NodeWatch, decision: Decision) -> None:
         verdict = watch.finding.verdict

@@ -276,6 +276,33 @@ def production_seams(config: ControllerConfig, lease: Lease, systemd: SystemdNot
     return LeadSeams(controller=controller, endpoint=endpoint)
 
 
+async def _open_lease(
+    config: ControllerConfig,
+) -> tuple[PostgresHistoryStore, PostgresHistoryStore, Lease]:
+    """The history, the lease's own connection for its renewals
+    (history/leadership.py), and the lease over them, on one wall clock for
+    the pair: the database's (history/database_time.py)."""
+    timing = config.leadership
+    database_time = DatabaseTime()
+    store, renewals = [
+        await asyncio.to_thread(
+            PostgresHistoryStore,
+            config.history,
+            password_file=config.history_password_file,
+            clock=database_time.latest,
+        )
+        for _ in range(2)
+    ]
+    lease = Lease(
+        store,
+        lease_s=timing.lease,
+        send_deadline_s=timing.send_deadline,
+        clock=database_time,
+        renewals=renewals,
+    )
+    return store, renewals, lease
+
+
 async def serve_pair(config: ControllerConfig) -> None:
     """Run as one controller of a pair until SIGTERM or SIGINT, or until it stops leading.
 
@@ -288,28 +315,7 @@ async def serve_pair(config: ControllerConfig) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    # One wall clock for the pair: the database's (history/database_time.py).
-    database_time = DatabaseTime()
-    store = await asyncio.to_thread(
-        PostgresHistoryStore,
-        config.history,
-        password_file=config.history_password_file,
-        clock=database_time.latest,
-    )
-    # The lease's renewals on a connection of their own (history/leadership.py).
-    renewals = await asyncio.to_thread(
-        PostgresHistoryStore,
-        config.history,
-        password_file=config.history_password_file,
-        clock=database_time.latest,
-    )
-    lease = Lease(
-        store,
-        lease_s=timing.lease,
-        send_deadline_s=timing.send_deadline,
-        clock=database_time,
-        renewals=renewals,
-    )
+    store, renewals, lease = await _open_lease(config)
     systemd = SystemdNotifier()
     lost = False
     try:
@@ -351,7 +357,28 @@ async def lead(
     :raises LeadershipLost: the lease was lost, or the controller failed; every
         task of the epoch is cancelled, and the process must exit now.
     """
-    fence = Fence(
+    controller = seams.controller(_fence_of(lease))
+    controller.notifier.send(
+        Event("leadership_taken", f"{lease.holder} leads at epoch {lease.epoch}")
+    )
+    lost, on_lost = _loss_signal(asyncio.get_running_loop())
+    keeper = seams.keeper(lease, config.leadership, on_lost)
+    keeper.start()
+    endpoint: StatusEndpoint | None = None
+    try:
+        if seams.endpoint is not None:
+            endpoint = seams.endpoint(controller)
+            endpoint.start()
+        await _run_epoch(config, lease, stop, controller, lost)
+    finally:
+        keeper.stop()
+        if endpoint is not None:
+            endpoint.stop()
+
+
+def _fence_of(lease: Lease) -> Fence:
+    """The fence of this epoch's I/O (controller/fence.py), from its lease."""
+    return Fence(
         send_refusal=lease.send_refusal,
         recording_only=lease.recording_only,
         leadership=lambda: {"holder": lease.holder, "epoch": lease.epoch},
@@ -361,11 +388,13 @@ async def lead(
         # pause): then not a word about nodes even before its next write.
         deposed=lease.ran_out,
     )
-    controller = seams.controller(fence)
-    controller.notifier.send(
-        Event("leadership_taken", f"{lease.holder} leads at epoch {lease.epoch}")
-    )
-    loop = asyncio.get_running_loop()
+
+
+def _loss_signal(
+    loop: asyncio.AbstractEventLoop,
+) -> tuple[asyncio.Future[str], Callable[[str], None]]:
+    """A future settled with why the lease was lost, and the keeper's callback
+    (called from the keeper's thread) that settles it."""
     lost: asyncio.Future[str] = loop.create_future()
 
     def on_lost(why: str) -> None:  # from the keeper's thread
@@ -376,39 +405,43 @@ async def lead(
         with contextlib.suppress(RuntimeError):  # the loop already closed: exiting anyway
             loop.call_soon_threadsafe(settle)
 
-    keeper = seams.keeper(lease, config.leadership, on_lost)
-    keeper.start()
-    endpoint: StatusEndpoint | None = None
+    return lost, on_lost
+
+
+async def _run_epoch(
+    config: ControllerConfig,
+    lease: Lease,
+    stop: asyncio.Event,
+    controller: Controller,
+    lost: asyncio.Future[str],
+) -> None:
+    """Settle, then run the controller until ``stop`` or the lost lease.
+
+    :raises LeadershipLost: as :func:`lead`.
+    """
+    loop = asyncio.get_running_loop()
     controller_stop = asyncio.Event()
     run: asyncio.Task[None] | None = None
-    try:
-        if seams.endpoint is not None:
-            endpoint = seams.endpoint(controller)
-            endpoint.start()
-        # Settle: whatever a deposed leader sent has left (its fence saw at least
-        # two send deadlines left), before this one reads outlets and resumes.
-        stopped = loop.create_task(stop.wait())
-        ends: list[asyncio.Future[Any]] = [stopped, lost]
-        await asyncio.wait(ends, timeout=config.leadership.settle)
-        if not lost.done() and not stop.is_set():
-            run = loop.create_task(controller.run(controller_stop), name="controller")
-            await asyncio.wait([run, *ends], return_when=asyncio.FIRST_COMPLETED)
-        stopped.cancel()
-        if lost.done():
-            raise LeadershipLost(await _stop_deposed(controller, run, lost.result(), lease.holder))
-        if run is None:
-            return  # stopped while settling
-        controller_stop.set()  # a clean stop: the controller cancels its tasks
-        (outcome,) = await asyncio.gather(run, return_exceptions=True)
-        if lost.done():
-            raise LeadershipLost(await _stop_deposed(controller, None, lost.result(), lease.holder))
-        if isinstance(outcome, BaseException):
-            log.error("the controller failed while leading: %r", outcome)
-            raise LeadershipLost(f"the controller failed while leading: {outcome!r}")
-    finally:
-        keeper.stop()
-        if endpoint is not None:
-            endpoint.stop()
+    # Settle: whatever a deposed leader sent has left (its fence saw at least
+    # two send deadlines left), before this one reads outlets and resumes.
+    stopped = loop.create_task(stop.wait())
+    ends: list[asyncio.Future[Any]] = [stopped, lost]
+    await asyncio.wait(ends, timeout=config.leadership.settle)
+    if not lost.done() and not stop.is_set():
+        run = loop.create_task(controller.run(controller_stop), name="controller")
+        await asyncio.wait([run, *ends], return_when=asyncio.FIRST_COMPLETED)
+    stopped.cancel()
+    if lost.done():
+        raise LeadershipLost(await _stop_deposed(controller, run, lost.result(), lease.holder))
+    if run is None:
+        return  # stopped while settling
+    controller_stop.set()  # a clean stop: the controller cancels its tasks
+    (outcome,) = await asyncio.gather(run, return_exceptions=True)
+    if lost.done():
+        raise LeadershipLost(await _stop_deposed(controller, None, lost.result(), lease.holder))
+    if isinstance(outcome, BaseException):
+        log.error("the controller failed while leading: %r", outcome)
+        raise LeadershipLost(f"the controller failed while leading: {outcome!r}")
 
 
 async def _stop_deposed(

@@ -92,47 +92,11 @@ class PowerActions:
         :raises FoundOff: the outlet was off before anything was sent.
         :raises Ambiguous: a command may or may not have landed: held for a person.
         """
-        ledger, node = self.ledger, watch.name
         rung = rungs_of(self.config, watch).index(path)
 
         async def write_ahead(step: PowerStep) -> None:
             # Awaited by VerifiedPower *before* each command leaves.
-            detail: dict[str, Any] = {"rung": rung, "device": path.key_path, "detail": step.detail}
-            if step.on_after_s is not None:
-                detail["on_after_s"] = step.on_after_s  # a resume reads it: a self-timed off
-            add_step = ledger.store.add_step
-            if step.name in _NOTHING_LEFT and self.fence.recording_only is not None:
-                # It lets nothing out: written on a lease too short for a command.
-                add_step = self.fence.recording_only(add_step)
-            try:
-                await ledger.write(add_step, incident_id, step.name, node=node, detail=detail)
-            except HistoryUnwritable as exc:
-                if step.name in _BEFORE_A_CUT or self.fence.in_pair:
-                    # Nothing unrecorded cuts power; in a pair nothing unrecorded
-                    # leaves at all: a deposed leader's on could cut the new
-                    # leader's hold short (docs/design.md, "Controller pair").
-                    raise
-                # The outlet may be off: the on goes out all the same.
-                log.error("%s: %s not recorded (%s); carrying on to power on", node, step.name, exc)
-                self.notifier.send(
-                    Event(
-                        "history_unwritable",
-                        f"{node}: {step.name} not recorded ({exc}); the controller restores power",
-                        node,
-                        incident_id,
-                    )
-                )
-                return
-            if step.name == StepName.OFF_REQUESTED:
-                self.notifier.send(
-                    Event(
-                        "power_action",
-                        f"{node}: power cycle via {path.key_path}",
-                        node,
-                        incident_id,
-                        {"rung": rung + 1},
-                    )
-                )
+            await self._write_ahead(path, rung, watch.name, incident_id, step)
 
         def gate(target: PowerState) -> str | None:
             why = self._may_cut(watch) if target is PowerState.OFF else None
@@ -144,6 +108,51 @@ class PowerActions:
 
         # The lease's send window once more, from inside the backend (power/send_window.py).
         return self.io.power_factory(path, write_ahead, gate, self.fence.send_refusal)
+
+    async def _write_ahead(
+        self, path: PowerPath, rung: int, node: str, incident_id: int, step: PowerStep
+    ) -> None:
+        """One power step into the incident before its command leaves.
+
+        :raises HistoryUnwritable: before a cut, or in a pair: the command is
+            not sent. An on of a lone controller goes out all the same.
+        """
+        detail: dict[str, Any] = {"rung": rung, "device": path.key_path, "detail": step.detail}
+        if step.on_after_s is not None:
+            detail["on_after_s"] = step.on_after_s  # a resume reads it: a self-timed off
+        add_step = self.ledger.store.add_step
+        if step.name in _NOTHING_LEFT and self.fence.recording_only is not None:
+            # It lets nothing out: written on a lease too short for a command.
+            add_step = self.fence.recording_only(add_step)
+        try:
+            await self.ledger.write(add_step, incident_id, step.name, node=node, detail=detail)
+        except HistoryUnwritable as exc:
+            if step.name in _BEFORE_A_CUT or self.fence.in_pair:
+                # Nothing unrecorded cuts power; in a pair nothing unrecorded
+                # leaves at all: a deposed leader's on could cut the new
+                # leader's hold short (docs/design.md, "Controller pair").
+                raise
+            # The outlet may be off: the on goes out all the same.
+            log.error("%s: %s not recorded (%s); carrying on to power on", node, step.name, exc)
+            self.notifier.send(
+                Event(
+                    "history_unwritable",
+                    f"{node}: {step.name} not recorded ({exc}); the controller restores power",
+                    node,
+                    incident_id,
+                )
+            )
+            return
+        if step.name == StepName.OFF_REQUESTED:
+            self.notifier.send(
+                Event(
+                    "power_action",
+                    f"{node}: power cycle via {path.key_path}",
+                    node,
+                    incident_id,
+                    {"rung": rung + 1},
+                )
+            )
 
     def _may_cut(self, watch: NodeWatch) -> str | None:
         """Right before an off leaves: any reason not to send it (None: send).

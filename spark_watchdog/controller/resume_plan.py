@@ -8,6 +8,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from spark_watchdog.history.records import IncidentStep
 from spark_watchdog.steps import NOTHING_SENT, StepName
@@ -64,6 +65,23 @@ class ResumeInfo:
     restored_at: float | None = None  # wall clock of power_restored
 
 
+def _rung_started(rung: int, detail: dict[str, Any]) -> RungPlan:
+    """The plan of a rung from its ``rung_started`` record."""
+    action_id = detail.get("action_id")
+    before = detail.get("boot_id_before")
+    off = detail.get("off_seconds")
+    attempt = detail.get("attempt")
+    return RungPlan(
+        rung,
+        StepName.RUNG_STARTED,
+        None,
+        action_id if isinstance(action_id, int) else None,
+        before if isinstance(before, str) else None,
+        off_seconds=float(off) if isinstance(off, (int, float)) else None,
+        attempt=attempt if isinstance(attempt, int) and attempt > 1 else 1,
+    )
+
+
 def resume_plan(steps: Sequence[IncidentStep], node: str) -> ResumeInfo:
     """Read an incident's log: the rung to resume, the rungs done, and the phase."""
     info = ResumeInfo(None)
@@ -77,20 +95,8 @@ def resume_plan(steps: Sequence[IncidentStep], node: str) -> ResumeInfo:
         if name == StepName.RUNG_STARTED and isinstance(rung, int):
             if current is not None:
                 info.rungs_done.add(current.rung)
-            action_id = detail.get("action_id")
-            before = detail.get("boot_id_before")
-            info.boot_before = before if isinstance(before, str) else None
-            off = detail.get("off_seconds")
-            attempt = detail.get("attempt")
-            current = RungPlan(
-                rung,
-                StepName.RUNG_STARTED,
-                None,
-                action_id if isinstance(action_id, int) else None,
-                info.boot_before,
-                off_seconds=float(off) if isinstance(off, (int, float)) else None,
-                attempt=attempt if isinstance(attempt, int) and attempt > 1 else 1,
-            )
+            current = _rung_started(rung, detail)
+            info.boot_before = current.boot_before
             info.phase = Phase.LADDER
         elif name == StepName.BOOT_TIMEOUT and current is not None and current.again_after_wait:
             # Killed after the boot wait that settles an unsent off: its second try is due.

@@ -28,7 +28,7 @@ from spark_watchdog.controller.node_states import NodeState
 from spark_watchdog.controller.node_watch import GUARD_KILL_FRESH_S, NodeWatch
 from spark_watchdog.controller.notify import Event
 from spark_watchdog.controller.parts import Parts
-from spark_watchdog.controller.serving_restart import ServingNode
+from spark_watchdog.controller.serving_restart import ServingNode, ServingRestartReport
 from spark_watchdog.errors import ConfigError
 from spark_watchdog.steps import StepName
 
@@ -142,6 +142,15 @@ class ServingRestarts:
             head, workers, token, host.config.serving.start_timeout, profile, self._heard
         )
         self._last_restart = host.clock.monotonic()
+        await self._record_report(record.id, incident_id, report)
+        return self._announce(profile, report)
+
+    async def _record_report(
+        self, restart_id: int, incident_id: int | None, report: ServingRestartReport
+    ) -> None:
+        """The restart's outcome in the history: the restart's row, and the
+        incident's steps (stacks taken, the result)."""
+        ledger = self.host.ledger
         if incident_id is not None and report.stacks:
             await incident_log.step(
                 ledger,
@@ -151,7 +160,7 @@ class ServingRestarts:
             )
         await ledger.write(
             ledger.store.finish_serving_restart,
-            record.id,
+            restart_id,
             report.result,
             step_durations=report.step_durations,
             error=report.error,
@@ -165,9 +174,13 @@ class ServingRestarts:
                 | ({"note": report.note} if report.note else {})
                 | ({"launcher": report.launcher} if report.launcher else {}),
             )
+
+    def _announce(self, profile: str, report: ServingRestartReport) -> bool:
+        """Tell how the restart went; True when serving came back."""
+        notifier = self.host.notifier
         total = sum(report.step_durations.values())
         if report.result == "succeeded":
-            host.notifier.send(
+            notifier.send(
                 Event(
                     "serving_restarted",
                     f"serving restarted with profile {profile} in {total:.1f}s"
@@ -175,7 +188,7 @@ class ServingRestarts:
                 )
             )
             return True
-        host.notifier.send(
+        notifier.send(
             Event("serving_restart_failed", f"serving restart ({profile}): {report.error}")
         )
         return False

@@ -41,103 +41,57 @@ class StatusSource(Protocol):
     tallies: Tallies
 
 
+# One gauge per node: (name, help, the value from the node's /v1/status entry).
+_NODE_GAUGES: tuple[tuple[str, str, Callable[[dict[str, Any]], float]], ...] = (
+    (
+        "spark_watchdog_node_agent_silent_seconds",
+        "Seconds since the node's agent last answered with an advancing seq.",
+        lambda node: float(node.get("agent_silent_s") or 0.0),
+    ),
+    (
+        "spark_watchdog_node_ssh_banner_misses",
+        "Consecutive SSH banner checks without a banner.",
+        lambda node: float(node.get("banner_misses") or 0),
+    ),
+    (
+        "spark_watchdog_node_held",
+        "1 when the node is held.",
+        lambda node: 1.0 if node.get("state") == NodeState.HELD.value else 0.0,
+    ),
+    (
+        "spark_watchdog_node_hardware_suspect",
+        "1 when the node froze guards.suspect_freezes times within guards.suspect_window.",
+        lambda node: 1.0 if node.get("hardware_suspect") else 0.0,
+    ),
+    (
+        "spark_watchdog_node_gpu_clock_latched",
+        "1 when the node's agent found its GPU clock-latched on this boot.",
+        lambda node: 1.0 if node.get("gpu_clock_latched") else 0.0,
+    ),
+    (
+        "spark_watchdog_node_power_cycles",
+        "The node's power cycles in the history, ever (relay wear).",
+        lambda node: float(node.get("power_cycles_total") or 0),
+    ),
+)
+
+
 class _Collector:
     def __init__(self, source: StatusSource) -> None:
         self._source = source
 
     def collect(self) -> Iterator[Metric]:
         status = self._source.published
-        verdict = GaugeMetricFamily(
-            "spark_watchdog_node_verdict",
-            "Each node's verdict (1 for the current one, 0 otherwise).",
-            labels=["node", "verdict"],
-        )
-        silent = GaugeMetricFamily(
-            "spark_watchdog_node_agent_silent_seconds",
-            "Seconds since the node's agent last answered with an advancing seq.",
-            labels=["node"],
-        )
-        misses = GaugeMetricFamily(
-            "spark_watchdog_node_ssh_banner_misses",
-            "Consecutive SSH banner checks without a banner.",
-            labels=["node"],
-        )
-        held = GaugeMetricFamily(
-            "spark_watchdog_node_held", "1 when the node is held.", labels=["node"]
-        )
-        suspect = GaugeMetricFamily(
-            "spark_watchdog_node_hardware_suspect",
-            "1 when the node froze guards.suspect_freezes times within guards.suspect_window.",
-            labels=["node"],
-        )
-        latched = GaugeMetricFamily(
-            "spark_watchdog_node_gpu_clock_latched",
-            "1 when the node's agent found its GPU clock-latched on this boot.",
-            labels=["node"],
-        )
-        cycles = GaugeMetricFamily(
-            "spark_watchdog_node_power_cycles",
-            "The node's power cycles in the history, ever (relay wear).",
-            labels=["node"],
-        )
-        for node in status.get("nodes", []):
-            name = str(node.get("name"))
-            for v in VERDICTS:
-                verdict.add_metric([name, v], 1.0 if node.get("verdict") == v else 0.0)
-            silent.add_metric([name], float(node.get("agent_silent_s") or 0.0))
-            misses.add_metric([name], float(node.get("banner_misses") or 0))
-            held.add_metric([name], 1.0 if node.get("state") == NodeState.HELD.value else 0.0)
-            suspect.add_metric([name], 1.0 if node.get("hardware_suspect") else 0.0)
-            latched.add_metric([name], 1.0 if node.get("gpu_clock_latched") else 0.0)
-            cycles.add_metric([name], float(node.get("power_cycles_total") or 0))
-        yield verdict
-        yield silent
-        yield misses
-        yield held
-        yield suspect
-        yield latched
-        yield cycles
-        ticks = CounterMetricFamily(
-            "spark_watchdog_controller_polls", "Poll sweeps since the controller started."
-        )
-        ticks.add_metric([], float(status.get("ticks", 0)))
-        yield ticks
-        sweep = GaugeMetricFamily(
-            "spark_watchdog_controller_poll_sweep_seconds",
-            "How long the last poll sweep of every node took (should stay under poll_interval).",
-        )
-        sweep.add_metric([], float(status.get("last_sweep_s", 0.0)))
-        yield sweep
-        yield from _setting(
-            "spark_watchdog_controller_poll_interval_seconds",
-            "detection.poll_interval: how often every node is polled.",
-            status.get("poll_interval_s"),
-        )
-        yield from _setting(
-            "spark_watchdog_controller_freeze_after_seconds",
-            "detection.freeze_after: agent silence before a host can be called frozen.",
-            status.get("freeze_after_s"),
-        )
-        witness = GaugeMetricFamily(
-            "spark_watchdog_controller_witness_ok", "1 when the witness targets answer."
-        )
-        witness.add_metric([], 1.0 if status.get("witness") == "ok" else 0.0)
-        yield witness
-        history = GaugeMetricFamily(
-            "spark_watchdog_controller_history_writable",
-            "1 when the freeze history can be written; 0 means no power action can be taken.",
-        )
-        history.add_metric([], 1.0 if status.get("history", "ok") == "ok" else 0.0)
-        yield history
+        yield from _node_metrics(status.get("nodes", []))
+        yield from _loop_metrics(status)
         leadership = status.get("leadership")
         if isinstance(leadership, dict):  # one controller of a pair (controller/pair.py)
             yield _leader_epoch(leadership.get("epoch"))
-        breaker = GaugeMetricFamily(
+        yield _gauge(
             "spark_watchdog_cluster_held",
             "1 while a cluster-wide hold (circuit breaker or an operator) is active.",
+            1.0 if status.get("cluster_hold") else 0.0,
         )
-        breaker.add_metric([], 1.0 if status.get("cluster_hold") else 0.0)
-        yield breaker
         notifications = CounterMetricFamily(
             "spark_watchdog_notifications",
             "Notifications delivered, or dropped after every attempt, since the start.",
@@ -148,6 +102,66 @@ class _Collector:
             notifications.add_metric([result], float(sent.get(result, 0)))
         yield notifications
         yield from _tally_metrics(self._source.tallies)
+
+
+def _gauge(name: str, doc: str, value: float) -> Metric:
+    family = GaugeMetricFamily(name, doc)
+    family.add_metric([], value)
+    return family
+
+
+def _node_metrics(nodes: list[dict[str, Any]]) -> Iterator[Metric]:
+    verdict = GaugeMetricFamily(
+        "spark_watchdog_node_verdict",
+        "Each node's verdict (1 for the current one, 0 otherwise).",
+        labels=["node", "verdict"],
+    )
+    families = [
+        (GaugeMetricFamily(name, doc, labels=["node"]), value) for name, doc, value in _NODE_GAUGES
+    ]
+    for node in nodes:
+        name = str(node.get("name"))
+        for v in VERDICTS:
+            verdict.add_metric([name, v], 1.0 if node.get("verdict") == v else 0.0)
+        for family, value in families:
+            family.add_metric([name], value(node))
+    yield verdict
+    for family, _ in families:
+        yield family
+
+
+def _loop_metrics(status: dict[str, Any]) -> Iterator[Metric]:
+    """The poll loop, its settings, and what it depends on (witness, history)."""
+    ticks = CounterMetricFamily(
+        "spark_watchdog_controller_polls", "Poll sweeps since the controller started."
+    )
+    ticks.add_metric([], float(status.get("ticks", 0)))
+    yield ticks
+    yield _gauge(
+        "spark_watchdog_controller_poll_sweep_seconds",
+        "How long the last poll sweep of every node took (should stay under poll_interval).",
+        float(status.get("last_sweep_s", 0.0)),
+    )
+    yield from _setting(
+        "spark_watchdog_controller_poll_interval_seconds",
+        "detection.poll_interval: how often every node is polled.",
+        status.get("poll_interval_s"),
+    )
+    yield from _setting(
+        "spark_watchdog_controller_freeze_after_seconds",
+        "detection.freeze_after: agent silence before a host can be called frozen.",
+        status.get("freeze_after_s"),
+    )
+    yield _gauge(
+        "spark_watchdog_controller_witness_ok",
+        "1 when the witness targets answer.",
+        1.0 if status.get("witness") == "ok" else 0.0,
+    )
+    yield _gauge(
+        "spark_watchdog_controller_history_writable",
+        "1 when the freeze history can be written; 0 means no power action can be taken.",
+        1.0 if status.get("history", "ok") == "ok" else 0.0,
+    )
 
 
 def _leader_epoch(epoch: object) -> Metric:

@@ -53,14 +53,33 @@ def off_seconds(config: ControllerConfig) -> float:
 
 async def unlatch(host: Crew, watch: NodeWatch, incident_id: int) -> str:
     """Run the ladder for one open ``clock_latched`` incident; its resolution."""
-    ledger = host.ledger
-    name = watch.name
     why = await blocked(host, watch)
     if why is not None:
         return await _unanswered(host, watch, incident_id, why)
-    device = ssh_device(watch)
-    assert device is not None
     boot = watch.boot_id
+    why = await _halt(host, watch, incident_id, boot)
+    if why is not None:
+        return await _unanswered(host, watch, incident_id, why)
+    if not await wait_for(
+        host,
+        lambda: not watch.shows_life(host.clock.monotonic(), host.config.detection.freeze_after),
+        host.config.guards.boot_timeout,
+    ):
+        # The halt may still come (a slow stop): the cut that would follow stays long.
+        watch.expect_reboot(None, host.clock.monotonic())
+        return await _unanswered(
+            host, watch, incident_id, "the halt was sent, but the host still answers"
+        )
+    await _hand_over(host, watch, incident_id)
+    return await await_boot(host, watch, incident_id, boot)
+
+
+async def _halt(host: Crew, watch: NodeWatch, incident_id: int, boot: str | None) -> str | None:
+    """Record and send the clean halt; None when it was (or may have been) sent,
+    else why not."""
+    ledger, name = host.ledger, watch.name
+    device = ssh_device(watch)
+    assert device is not None  # blocked() said so
     hold = off_seconds(host.config)
     await incident_log.step(
         ledger,
@@ -84,9 +103,7 @@ async def unlatch(host: Crew, watch: NodeWatch, incident_id: int) -> str:
             node=name,
             detail={"detail": attempt.detail},
         )
-        return await _unanswered(
-            host, watch, incident_id, f"the halt was not sent ({attempt.detail})"
-        )
+        return f"the halt was not sent ({attempt.detail})"
     await incident_log.step(
         ledger,
         incident_id,
@@ -94,21 +111,16 @@ async def unlatch(host: Crew, watch: NodeWatch, incident_id: int) -> str:
         node=name,
         detail={"detail": attempt.detail, "certain": attempt.sent is True},
     )
-    if not await wait_for(
-        host,
-        lambda: not watch.shows_life(host.clock.monotonic(), host.config.detection.freeze_after),
-        host.config.guards.boot_timeout,
-    ):
-        # The halt may still come (a slow stop): the cut that would follow stays long.
-        watch.expect_reboot(None, host.clock.monotonic())
-        return await _unanswered(
-            host, watch, incident_id, "the halt was sent, but the host still answers"
-        )
-    # Silent: the freeze path cuts it, with its guards, for the long hold.
+    return None
+
+
+async def _hand_over(host: Crew, watch: NodeWatch, incident_id: int) -> None:
+    """Silent: the freeze path cuts it, with its guards, for the long hold."""
+    name, hold = watch.name, off_seconds(host.config)
     watch.leave_ladder(incident_id, NodeEvent.HANDED_TO_POWER)
     watch.expect_reboot(None, host.clock.monotonic())
     await incident_log.step(
-        ledger,
+        host.ledger,
         incident_id,
         StepName.HANDED_TO_POWER_PATH,
         node=name,
@@ -122,7 +134,6 @@ async def unlatch(host: Crew, watch: NodeWatch, incident_id: int) -> str:
             incident_id,
         )
     )
-    return await await_boot(host, watch, incident_id, boot)
 
 
 async def await_boot(host: Crew, watch: NodeWatch, incident_id: int, boot: str | None) -> str:

@@ -42,8 +42,6 @@ def ssh_device(watch: NodeWatch) -> SshDevice | None:
 
 async def unwedge(host: Crew, watch: NodeWatch, incident_id: int) -> str:
     """Run the ladder for one open ``gpu_wedged`` incident; its resolution."""
-    ledger, store = host.ledger, host.ledger.store
-    name = watch.name
     reason = watch.finding.summary
     restarted = not await host.serving.budget_spent(watch)
     if restarted:
@@ -54,10 +52,10 @@ async def unwedge(host: Crew, watch: NodeWatch, incident_id: int) -> str:
                 host, incident_id, KIND, Resolution.RECOVERED, "the GPU answers after a restart"
             )
     await incident_log.step(
-        ledger,
+        host.ledger,
         incident_id,
         StepName.STILL_WEDGED,
-        node=name,
+        node=watch.name,
         detail={"reason": reason, "serving_restarted": restarted},
     )
     device = ssh_device(watch)
@@ -68,6 +66,16 @@ async def unwedge(host: Crew, watch: NodeWatch, incident_id: int) -> str:
     assert device is not None
     if watch.gpu_answers():
         return await resolve(host, incident_id, KIND, Resolution.RECOVERED, "the GPU answers again")
+    return await _forced_reboot(host, watch, incident_id, device, reason)
+
+
+async def _forced_reboot(
+    host: Crew, watch: NodeWatch, incident_id: int, device: SshDevice, reason: str
+) -> str:
+    """The second rung: a forced reboot over SSH, recorded before it is sent,
+    never repeated; then the wait for its boot."""
+    ledger, store = host.ledger, host.ledger.store
+    name = watch.name
     boot_before = watch.boot_id
     action = await ledger.write(
         store.record_action,
