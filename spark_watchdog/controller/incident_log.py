@@ -11,6 +11,7 @@ import enum
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from spark_watchdog.controller.fence import RecordingOnly
 from spark_watchdog.controller.ledger import Ledger
 from spark_watchdog.history.records import Incident, IncidentStep
 from spark_watchdog.steps import StepName
@@ -58,13 +59,19 @@ async def step(
     *,
     node: str | None = None,
     detail: Mapping[str, Any] | None = None,
+    through: RecordingOnly | None = None,
 ) -> IncidentStep:
     """Append one step, before the action it names is taken.
 
+    ``through`` wraps the store's write: a pair's leader writes a step that
+    lets nothing out on a lease too short for a command
+    (``Fence.recording_only``, controller/fence.py).
+
     :raises HistoryUnwritable: not recorded: the action must not happen.
     """
+    add_step = ledger.store.add_step if through is None else through(ledger.store.add_step)
     recorded: IncidentStep = await ledger.write(
-        ledger.store.add_step, incident_id, name, node=node, detail=detail
+        add_step, incident_id, name, node=node, detail=detail
     )
     return recorded
 

@@ -19,6 +19,7 @@ from dataclasses import replace
 from typing import Any
 
 from spark_watchdog.config.controller import ControllerConfig, SshDevice
+from spark_watchdog.controller import incident_log
 from spark_watchdog.controller.budgets import Budgets
 from spark_watchdog.controller.clock import Clock
 from spark_watchdog.controller.holds import Holds
@@ -120,12 +121,12 @@ class PowerActions:
         detail: dict[str, Any] = {"rung": rung, "device": path.key_path, "detail": step.detail}
         if step.on_after_s is not None:
             detail["on_after_s"] = step.on_after_s  # a resume reads it: a self-timed off
-        add_step = self.ledger.store.add_step
-        if step.name in _NOTHING_LEFT and self.fence.recording_only is not None:
-            # It lets nothing out: written on a lease too short for a command.
-            add_step = self.fence.recording_only(add_step)
+        # A step that lets nothing out is written on a lease too short for a command.
+        through = self.fence.recording_only if step.name in _NOTHING_LEFT else None
         try:
-            await self.ledger.write(add_step, incident_id, step.name, node=node, detail=detail)
+            await incident_log.step(
+                self.ledger, incident_id, step.name, node=node, detail=detail, through=through
+            )
         except HistoryUnwritable as exc:
             if step.name in _BEFORE_A_CUT or self.fence.in_pair:
                 # Nothing unrecorded cuts power; in a pair nothing unrecorded

@@ -8,12 +8,10 @@ from pathlib import Path
 
 CONTROLLER = Path(__file__).resolve().parents[2] / "spark_watchdog" / "controller"
 WRITES = re.compile(r"\bstore\.(open_incident|add_step|resolve_incident)\b")
-# The power path's write-ahead hook: VerifiedPower hands it each step before
-# the command, and a step that lets nothing out is written fenced for
-# recording only (controller/fence.py); it writes steps, nothing else.
+# The power path's write-ahead hook too writes through the incident log (a
+# step that lets nothing out fenced for recording only: ``through``).
 ALLOWED = {
     "incident_log.py": {"open_incident", "add_step", "resolve_incident"},
-    "power_actions.py": {"add_step"},
 }
 
 
