@@ -59,6 +59,9 @@ def run(args: argparse.Namespace) -> int:
         for note in secrets.notes():
             print(f"  {note}")
         return 0
+    from spark_watchdog.power.paths import preload_libraries
+
+    preload_libraries(config)
     if is_postgres_url(config.history):
         # One of a pair, a standby until it takes the lease:
         # docs/design.md, "Controller pair".

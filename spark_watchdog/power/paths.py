@@ -151,6 +151,15 @@ BUILDERS: dict[type, Callable[[Any, Mapping[str, Secret]], PowerBackend]] = {
 }
 
 
+def preload_libraries(config: ControllerConfig) -> None:
+    """Import the libraries of the configured paths that take long to import
+    (python-kasa), at the start rather than at an incident's first command."""
+    if any(isinstance(device, KasaDevice) for node in config.nodes for device in node.power):
+        from spark_watchdog.power.kasa import load_library
+
+        load_library()
+
+
 def build_backend(path: PowerPath, secrets: Mapping[str, Secret]) -> PowerBackend:
     """The raw backend of a (non-SSH) power path; ``aclose()`` it when done."""
     builder = BUILDERS.get(type(path.device))

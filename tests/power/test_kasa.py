@@ -32,6 +32,7 @@ from spark_watchdog.errors import Ambiguous, ConfigError, Refused, SendRefused, 
 from spark_watchdog.lab.hardware.kasa_standin import KasaStandin, Switch
 from spark_watchdog.lab.ports import free_port
 from spark_watchdog.power.base import CommandSpacing, PowerState, PowerTiming, VerifiedPower
+from spark_watchdog.power.paths import preload_libraries
 
 if importlib.util.find_spec("kasa") is None:
     if os.environ.get("SPARK_WATCHDOG_REQUIRE_KASA") == "1":
@@ -151,6 +152,15 @@ def test_a_timed_cycle_is_a_plain_one_with_the_on_sent_here(plug: KasaStandin) -
     result = run(verified(outlet(plug), steps).cycle(off_seconds=0.3, timed=True))
     assert result.verified and steps == [*CYCLE, "on_verified"]
     assert [s.on for s in plug.switches] == [False, True]
+
+
+def test_a_plug_that_closes_each_connection_still_switches_cleanly() -> None:
+    """Each command goes on a connection of its own, not the one its read used."""
+    with standin("legacy", outlets=2, one_answer=True) as device:
+        steps: list[str] = []
+        result = run(verified(outlet(device, 1), steps).off())
+        assert result.verified and steps == ["off_requested", "off_verified"]
+        assert device.switches == [Switch(1, False, "yes")]
 
 
 @pytest.mark.parametrize("dialect", DIALECTS)
@@ -326,7 +336,9 @@ def test_a_missing_library_is_refused_at_load(monkeypatch: pytest.MonkeyPatch) -
 
 
 def test_build_from_config() -> None:
-    device = parse_controller_config(_device()).nodes[0].power[0]
+    config = parse_controller_config(_device())
+    preload_libraries(config)  # what a controller's start does with a kasa path
+    device = config.nodes[0].power[0]
     assert isinstance(device, KasaDevice) and device.port_or_default == 80
     secrets = {"username_file": Secret(EMAIL, "u"), "password_file": Secret(PASSWORD, "p")}
     backend = build_kasa_backend(device, secrets)

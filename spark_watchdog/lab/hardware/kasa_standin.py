@@ -29,7 +29,9 @@ of three dialects, on a real socket on loopback:
   handshake1 ``sha256(client_seed + plug_seed + auth_hash)``, handshake2
   ``sha256(plug_seed + client_seed + auth_hash)``.
 
-``delay_s`` makes a switch land that long after its answer. Faults
+``delay_s`` makes a switch land that long after its answer; ``one_answer``
+makes the legacy plug close each connection after one answer (firmware that
+does, instead of keeping it open). Faults
 (:meth:`KasaStandin.set_fault`) apply to switching requests: ``drop`` (the
 switch applied, the connection closed without an answer), ``hang`` (not
 applied, no answer for ``hang_s``), ``error`` (answered with an error code,
@@ -173,6 +175,7 @@ class KasaStandin:
         password: str = "",
         delay_s: float = 0.0,
         hang_s: float = 60.0,
+        one_answer: bool = False,
         port: int = 0,
     ) -> None:
         if dialect not in DIALECTS:
@@ -180,6 +183,7 @@ class KasaStandin:
         self.dialect = dialect
         self.delay_s = delay_s
         self.hang_s = hang_s
+        self.one_answer = one_answer
         self._auth = auth_hash(dialect, username, password)
         self._lock = threading.Lock()
         self._relays = [True] * max(1, outlets)
@@ -441,6 +445,8 @@ class _LegacyHandler(socketserver.BaseRequestHandler):
             except (_Dropped, OSError, ValueError):
                 return
             sock.sendall(xor_encode(answer))
+            if plug.one_answer:
+                return
 
 
 def _read_exactly(sock: socket.socket, size: int, stopping: threading.Event) -> bytes | None:
