@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
@@ -57,6 +58,10 @@ from spark_watchdog.power.base import PowerState
 if TYPE_CHECKING:
     from kasa.protocols import BaseProtocol
     from kasa.transports import BaseTransport
+
+# python-kasa's DEBUG lines carry each KLAP handshake's seeds and hashes (enough
+# to test password guesses offline) and every request: not even under --debug.
+logging.getLogger("kasa").setLevel(logging.INFO)
 
 Dialect = Literal["legacy", "klap", "smart"]
 LEGACY_PORT = 9999

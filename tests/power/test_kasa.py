@@ -207,6 +207,7 @@ def test_wrong_credentials_are_refused_and_never_shown(
         assert device.switches == [] and device.state() == "on"
     for text in (caplog.text, str(read.value), str(sent.value)):
         assert wrong not in text and PASSWORD not in text
+    assert "Handshake1 posted" not in caplog.text, "python-kasa logged the handshake's hashes"
 
 
 def test_a_plug_bound_to_another_account_is_refused() -> None:
