@@ -163,8 +163,9 @@ class KasaOutlet:
         try:
             await self._handshake(link)
             # Nothing sent yet: the device is what the config says (a plug, or a
-            # strip with this outlet: a strip's set_relay_state without an outlet
-            # switches every outlet), and the outlet's id is known.
+            # strip with this outlet: what a strip does with a command naming no
+            # outlet is documented nowhere, and python-kasa never sends one), and
+            # the outlet's id is known.
             await self._read(link, before_command=True)
             if self.dialect == "legacy":
                 # The command on a connection of its own: one the plug closed
