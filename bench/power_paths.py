@@ -3,11 +3,13 @@
 Each path runs against its stand-in or real server on loopback (the ones the
 tests use): the SNMP PDU stand-in (APC rPDU2 profile), the Shelly Gen2+,
 Shelly Gen1 and Tasmota plug stand-ins, the Home Assistant stand-in, a relay
-board script for ``exec`` (real subprocesses), and a real NUT ``upsd`` with
-the outlet driver stand-in. Every device switches at once, so the figure is
-the path's own cost: the command's round trip plus the reads until the new
-state is read back (the first read after the command, unless a path must
-wait for its server to hear from the device).
+board script for ``exec`` (real subprocesses), a real NUT ``upsd`` with
+the outlet driver stand-in, and the Kasa stand-in in each of its three
+protocols (through python-kasa, the ``kasa`` extra; left out without it).
+Every device switches at once, so the figure is the path's own cost: the
+command's round trip plus the reads until the new state is read back (the
+first read after the command, unless a path must wait for its server to hear
+from the device).
 
 For each path, ``--cycles`` verified cycles with no hold
 (``VerifiedPower.cycle(0)``, the on sent by the controller on every path
@@ -27,6 +29,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import importlib.util
 import json
 import statistics
 import sys
@@ -36,11 +39,12 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from spark_watchdog.config.controller import (
     ExecDevice,
     HomeAssistantDevice,
+    KasaDevice,
     NutDevice,
     PowerDevice,
     ShellyDevice,
@@ -50,6 +54,7 @@ from spark_watchdog.config.controller import (
 )
 from spark_watchdog.config.secrets import Secret
 from spark_watchdog.lab.hardware.home_assistant_standin import HomeAssistantStandin
+from spark_watchdog.lab.hardware.kasa_standin import KasaStandin
 from spark_watchdog.lab.hardware.nut_server import NutServer
 from spark_watchdog.lab.hardware.pdu_standin import PduStandin, PduStandinThread, StandinConfig
 from spark_watchdog.lab.hardware.plug_standin import PlugStandin
@@ -155,6 +160,29 @@ def _nut() -> Iterator[Target]:
         yield Target("nut (real upsd)", device, {"password_file": _secret(PASSWORD)})
 
 
+@contextlib.contextmanager
+def _kasa(protocol: Literal["legacy", "klap", "smart"]) -> Iterator[Target]:
+    """Outlet 2 of a strip of 3, through python-kasa; a new connection (and, but for
+    legacy, a new KLAP handshake) for every read and command, as the path does."""
+    login = protocol != "legacy"
+    with KasaStandin(protocol, outlets=3, username="bench@example.com", password=PASSWORD) as kp:
+        device = KasaDevice(
+            type="kasa",
+            host=kp.host,
+            port=kp.port,
+            protocol=protocol,
+            outlet=2,
+            username_file="u" if login else None,
+            password_file="p" if login else None,
+        )
+        secrets = (
+            {"username_file": _secret("bench@example.com"), "password_file": _secret(PASSWORD)}
+            if login
+            else {}
+        )
+        yield Target(f"kasa {protocol} (stand-in)", device, secrets)
+
+
 def _secret(value: str) -> Secret:
     return Secret(value, "bench")
 
@@ -167,6 +195,9 @@ PATHS: dict[str, Callable[[], AbstractContextManager[Target]]] = {
     "home_assistant": _home_assistant,
     "exec": _exec,
     "nut": _nut,
+    "kasa_legacy": lambda: _kasa("legacy"),
+    "kasa_klap": lambda: _kasa("klap"),
+    "kasa_smart": lambda: _kasa("smart"),
 }
 
 
@@ -217,7 +248,9 @@ def summarize(samples: list[dict[str, float]]) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.power_paths", description=__doc__)
     parser.add_argument("--cycles", type=int, default=20)
-    parser.add_argument("--paths", nargs="*", choices=sorted(PATHS), default=list(PATHS))
+    have_kasa = importlib.util.find_spec("kasa") is not None
+    default = [name for name in PATHS if have_kasa or not name.startswith("kasa")]
+    parser.add_argument("--paths", nargs="*", choices=sorted(PATHS), default=default)
     parser.add_argument("--json-out", type=Path, default=None)
     args = parser.parse_args(argv)
     results: dict[str, Any] = {}

@@ -66,6 +66,6 @@ want=$(sha256sum pyproject.toml | cut -d' ' -f1)
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
     echo "setup: installing spark-watchdog and its dependencies into .venv" >&2
     .venv/bin/python -m pip install -q --upgrade pip
-    .venv/bin/python -m pip install -q -e '.[journal,dev,postgres,docker]'
+    .venv/bin/python -m pip install -q -e '.[journal,dev,postgres,docker,kasa]'
     echo "$want" >"$stamp"
 fi

@@ -116,6 +116,11 @@ export SPARK_WATCHDOG_REQUIRE_POSTGRES=1
 # setup.sh installed nut-server: the NUT power path's tier (a real upsd with
 # dummy-ups, tests/power/test_nut.py) runs, and fails rather than skips if it cannot.
 export SPARK_WATCHDOG_REQUIRE_NUT=1
+# setup.sh installed the kasa extra (python-kasa) where Python is 3.11 or newer: the
+# Kasa and Tapo path's tests (tests/power/test_kasa.py) run, and fail rather than skip.
+if .venv/bin/python -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
+    export SPARK_WATCHDOG_REQUIRE_KASA=1
+fi
 # setup.sh installed docker.io: as root, the Docker tier (tests/docker) starts
 # a dockerd of its own, and fails rather than skips if it cannot. Its image is
 # the guest tier's root file system, so it needs that tier's image too.

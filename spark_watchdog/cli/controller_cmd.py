@@ -9,7 +9,7 @@ import sys
 from typing import Any
 
 from spark_watchdog import logs
-from spark_watchdog.config.controller import load_controller_config
+from spark_watchdog.config.controller import load_controller_config, power_libraries_missing
 from spark_watchdog.config.history_location import is_postgres_url
 from spark_watchdog.config.secret_refs import check_secrets, controller_secrets
 from spark_watchdog.errors import ConfigError, WatchdogError
@@ -47,6 +47,9 @@ def run(args: argparse.Namespace) -> int:
         secrets = check_secrets(
             str(args.config), controller_secrets(config), credentials_required=not args.check
         )
+        missing = power_libraries_missing(config)
+        if missing:
+            raise ConfigError(str(args.config), missing)
     except ConfigError as exc:
         print(f"spark-watchdog controller: {exc}", file=sys.stderr)
         return 2
@@ -56,6 +59,9 @@ def run(args: argparse.Namespace) -> int:
         for note in secrets.notes():
             print(f"  {note}")
         return 0
+    from spark_watchdog.power.paths import preload_libraries
+
+    preload_libraries(config)
     if is_postgres_url(config.history):
         # One of a pair, a standby until it takes the lease:
         # docs/design.md, "Controller pair".

@@ -41,6 +41,9 @@ from spark_watchdog.config.power_devices import (
     IpmiDevice as IpmiDevice,
 )
 from spark_watchdog.config.power_devices import (
+    KasaDevice as KasaDevice,
+)
+from spark_watchdog.config.power_devices import (
     NutDevice as NutDevice,
 )
 from spark_watchdog.config.power_devices import (
@@ -70,6 +73,7 @@ from spark_watchdog.config.power_devices import (
 from spark_watchdog.config.power_devices import (
     check_url_key as check_url_key,
 )
+from spark_watchdog.config.power_devices import kasa_library_missing
 from spark_watchdog.config.schema import InvalidSetting, load, setting
 from spark_watchdog.errors import ConfigError
 
@@ -383,10 +387,23 @@ def device_timeout(device: PowerDevice) -> float:
     if isinstance(device, NutDevice):
         # Connect, USERNAME, PASSWORD, then the INSTCMD line.
         return 4 * device.timeout
+    if isinstance(device, KasaDevice):
+        # KLAP's two handshakes (or the legacy connect), a strip's outlet id, the command.
+        return 4 * device.timeout
     over_http = (ShellyDevice, ShellyGen1Device, TasmotaDevice, HomeAssistantDevice)
     if isinstance(device, over_http) and device.url.startswith("https:"):
         return 2 * device.timeout
     return device.timeout
+
+
+def power_libraries_missing(config: ControllerConfig) -> list[str]:
+    """The power paths whose library is an extra not installed here (python-kasa):
+    ``--check`` and a start refuse them, rather than the first cycle failing."""
+    return kasa_library_missing(
+        (f"nodes[{n}].power[{p}]", device)
+        for n, node in enumerate(config.nodes)
+        for p, device in enumerate(node.power)
+    )
 
 
 def pair_refusal(device: PowerDevice) -> str | None:
@@ -450,6 +467,11 @@ def _physical_targets(device: PowerDevice) -> list[tuple[tuple[str, ...], str, s
                 "outlet",
             )
         ]
+    if isinstance(device, KasaDevice):
+        plug = _host_port(device.host.lower(), device.port_or_default)
+        outlet = "" if device.outlet is None else str(device.outlet)
+        shown = "the plug" if device.outlet is None else f"outlet {device.outlet}"
+        return [(("kasa", plug, outlet), f"{shown} of kasa device {plug}", "outlet")]
     if isinstance(device, HomeAssistantDevice):
         home = _url_host_port(device.url)
         return [

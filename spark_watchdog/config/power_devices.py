@@ -4,7 +4,9 @@ config/controller.py, names them in ``nodes[].power``)."""
 
 from __future__ import annotations
 
+import importlib.util
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -245,6 +247,62 @@ class NutDevice:
                 )
 
 
+_KASA_PORTS = {"legacy": 9999, "klap": 80, "smart": 80}
+
+
+@dataclass(frozen=True, kw_only=True)
+class KasaDevice:
+    """A TP-Link Kasa or Tapo plug, or one outlet of a strip, through python-kasa
+    (docs/power.md, "Kasa and Tapo")."""
+
+    type: Literal["kasa"] = setting()
+    host: str = setting()
+    # legacy: Kasa's original protocol (TCP 9999, no login); klap: Kasa firmware with
+    # the authenticated protocol; smart: Tapo, and Kasa that discovery shows as SMART.*.
+    protocol: Literal["legacy", "klap", "smart"] = setting("legacy")
+    port: int | None = setting(None, minimum=1, maximum=65535)
+    # A strip's outlet, counted from 1 as printed on it; none for a single plug.
+    outlet: int | None = setting(None, minimum=1)
+    # The TP-Link account's e-mail and password (klap and smart only).
+    username_file: str | None = setting(None)
+    password_file: str | None = setting(None)
+    timeout: float = setting(5.0, above=0)
+
+    def __post_init__(self) -> None:
+        check_host("host", self.host)
+        files = ("username_file", "password_file")
+        if self.protocol == "legacy":
+            for key in files:
+                if getattr(self, key) is not None:
+                    raise InvalidSetting(
+                        key, "the legacy protocol has no login: only for protocol klap or smart"
+                    )
+            return
+        for key in files:
+            if getattr(self, key) is None:
+                raise InvalidSetting(
+                    key,
+                    f"protocol {self.protocol} logs in with the TP-Link account's e-mail "
+                    "(username_file) and password (password_file): set both",
+                )
+
+    @property
+    def port_or_default(self) -> int:
+        return self.port if self.port is not None else _KASA_PORTS[self.protocol]
+
+
+def kasa_library_missing(paths: Iterable[tuple[str, object]]) -> list[str]:
+    """At load: a ``kasa`` path where python-kasa (the ``kasa`` extra) is not installed."""
+    if importlib.util.find_spec("kasa") is not None:
+        return []
+    return [
+        f"{key}.type: kasa needs python-kasa, which is not installed here: "
+        "pip install 'spark-watchdog[kasa]' (Python 3.11 or newer)"
+        for key, device in paths
+        if isinstance(device, KasaDevice)
+    ]
+
+
 # The exit status with which an exec path's off or on command says that it certainly
 # did not reach the device (sysexits.h EX_TEMPFAIL; docs/power.md, "exec").
 EXEC_NOT_SENT_EXIT = 75
@@ -329,6 +387,7 @@ PowerDevice = (
     | TasmotaDevice
     | HomeAssistantDevice
     | NutDevice
+    | KasaDevice
     | ExecDevice
     | SshDevice
 )

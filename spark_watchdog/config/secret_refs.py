@@ -35,6 +35,7 @@ DEVICE_SECRET_KEYS = (
     "priv_key_file",
     "password_file",
     "token_file",
+    "username_file",
 )
 
 

@@ -15,6 +15,7 @@ from spark_watchdog.config.controller import (
     ExecDevice,
     HomeAssistantDevice,
     IpmiDevice,
+    KasaDevice,
     NodeConfig,
     NutDevice,
     PowerDevice,
@@ -123,6 +124,12 @@ def _nut(device: NutDevice, secrets: Mapping[str, Secret]) -> PowerBackend:
     return build_nut_backend(device, secrets)
 
 
+def _kasa(device: KasaDevice, secrets: Mapping[str, Secret]) -> PowerBackend:
+    from spark_watchdog.power.kasa import build_kasa_backend
+
+    return build_kasa_backend(device, secrets)
+
+
 def _exec(device: ExecDevice, secrets: Mapping[str, Secret]) -> PowerBackend:
     from spark_watchdog.power.exec_path import build_exec_backend
 
@@ -139,8 +146,18 @@ BUILDERS: dict[type, Callable[[Any, Mapping[str, Secret]], PowerBackend]] = {
     TasmotaDevice: _tasmota,
     HomeAssistantDevice: _home_assistant,
     NutDevice: _nut,
+    KasaDevice: _kasa,
     ExecDevice: _exec,
 }
+
+
+def preload_libraries(config: ControllerConfig) -> None:
+    """Import the libraries of the configured paths that take long to import
+    (python-kasa), at the start rather than at an incident's first command."""
+    if any(isinstance(device, KasaDevice) for node in config.nodes for device in node.power):
+        from spark_watchdog.power.kasa import load_library
+
+        load_library()
 
 
 def build_backend(path: PowerPath, secrets: Mapping[str, Secret]) -> PowerBackend:

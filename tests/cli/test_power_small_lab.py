@@ -4,11 +4,13 @@ Each path against its stand-in or real server on loopback: the Shelly Gen1
 plug stand-in (built from Shelly's gen1 ``/relay/N`` API docs); a homemade
 relay board's script, run as real subprocesses, for ``exec``; the Home
 Assistant stand-in (built from HA's REST API docs); a real NUT ``upsd``
-(tests/conftest.py's ``nut_server``) for ``nut``.
+(tests/conftest.py's ``nut_server``) for ``nut``; the Kasa stand-in (built from
+the protocol as python-kasa documents it: no real plug runs here) for ``kasa``.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 from typing import Any
@@ -18,6 +20,7 @@ import yaml
 
 from spark_watchdog.cli.main import main
 from spark_watchdog.lab.hardware.home_assistant_standin import HomeAssistantStandin
+from spark_watchdog.lab.hardware.kasa_standin import KasaStandin
 from spark_watchdog.lab.hardware.nut_server import NutServer
 from spark_watchdog.lab.hardware.plug_standin import PlugStandin
 from spark_watchdog.lab.hardware.relay_board import RelayBoard
@@ -138,3 +141,31 @@ def test_nut(tmp_path: Path, capsys: pytest.CaptureFixture[str], nut_server: Nut
     code, out, _ = _run(argv, capsys)
     assert code == 1 and "ERR ACCESS-DENIED" in json.loads(out)["error"]
     assert "not-it" not in out and nut_server.rack.state(2) == "on"
+
+
+@pytest.mark.skipif(importlib.util.find_spec("kasa") is None, reason="python-kasa not installed")
+def test_kasa_strip_outlet(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    user = _secret(tmp_path, "kasa-user", "owner@example.com")
+    password = _secret(tmp_path, "kasa-password", "kasa-secret")
+    with KasaStandin("klap", outlets=3, username="owner@example.com", password="kasa-secret") as kp:
+        device = {
+            "type": "kasa",
+            "host": kp.host,
+            "port": kp.port,
+            "protocol": "klap",
+            "outlet": 3,
+            "username_file": str(user),
+            "password_file": str(password),
+        }
+        config = _config(tmp_path, device)
+        _status_and_cycle(config, capsys)
+        assert [(s.outlet, s.on) for s in kp.switches] == [(3, False), (3, True)]
+        assert kp.state(3) == "on"
+        wrong = _secret(tmp_path, "wrong-password", "not-it")
+        config = _config(tmp_path, {**device, "password_file": str(wrong)})
+        code, out, err = _run(["power", "--config", str(config), "spark-1", "status"], capsys)
+        assert code != 0 and "refused the credentials" in out + err
+        assert "not-it" not in out + err and "kasa-secret" not in out + err
+    missing = _config(tmp_path, {**device, "username_file": str(tmp_path / "absent")})
+    code, _, err = _run(["controller", "--config", str(missing), "--check"], capsys)
+    assert code == 2 and "nodes[0].power[0].username_file" in err and "does not exist" in err

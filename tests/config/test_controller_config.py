@@ -42,6 +42,7 @@ def test_example_loads() -> None:
         "shelly_gen1",
         "home_assistant",
         "nut",
+        "kasa",
         "exec",
     ]
     assert config.policy.power_off_seconds == 60.0
@@ -80,6 +81,7 @@ def test_every_key_of_every_device_type_is_documented() -> None:
         "TasmotaDevice",
         "HomeAssistantDevice",
         "NutDevice",
+        "KasaDevice",
         "ExecDevice",
         "SshDevice",
         "PolicyConfig",
@@ -121,7 +123,9 @@ def test_unknown_device_type_and_wrong_type_keys() -> None:
             ]
         }
     )
-    kinds = "snmp, ipmi, redfish, shelly, shelly_gen1, tasmota, home_assistant, nut, exec, ssh"
+    kinds = (
+        "snmp, ipmi, redfish, shelly, shelly_gen1, tasmota, home_assistant, nut, kasa, exec, ssh"
+    )
     assert f'nodes[0].power[0].type: expected one of {kinds}, got "ups"' in problems
     assert any(p.startswith("nodes[0].power[1].cipher_suite: unknown key") for p in problems)
 
@@ -263,6 +267,11 @@ def test_two_nodes_on_one_outlet_are_refused_with_both_key_paths() -> None:
             {"type": "nut", "host": "UPS-1", "ups": "rack", "outlet": 2, **_NUT},
             {"type": "nut", "host": "ups-1", "port": 3493, "ups": "rack", "outlet": 2, **_NUT},
             "outlet 2 of rack@ups-1:3493",
+        ),
+        (
+            {"type": "kasa", "host": "Strip-1", "outlet": 2},
+            {"type": "kasa", "host": "strip-1", "port": 9999, "outlet": 2},
+            "outlet 2 of kasa device strip-1:9999",
         ),
         (
             {"type": "home_assistant", "url": "http://HA:8123", "entity_id": "switch.a", **_HA},
@@ -409,6 +418,7 @@ def test_schema_module_exports_every_device_type() -> None:
         schema.TasmotaDevice,
         schema.HomeAssistantDevice,
         schema.NutDevice,
+        schema.KasaDevice,
         schema.ExecDevice,
         schema.SshDevice,
     }

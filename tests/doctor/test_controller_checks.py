@@ -421,3 +421,24 @@ def test_doctor_reads_a_nut_outlet_without_switching(nut_server: Any, tmp_path: 
     second = asyncio.run(check_power_path(config, power_paths(config, config.nodes[1])[0]))
     assert first.status == "ok" and "nut pdu@" in first.detail and "power on" in first.detail
     assert second.status == "warn" and "spark-2 is not powered now" in second.detail
+
+
+def test_doctor_reads_a_kasa_plug_without_switching(tmp_path: Path) -> None:
+    """Against the Kasa stand-in (built from the protocol: no real plug runs here)."""
+    pytest.importorskip("kasa", reason="python-kasa (the kasa extra)")
+    from spark_watchdog.lab.hardware.kasa_standin import KasaStandin
+
+    with KasaStandin("legacy", outlets=2) as strip:
+        device = {"type": "kasa", "host": strip.host, "port": strip.port, "outlet": 2}
+        config = _config([_node("spark-2", "http://127.0.0.1:9", power=[device])])
+        path = power_paths(config, config.nodes[0])[0]
+        found = asyncio.run(check_power_path(config, path))
+        assert found.status == "ok" and "outlet 2: power on" in found.detail, found
+        strip.set_state(False, 2)
+        found = asyncio.run(check_power_path(config, path))
+        assert found.status == "warn" and "spark-2 is not powered now" in found.detail
+        wrong = {**device, "outlet": 4}
+        config = _config([_node("spark-2", "http://127.0.0.1:9", power=[wrong])])
+        found = asyncio.run(check_power_path(config, power_paths(config, config.nodes[0])[0]))
+        assert found.status == "fail" and "no outlet 4: the strip has 2" in found.detail
+        assert strip.switches == [], "doctor switched the outlet"
