@@ -59,7 +59,9 @@ _MENU = (
     _sim("serving-stop-hangs", "a node's next serving stop is never answered"),
     _sim("serving-wrong-profile", "the next start brings the head up less safe than asked"),
     # The network
-    _both("partition", "nodes' links go dark: connections to them time out"),
+    _both("partition", "nodes' links go dark, management and fabric: connections time out"),
+    _sim("mgmt-partition", "nodes' management links go dark; the fabric between them stays up"),
+    _sim("fabric-partition", "nodes' fabric links go dark; the management network stays up"),
     _sim("partition-3x60", "three of four nodes cut off for 60 s"),
     _sim("partition-3x10", "three of four nodes cut off for 10 s"),
     _sim("packet-loss", "5-90 % of a node's packets are lost"),

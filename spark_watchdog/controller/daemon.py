@@ -174,6 +174,17 @@ class Controller:
         )
         if finding.verdict is Verdict.UNOBSERVABLE:
             self.notifier.send(Event("unobservable", f"{watch.name} {finding.summary}", watch.name))
+        if finding.verdict is Verdict.UNREACHABLE:
+            # The path that broke is the controller's own to the node: its cable,
+            # switch port, NIC or VLAN. Nothing automatic while its peers see it.
+            self.notifier.send(
+                Event(
+                    "unreachable",
+                    f"{watch.name} {finding.summary}; check the management path to it "
+                    f"({watch.config.agent}, ssh {watch.config.banner_host})",
+                    watch.name,
+                )
+            )
         handed_over = watch.off_seconds_override is not None  # halted for a clock latch
         if (
             before is Verdict.REBOOTING

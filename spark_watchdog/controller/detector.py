@@ -15,6 +15,9 @@ of progress, and evidence of life beats evidence of silence. A host is only
 - it is not going down in an orderly way: the agent said the system is
   stopping, or SSH refused after the agent's last progress (a reboot), in
   which case it is ``rebooting`` for up to ``boot_timeout``;
+- no peer that the controller reads as alive saw its agent advance over
+  its own path within ``freeze_after`` (else ``unreachable``: the path from
+  the controller is broken, not the host);
 - the controller can look: the names resolve and its own network is up
   (else ``unobservable``), and its witness targets answer (else ``isolated``).
 
@@ -53,6 +56,9 @@ class Verdict(enum.Enum):
     REBOOTING = "rebooting"
     # The controller cannot look: the name does not resolve, or its own network is down.
     UNOBSERVABLE = "unobservable"
+    # Silent to the controller, alive to its peers over their own path: the
+    # management path to it is broken (docs/design.md, "Peers"). Never fenced.
+    UNREACHABLE = "unreachable"
 
 
 # Host-level trouble (as opposed to serving trouble, which one frozen rank
@@ -100,6 +106,10 @@ class NodeObservation:
     ssh_alive_at: float | None = None
     # Last answer of the agent to anything else asked of it (a serving restart's).
     heard_at: float | None = None
+    # When a peer the controller reads as alive last saw the node's agent advance
+    # over its own path (controller/peer_evidence.py), and what it said.
+    peer_seen_at: float | None = None
+    peer_seen: str | None = None
     # Since when the node is going down in an orderly way, and why.
     going_down_at: float | None = None
     going_down_why: str | None = None
@@ -123,6 +133,12 @@ class NodeObservation:
             return f"ssh answered {self.now - self.ssh_alive_at:.1f}s ago"
         if self.heard_at is not None and self.now - self.heard_at < seconds:
             return f"the agent answered a serving request {self.now - self.heard_at:.1f}s ago"
+        return None
+
+    def seen_by_peers_within(self, seconds: float) -> str | None:
+        """A peer saw the agent advance in the last ``seconds``: what it said, or None."""
+        if self.peer_seen_at is not None and self.now - self.peer_seen_at < seconds:
+            return self.peer_seen or "a peer saw its agent advance"
         return None
 
 
@@ -192,6 +208,13 @@ def _silent(obs: NodeObservation, policy: DetectionPolicy, silence: str) -> Find
     life = obs.life_within(policy.freeze_after)
     if life is not None:
         return Finding(Verdict.PENDING, (silence, f"{life}: a live kernel, no fencing"))
+    seen = obs.seen_by_peers_within(policy.freeze_after)
+    if seen is not None:
+        # Alive on another path: the controller's own path to it is broken.
+        return Finding(
+            Verdict.UNREACHABLE,
+            (silence, seen, "the controller cannot reach it, its peers can: no fencing"),
+        )
     if obs.unobservable is not None:
         return Finding(Verdict.UNOBSERVABLE, (silence, obs.unobservable, "cannot look: no fencing"))
     if obs.banner_misses >= policy.banner_misses:

@@ -2,7 +2,8 @@
 
 Each sweep asks the witness and every agent at once, starts the SSH banner
 checks that are due (in the background: a silent host holds one for
-``banner_timeout``), and gives each node the detector's verdict
+``banner_timeout``), takes what each agent says it saw of its peers
+(controller/peer_evidence.py), and gives each node the detector's verdict
 (controller/detector.py). What it learns goes into the node's ``NodeWatch``
 and the flight recorder, never into the history: the controller's act side
 (controller/daemon.py) decides on it. ``still_frozen`` is the last look
@@ -25,6 +26,7 @@ from spark_watchdog.controller.node_watch import (
     LIVE_BANNER_OUTCOMES,
     NodeWatch,
 )
+from spark_watchdog.controller.peer_evidence import sightings
 
 log = logging.getLogger("spark_watchdog.controller")
 
@@ -116,6 +118,9 @@ class Monitor:
                 return False, why
         if watch.agent_blind is not None:
             return False, f"cannot look: {watch.agent_blind}"
+        now, seen = self.clock.monotonic(), watch.peer_seen
+        if seen is not None and now - seen.at < self.policy.freeze_after:
+            return False, f"alive to its peers: {seen.describe(now)}"
         return True, f"agent silent, ssh {watch.banner_detail}"
 
     async def boots(self, watch: NodeWatch) -> list[dict[str, Any]]:
@@ -131,10 +136,14 @@ class Monitor:
     def _note_agent_answer(self, watch: NodeWatch, status: int, body: bytes) -> None:
         """An HTTP answer: life in any case; a snapshot when it is a 200 with a JSON object."""
         before = watch.snapshot
-        wall = self.clock.time()
-        watch.note_http_answer(status, body, self.clock.monotonic(), wall)
+        wall, now = self.clock.time(), self.clock.monotonic()
+        watch.note_http_answer(status, body, now, wall)
         if watch.snapshot is not None and watch.snapshot is not before:
             self.recorder.note(watch.name, watch.snapshot, wall)
+            # What it saw of its peers counts from now, before anything else runs.
+            seen = sightings([watch], self.watches, now, self.policy.freeze_after)
+            for name, sighting in seen.items():
+                self.watches[name].note_sighting(sighting)
 
     async def _poll_agent(self, watch: NodeWatch) -> None:
         try:

@@ -27,6 +27,7 @@ from spark_watchdog.controller.node_states import (
     Watching,
     enter,
 )
+from spark_watchdog.controller.peer_evidence import Sighting
 
 # Silence: what a frozen host (the kernel completes the handshake, userland is
 # silent) or a powered-off one (nothing answers on the segment) looks like.
@@ -60,6 +61,7 @@ class NodeWatch:
     agent_progress_at: float | None = None  # last answer with seq advancing
     agent_progress_wall: float | None = None  # same instant, wall clock (for the history)
     agent_answer_at: float | None = None  # last HTTP answer of any kind
+    snapshot_at: float | None = None  # when ``snapshot`` came
     agent_error: str | None = None
     agent_blind: str | None = None  # the agent's name does not resolve, or no network
     # SSH banner
@@ -71,6 +73,8 @@ class NodeWatch:
     # The last answer from the node's agent to anything else the controller
     # asked it (a serving restart's requests): life, though not the agent's loop.
     heard_at: float | None = None
+    # The freshest sighting by a peer over its own path (controller/peer_evidence.py).
+    peer_seen: Sighting | None = None
     banner_blind: str | None = None
     # Handshake proven on the last miss (no_banner): the path to the host works.
     banner_reachable: bool = False
@@ -119,10 +123,17 @@ class NodeWatch:
 
     @property
     def last_life_at(self) -> float | None:
-        """The last evidence of a live host: any agent answer or any SSH answer."""
-        answers = (self.agent_answer_at, self.ssh_alive_at, self.heard_at)
+        """The last evidence of a live host: any agent answer, any SSH answer, or
+        a peer that saw its agent advance."""
+        peer = None if self.peer_seen is None else self.peer_seen.at
+        answers = (self.agent_answer_at, self.ssh_alive_at, self.heard_at, peer)
         times = [t for t in answers if t is not None]
         return max(times) if times else None
+
+    def note_sighting(self, sighting: Sighting | None) -> None:
+        """A peer's sighting, kept while none fresher comes."""
+        if sighting is not None and (self.peer_seen is None or sighting.at > self.peer_seen.at):
+            self.peer_seen = sighting
 
     def note_heard(self, now: float) -> None:
         """The node's agent answered a request other than the state poll."""
@@ -181,7 +192,7 @@ class NodeWatch:
         seq = snapshot.get("seq")
         boot_id = snapshot.get("boot_id")
         started = snapshot.get("started_at")
-        self.agent_answer_at = now
+        self.agent_answer_at = self.snapshot_at = now
         self.agent_blind = None
         self.agent_error = None
         well_formed = isinstance(seq, int) and not isinstance(seq, bool)
@@ -362,6 +373,8 @@ class NodeWatch:
             agent_answer_at=self.agent_answer_at,
             ssh_alive_at=self.ssh_alive_at,
             heard_at=self.heard_at,
+            peer_seen_at=None if self.peer_seen is None else self.peer_seen.at,
+            peer_seen=None if self.peer_seen is None else self.peer_seen.describe(now),
             going_down_at=self.going_down_at,
             going_down_why=self.going_down_why,
             unobservable=self.agent_blind or self.banner_blind,

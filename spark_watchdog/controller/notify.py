@@ -30,6 +30,7 @@ CRITICAL = frozenset(
         "history_unwritable",
         "outlet_off",  # an outlet found off: a node dark that the controller will not switch on
         "unobservable",  # a node the controller cannot look at is not protected
+        "unreachable",  # the management path to a live node is broken: not protected either
         "reboot_overdue",  # went down in order and did not come back within boot_timeout
         "clock_latched",  # a GPU latched on this boot: the fault is likely to return
         "clock_latch_not_cleared",  # ... and the controller could not clear it

@@ -31,6 +31,7 @@ VERDICTS = (
     "isolated",
     "rebooting",
     "unobservable",
+    "unreachable",
     "booting",
     "held",
 )

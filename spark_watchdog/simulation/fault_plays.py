@@ -57,6 +57,7 @@ class FaultPlays:
     world: World
     rng: random.Random
     pair_rng: random.Random
+    link_rng: random.Random
     names: list[str]
     clock: Any  # the hosts' clock (simulation/run.py's _SimClock): its offset steps
     config: ControllerConfig
@@ -133,15 +134,19 @@ class FaultPlays:
             self.later(rng.uniform(2.0, 40.0), lambda: setattr(world, "controller_net_down", False))
         elif fault == "witness-down":
             world.witness_down = True
-            self.later(rng.uniform(2.0, 60.0), lambda: setattr(world, "witness-down", False))
-        elif fault == "partition":
+            self.later(rng.uniform(2.0, 60.0), lambda: setattr(world, "witness_down", False))
+        elif fault == "partition":  # both links of one or more nodes
             until = now + rng.uniform(5.0, 90.0)
             for other in rng.sample(list(world.nodes.values()), rng.randint(1, len(self.names))):
-                other.partitioned_until = until
+                other.partitioned_until = other.fabric_down_until = until
+        elif fault == "mgmt-partition":  # one link of one node (several, when they overlap)
+            node.partitioned_until = now + self.link_rng.uniform(5.0, 120.0)
+        elif fault == "fabric-partition":  # its own draws, so that other runs replay
+            node.fabric_down_until = now + self.link_rng.uniform(5.0, 120.0)
         elif fault in ("partition-3x60", "partition-3x10"):
             lasting = 60.0 if fault == "partition-3x60" else 10.0
             for other in list(world.nodes.values())[1:]:
-                other.partitioned_until = now + lasting
+                other.partitioned_until = other.fabric_down_until = now + lasting
 
     def _pdu_fault(self, node: SimNode, outlet: SimOutlet, now: float, fault: str) -> None:
         rng = self.rng
@@ -223,6 +228,7 @@ class FaultPlays:
         self.history_fault_until = -1.0
         for node in world.nodes.values():
             node.loss, node.dns_broken_until, node.partitioned_until = 0.0, -1.0, -1.0
+            node.fabric_down_until = -1.0
             if node.agent != "ok":
                 node.agent_until = world.now()
             if node.phase == "hung":
@@ -270,6 +276,8 @@ _FAULT_GROUPS: tuple[tuple[_FaultPlay, tuple[str, ...]], ...] = (
             "partition",
             "partition-3x60",
             "partition-3x10",
+            "mgmt-partition",
+            "fabric-partition",
         ),
     ),
     (

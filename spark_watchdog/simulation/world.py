@@ -40,6 +40,7 @@ from spark_watchdog.errors import Ambiguous, Refused, Unreachable
 from spark_watchdog.power import send_window
 from spark_watchdog.power.base import TIMED_ON_MARGIN_S, PowerState, TimedOn
 from spark_watchdog.power.ssh_banner import BannerResult
+from spark_watchdog.simulation.fabric import deliver, peer_report
 
 # The controller process the running code belongs to (its tasks inherit it):
 # what a device attributes a command to, and what a kill cancels.
@@ -95,8 +96,15 @@ class Truth:
     reboots: list[tuple[float, str, bool]] = field(default_factory=list)
     violations: list[str] = field(default_factory=list)
 
+    def note_life(self, node: str, at: float) -> None:
+        """The controller was told the node was alive at ``at`` (its own answer,
+        or a believed peer's sighting); the list stays in order of time."""
+        times = self.life.setdefault(node, [])
+        if not times or at > times[-1]:
+            times.append(at)
+
     def alive_at(self, node: str, now: float) -> float | None:
-        """The last answer delivered to the controller within freeze_after before now."""
+        """The last life the controller was told of within freeze_after before now."""
         times = self.life.get(node)
         if not times:
             return None
@@ -122,7 +130,9 @@ class SimNode:
         self.agent_until = float("inf")
         self.dns_broken_until = -1.0
         self.loss = 0.0
-        self.partitioned_until = -1.0
+        self.partitioned_until = -1.0  # the management link: what the controller uses
+        self.fabric_down_until = -1.0  # the fabric link: what its peers pulse over
+        self.peers_seen: dict[str, float] = {}  # peer -> when this agent last saw it advance
         self.hang_after_shutdown = False
         self.halt_after_shutdown = False
         self.gpu_wedged = False  # NVML reads time out until the next boot
@@ -266,7 +276,10 @@ class SimNode:
                 raise HttpError(f"{self.name}: closed mid-answer", REFUSED)
         if self.agent != "stuck":
             self.seq += 1
-        self.world.truth.life.setdefault(self.name, []).append(self.now())
+        self.world.truth.note_life(self.name, self.now())
+        if path != "/v1/boots" and self.world.peers_on:
+            peers = peer_report(self, self.world.nodes.values(), self.now())
+            deliver(peers, self.now(), self.agent != "stuck", self.world.truth.note_life)
         body: dict[str, Any]
         if path == "/v1/boots":
             body = {"boots": []}
@@ -288,6 +301,8 @@ class SimNode:
             }
             if self.rank_unsafe:
                 body["serving"] = {"effective_safe": False, "effective_matches_profile": False}
+            if self.world.peers_on:
+                body["peers"] = peers
         return HttpAnswer(200, json.dumps(body).encode())
 
     async def serving_call(self, method: str, what: str, body: Any, timeout: float) -> HttpAnswer:
@@ -337,7 +352,7 @@ class SimNode:
             return BannerResult("connect_timeout")
         phase = self.phase
         if phase in ("kernel", "down", "hung"):
-            self.world.truth.life.setdefault(self.name, []).append(self.now())
+            self.world.truth.note_life(self.name, self.now())
             return BannerResult("refused")
         if phase in ("off", "post", "halted"):
             await self.world.sleep(timeout)
@@ -345,7 +360,7 @@ class SimNode:
         if phase == "frozen":
             await self.world.sleep(timeout)
             return BannerResult("no_banner", connect_s=0.001)
-        self.world.truth.life.setdefault(self.name, []).append(self.now())
+        self.world.truth.note_life(self.name, self.now())
         return BannerResult("banner", banner="SSH-2.0-OpenSSH_9.6", connect_s=0.001)
 
 
@@ -498,6 +513,8 @@ class World:
         self.truth = Truth(freeze_after)
         self.controller_net_down = False
         self.witness_down = False
+        # The agents pulse each other over the fabric (simulation/fabric.py).
+        self.peers_on = False
         self.on_command_hook: Callable[[SimOutlet, PowerState, bool, int], None] | None = None
 
     def now(self) -> float:

@@ -197,3 +197,19 @@ def test_an_answer_to_a_serving_request_is_life_and_stops_fencing() -> None:
     heard = obs(agent_progress_at=80.0, banner_misses=3, heard_at=99.2)
     finding = classify(heard, POLICY)
     assert finding.verdict is Verdict.PENDING and "serving request" in finding.summary
+
+
+def test_a_silent_node_its_peers_saw_advance_is_unreachable_never_frozen() -> None:
+    seen = "spark-1 saw its agent advance 0.8s ago via http://10.20.0.3:9101"
+    silent = obs(agent_progress_at=80.0, banner_misses=5, peer_seen_at=99.2, peer_seen=seen)
+    finding = classify(silent, POLICY)
+    assert finding.verdict is Verdict.UNREACHABLE
+    assert seen in finding.reasons
+    # A sighting older than freeze_after says nothing about now: frozen as before.
+    stale = obs(agent_progress_at=80.0, banner_misses=5, peer_seen_at=92.0, peer_seen=seen)
+    assert classify(stale, POLICY).verdict is Verdict.HOST_FROZEN
+    # A live kernel on the controller's own path still reads as that, first.
+    kernel = obs(agent_progress_at=80.0, ssh_alive_at=99.0, peer_seen_at=99.2, peer_seen=seen)
+    assert classify(kernel, POLICY).verdict is Verdict.PENDING
+    # The peers' word clears by itself: once the agent answers, healthy again.
+    assert classify(obs(peer_seen_at=99.2, peer_seen=seen), POLICY).verdict is Verdict.HEALTHY

@@ -37,6 +37,7 @@ class Tick:
     release: bool
     rung_outcome: str  # what a started rung leads to
     boots: bool  # the node comes back with a new boot id this tick
+    peer_sees: bool  # a peer the controller trusts saw the agent advance this tick
 
 
 # Biased towards trouble: freezes need long silences, which fair coins rarely give.
@@ -50,6 +51,7 @@ ticks = st.builds(
     release=st.integers(min_value=0, max_value=4).map(lambda n: n == 0),
     rung_outcome=st.sampled_from(["restored", "failed", "ambiguous"]),
     boots=st.integers(min_value=0, max_value=3).map(lambda n: n == 0),
+    peer_sees=st.integers(min_value=0, max_value=19).map(lambda n: n == 0),
 )
 
 
@@ -73,11 +75,14 @@ def test_safety_rules_hold_for_any_sequence(
     rungs_done: set[int] = set()
     incident_open = False
     boot_deadline = 0.0
+    peer_seen_at: float | None = None
 
     for tick in sequence:
         now += TICK
         if tick.agent_answers and state is not NodeState.FENCING:
             agent_progress_at = now
+        if tick.peer_sees and state is not NodeState.FENCING:
+            peer_seen_at = now
         banner_misses = 0 if tick.banner_ok else banner_misses + 1
         if tick.hold:
             held = True
@@ -93,6 +98,7 @@ def test_safety_rules_hold_for_any_sequence(
             snapshot={"probes": {"vllm": {"state": tick.vllm_state}}},
             banner_misses=banner_misses,
             witness_ok=tick.witness_ok,
+            peer_seen_at=peer_seen_at,
         )
         finding = classify(obs, POLICY)
         guards = Guards(
@@ -111,8 +117,10 @@ def test_safety_rules_hold_for_any_sequence(
         if decision.step is Step.FENCE:
             # Rule: power only for a node whose agent was silent ≥ freeze_after...
             assert obs.agent_silent_s >= POLICY.freeze_after
-            # ...with the SSH banner missing and the witness reachable.
+            # ...with the SSH banner missing and the witness reachable...
             assert banner_misses >= POLICY.banner_misses and tick.witness_ok
+            # ...and no peer that saw it advance within freeze_after.
+            assert peer_seen_at is None or now - peer_seen_at >= POLICY.freeze_after
             # Rule: never while held, never in dry run, never beyond the budget.
             assert not held and not dry_run
             assert cycles < budget
@@ -177,6 +185,27 @@ def test_an_agent_heard_within_freeze_after_is_never_frozen(
         snapshot={"probes": {"vllm": {"state": "progressing"}}},
         banner_misses=misses,
         witness_ok=witness,
+    )
+    assert classify(obs, POLICY).verdict is not Verdict.HOST_FROZEN
+
+
+@given(
+    seen_ago=st.floats(min_value=0, max_value=7.99),
+    silent=st.floats(min_value=8.0, max_value=600.0),
+    misses=st.integers(min_value=0, max_value=10),
+    witness=st.booleans(),
+)
+def test_a_node_its_peers_saw_within_freeze_after_is_never_frozen(
+    seen_ago: float, silent: float, misses: int, witness: bool
+) -> None:
+    obs = NodeObservation(
+        now=1000.0,
+        watch_started_at=0.0,
+        agent_progress_at=1000.0 - silent,
+        snapshot={},
+        banner_misses=misses,
+        witness_ok=witness,
+        peer_seen_at=1000.0 - seen_ago,
     )
     assert classify(obs, POLICY).verdict is not Verdict.HOST_FROZEN
 
