@@ -116,6 +116,9 @@ export SPARK_WATCHDOG_REQUIRE_POSTGRES=1
 # setup.sh installed nut-server: the NUT power path's tier (a real upsd with
 # dummy-ups, tests/power/test_nut.py) runs, and fails rather than skips if it cannot.
 export SPARK_WATCHDOG_REQUIRE_NUT=1
+# setup.sh installed chromium, chromium-driver and selenium: the operator's page
+# in a real browser (tests/web/test_page_browser.py) runs, and fails rather than skips.
+export SPARK_WATCHDOG_REQUIRE_BROWSER=1
 # setup.sh installed docker.io: as root, the Docker tier (tests/docker) starts
 # a dockerd of its own, and fails rather than skips if it cannot. Its image is
 # the guest tier's root file system, so it needs that tier's image too.

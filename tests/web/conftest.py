@@ -83,7 +83,18 @@ def browser() -> Iterator[Any]:
         CHROMEDRIVER if CHROMEDRIVER.exists() else Path(shutil.which("chromedriver") or "")
     )
     service = Service(executable_path=str(driver_path))
-    driver = webdriver.Chrome(service=service, options=options)
+    # Both paths are given, so Selenium Manager has nothing to look up; should it
+    # run all the same, it stays offline and sends no usage statistics.
+    saved = {name: os.environ.get(name) for name in ("SE_OFFLINE", "SE_AVOID_STATS")}
+    os.environ.update({"SE_OFFLINE": "true", "SE_AVOID_STATS": "true"})
+    try:
+        driver = webdriver.Chrome(service=service, options=options)
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
     driver.set_page_load_timeout(60)
     driver.set_script_timeout(60)
     try:
