@@ -108,7 +108,8 @@ def run_on_loop(
     except concurrent.futures.TimeoutError:
         future.cancel()
         raise Unavailable(
-            f"the controller did not take the request within {timeout:g}s; retry"
+            f"the controller did not finish within {timeout:g}s (a write to the history may "
+            "still complete): look at the page again before retrying"
         ) from None
 
 

@@ -55,6 +55,8 @@ _TYPES = {
 }
 STATIC_PREFIX = "/static/"
 INCIDENT_PREFIX = "/v1/incidents/"
+# How long GET /v1/nodes waits for the controller's loop: the page asks again in a second.
+NODES_TIMEOUT_S = 2.0
 # Incidents per list: the page shows the newest; ``limit`` asks for fewer or more.
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 500
@@ -190,7 +192,7 @@ class PageRoutes:
             return nodes_view(source.config, source.watches.values(), now, source.serving.profile)
 
         try:
-            return _json(run_on_loop(self._loop, view))
+            return _json(run_on_loop(self._loop, view, NODES_TIMEOUT_S))
         except Unavailable as exc:
             return _error(503, str(exc), **{"Retry-After": "2"})
 

@@ -75,9 +75,13 @@ class ControllerThread:
         io = ControllerIO.production(self.config, fence=fence)
         self.controller = Controller(self.config, self.store, io=io)
         self._loop: asyncio.AbstractEventLoop | None = None
-        self.endpoint = page_endpoint(
-            self.config, self.controller, self.controller, lambda: self._loop
-        )
+        try:
+            self.endpoint = page_endpoint(
+                self.config, self.controller, self.controller, lambda: self._loop
+            )
+        except BaseException:
+            self.store.close()  # listen.token_file unreadable: nothing starts
+            raise
         self._stop_event: asyncio.Event | None = None
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._run, name="lab-controller", daemon=True)

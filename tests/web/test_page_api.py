@@ -415,3 +415,24 @@ def test_an_event_stream_request_gets_the_ordinary_answer(page_controller: PageC
         answer = requests.get(page_controller.url + "/v1/status", headers=headers, timeout=10)
         assert answer.status_code == 200
         assert answer.headers["Content-Type"] == "application/json"
+
+
+def test_controller_check_names_an_unreadable_page_token(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import yaml
+
+    from spark_watchdog.cli.main import main
+
+    config = tmp_path / "controller.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "nodes": [{"name": "spark-1", "agent": "http://127.0.0.1:9", "ssh_host": "h"}],
+                "listen": {"token_file": str(tmp_path / "no-such-token")},
+                "history": str(tmp_path / "history.db"),
+            }
+        )
+    )
+    assert main(["controller", "--config", str(config), "--check"]) == 2
+    assert "listen.token_file" in capsys.readouterr().err
