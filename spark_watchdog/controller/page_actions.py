@@ -72,6 +72,10 @@ class ServingLike(Protocol):
     profile: str | None
 
 
+class HoldsLike(Protocol):
+    def breaker_open(self) -> bool: ...
+
+
 class PageSource(Protocol):
     """What the page reads and acts through: the controller (controller/daemon.py)."""
 
@@ -89,6 +93,9 @@ class PageSource(Protocol):
 
     @property
     def serving(self) -> ServingLike: ...
+
+    @property
+    def holds(self) -> HoldsLike: ...
 
 
 class Unavailable(Exception):

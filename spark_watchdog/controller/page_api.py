@@ -189,7 +189,13 @@ class PageRoutes:
 
         async def view() -> dict[str, Any]:
             now = source.clock.monotonic()
-            return nodes_view(source.config, source.watches.values(), now, source.serving.profile)
+            return nodes_view(
+                source.config,
+                source.watches.values(),
+                now,
+                source.serving.profile,
+                source.holds.breaker_open(),
+            )
 
         try:
             return _json(run_on_loop(self._loop, view, NODES_TIMEOUT_S))

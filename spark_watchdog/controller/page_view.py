@@ -127,9 +127,13 @@ def nodes_view(
     watches: Iterable[WatchLike],
     now: float,
     profile: str | None,
+    breaker_open: bool,
 ) -> dict[str, Any]:
-    """``GET /v1/nodes``: every node, and the profile the controller asks for."""
+    """``GET /v1/nodes``: every node, the profile the controller asks for, and
+    whether the circuit breaker is open (nothing is fenced; it latches into a
+    cluster hold after ``guards.breaker_latch_after``)."""
     return {
+        "breaker_open": breaker_open,
         "serving_profile": {
             "asked": profile,
             "safe_profile": config.serving.safe_profile,

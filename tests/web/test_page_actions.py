@@ -46,6 +46,11 @@ class _Serving:
     profile: str | None = None
 
 
+class _Holds:
+    def breaker_open(self) -> bool:
+        return False
+
+
 class _Source:
     def __init__(self, config: ControllerConfig, store: HistoryStore) -> None:
         self.config = config
@@ -53,6 +58,7 @@ class _Source:
         self.watches: dict[str, Any] = {n.name: object() for n in config.nodes}
         self.clock = _Clock()
         self.serving = _Serving()
+        self.holds = _Holds()
 
 
 @pytest.fixture

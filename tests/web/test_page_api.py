@@ -73,6 +73,7 @@ def test_the_nodes_view_has_signal_ages_power_paths_and_serving(
         "effective_matches_profile",
     }
     assert body["serving_profile"]["safe_profile"] == "safe"
+    assert body["breaker_open"] is False
     _error(requests.get(page_controller.url + "/v1/nodes?x=1", timeout=10), 400, "no query")
 
 

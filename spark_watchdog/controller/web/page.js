@@ -152,6 +152,7 @@ function drawCluster() {
   add("witness", typeof status.witness === "string" ? status.witness : JSON.stringify(status.witness));
   add("serving profile", status.serving_profile || "as configured");
   add("dry run", status.dry_run ? "yes: nothing is power-cycled" : "no");
+  add("circuit breaker", nodesView && nodesView.breaker_open ? "OPEN: too many nodes look frozen at once, nothing is fenced" : status.cluster_hold ? "latched (cluster held)" : "closed");
   add("poll sweep", `${status.ticks} sweeps, last ${status.last_sweep_s} s`);
   $("cluster-hold").hidden = !status.cluster_hold;
   $("cluster-hold-text").textContent = status.cluster_hold ? `Cluster held (breaker or an operator): ${status.cluster_hold}` : "";
