@@ -186,6 +186,8 @@ def test_an_incident_s_timeline_and_charts_render(
     assert any("cycle" in row and "verified" in row for row in shown["actions"]), shown
     assert shown["charts"] >= 2
     _shot(browser, artifacts, "incident.png")
+    browser.execute_script("document.getElementById('actions').scrollIntoView();")
+    _shot(browser, artifacts, "incident-actions.png")
 
 
 def _confirm(browser: Any, reason: str | None = None) -> None:

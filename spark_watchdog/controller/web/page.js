@@ -8,6 +8,7 @@ const INCIDENTS_EVERY_MS = 5000;
 const TOKEN_KEY = "spark-watchdog-token";
 const BAD = new Set(["host_frozen", "serving_dead", "memory_exhausted", "gpu_wedged", "isolated", "unobservable"]);
 const WARN = new Set(["serving_stalled", "agent_down"]);
+const LIVE_SIGNALS = new Set(["agent_progress", "agent_answer", "gpu", "vllm", "host"]);
 const STATE_WORDS = { fencing: "power cycle in progress", booting: "booting after power cycle", held: "held", watching: "" };
 const MEASURES = [
   ["mem_available_bytes", "MemAvailable", (v) => v / 1073741824, "GiB"],
@@ -86,7 +87,9 @@ function signalsOf(node, extra) {
   for (const [key, label] of Object.entries(names)) {
     if (!(key in signals)) continue;
     const age = signals[key];
-    const old = age === null || age > (status ? status.freeze_after_s : 30);
+    // Red: a signal that should refresh every poll is older than freeze_after. The
+    // journal is read every 30 s, and a healthy node's banner only now and then.
+    const old = LIVE_SIGNALS.has(key) && (age === null || age > (status ? status.freeze_after_s : 30));
     list.append(el("span", { class: old ? "old" : "", "data-signal": key }, `${label}: ${ago(age)}`));
   }
   return list;
