@@ -20,6 +20,7 @@ from typing import Any, Protocol, TypeVar
 from spark_watchdog.config.controller import ControllerConfig
 from spark_watchdog.controller.ledger import HistoryUnwritable
 from spark_watchdog.controller.page_view import WatchLike
+from spark_watchdog.errors import StoreError
 from spark_watchdog.history.records import CLUSTER, Hold, Incident, IncidentTimeline
 
 T = TypeVar("T")
@@ -165,6 +166,8 @@ def run_action(
         return 400, {"error": str(exc)}
     except Unavailable as exc:
         return 503, {"error": str(exc)}
+    except StoreError as exc:  # the lease could not be ended: nothing changed
+        return 503, {"error": f"not done: the history cannot be written ({exc})"}
     if node is None:
         known = ", ".join(source.watches) or "none"
         return 404, {"error": f"no node {body['node']!r:.60} on this controller; known: {known}"}

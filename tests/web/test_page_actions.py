@@ -164,3 +164,16 @@ def test_a_standby_serves_the_page_but_not_its_data(loop: asyncio.AbstractEventL
     ):
         status, body = _body(routes.answer(request))
         assert status == 503 and "stands by" in body["error"], request.path
+
+
+def test_a_step_down_the_history_refuses_is_a_503(
+    source: _Source, loop: asyncio.AbstractEventLoop
+) -> None:
+    from spark_watchdog.errors import StoreError
+
+    async def step_down() -> dict[str, Any] | None:
+        raise StoreError("postgresql://db/history", "connection refused")
+
+    routes = _routes(source, loop, step_down=step_down)
+    status, body = _body(routes.answer(_post("/v1/actions/step-down", {})))
+    assert status == 503 and "history cannot be written" in body["error"]
