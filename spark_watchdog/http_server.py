@@ -29,8 +29,10 @@ Parsing, routes and the JSON errors are :mod:`spark_watchdog.http_handler`;
 where a head ends, :mod:`spark_watchdog.http_framing`. A POST runs on a
 thread of its own (at most ``MAX_ROUTE_THREADS`` at once), so a serving stop
 that waits for a process group never holds up the agent's event loop or a
-scrape. A client that drops its connection costs one log line, and a flood of
-them at most ``BROKEN_LOG_BURST`` lines a ``BROKEN_LOG_WINDOW_S``.
+scrape; so does a GET that the caller's path routes say waits on something
+(the controller page's reads of the history). A client that drops its
+connection costs one log line, and a flood of them at most
+``BROKEN_LOG_BURST`` lines a ``BROKEN_LOG_WINDOW_S``.
 """
 
 from __future__ import annotations
@@ -111,7 +113,8 @@ ANSWER_DEADLINE_S = 10.0
 # Bytes held for all clients together: requests not yet whole, answers not yet
 # taken. Real requests and answers are a few KB and gone within milliseconds.
 MAX_HELD_BYTES = 4 * 1024 * 1024
-# POST routes running at once (each on a thread of its own); past this a POST is a 503.
+# Routes running at once on threads of their own (POSTs, and GETs that wait on a
+# database); past this such a request is a 503.
 MAX_ROUTE_THREADS = 8
 # Broken connections logged per window; the rest are counted, then reported in one line.
 BROKEN_LOG_BURST = 10
