@@ -20,6 +20,7 @@ APT_PACKAGES=(
     faketime                                         # a controller of a pair with its clock ahead, in tests
     docker.io                                        # serving.runtime docker: a dockerd of the tests' own
     nut-server nut-client                            # NUT power paths: a real upsd and dummy-ups in tests
+    chromium chromium-driver                         # the operator's page in a real browser (tests/web)
 )
 
 missing=()

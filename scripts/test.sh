@@ -121,6 +121,9 @@ export SPARK_WATCHDOG_REQUIRE_NUT=1
 if .venv/bin/python -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
     export SPARK_WATCHDOG_REQUIRE_KASA=1
 fi
+# setup.sh installed chromium, chromium-driver and selenium: the operator's page
+# in a real browser (tests/web/test_page_browser.py) runs, and fails rather than skips.
+export SPARK_WATCHDOG_REQUIRE_BROWSER=1
 # setup.sh installed docker.io: as root, the Docker tier (tests/docker) starts
 # a dockerd of its own, and fails rather than skips if it cannot. Its image is
 # the guest tier's root file system, so it needs that tier's image too.

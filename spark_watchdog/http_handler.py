@@ -27,7 +27,8 @@ from dataclasses import dataclass, field
 from email.message import Message
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler
-from typing import Any
+from typing import Any, Protocol
+from urllib.parse import urlsplit
 
 log = logging.getLogger("spark_watchdog.http")
 
@@ -38,6 +39,47 @@ Route = Callable[[], Response]
 PostRoute = Callable[[dict[str, Any]], Response]
 # Checks an Authorization header value: None to let the request in, else why not.
 Authorize = Callable[[str | None], str | None]
+
+# An answer with headers of its own (a page's security headers, a 401's scheme).
+Reply = tuple[int, str, bytes, dict[str, str]]
+
+
+@dataclass(frozen=True)
+class Request:
+    """One whole request, for routes that look past its path: the query
+    string (raw, undecoded), the headers, and a POST's JSON object."""
+
+    method: str
+    path: str
+    query: str
+    headers: Message
+    body: dict[str, Any] = field(default_factory=dict)
+
+
+class PathRoutes(Protocol):
+    """Routes that match paths themselves (templates such as
+    ``/v1/incidents/{id}``, a folder of static files) and see the whole
+    request. Each request is first shown to ``screen`` whatever its path, so
+    a refusal (a secret in a query string) holds for every route."""
+
+    def methods(self, path: str) -> tuple[str, ...]:
+        """The methods ``path`` answers, in ``Allow`` order; () when not one of these."""
+        ...
+
+    def operations(self) -> dict[str, tuple[str, ...]]:
+        """Every path template served and its methods (what docs/api/ describes)."""
+        ...
+
+    def on_thread(self, path: str) -> bool:
+        """True where a GET waits on something (a database) and runs on a thread."""
+        ...
+
+    def screen(self, request: Request) -> Reply | None:
+        """A refusal for any request before its route runs; None to let it through."""
+        ...
+
+    def answer(self, request: Request) -> Reply: ...
+
 
 # Serving requests are a few dozen bytes; anything near this is not one of them.
 MAX_BODY_BYTES = 64 * 1024
@@ -91,6 +133,26 @@ class Routes:
     get: dict[str, Route]
     post: dict[str, PostRoute] = field(default_factory=dict)
     authorize: Authorize | None = None
+    # Routes that match their paths themselves (None: none).
+    paths_of: PathRoutes | None = None
+
+    def own(self, path: str) -> tuple[str, ...]:
+        """The methods ``paths_of`` answers at ``path`` (() where it has none)."""
+        return () if self.paths_of is None else self.paths_of.methods(path)
+
+    def on_thread(self, method: str, target: str) -> bool:
+        """Whether the request runs on a thread of its own: a POST, or a GET
+        that ``paths_of`` says waits on something."""
+        if method == "POST":
+            return True
+        path = target.split("?", 1)[0]
+        return (
+            method in ("GET", "HEAD")
+            and path not in self.get
+            and self.paths_of is not None
+            and method in self.own(path)
+            and self.paths_of.on_thread(path)
+        )
 
     def allowed_methods(self, path: str) -> tuple[str, ...]:
         """The methods ``path`` answers, in ``Allow`` order; () for no such path."""
@@ -99,18 +161,24 @@ class Routes:
             methods += ("GET", "HEAD")
         if path in self.post:
             methods += ("POST",)
-        return methods
+        return methods or self.own(path)
 
     def paths(self) -> list[str]:
-        return sorted({*self.get, *self.post})
+        extra = self.paths_of.operations() if self.paths_of is not None else {}
+        return sorted({*self.get, *self.post, *extra})
 
     def body_length(self, method: str, target: str, headers: Message) -> int:
         """The body bytes the handler will read after this head: 0 wherever it
         answers without one (not a POST it serves, not authorized, a length
         it refuses), so the server waits for no more than that."""
-        if method != "POST" or target.split("?", 1)[0] not in self.post:
+        path = target.split("?", 1)[0]
+        if method != "POST" or (path not in self.post and "POST" not in self.own(path)):
             return 0
-        if self.authorize is not None and self.authorize(headers.get("Authorization")) is not None:
+        if (
+            path in self.post
+            and self.authorize is not None
+            and self.authorize(headers.get("Authorization")) is not None
+        ):
             return 0
         if headers.get("Transfer-Encoding"):
             return 0
@@ -152,9 +220,14 @@ class Exchange(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         path = self._path()
+        if self._screened(path):
+            return
         route = self.routes.post.get(path)
         if route is None:
-            self._no_route(path)
+            if "POST" in self.routes.own(path):
+                self._own_route(path)
+            else:
+                self._no_route(path)
             return
         authorize = self.routes.authorize
         if authorize is not None:
@@ -182,9 +255,14 @@ class Exchange(BaseHTTPRequestHandler):
 
     def _get(self) -> None:
         path = self._path()
+        if self._screened(path):
+            return
         route = self.routes.get.get(path)
         if route is None:
-            self._no_route(path)
+            if "GET" in self.routes.own(path):
+                self._own_route(path)
+            else:
+                self._no_route(path)
             return
         try:
             response = route()
@@ -195,6 +273,45 @@ class Exchange(BaseHTTPRequestHandler):
 
     def _path(self) -> str:
         return self.path.split("?", 1)[0]
+
+    def _request(self, path: str, body: dict[str, Any] | None = None) -> Request:
+        query = urlsplit(self.path).query if "?" in self.path else ""
+        return Request(self.command, path, query, self.headers, body or {})
+
+    def _screened(self, path: str) -> bool:
+        """True when ``paths_of`` refused the request (answered already)."""
+        routes = self.routes.paths_of
+        if routes is None:
+            return False
+        refusal = routes.screen(self._request(path))
+        if refusal is None:
+            return False
+        self.close_connection = True
+        status, content_type, body, headers = refusal
+        self._send(status, content_type, body, {"Connection": "close", **headers})
+        return True
+
+    def _own_route(self, path: str) -> None:
+        """A route of ``paths_of``: the whole request is its to answer."""
+        routes = self.routes.paths_of
+        assert routes is not None
+        body: dict[str, Any] | None = {}
+        if self.command == "POST":
+            body = self._read_json()
+            if body is None:
+                return
+        try:
+            status, content_type, payload, headers = routes.answer(self._request(path, body))
+        except Exception as exc:
+            log.exception("%s %s failed", self.command, path)
+            status, content_type, payload = json_response(
+                {"error": f"{type(exc).__name__}: {exc}"}, 500
+            )
+            headers = {}
+        if status >= 400:
+            self.close_connection = True
+            headers = {"Connection": "close", **headers}
+        self._send(status, content_type, payload, headers)
 
     def _no_route(self, path: str) -> None:
         """405 with Allow when the path takes other methods, else 404."""

@@ -29,8 +29,10 @@ Parsing, routes and the JSON errors are :mod:`spark_watchdog.http_handler`;
 where a head ends, :mod:`spark_watchdog.http_framing`. A POST runs on a
 thread of its own (at most ``MAX_ROUTE_THREADS`` at once), so a serving stop
 that waits for a process group never holds up the agent's event loop or a
-scrape. A client that drops its connection costs one log line, and a flood of
-them at most ``BROKEN_LOG_BURST`` lines a ``BROKEN_LOG_WINDOW_S``.
+scrape; so does a GET that the caller's path routes say waits on something
+(the controller page's reads of the history). A client that drops its
+connection costs one log line, and a flood of them at most
+``BROKEN_LOG_BURST`` lines a ``BROKEN_LOG_WINDOW_S``.
 """
 
 from __future__ import annotations
@@ -59,7 +61,10 @@ from spark_watchdog.http_handler import (
     PROMETHEUS_TEXT,
     Authorize,
     Exchange,
+    PathRoutes,
     PostRoute,
+    Reply,
+    Request,
     Response,
     Route,
     Routes,
@@ -79,7 +84,10 @@ __all__ = [
     "Authorize",
     "HardenedHTTPServer",
     "HttpEndpoint",
+    "PathRoutes",
     "PostRoute",
+    "Reply",
+    "Request",
     "Response",
     "Route",
     "json_nesting",
@@ -105,7 +113,8 @@ ANSWER_DEADLINE_S = 10.0
 # Bytes held for all clients together: requests not yet whole, answers not yet
 # taken. Real requests and answers are a few KB and gone within milliseconds.
 MAX_HELD_BYTES = 4 * 1024 * 1024
-# POST routes running at once (each on a thread of its own); past this a POST is a 503.
+# Routes running at once on threads of their own (POSTs, and GETs that wait on a
+# database); past this such a request is a 503.
 MAX_ROUTE_THREADS = 8
 # Broken connections logged per window; the rest are counted, then reported in one line.
 BROKEN_LOG_BURST = 10
@@ -191,10 +200,11 @@ class HardenedHTTPServer:
         *,
         max_connections: int = MAX_CONNECTIONS,
         clock: Callable[[], float] = time.monotonic,
+        paths_of: PathRoutes | None = None,
     ) -> None:
         if max_connections < 1:
             raise ValueError(f"max_connections: expected ≥ 1, got {max_connections!r}")
-        self.routes = Routes(routes, post_routes or {}, authorize)
+        self.routes = Routes(routes, post_routes or {}, authorize, paths_of)
         self.max_connections = max_connections
         self._clock = clock
         family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
@@ -506,7 +516,7 @@ class HardenedHTTPServer:
                 message = f"request head longer than {MAX_HEAD_BYTES} bytes; send shorter headers"
                 self._answer(conn, error_answer(431, message), keep_alive=False)
                 return
-            method, end = "", len(conn.inbox)
+            method, target, end = "", "", len(conn.inbox)
             if scan.scan == Scan.WHOLE:
                 method, target, _ = bytes(conn.inbox[: scan.line_end]).decode("latin-1").split()
                 head = io.BytesIO(bytes(conn.inbox[scan.line_end : scan.end]))
@@ -515,7 +525,7 @@ class HardenedHTTPServer:
                 if len(conn.inbox) < end:
                     return  # the body is on its way
             request = self._take(conn, end)
-            if method == "POST":
+            if self.routes.on_thread(method, target if method else ""):
                 self._run_route(conn, request)
             else:
                 self._exchange(conn, request)
@@ -539,7 +549,8 @@ class HardenedHTTPServer:
         self._answer(conn, exchange.answer, keep_alive=not exchange.close_connection)
 
     def _run_route(self, conn: _Connection, request: bytes) -> None:
-        """A POST runs on a thread of its own; its answer comes back to the loop."""
+        """A POST (or a GET that waits on a database) runs on a thread of its
+        own; its answer comes back to the loop."""
         if self._running >= MAX_ROUTE_THREADS:
             message = f"too many requests running: {MAX_ROUTE_THREADS} at once; retry shortly"
             self._answer(conn, error_answer(503, message, **{"Retry-After": "1"}), keep_alive=False)
@@ -622,8 +633,10 @@ class HttpEndpoint:
         authorize: Authorize | None = None,
         *,
         max_connections: int = MAX_CONNECTIONS,
+        paths_of: PathRoutes | None = None,
     ) -> None:
         self._address = address
+        self._paths_of = paths_of
         self._port = port
         self._routes = routes
         self._post_routes = post_routes or {}
@@ -645,11 +658,14 @@ class HttpEndpoint:
     def operations(self) -> dict[str, tuple[str, ...]]:
         """Every path served and the methods it answers (what docs/api/ describes)."""
         paths = sorted({*self._routes, *self._post_routes})
-        return {
+        served = {
             path: (("GET", "HEAD") if path in self._routes else ())
             + (("POST",) if path in self._post_routes else ())
             for path in paths
         }
+        if self._paths_of is not None:
+            served.update(self._paths_of.operations())
+        return dict(sorted(served.items()))
 
     def start(self) -> None:
         cap = connection_cap(self._max_connections, open_files_limit())
@@ -670,6 +686,7 @@ class HttpEndpoint:
                 self._post_routes,
                 self._authorize,
                 max_connections=cap,
+                paths_of=self._paths_of,
             )
         except OSError as exc:
             raise WatchdogError(

@@ -335,6 +335,9 @@ class ControllerListenConfig:
     address: str = setting("127.0.0.1")
     # TCP port.
     port: int = setting(9721, minimum=1, maximum=65535)
+    # File (or systemd credential name) holding the bearer token of the page's
+    # actions (hold, release, step down: docs/page.md); none: the page is read-only.
+    token_file: str | None = setting(None)
 
     def __post_init__(self) -> None:
         check_bind_address("address", self.address)

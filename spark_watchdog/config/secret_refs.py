@@ -68,6 +68,8 @@ def controller_secrets(config: ControllerConfig) -> list[SecretReference]:
         found.append(SecretReference("history_password_file", config.history_password_file))
     if config.serving.token_file is not None:
         found.append(SecretReference("serving.token_file", config.serving.token_file))
+    if config.listen.token_file is not None:
+        found.append(SecretReference("listen.token_file", config.listen.token_file))
     launcher_ssh = config.serving.launcher.ssh
     if launcher_ssh is not None:
         found.append(SecretReference("serving.launcher.ssh.key_file", launcher_ssh.key_file, False))

@@ -412,9 +412,9 @@ async def serve(config: ControllerConfig) -> None:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
         controller = Controller(config, store)
-        from spark_watchdog.controller.status_api import StatusEndpoint
+        from spark_watchdog.controller.page_api import page_endpoint
 
-        endpoint = StatusEndpoint(config.listen.address, config.listen.port, controller)
+        endpoint = page_endpoint(config, controller, controller, lambda: loop)
         endpoint.start()
         try:
             await controller.run(stop)

@@ -31,10 +31,11 @@ from spark_watchdog.controller.daemon import Controller
 from spark_watchdog.controller.fence import Fence
 from spark_watchdog.controller.io import ControllerIO
 from spark_watchdog.controller.notify import Event
-from spark_watchdog.controller.status_api import StandbyEndpoint, StatusEndpoint
+from spark_watchdog.controller.page_api import page_endpoint, standby_endpoint
+from spark_watchdog.controller.status_api import StatusEndpoint
 from spark_watchdog.errors import StoreError, WatchdogError
 from spark_watchdog.history.database_time import DatabaseTime
-from spark_watchdog.history.leadership import Leader, Lease
+from spark_watchdog.history.leadership import Leader, Lease, end_lease
 from spark_watchdog.history.postgres import PostgresHistoryStore
 from spark_watchdog.sdnotify import SystemdNotifier
 
@@ -271,7 +272,13 @@ def production_seams(config: ControllerConfig, lease: Lease, systemd: SystemdNot
         return Controller(config, lease.store, io=io, systemd=systemd)
 
     def endpoint(controller: Controller) -> StatusEndpoint:
-        return StatusEndpoint(config.listen.address, config.listen.port, controller)
+        loop = asyncio.get_running_loop()  # lead() builds it on the controller's loop
+
+        async def step_down() -> dict[str, Any] | None:
+            ended = await asyncio.to_thread(end_lease, lease.store)
+            return None if ended is None else ended.to_json()
+
+        return page_endpoint(config, controller, controller, lambda: loop, step_down=step_down)
 
     return LeadSeams(controller=controller, endpoint=endpoint)
 
@@ -322,7 +329,7 @@ async def serve_pair(config: ControllerConfig) -> None:
         store.set_fence(lease)
         systemd.ready(f"standby ({lease.holder})")
         view: dict[str, Any] = {}
-        standby = StandbyEndpoint(config.listen.address, config.listen.port, lambda: dict(view))
+        standby = standby_endpoint(config, lambda: dict(view))
         standby.start()
         try:
             leader = await stand_by(lease, timing, stop, systemd, view)

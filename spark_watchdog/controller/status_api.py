@@ -17,7 +17,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 
 from spark_watchdog.controller.node_states import NodeState
 from spark_watchdog.controller.tallies import Tallies
-from spark_watchdog.http_server import JSON, PROMETHEUS_TEXT, HttpEndpoint, Response
+from spark_watchdog.http_server import JSON, PROMETHEUS_TEXT, HttpEndpoint, PathRoutes, Response
 
 VERDICTS = (
     "healthy",
@@ -245,7 +245,14 @@ class StatusEndpoint(HttpEndpoint):
     """``GET``/``HEAD`` ``/v1/status`` and ``/metrics`` on the agent's HTTP server,
     with its limits and JSON errors (docs/api/controller.openapi.yaml)."""
 
-    def __init__(self, address: str, port: int, source: StatusSource) -> None:
+    def __init__(
+        self,
+        address: str,
+        port: int,
+        source: StatusSource,
+        *,
+        paths_of: PathRoutes | None = None,
+    ) -> None:
         registry = CollectorRegistry(auto_describe=False)
         registry.register(_Collector(source))
 
@@ -255,7 +262,8 @@ class StatusEndpoint(HttpEndpoint):
         def metrics() -> Response:
             return 200, PROMETHEUS_TEXT, bytes(generate_latest(registry))
 
-        super().__init__(address, port, {"/v1/status": status, "/metrics": metrics})
+        routes = {"/v1/status": status, "/metrics": metrics}
+        super().__init__(address, port, routes, paths_of=paths_of)
 
 
 class _StandbyCollector:
@@ -290,11 +298,19 @@ class StandbyEndpoint(HttpEndpoint):
     (deploy/prometheus/spark-watchdog-rules.yml). ``view`` is what the
     standby loop last saw (controller/pair.py)."""
 
-    def __init__(self, address: str, port: int, view: Callable[[], dict[str, Any]]) -> None:
+    def __init__(
+        self,
+        address: str,
+        port: int,
+        view: Callable[[], dict[str, Any]],
+        *,
+        paths_of: PathRoutes | None = None,
+    ) -> None:
         def status() -> Response:
             return 200, JSON, json.dumps({"standby": view()}).encode() + b"\n"
 
         def metrics() -> Response:
             return 200, PROMETHEUS_TEXT, render_standby(view)
 
-        super().__init__(address, port, {"/v1/status": status, "/metrics": metrics})
+        routes = {"/v1/status": status, "/metrics": metrics}
+        super().__init__(address, port, routes, paths_of=paths_of)

@@ -33,7 +33,7 @@ from spark_watchdog.config.controller import ControllerConfig, parse_controller_
 from spark_watchdog.controller.daemon import Controller
 from spark_watchdog.controller.fence import LONE, Fence
 from spark_watchdog.controller.io import ControllerIO
-from spark_watchdog.controller.status_api import StatusEndpoint
+from spark_watchdog.controller.page_api import page_endpoint
 from spark_watchdog.history.store import HistoryStore
 
 log = logging.getLogger("spark_watchdog.lab")
@@ -74,10 +74,14 @@ class ControllerThread:
         self.store = HistoryStore(self.config.history)
         io = ControllerIO.production(self.config, fence=fence)
         self.controller = Controller(self.config, self.store, io=io)
-        self.endpoint = StatusEndpoint(
-            self.config.listen.address, self.config.listen.port, self.controller
-        )
         self._loop: asyncio.AbstractEventLoop | None = None
+        try:
+            self.endpoint = page_endpoint(
+                self.config, self.controller, self.controller, lambda: self._loop
+            )
+        except BaseException:
+            self.store.close()  # listen.token_file unreadable: nothing starts
+            raise
         self._stop_event: asyncio.Event | None = None
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._run, name="lab-controller", daemon=True)

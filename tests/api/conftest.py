@@ -25,6 +25,8 @@ import requests
 
 from spark_watchdog.agent.daemon import Agent
 from spark_watchdog.config.agent import parse_agent_config
+from spark_watchdog.controller.page_api import PageRoutes
+from spark_watchdog.controller.page_auth import PageAuth
 from spark_watchdog.controller.status_api import StandbyEndpoint
 from spark_watchdog.http_server import HttpEndpoint
 from spark_watchdog.lab.hardware import gpu_standin
@@ -202,6 +204,9 @@ def controller_server(
     community = root / "community"
     community.write_text("private\n")
     community.chmod(0o600)
+    page_token = root / "page-token"
+    page_token.write_text(TOKEN + "-page\n")
+    page_token.chmod(0o600)
     port = free_port()
     config = {
         "nodes": [
@@ -225,7 +230,7 @@ def controller_server(
         ],
         "detection": {"poll_interval": 0.5, "agent_timeout": 1.0, "freeze_after": 30.0},
         "guards": {"dry_run": True},
-        "listen": {"address": "127.0.0.1", "port": port},
+        "listen": {"address": "127.0.0.1", "port": port, "token_file": str(page_token)},
         "history": str(root / "history.db"),
     }
     controller = ControllerThread(config).start()
@@ -236,7 +241,7 @@ def controller_server(
         "the controller's first poll sweep",
     )
     try:
-        yield RunningServer(base, controller.endpoint)
+        yield RunningServer(base, controller.endpoint, TOKEN + "-page")
     finally:
         controller.stop()
 
@@ -260,7 +265,9 @@ def standby_server() -> Iterator[RunningServer]:
         },
     }
     port = free_port()
-    endpoint = StandbyEndpoint("127.0.0.1", port, lambda: dict(view))
+    # What controller/page_api.py's standby_endpoint builds: the page, without its data.
+    routes = PageRoutes(None, PageAuth(None), lambda: None)
+    endpoint = StandbyEndpoint("127.0.0.1", port, lambda: dict(view), paths_of=routes)
     endpoint.start()
     try:
         yield RunningServer(f"http://127.0.0.1:{port}", endpoint)

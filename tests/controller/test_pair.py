@@ -300,3 +300,44 @@ def test_a_new_leader_with_a_clock_ahead_holds_the_off_for_all_of_the_hold(
     assert resumed.detail["resumed"] is True
     assert 0 < resumed.detail["remaining_s"] < hold
     assert all(abs(s.at - time.time()) < skew / 2 for s in steps if s.epoch == 2)
+
+
+def test_the_page_steps_the_leader_down_and_a_standby_serves_only_the_page(
+    pair: ControllerPair, tmp_path: Path
+) -> None:
+    """docs/page.md: the step-down a person presses on the leader's page is
+    `ha step-down`'s; a standby's page has neither data nor actions."""
+    token_file = tmp_path / "page-token"
+    token_file.write_text("pair-page-token\n")
+    token_file.chmod(0o600)
+    listen = {"token_file": str(token_file)}
+    a = pair.start("a", listen=listen)
+    wait_for(lambda: pair.leads("a", 1), 60, "controller a leading at epoch 1")
+    pair.start("b", listen=listen)
+    wait_for(lambda: pair.standing_by("b"), 60, "controller b standing by")
+    ports = {n: yaml.safe_load(pair.config_path(n).read_text())["listen"]["port"] for n in "ab"}
+    standby = f"http://127.0.0.1:{ports['b']}"
+    assert requests.get(standby + "/", timeout=10).status_code == 200
+    refused = requests.post(
+        standby + "/v1/actions/step-down",
+        json={},
+        headers={"Authorization": "Bearer pair-page-token"},
+        timeout=10,
+    )
+    assert refused.status_code == 503 and "stands by" in refused.json()["error"]
+    leader = f"http://127.0.0.1:{ports['a']}"
+    wrong = requests.post(
+        leader + "/v1/actions/step-down", json={}, headers={"Authorization": "Bearer x"}, timeout=10
+    )
+    assert wrong.status_code == 401 and pair.leads("a", 1)
+    answer = requests.post(
+        leader + "/v1/actions/step-down",
+        json={},
+        headers={"Authorization": "Bearer pair-page-token"},
+        timeout=30,
+    )
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["ended"]["epoch"] == 1
+    assert answer.json()["ended"]["stepped_down_at"] is not None
+    assert a.wait(30) == 1 and "stopped leading" in pair.log("a")
+    wait_for(lambda: pair.leads("b", 2), 60, "controller b leading at epoch 2")

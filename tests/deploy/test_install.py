@@ -53,6 +53,14 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return found
 
 
+def test_the_wheel_carries_the_operator_s_page(wheel: Path) -> None:
+    import zipfile
+
+    names = set(zipfile.ZipFile(wheel).namelist())
+    page = {f"spark_watchdog/controller/web/{n}" for n in ("index.html", "page.css", "page.js")}
+    assert page <= names, sorted(page - names)
+
+
 def test_controller_install_upgrade_uninstall(tmp_path: Path, wheel: Path) -> None:
     root = tmp_path / "root"
     credentials = root / "etc/spark-watchdog/credentials"

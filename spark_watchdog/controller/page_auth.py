@@ -1,0 +1,85 @@
+"""Who may act through the operator's page: the controller's token, and only
+from the page's own origin.
+
+The token comes from ``listen.token_file`` (a file or a systemd credential
+name, :mod:`spark_watchdog.config.secrets`), read once at start. An action
+must carry it in ``Authorization: Bearer <token>`` (RFC 6750 §2.1), never in
+a cookie, which a browser would send with a request forged by another site;
+such a request also carries that site's ``Origin``, refused here. A token in
+a URL's query string is refused on every path: URLs end up in browser
+history, proxies' logs and ``Referer`` headers. The token is compared in
+constant time and never appears in an answer, a log line or a repr.
+"""
+
+from __future__ import annotations
+
+import hmac
+from email.message import Message
+from urllib.parse import parse_qsl
+
+from spark_watchdog.config.secrets import Secret
+
+# RFC 7235 §2.1: the scheme is case-insensitive.
+_SCHEME = "bearer"
+# Query parameters that can only be someone putting a credential in a URL.
+_CREDENTIAL_PARAMETERS = frozenset(
+    {"token", "access_token", "auth", "authorization", "bearer", "api_key", "key"}
+)
+# Fetch metadata (sent by every current browser): a request another site made.
+_FOREIGN_SITES = frozenset({"cross-site", "same-site"})
+
+
+class PageAuth:
+    """Checks an action's headers; ``None`` token: actions are off."""
+
+    __slots__ = ("_token",)
+
+    def __init__(self, token: Secret | None) -> None:
+        value = None if token is None else token.reveal().strip().encode()
+        self._token = value or None
+
+    @property
+    def enabled(self) -> bool:
+        return self._token is not None
+
+    def token_in_query(self, query: str) -> bool:
+        """True when the query string names a credential or holds the token."""
+        if not query:
+            return False
+        pairs = parse_qsl(query, keep_blank_values=True)
+        if any(name.strip().lower() in _CREDENTIAL_PARAMETERS for name, _ in pairs):
+            return True
+        token = self._token
+        return token is not None and any(
+            hmac.compare_digest(text.strip().encode(), token) for pair in pairs for text in pair
+        )
+
+    def foreign_origin(self, headers: Message) -> str | None:
+        """Why the request comes from another origin than the page's; None when it does not."""
+        site = (headers.get("Sec-Fetch-Site") or "").strip().lower()
+        if site in _FOREIGN_SITES:
+            return f"the request comes from another site (Sec-Fetch-Site: {site})"
+        origin = headers.get("Origin")
+        if origin is None:
+            return None  # not a browser's cross-origin request (curl, the CLI)
+        host = (headers.get("Host") or "").strip().lower()
+        if origin.strip().lower() not in (f"http://{host}", f"https://{host}"):
+            return f"Origin {origin.strip()[:100]!r} is not this controller's"
+        return None
+
+    def check(self, authorization: str | None) -> str | None:
+        """None when the header carries the token; otherwise why not, without a
+        word about the token itself."""
+        if self._token is None:
+            return "no token configured"
+        if not authorization:
+            return "missing Authorization: Bearer header"
+        scheme, _, credentials = authorization.strip().partition(" ")
+        if scheme.lower() != _SCHEME or not credentials.strip():
+            return "expected Authorization: Bearer <token>"
+        if not hmac.compare_digest(credentials.strip().encode(), self._token):
+            return "invalid bearer token"
+        return None
+
+    def __repr__(self) -> str:
+        return f"PageAuth({'<token hidden>' if self._token else 'no token'})"
