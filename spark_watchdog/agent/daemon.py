@@ -85,6 +85,47 @@ log = logging.getLogger("spark_watchdog.agent")
 _STALE_FACTOR = 10.0
 
 
+def _serving_control(config: AgentConfig) -> tuple[BearerAuth | None, ServingLauncher | None]:
+    """The controller's token and the serving launcher, when serving is enabled.
+
+    The token is read now, so a missing or unreadable token_file stops the
+    agent at start (ConfigError), not at the first restart the controller
+    asks for in the middle of an incident.
+    """
+    if not config.serving.enabled:
+        return None, None
+    assert config.serving.token_file is not None  # checked by the config
+    auth = BearerAuth.from_file(config.serving.token_file)
+    launcher = ServingLauncher(
+        config.serving, process_match=config.probes.vllm.process_match, node=config.node
+    )
+    return auth, launcher
+
+
+def _clock_check(config: AgentConfig) -> ClockCheck | None:
+    if not (config.gpu_clock_check.enabled and config.probes.gpu.enabled):
+        return None
+    ccfg = config.gpu_clock_check
+    policy = ClockPolicy(ccfg.floor_mhz, ccfg.busy_util_pct, ccfg.busy_samples, ccfg.window)
+    return ClockCheck(policy, time.monotonic())
+
+
+def _memory_watch(config: AgentConfig, launcher: ServingLauncher | None) -> MemoryWatch | None:
+    if not config.memory_guard.enabled:
+        return None
+    return MemoryWatch(
+        config.memory_guard,
+        launcher=launcher,
+        process_match=config.probes.vllm.process_match,
+    )
+
+
+def _serving_disabled(body: dict[str, Any]) -> Response:
+    return json_response(
+        {"error": "serving control is disabled on this node (serving.enabled: false)"}, 404
+    )
+
+
 class Agent:
     def __init__(
         self,
@@ -123,88 +164,74 @@ class Agent:
         self.http: HttpEndpoint | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
-        # Serving control: the token is read now, so a missing or unreadable
-        # token_file stops the agent at start (ConfigError), not at the first
-        # restart the controller asks for in the middle of an incident.
-        self.serving: ServingLauncher | None = None
-        self._auth: BearerAuth | None = None
-        if config.serving.enabled:
-            assert config.serving.token_file is not None  # checked by the config
-            self._auth = BearerAuth.from_file(config.serving.token_file)
-            self.serving = ServingLauncher(
-                config.serving, process_match=config.probes.vllm.process_match, node=config.node
-            )
+        self._auth, self.serving = _serving_control(config)
+        self.clock_check = _clock_check(config)
+        self.memory = _memory_watch(config, self.serving)
 
-        self.clock_check: ClockCheck | None = None
-        if config.gpu_clock_check.enabled and config.probes.gpu.enabled:
-            ccfg = config.gpu_clock_check
-            policy = ClockPolicy(ccfg.floor_mhz, ccfg.busy_util_pct, ccfg.busy_samples, ccfg.window)
-            self.clock_check = ClockCheck(policy, time.monotonic())
-
-        self.memory: MemoryWatch | None = None
-        if config.memory_guard.enabled:
-            self.memory = MemoryWatch(
-                config.memory_guard,
-                launcher=self.serving,
-                process_match=config.probes.vllm.process_match,
-            )
-
-        probes = config.probes
         self._tracker: ProgressTracker | None = None
         self._scraper: VllmScraper | None = None
         self._canary: Canary | None = None
         self._canary_task: asyncio.Task[None] | None = None
         self._asked_canary: Canary | None = None
         self._last_canary = float("-inf")
-        if probes.vllm.enabled:
-            vcfg = probes.vllm
-            self._tracker = ProgressTracker(vcfg.stall_after, dead_after=vcfg.dead_after)
-            if vcfg.url is not None:
-                self._scraper = VllmScraper(vcfg.url, vcfg.timeout, vcfg.max_body_bytes)
-                api_key = canary_api_key(vcfg.canary)
-                if vcfg.canary.enabled:
-                    self._canary = Canary(
-                        vcfg.url, vcfg.canary.model, vcfg.canary.timeout, api_key=api_key
-                    )
-                # The one the controller asks for (POST /v1/serving/canary), sent
-                # whether or not automatic canaries are on.
-                self._asked_canary = Canary(
-                    vcfg.url, vcfg.canary.model, vcfg.canary.timeout, api_key=api_key
-                )
-            self._runners["vllm"] = ProbeRunner(
-                "vllm", vcfg.interval, vcfg.timeout + 1.0, blocking_probe=self._read_vllm
-            )
         self._gpu: GpuProbe | None = None
-        if probes.gpu.enabled:
-            self._gpu = GpuProbe(probes.gpu.deadline, worker_argv=gpu_worker_argv)
-            # The GpuProbe enforces the deadline itself (and kills the child);
-            # the runner's deadline is only a backstop, past a fresh child's start.
-            backstop = probes.gpu.deadline + GpuProbe.start_allowance_s + 2.0
-            self._runners["gpu"] = ProbeRunner(
-                "gpu", probes.gpu.interval, backstop, probe=self._gpu.read
-            )
         self._journal: JournalProbe | None = None
-        if probes.journal.enabled:
-            jcfg = probes.journal
-            if journal_boot_id is None:
-                # The boot the journal calls "current" is the one this host
-                # runs now; proc_root lets the lab give each node its own.
-                try:
-                    journal_boot_id = read_boot_id(probes.host.proc_root)
-                except ProbeError as exc:
-                    log.warning("%s; no journal boot will count as current", exc)
-            self._journal = JournalProbe(
-                jcfg.directory,
-                tail_entries=jcfg.tail_entries,
-                evidence_per_kind=jcfg.evidence_per_kind,
-                max_boots=jcfg.max_boots,
-                current_boot_id=journal_boot_id,
-            )
-            self._runners["journal"] = ProbeRunner(
-                "journal", jcfg.interval, 60.0, blocking_probe=self._journal.read
-            )
+        if config.probes.vllm.enabled:
+            self._add_vllm_probe()
+        if config.probes.gpu.enabled:
+            self._add_gpu_probe(gpu_worker_argv)
+        if config.probes.journal.enabled:
+            self._add_journal_probe(journal_boot_id)
         for runner in self._runners.values():
             runner.on_report = self._on_report
+
+    def _add_vllm_probe(self) -> None:
+        vcfg = self.config.probes.vllm
+        self._tracker = ProgressTracker(vcfg.stall_after, dead_after=vcfg.dead_after)
+        if vcfg.url is not None:
+            self._scraper = VllmScraper(vcfg.url, vcfg.timeout, vcfg.max_body_bytes)
+            api_key = canary_api_key(vcfg.canary)
+            if vcfg.canary.enabled:
+                self._canary = Canary(
+                    vcfg.url, vcfg.canary.model, vcfg.canary.timeout, api_key=api_key
+                )
+            # The one the controller asks for (POST /v1/serving/canary), sent
+            # whether or not automatic canaries are on.
+            self._asked_canary = Canary(
+                vcfg.url, vcfg.canary.model, vcfg.canary.timeout, api_key=api_key
+            )
+        self._runners["vllm"] = ProbeRunner(
+            "vllm", vcfg.interval, vcfg.timeout + 1.0, blocking_probe=self._read_vllm
+        )
+
+    def _add_gpu_probe(self, worker_argv: Sequence[str] | None) -> None:
+        gcfg = self.config.probes.gpu
+        self._gpu = GpuProbe(gcfg.deadline, worker_argv=worker_argv)
+        # The GpuProbe enforces the deadline itself (and kills the child);
+        # the runner's deadline is only a backstop, past a fresh child's start.
+        backstop = gcfg.deadline + GpuProbe.start_allowance_s + 2.0
+        self._runners["gpu"] = ProbeRunner("gpu", gcfg.interval, backstop, probe=self._gpu.read)
+
+    def _add_journal_probe(self, boot_id: str | None) -> None:
+        probes = self.config.probes
+        jcfg = probes.journal
+        if boot_id is None:
+            # The boot the journal calls "current" is the one this host
+            # runs now; proc_root lets the lab give each node its own.
+            try:
+                boot_id = read_boot_id(probes.host.proc_root)
+            except ProbeError as exc:
+                log.warning("%s; no journal boot will count as current", exc)
+        self._journal = JournalProbe(
+            jcfg.directory,
+            tail_entries=jcfg.tail_entries,
+            evidence_per_kind=jcfg.evidence_per_kind,
+            max_boots=jcfg.max_boots,
+            current_boot_id=boot_id,
+        )
+        self._runners["journal"] = ProbeRunner(
+            "journal", jcfg.interval, 60.0, blocking_probe=self._journal.read
+        )
 
     @property
     def runners(self) -> dict[str, ProbeRunner]:
@@ -426,84 +453,79 @@ class Agent:
     def post_routes(self) -> dict[str, PostRoute]:
         """``POST /v1/serving/{start,stop,canary}``; the bearer token is checked
         by the HTTP layer before any of these runs."""
-        launcher = self.serving
-        if launcher is None:
-
-            def disabled(body: dict[str, Any]) -> Response:
-                return json_response(
-                    {"error": "serving control is disabled on this node (serving.enabled: false)"},
-                    404,
-                )
-
-            return dict.fromkeys(_SERVING_POSTS, disabled)
-
-        def start(body: dict[str, Any]) -> Response:
-            problem = _unexpected_keys(body, ("profile",))
-            profile = body.get("profile")
-            if (
-                problem is None
-                and profile is not None
-                and (not isinstance(profile, str) or not profile)
-            ):
-                problem = f"profile: expected a profile name (a string), got {profile!r}"
-            if problem is not None:
-                return json_response({"error": problem}, 400)
-            log.info("serving: start requested (profile %s)", profile or "default")
-            if self._tracker is not None:
-                self._tracker.note_planned_start()
-            try:
-                return json_response(launcher.start(profile))
-            except UnknownProfile as exc:
-                return json_response({"error": str(exc), "known_profiles": exc.known}, 400)
-            except ServingConflict as exc:
-                return json_response({"error": str(exc), "serving": launcher.status()}, 409)
-            except LaunchFailed as exc:
-                log.error("serving: %s", exc)
-                return json_response({"error": str(exc), "serving": launcher.status()}, 500)
-
-        def stop(body: dict[str, Any]) -> Response:
-            problem = _unexpected_keys(body, ())
-            if problem is not None:
-                return json_response({"error": problem}, 400)
-            log.info("serving: stop requested")
-            if self._tracker is not None:
-                # The port refusing from now on is our doing, not a death.
-                self._tracker.note_planned_stop()
-            try:
-                return json_response(launcher.stop())
-            except ServingConflict as exc:
-                self._tracker_stop_not_taken()
-                return json_response({"error": str(exc), "serving": launcher.status()}, 409)
-            except StopFailed as exc:
-                self._tracker_stop_not_taken()
-                log.error("serving: %s", exc)
-                return json_response({"error": str(exc), "serving": launcher.status()}, 500)
-
-        def canary(body: dict[str, Any]) -> Response:
-            problem = _unexpected_keys(body, ())
-            if problem is not None:
-                return json_response({"error": problem}, 400)
-            if self._asked_canary is None:
-                return json_response(
-                    {
-                        "error": "no vLLM API on this node (probes.vllm.url is null or the "
-                        "vllm probe is off): canaries go to the head"
-                    },
-                    409,
-                )
-            result = self._asked_canary.run(self._known_models())
-            loop, tracker = self._loop, self._tracker
-            if loop is not None and tracker is not None:
-                # An answered canary is proof of life for the stall clock too.
-                loop.call_soon_threadsafe(tracker.note_canary, result, time.monotonic())
-            log.info("serving: canary asked: %s", result.describe())
-            return json_response(result.to_json())
-
+        if self.serving is None:
+            return dict.fromkeys(_SERVING_POSTS, _serving_disabled)
         return {
-            "/v1/serving/start": start,
-            "/v1/serving/stop": stop,
-            "/v1/serving/canary": canary,
+            "/v1/serving/start": self._post_start,
+            "/v1/serving/stop": self._post_stop,
+            "/v1/serving/canary": self._post_canary,
         }
+
+    def _post_start(self, body: dict[str, Any]) -> Response:
+        launcher = self.serving
+        assert launcher is not None  # routed only when serving is enabled
+        problem = _unexpected_keys(body, ("profile",))
+        profile = body.get("profile")
+        if (
+            problem is None
+            and profile is not None
+            and (not isinstance(profile, str) or not profile)
+        ):
+            problem = f"profile: expected a profile name (a string), got {profile!r}"
+        if problem is not None:
+            return json_response({"error": problem}, 400)
+        log.info("serving: start requested (profile %s)", profile or "default")
+        if self._tracker is not None:
+            self._tracker.note_planned_start()
+        try:
+            return json_response(launcher.start(profile))
+        except UnknownProfile as exc:
+            return json_response({"error": str(exc), "known_profiles": exc.known}, 400)
+        except ServingConflict as exc:
+            return json_response({"error": str(exc), "serving": launcher.status()}, 409)
+        except LaunchFailed as exc:
+            log.error("serving: %s", exc)
+            return json_response({"error": str(exc), "serving": launcher.status()}, 500)
+
+    def _post_stop(self, body: dict[str, Any]) -> Response:
+        launcher = self.serving
+        assert launcher is not None  # routed only when serving is enabled
+        problem = _unexpected_keys(body, ())
+        if problem is not None:
+            return json_response({"error": problem}, 400)
+        log.info("serving: stop requested")
+        if self._tracker is not None:
+            # The port refusing from now on is our doing, not a death.
+            self._tracker.note_planned_stop()
+        try:
+            return json_response(launcher.stop())
+        except ServingConflict as exc:
+            self._tracker_stop_not_taken()
+            return json_response({"error": str(exc), "serving": launcher.status()}, 409)
+        except StopFailed as exc:
+            self._tracker_stop_not_taken()
+            log.error("serving: %s", exc)
+            return json_response({"error": str(exc), "serving": launcher.status()}, 500)
+
+    def _post_canary(self, body: dict[str, Any]) -> Response:
+        problem = _unexpected_keys(body, ())
+        if problem is not None:
+            return json_response({"error": problem}, 400)
+        if self._asked_canary is None:
+            return json_response(
+                {
+                    "error": "no vLLM API on this node (probes.vllm.url is null or the "
+                    "vllm probe is off): canaries go to the head"
+                },
+                409,
+            )
+        result = self._asked_canary.run(self._known_models())
+        loop, tracker = self._loop, self._tracker
+        if loop is not None and tracker is not None:
+            # An answered canary is proof of life for the stall clock too.
+            loop.call_soon_threadsafe(tracker.note_canary, result, time.monotonic())
+        log.info("serving: canary asked: %s", result.describe())
+        return json_response(result.to_json())
 
     # -- main loop --------------------------------------------------------
 

@@ -36,51 +36,8 @@ class AgentCollector:
         probes: Mapping[str, Any] = snap.get("probes", {})
         node = str(snap.get("node", ""))
 
-        info = GaugeMetricFamily(
-            "spark_watchdog_agent_info",
-            "Agent identity; the value is always 1.",
-            labels=["node", "version", "boot_id"],
-        )
-        info.add_metric([node, str(snap.get("version")), str(snap.get("boot_id") or "")], 1)
-        yield info
-
-        loops = CounterMetricFamily(
-            "spark_watchdog_agent_loops",
-            "Main loop iterations since the agent started (the seq field of /v1/state).",
-            labels=["node"],
-        )
-        loops.add_metric([node], float(snap.get("seq", 0)))
-        yield loops
-
-        lag = GaugeMetricFamily(
-            "spark_watchdog_agent_loop_lag_seconds",
-            "How late the last main loop iteration woke up.",
-            labels=["node"],
-        )
-        lag.add_metric([node], float(snap.get("loop_lag_s", 0.0)))
-        yield lag
-
-        state = GaugeMetricFamily(
-            "spark_watchdog_probe_state",
-            "Current state of each probe (1 for the current state, 0 otherwise).",
-            labels=["node", "probe", "state"],
-        )
-        duration = GaugeMetricFamily(
-            "spark_watchdog_probe_duration_seconds",
-            "How long the latest run of each probe took.",
-            labels=["node", "probe"],
-        )
-        for probe, states in PROBE_STATES.items():
-            body = probes.get(probe, {})
-            current = body.get("state")
-            # dict.fromkeys: a state both lists name (timeout, error) is one series, not two.
-            for name in dict.fromkeys(states + _RUNNER_STATES):
-                state.add_metric([node, probe, name], 1.0 if name == current else 0.0)
-            if isinstance(body.get("duration_s"), (int, float)):
-                duration.add_metric([node, probe], float(body["duration_s"]))
-        yield state
-        yield duration
-
+        yield from _agent_metrics(node, snap)
+        yield from _probe_state_metrics(node, probes)
         yield from _vllm_metrics(node, probes.get("vllm", {}))
         yield from _gpu_metrics(node, probes.get("gpu", {}))
         yield from _host_metrics(node, probes.get("host", {}))
@@ -97,6 +54,57 @@ class AgentCollector:
                 node,
                 1 if clock.get("state") == "latched" else 0,
             )
+
+
+def _agent_metrics(node: str, snap: Snapshot) -> Iterator[Metric]:
+    """The agent itself: identity, loop count, loop lag."""
+    info = GaugeMetricFamily(
+        "spark_watchdog_agent_info",
+        "Agent identity; the value is always 1.",
+        labels=["node", "version", "boot_id"],
+    )
+    info.add_metric([node, str(snap.get("version")), str(snap.get("boot_id") or "")], 1)
+    yield info
+
+    loops = CounterMetricFamily(
+        "spark_watchdog_agent_loops",
+        "Main loop iterations since the agent started (the seq field of /v1/state).",
+        labels=["node"],
+    )
+    loops.add_metric([node], float(snap.get("seq", 0)))
+    yield loops
+
+    lag = GaugeMetricFamily(
+        "spark_watchdog_agent_loop_lag_seconds",
+        "How late the last main loop iteration woke up.",
+        labels=["node"],
+    )
+    lag.add_metric([node], float(snap.get("loop_lag_s", 0.0)))
+    yield lag
+
+
+def _probe_state_metrics(node: str, probes: Mapping[str, Any]) -> Iterator[Metric]:
+    """Each probe's state (one series per state it can be in) and its latest duration."""
+    state = GaugeMetricFamily(
+        "spark_watchdog_probe_state",
+        "Current state of each probe (1 for the current state, 0 otherwise).",
+        labels=["node", "probe", "state"],
+    )
+    duration = GaugeMetricFamily(
+        "spark_watchdog_probe_duration_seconds",
+        "How long the latest run of each probe took.",
+        labels=["node", "probe"],
+    )
+    for probe, states in PROBE_STATES.items():
+        body = probes.get(probe, {})
+        current = body.get("state")
+        # dict.fromkeys: a state both lists name (timeout, error) is one series, not two.
+        for name in dict.fromkeys(states + _RUNNER_STATES):
+            state.add_metric([node, probe, name], 1.0 if name == current else 0.0)
+        if isinstance(body.get("duration_s"), (int, float)):
+            duration.add_metric([node, probe], float(body["duration_s"]))
+    yield state
+    yield duration
 
 
 def _memory_guard_metrics(node: str, guard: Mapping[str, Any]) -> Iterator[Metric]:

@@ -109,6 +109,30 @@ ARRIVAL_WAIT_S = 120.0
 ARRIVAL_POLL_S = 0.05
 
 
+def _not_started_status() -> dict[str, Any]:
+    """The status of a launcher that has no rank yet."""
+    return {
+        "state": "not_started",
+        "stopping": False,
+        "profile": None,
+        "argv": None,
+        "pid": None,
+        "pgid": None,
+        "started_at": None,
+        "stopped_at": None,
+        "exit_code": None,
+        "exit_signal": None,
+        "group_alive": False,
+        "killed": False,
+        "killed_by": None,
+        "stacks": None,
+        "requested": EffectiveConfig().to_json(),
+        "effective": EffectiveConfig().to_json(),
+        "effective_matches_profile": None,
+        "effective_safe": None,
+    }
+
+
 class ServingLauncher:
     """Starts and stops the rank; every method is safe to call from any thread.
 
@@ -415,59 +439,40 @@ class ServingLauncher:
         with self._state:
             run = self._run
             if run is None:
-                return {
-                    **base,
-                    "state": "not_started",
-                    "stopping": False,
-                    "profile": None,
-                    "argv": None,
-                    "pid": None,
-                    "pgid": None,
-                    "started_at": None,
-                    "stopped_at": None,
-                    "exit_code": None,
-                    "exit_signal": None,
-                    "group_alive": False,
-                    "killed": False,
-                    "killed_by": None,
-                    "stacks": None,
-                    "requested": EffectiveConfig().to_json(),
-                    "effective": EffectiveConfig().to_json(),
-                    "effective_matches_profile": None,
-                    "effective_safe": None,
-                }
-            code = run.rank.exit_code()
-            group_alive = run.rank.alive() if not run.stopping else True
-            run.scanner.poll()
-            state: ServingState = "running"
-            if code is not None:
-                state = "stopped" if run.stopped_by_us else "exited"
-            return {
-                **base,
-                "state": state,
-                "stopping": run.stopping,
-                "profile": run.profile,
-                "argv": self.shown_argv(run.argv),
-                "pid": run.rank.pid,
-                "pgid": None,
-                **run.rank.describe(),
-                "started_at": iso_time(run.started_at),
-                "stopped_at": None if run.stopped_at is None else iso_time(run.stopped_at),
-                # Not a health signal: vLLM can exit 0 after an illegal memory
-                # access (vllm #53726).
-                "exit_code": code if code is not None and code >= 0 else None,
-                "exit_signal": _signal_name(code),
-                "group_alive": group_alive,
-                "killed": run.killed,
-                "killed_by": run.killed_by,
-                "stacks": run.stacks,
-                "requested": run.requested.to_json(),
-                "effective": run.scanner.effective.to_json(),
-                "effective_matches_profile": effective_matches(
-                    run.requested, run.scanner.effective
-                ),
-                "effective_safe": effective_safe(run.requested, run.scanner.effective),
-            }
+                return {**base, **_not_started_status()}
+            return {**base, **self._run_status(run)}
+
+    def _run_status(self, run: _Run) -> dict[str, Any]:
+        """The status of the rank this agent started or adopted; under ``_state``."""
+        code = run.rank.exit_code()
+        group_alive = run.rank.alive() if not run.stopping else True
+        run.scanner.poll()
+        state: ServingState = "running"
+        if code is not None:
+            state = "stopped" if run.stopped_by_us else "exited"
+        return {
+            "state": state,
+            "stopping": run.stopping,
+            "profile": run.profile,
+            "argv": self.shown_argv(run.argv),
+            "pid": run.rank.pid,
+            "pgid": None,
+            **run.rank.describe(),
+            "started_at": iso_time(run.started_at),
+            "stopped_at": None if run.stopped_at is None else iso_time(run.stopped_at),
+            # Not a health signal: vLLM can exit 0 after an illegal memory
+            # access (vllm #53726).
+            "exit_code": code if code is not None and code >= 0 else None,
+            "exit_signal": _signal_name(code),
+            "group_alive": group_alive,
+            "killed": run.killed,
+            "killed_by": run.killed_by,
+            "stacks": run.stacks,
+            "requested": run.requested.to_json(),
+            "effective": run.scanner.effective.to_json(),
+            "effective_matches_profile": effective_matches(run.requested, run.scanner.effective),
+            "effective_safe": effective_safe(run.requested, run.scanner.effective),
+        }
 
 
 def _signal_name(code: int | None) -> str | None:

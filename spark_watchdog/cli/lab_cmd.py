@@ -71,7 +71,14 @@ def add_parser(commands: Any) -> None:
     )
     labs = parser.add_subparsers(dest="lab", metavar="LAB")
     labs.required = True
+    _add_demo(labs)
+    _add_run(labs)
+    _add_up(labs)
+    _add_inject(labs)
+    _add_agent_demo(labs)
 
+
+def _add_demo(labs: Any) -> None:
     demo = labs.add_parser(
         "demo",
         help="the whole story: a host freezes, is power-cycled, serving comes back safe",
@@ -88,16 +95,12 @@ def add_parser(commands: Any) -> None:
     demo.add_argument(
         "--json", action="store_true", help="print a JSON summary (the story goes to stderr)"
     )
-    demo.add_argument(
-        "--vllm",
-        choices=("standin", "real"),
-        default="standin",
-        help="the head's rank: the lab's stand-in (default) or the real vLLM CPU server "
-        "(built by scripts/real_vllm_env.py)",
-    )
+    _add_head_rank(demo)
     _add_serving(demo)
     demo.set_defaults(func=_run_demo)
 
+
+def _add_run(labs: Any) -> None:
     run = labs.add_parser(
         "run",
         help="one scenario, judged from the history and the PDU",
@@ -114,16 +117,12 @@ def add_parser(commands: Any) -> None:
     run.add_argument("--json", action="store_true", help="print the result as JSON")
     run.add_argument("--dir", type=Path, metavar="DIR", help="lab directory (kept)")
     run.add_argument("--keep", action="store_true", help="keep the temporary lab directory")
-    run.add_argument(
-        "--vllm",
-        choices=("standin", "real"),
-        default="standin",
-        help="the head's rank: the lab's stand-in (default) or the real vLLM CPU server "
-        "(built by scripts/real_vllm_env.py)",
-    )
+    _add_head_rank(run)
     _add_serving(run)
     run.set_defaults(func=_run_scenario)
 
+
+def _add_up(labs: Any) -> None:
     up = labs.add_parser(
         "up",
         help="keep a lab running until Ctrl-C; inject faults with `lab inject`",
@@ -144,6 +143,8 @@ def add_parser(commands: Any) -> None:
     _add_serving(up)
     up.set_defaults(func=_run_up)
 
+
+def _add_inject(labs: Any) -> None:
     inject = labs.add_parser(
         "inject",
         help="inject a fault into the running `lab up`",
@@ -159,6 +160,8 @@ def add_parser(commands: Any) -> None:
     inject.add_argument("--json", action="store_true", help="print the answer as JSON")
     inject.set_defaults(func=_run_inject)
 
+
+def _add_agent_demo(labs: Any) -> None:
     agent_demo = labs.add_parser(
         "agent-demo",
         help="the real agent against a simulated vLLM rank: wedge, crash, restart",
@@ -182,6 +185,16 @@ def add_parser(commands: Any) -> None:
         "--json", action="store_true", help="print the steps as JSON at the end"
     )
     agent_demo.set_defaults(func=_run_agent_demo)
+
+
+def _add_head_rank(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--vllm",
+        choices=("standin", "real"),
+        default="standin",
+        help="the head's rank: the lab's stand-in (default) or the real vLLM CPU server "
+        "(built by scripts/real_vllm_env.py)",
+    )
 
 
 def _add_serving(parser: argparse.ArgumentParser) -> None:

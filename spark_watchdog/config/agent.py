@@ -239,6 +239,29 @@ class ServingConfig:
     stack_dump_timeout: float = setting(5.0, above=0, maximum=60)
 
     def __post_init__(self) -> None:
+        known = self._check_profiles()
+        for key in self.environment:
+            if not _ENV_NAME.match(key):
+                raise InvalidSetting(
+                    f"environment.{key}",
+                    "expected an environment variable name ([A-Za-z_][A-Za-z0-9_]*)",
+                )
+        if not self.enabled:
+            return
+        self._check_launch()
+        # A command a profile cannot be merged into is a config error now, not a
+        # failed restart in the middle of an incident.
+        for name, profile in sorted(known.items()):
+            try:
+                apply_profile(self.command, profile)
+            except ProfileError as exc:
+                raise InvalidSetting("command", f"profile {name}: {exc}") from None
+
+    def _check_profiles(self) -> dict[str, Profile]:
+        """Secret flags, profile names, profiles free of secrets, the default among them.
+
+        Returns every profile (built-in and configured) by name.
+        """
         for i, flag in enumerate(self.secret_flags):
             if not flag.startswith("-") or "=" in flag or " " in flag:
                 raise InvalidSetting(
@@ -267,14 +290,11 @@ class ServingConfig:
                 "default_profile",
                 f'expected one of {", ".join(sorted(known))}, got "{self.default_profile}"',
             )
-        for key in self.environment:
-            if not _ENV_NAME.match(key):
-                raise InvalidSetting(
-                    f"environment.{key}",
-                    "expected an environment variable name ([A-Za-z_][A-Za-z0-9_]*)",
-                )
-        if not self.enabled:
-            return
+        return known
+
+    def _check_launch(self) -> None:
+        """What an enabled launcher needs: a command (or a container to re-create),
+        a token, absolute paths, an image for a docker command."""
         if not self.command and not self.recreates_found_container:
             raise InvalidSetting(
                 "command",
@@ -301,13 +321,6 @@ class ServingConfig:
             raise InvalidSetting(
                 "working_directory", f'expected an absolute path, got "{self.working_directory}"'
             )
-        # A command a profile cannot be merged into is a config error now, not a
-        # failed restart in the middle of an incident.
-        for name, profile in sorted(known.items()):
-            try:
-                apply_profile(self.command, profile)
-            except ProfileError as exc:
-                raise InvalidSetting("command", f"profile {name}: {exc}") from None
 
     @property
     def recreates_found_container(self) -> bool:

@@ -221,48 +221,10 @@ class LauncherConfig:
 
     def __post_init__(self) -> None:
         if self.type == "agents":
-            for key in ("stop", "start"):
-                if getattr(self, key):
-                    raise InvalidSetting(
-                        key, 'only a launcher of type "command" runs commands; set type: command'
-                    )
-            given = [
-                key
-                for key, unset in (
-                    ("run_on", self.run_on == "controller"),
-                    ("ssh", self.ssh is None),
-                    ("working_directory", self.working_directory is None),
-                    ("environment", not self.environment),
-                )
-                if not unset
-            ]
-            if given:
-                raise InvalidSetting(
-                    given[0],
-                    'only for a launcher of type "command" (the agents restart the ranks '
-                    "themselves); set type: command, or remove it",
-                )
+            self._check_agents_only()
             return
         for key in ("stop", "start"):
-            argv = getattr(self, key)
-            if not argv or not argv[0].strip():
-                raise InvalidSetting(
-                    key, "required with type command: the launcher's argv as a list"
-                )
-            for i, argument in enumerate(argv):
-                for name in PLACEHOLDER.findall(argument):
-                    if name not in LAUNCHER_PLACEHOLDERS:
-                        raise InvalidSetting(
-                            f"{key}[{i}]",
-                            f'unknown placeholder "{{{name}}}"; known: '
-                            + ", ".join(f"{{{n}}}" for n in LAUNCHER_PLACEHOLDERS),
-                        )
-                if "{vllm_args}" in argument and argument != "{vllm_args}":
-                    raise InvalidSetting(
-                        f"{key}[{i}]",
-                        '"{vllm_args}" expands to several arguments: give it as an argument '
-                        "of its own",
-                    )
+            _check_launcher_argv(key, getattr(self, key))
         if self.run_on == "controller" and self.ssh is not None:
             raise InvalidSetting("ssh", 'only for run_on a node; run_on is "controller"')
         if self.run_on != "controller" and self.ssh is None:
@@ -280,6 +242,49 @@ class LauncherConfig:
                     f"environment.{key}",
                     "expected an environment variable name ([A-Za-z_][A-Za-z0-9_]*)",
                 )
+
+    def _check_agents_only(self) -> None:
+        """A launcher of type agents takes none of the command launcher's settings."""
+        for key in ("stop", "start"):
+            if getattr(self, key):
+                raise InvalidSetting(
+                    key, 'only a launcher of type "command" runs commands; set type: command'
+                )
+        given = [
+            key
+            for key, unset in (
+                ("run_on", self.run_on == "controller"),
+                ("ssh", self.ssh is None),
+                ("working_directory", self.working_directory is None),
+                ("environment", not self.environment),
+            )
+            if not unset
+        ]
+        if given:
+            raise InvalidSetting(
+                given[0],
+                'only for a launcher of type "command" (the agents restart the ranks '
+                "themselves); set type: command, or remove it",
+            )
+
+
+def _check_launcher_argv(key: str, argv: tuple[str, ...]) -> None:
+    """``stop``/``start``: an argv whose placeholders are known, {vllm_args} on its own."""
+    if not argv or not argv[0].strip():
+        raise InvalidSetting(key, "required with type command: the launcher's argv as a list")
+    for i, argument in enumerate(argv):
+        for name in PLACEHOLDER.findall(argument):
+            if name not in LAUNCHER_PLACEHOLDERS:
+                raise InvalidSetting(
+                    f"{key}[{i}]",
+                    f'unknown placeholder "{{{name}}}"; known: '
+                    + ", ".join(f"{{{n}}}" for n in LAUNCHER_PLACEHOLDERS),
+                )
+        if "{vllm_args}" in argument and argument != "{vllm_args}":
+            raise InvalidSetting(
+                f"{key}[{i}]",
+                '"{vllm_args}" expands to several arguments: give it as an argument of its own',
+            )
 
 
 @dataclass(frozen=True, kw_only=True)

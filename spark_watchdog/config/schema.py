@@ -122,43 +122,58 @@ def _convert(
     if tp is Any:
         return _json_value(value, path, problems)
     if origin is tuple:
-        item_tp = typing.get_args(tp)[0]
-        if not isinstance(value, list):
-            problems.append(f"{path}: expected a list, got {_show(value)}")
-            return None
-        return tuple(
-            _convert(item_tp, item, f"{path}[{i}]", meta, problems) for i, item in enumerate(value)
-        )
+        return _convert_tuple(typing.get_args(tp)[0], value, path, meta, problems)
     if tp is bool:
         if not isinstance(value, bool):
             problems.append(f"{path}: expected true or false, got {_show(value)}")
             return None
         return value
     if tp in (int, float):
-        ok = isinstance(value, int) if tp is int else isinstance(value, (int, float))
-        if isinstance(value, bool) or not ok:
-            problems.append(f"{path}: expected {_describe(tp, meta)}, got {_show(value)}")
-            return None
-        if not _finite(value):
-            problems.append(
-                f"{path}: expected a finite number{_bounds_text(meta)}, got {_show(value)}"
-            )
-            return None
-        low, above, high = meta.get("minimum"), meta.get("above"), meta.get("maximum")
-        if (
-            (low is not None and value < low)
-            or (above is not None and value <= above)
-            or (high is not None and value > high)
-        ):
-            problems.append(f"{path}: expected {_describe(tp, meta)}, got {_show(value)}")
-            return None
-        return tp(value)
+        return _convert_number(tp, value, path, meta, problems)
     if tp is str:
         if not isinstance(value, str) or not value:
             problems.append(f"{path}: expected a non-empty string, got {_show(value)}")
             return None
         return value
     raise TypeError(f"config schema: unsupported type {tp!r} at {path}")
+
+
+def _convert_tuple(
+    item_tp: Any, value: Any, path: str, meta: typing.Mapping[str, Any], problems: list[str]
+) -> tuple[Any, ...] | None:
+    """``tuple[X, ...]``: a list whose items are X."""
+    if not isinstance(value, list):
+        problems.append(f"{path}: expected a list, got {_show(value)}")
+        return None
+    return tuple(
+        _convert(item_tp, item, f"{path}[{i}]", meta, problems) for i, item in enumerate(value)
+    )
+
+
+def _convert_number(
+    tp: type[int] | type[float],
+    value: Any,
+    path: str,
+    meta: typing.Mapping[str, Any],
+    problems: list[str],
+) -> int | float | None:
+    """``int`` or ``float``: a finite number (never a bool) within the setting's bounds."""
+    ok = isinstance(value, int) if tp is int else isinstance(value, (int, float))
+    if isinstance(value, bool) or not ok:
+        problems.append(f"{path}: expected {_describe(tp, meta)}, got {_show(value)}")
+        return None
+    if not _finite(value):
+        problems.append(f"{path}: expected a finite number{_bounds_text(meta)}, got {_show(value)}")
+        return None
+    low, above, high = meta.get("minimum"), meta.get("above"), meta.get("maximum")
+    if (
+        (low is not None and value < low)
+        or (above is not None and value <= above)
+        or (high is not None and value > high)
+    ):
+        problems.append(f"{path}: expected {_describe(tp, meta)}, got {_show(value)}")
+        return None
+    return tp(value)
 
 
 def _convert_mapping(

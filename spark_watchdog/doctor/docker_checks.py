@@ -5,6 +5,8 @@ for compiling and loading the model again (docs/serving.md)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from spark_watchdog.config.agent import AgentConfig
 from spark_watchdog.doctor.result import Finding, fail, ok, skip, warn
 
@@ -60,17 +62,29 @@ def check_docker(config: AgentConfig) -> Finding:
         )
     except docker.errors.DockerException as exc:
         return fail(engine_error(serving.docker.socket, exc), _socket_fix())
-    if found is not None:
-        policy = (found.get("HostConfig", {}).get("RestartPolicy") or {}).get("Name") or "no"
-        if policy != "no":
-            name = str(found.get("Name", "")).lstrip("/")
-            return fail(
-                f"container {name} has restart policy {policy}: the Docker daemon restarts the "
-                "rank behind the watchdog's back and undoes every safe restart",
-                f"docker update --restart no {name} (and drop restart: from its compose file)",
-            )
-    cached = _cache_volumes(volumes, serving.environment)
+    restarts = None if found is None else _restarting_container(found)
+    if restarts is not None:
+        return restarts
     detail = f"Docker Engine {version} on {serving.docker.socket}; image {image} is there"
+    return _caches_finding(detail, volumes, serving.environment)
+
+
+def _restarting_container(found: dict[str, Any]) -> Finding | None:
+    """A fail when the Docker daemon would restart the rank's container by itself."""
+    policy = (found.get("HostConfig", {}).get("RestartPolicy") or {}).get("Name") or "no"
+    if policy == "no":
+        return None
+    name = str(found.get("Name", "")).lstrip("/")
+    return fail(
+        f"container {name} has restart policy {policy}: the Docker daemon restarts the "
+        "rank behind the watchdog's back and undoes every safe restart",
+        f"docker update --restart no {name} (and drop restart: from its compose file)",
+    )
+
+
+def _caches_finding(detail: str, volumes: tuple[str, ...], environment: dict[str, str]) -> Finding:
+    """Ok when vLLM's caches are on volumes, a warn (every start cold) otherwise."""
+    cached = _cache_volumes(volumes, environment)
     if not cached:
         return warn(
             f"{detail}; but no volume holds vLLM's compile cache or the model files: every "

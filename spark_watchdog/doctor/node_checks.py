@@ -14,6 +14,7 @@ from spark_watchdog.doctor.result import Finding, fail, ok, skip, warn
 from spark_watchdog.probes.gpu import GpuProbe, GpuReading
 from spark_watchdog.probes.vllm import VllmScraper
 from spark_watchdog.probes.vllm_metrics import ENGINE_STEPS, GENERATION_TOKENS, RUNNING
+from spark_watchdog.probes.vllm_sample import VllmSample
 
 
 async def check_gpu(config: AgentConfig, worker_argv: Sequence[str] | None = None) -> Finding:
@@ -74,22 +75,32 @@ def check_vllm(config: AgentConfig) -> Finding:
         )
     sample = VllmScraper(vllm.url, vllm.timeout, vllm.max_body_bytes).scrape()
     if not sample.reachable:
-        if sample.health_status is None:
-            return fail(
-                f"vLLM at {vllm.url} does not answer: {sample.error}",
-                "start vLLM, or set probes.vllm.url to this node's vLLM API "
-                "(http://HOST:PORT of `vllm serve --port`)",
-            )
-        return fail(
-            f"vLLM at {vllm.url} answered /health {sample.health_status} but its metrics are "
-            f"unusable: {sample.error}",
-            "do not start vLLM with --disable-log-stats: the watchdog reads progress from /metrics",
-        )
+        return _unreachable(vllm.url, sample)
     if sample.health_status == 503:
         return fail(
             f"vLLM at {vllm.url} answers /health 503: its engine is dead",
             "restart serving (`spark-watchdog serving restart`, or the node's own launcher)",
         )
+    return _series_finding(vllm.url, sample)
+
+
+def _unreachable(url: str, sample: VllmSample) -> Finding:
+    """No usable answer: vLLM is down, or its metrics cannot be read."""
+    if sample.health_status is None:
+        return fail(
+            f"vLLM at {url} does not answer: {sample.error}",
+            "start vLLM, or set probes.vllm.url to this node's vLLM API "
+            "(http://HOST:PORT of `vllm serve --port`)",
+        )
+    return fail(
+        f"vLLM at {url} answered /health {sample.health_status} but its metrics are "
+        f"unusable: {sample.error}",
+        "do not start vLLM with --disable-log-stats: the watchdog reads progress from /metrics",
+    )
+
+
+def _series_finding(url: str, sample: VllmSample) -> Finding:
+    """Whether every engine exports the series the stall rule needs."""
     engines = list(sample.engines.values())
     without_running = [e.engine for e in engines if e.running is None]
     without_progress = [
@@ -99,7 +110,7 @@ def check_vllm(config: AgentConfig) -> Finding:
     if without_running or without_progress:
         missing = RUNNING if without_running else f"{ENGINE_STEPS} and {GENERATION_TOKENS}"
         return fail(
-            f"{vllm.url}/metrics has no {missing} (engine(s) "
+            f"{url}/metrics has no {missing} (engine(s) "
             f"{', '.join(without_running or without_progress)}): a stall cannot be judged",
             'run a vLLM release with the V1 metrics (docs/facts.md, "Metrics") and without '
             "--disable-log-stats",
@@ -107,7 +118,7 @@ def check_vllm(config: AgentConfig) -> Finding:
     running = sum(e.running or 0 for e in engines)
     steps = sum(e.engine_steps or 0 for e in engines)
     detail = (
-        f"vLLM at {vllm.url}: /health {sample.health_status}, {len(engines)} engine(s), "
+        f"vLLM at {url}: /health {sample.health_status}, {len(engines)} engine(s), "
         f"model(s) {', '.join(sample.models) or '?'}; {RUNNING} ({running} running) and "
         f"progress counters present"
     )

@@ -15,6 +15,23 @@ from spark_watchdog.history.records import RESOLUTIONS, Incident, IncidentStep, 
 FENCING_KIND = "host_frozen"
 
 
+def _refuse_second_fencing(conn: Connection, names: Sequence[str]) -> None:
+    """One open fencing incident per node (docs/design.md, invariant I2).
+
+    Called inside BEGIN IMMEDIATE: no other writer can open one between the
+    check and the insert.
+    """
+    for name in names:
+        row = conn.execute(
+            "SELECT i.id FROM incidents i JOIN incident_nodes n ON n.incident_id = i.id "
+            "WHERE n.node = ? AND i.status = 'open' AND i.dry_run = 0 AND i.kind = ? "
+            "LIMIT 1",
+            (name, FENCING_KIND),
+        ).fetchone()
+        if row is not None:
+            raise IncidentAlreadyOpen(name, int(row[0]))
+
+
 class IncidentTables(StoreCore):
     """Incidents, and the steps the controller records before it takes them."""
 
@@ -51,13 +68,7 @@ class IncidentTables(StoreCore):
         ``detected_at - fault_onset`` when it is known.
         """
         kind = checks.snake(kind, "incident kind", self._path)
-        if isinstance(nodes, str) or not nodes:
-            raise InvalidRecord(
-                self._path, f"an incident needs a list of one or more nodes, got {nodes!r}"
-            )
-        names = [checks.node_name(n, self._path) for n in nodes]
-        if len(set(names)) != len(names):
-            raise InvalidRecord(self._path, f"incident nodes repeat a node: {names}")
+        names = self._incident_nodes(nodes)
         detected = checks.seconds(
             self._clock() if detected_at is None else detected_at, "detected_at", self._path
         )
@@ -66,17 +77,8 @@ class IncidentTables(StoreCore):
         now = self._now(at)
         ttd = None if onset is None else detected - onset
         with self._writing(f"opening a {kind} incident") as conn:
-            # One open fencing incident per node (docs/design.md, invariant I2).
-            # Inside BEGIN IMMEDIATE: no other writer can open one between the check and the insert.
-            for name in names if kind == FENCING_KIND and not dry_run else ():
-                row = conn.execute(
-                    "SELECT i.id FROM incidents i JOIN incident_nodes n ON n.incident_id = i.id "
-                    "WHERE n.node = ? AND i.status = 'open' AND i.dry_run = 0 AND i.kind = ? "
-                    "LIMIT 1",
-                    (name, FENCING_KIND),
-                ).fetchone()
-                if row is not None:
-                    raise IncidentAlreadyOpen(name, int(row[0]))
+            if kind == FENCING_KIND and not dry_run:
+                _refuse_second_fencing(conn, names)
             cur = conn.execute(
                 "INSERT INTO incidents (kind, opened_at, detected_at, fault_onset, evidence, "
                 "dry_run, status, time_to_detect_s) VALUES (?, ?, ?, ?, ?, ?, 'open', ?)",
@@ -84,12 +86,7 @@ class IncidentTables(StoreCore):
             )
             incident_id = cur.lastrowid
             assert incident_id is not None
-            for position, name in enumerate(names):
-                self._ensure_node(conn, name, now)
-                conn.execute(
-                    "INSERT INTO incident_nodes (incident_id, position, node) VALUES (?, ?, ?)",
-                    (incident_id, position, name),
-                )
+            self._add_incident_nodes(conn, incident_id, names, now)
             detail = {"kind": kind, "nodes": names, "dry_run": bool(dry_run)}
             self._insert_step(
                 conn,
@@ -100,6 +97,27 @@ class IncidentTables(StoreCore):
                 now,
             )
             return self._get_incident(conn, incident_id)
+
+    def _incident_nodes(self, nodes: Sequence[str]) -> list[str]:
+        """An incident's nodes: one or more valid names, none repeated."""
+        if isinstance(nodes, str) or not nodes:
+            raise InvalidRecord(
+                self._path, f"an incident needs a list of one or more nodes, got {nodes!r}"
+            )
+        names = [checks.node_name(n, self._path) for n in nodes]
+        if len(set(names)) != len(names):
+            raise InvalidRecord(self._path, f"incident nodes repeat a node: {names}")
+        return names
+
+    def _add_incident_nodes(
+        self, conn: Connection, incident_id: int, names: Sequence[str], now: float
+    ) -> None:
+        for position, name in enumerate(names):
+            self._ensure_node(conn, name, now)
+            conn.execute(
+                "INSERT INTO incident_nodes (incident_id, position, node) VALUES (?, ?, ?)",
+                (incident_id, position, name),
+            )
 
     @writes
     def resolve_incident(

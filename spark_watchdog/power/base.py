@@ -28,7 +28,7 @@ import enum
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar, runtime_checkable
+from typing import Any, NoReturn, Protocol, TypeVar, runtime_checkable
 
 from spark_watchdog.clock import Clock, SystemClock
 from spark_watchdog.errors import (
@@ -323,14 +323,7 @@ class VerifiedPower:
         run = self._start(off_seconds + 2 * self._switch_budget())
         before = await self._read(run)
         if before is not PowerState.ON and not from_off:
-            await self._step(
-                run, StepName.FOUND_OFF, f"read {before.value} before the off; sent nothing"
-            )
-            error = FoundOff(
-                self.name, f"read {before.value} before the off: switched off by hand? Not touched"
-            )
-            error.steps = tuple(run.steps)
-            raise error
+            await self._refuse_found_off(run, before)
         plan = (
             await self._timed_plan(run, off_seconds) if timed and before is PowerState.ON else None
         )
@@ -346,18 +339,7 @@ class VerifiedPower:
             )
             return self._result(run, "cycle", before, before, verified=False)
         try:
-            await self._drive(run, PowerState.OFF, before, plan)
-            off_at = self._clock()
-            # GB10 "clock latch" clears only after 30-60 s without AC
-            # (docs/facts.md): the hold is counted from the verified off.
-            await self._step(run, StepName.HOLD_STARTED, f"{off_seconds:g}s")
-            if plan is None:
-                await self._sleep(max(0.0, off_seconds - (self._clock() - off_at)))
-                held = self._clock() - off_at
-                await self._step(run, StepName.HOLD_DONE, f"{held:.1f}s")
-                await self._drive(run, PowerState.ON, PowerState.OFF)
-            else:
-                held = await self._timed_hold(run, off_at, off_seconds, plan)
+            held = await self._off_hold_on(run, before, off_seconds, plan)
         except PowerError as exc:
             exc.steps = tuple(run.steps)
             raise
@@ -365,6 +347,35 @@ class VerifiedPower:
         return self._result(run, "cycle", before, after, verified=True, off_held_s=held)
 
     # -- internals ----------------------------------------------------------
+
+    async def _refuse_found_off(self, run: _Run, before: PowerState) -> NoReturn:
+        """A cycle is for a powered machine: record the refusal and raise ``FoundOff``."""
+        await self._step(
+            run, StepName.FOUND_OFF, f"read {before.value} before the off; sent nothing"
+        )
+        error = FoundOff(
+            self.name, f"read {before.value} before the off: switched off by hand? Not touched"
+        )
+        error.steps = tuple(run.steps)
+        raise error
+
+    async def _off_hold_on(
+        self, run: _Run, before: PowerState, off_seconds: float, plan: TimedOn | None
+    ) -> float:
+        """The cycle itself: off (verified), the hold, on (verified); the seconds held."""
+        await self._drive(run, PowerState.OFF, before, plan)
+        off_at = self._clock()
+        # GB10 "clock latch" clears only after 30-60 s without AC
+        # (docs/facts.md): the hold is counted from the verified off.
+        await self._step(run, StepName.HOLD_STARTED, f"{off_seconds:g}s")
+        if plan is None:
+            await self._sleep(max(0.0, off_seconds - (self._clock() - off_at)))
+            held = self._clock() - off_at
+            await self._step(run, StepName.HOLD_DONE, f"{held:.1f}s")
+            await self._drive(run, PowerState.ON, PowerState.OFF)
+        else:
+            held = await self._timed_hold(run, off_at, off_seconds, plan)
+        return held
 
     async def _timed_plan(self, run: _Run, off_seconds: float) -> TimedOn | None:
         """The device's plan for coming back on by itself, or None (a plain cycle)."""

@@ -176,47 +176,12 @@ def build_snmp_backend(device: SnmpDevice, secrets: Mapping[str, Secret]) -> Pow
     """
     source = f"snmp device {device.host}"
     problems: list[str] = []
-    version = device.snmp_version
-
-    def secret(key: str) -> Secret | None:
-        if getattr(device, key) is None:
-            return None
-        value = secrets.get(key)
-        if value is None:
-            problems.append(f"{key}: the secret was not read (expected it in the secrets given)")
-        return value
-
-    community = secret("community_file")
-    auth_key = secret("auth_key_file")
-    priv_key = secret("priv_key_file")
-    for key, value in (("auth_key_file", auth_key), ("priv_key_file", priv_key)):
-        if value is not None and len(value.reveal()) < MIN_V3_KEY:
-            problems.append(
-                f"{key}: SNMPv3 keys must be at least {MIN_V3_KEY} characters (RFC 3414)"
-            )
-    profile: PduProfile | None = None
-    if device.vendor == "generic":
-        try:
-            profile = generic_profile(
-                control_oid=device.control_oid or "",
-                status_oid=device.status_oid or "",
-                control_on=_required(device.control_on),
-                control_off=_required(device.control_off),
-                status_on=_required(device.status_on),
-                status_off=_required(device.status_off),
-                names_oid=device.names_oid,
-            )
-        except ValueError as exc:
-            problems.append(f"vendor: {exc}")
-    elif device.vendor != "auto":
-        try:
-            profile = profile_by_name(device.vendor)
-        except UnknownVendor as exc:
-            problems.append(f"vendor: {exc}")
+    community, auth_key, priv_key = _secrets_of(device, secrets, problems)
+    profile = _profile_of(device, problems)
     if problems:
         raise ConfigError(source, problems)
     credentials = SnmpCredentials(
-        version=version,
+        version=device.snmp_version,
         community=community,
         user=device.user,
         auth_protocol=device.auth_protocol,
@@ -239,6 +204,53 @@ def build_snmp_backend(device: SnmpDevice, secrets: Mapping[str, Secret]) -> Pow
     if device.outlets is None:
         return outlets[0]
     return OutletGroup(outlets)
+
+
+def _secrets_of(
+    device: SnmpDevice, secrets: Mapping[str, Secret], problems: list[str]
+) -> tuple[Secret | None, Secret | None, Secret | None]:
+    """The community, auth key and priv key the device names; what is wrong goes to problems."""
+
+    def secret(key: str) -> Secret | None:
+        if getattr(device, key) is None:
+            return None
+        value = secrets.get(key)
+        if value is None:
+            problems.append(f"{key}: the secret was not read (expected it in the secrets given)")
+        return value
+
+    community = secret("community_file")
+    auth_key = secret("auth_key_file")
+    priv_key = secret("priv_key_file")
+    for key, value in (("auth_key_file", auth_key), ("priv_key_file", priv_key)):
+        if value is not None and len(value.reveal()) < MIN_V3_KEY:
+            problems.append(
+                f"{key}: SNMPv3 keys must be at least {MIN_V3_KEY} characters (RFC 3414)"
+            )
+    return community, auth_key, priv_key
+
+
+def _profile_of(device: SnmpDevice, problems: list[str]) -> PduProfile | None:
+    """The PDU profile ``vendor:`` names (None for auto); what is wrong goes to problems."""
+    if device.vendor == "generic":
+        try:
+            return generic_profile(
+                control_oid=device.control_oid or "",
+                status_oid=device.status_oid or "",
+                control_on=_required(device.control_on),
+                control_off=_required(device.control_off),
+                status_on=_required(device.status_on),
+                status_off=_required(device.status_off),
+                names_oid=device.names_oid,
+            )
+        except ValueError as exc:
+            problems.append(f"vendor: {exc}")
+    elif device.vendor != "auto":
+        try:
+            return profile_by_name(device.vendor)
+        except UnknownVendor as exc:
+            problems.append(f"vendor: {exc}")
+    return None
 
 
 def _required(value: int | None) -> int:

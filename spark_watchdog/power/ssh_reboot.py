@@ -260,39 +260,9 @@ class SshCommand:
                 env=_child_environment(),
             )
         except OSError as exc:
-            return SshCommandResult(
-                target=self.target,
-                command=command,
-                outcome="failed",
-                command_sent=False,
-                exit_status=None,
-                returncode=None,
-                elapsed_s=time.monotonic() - started,
-                stdout="",
-                stderr="",
-                detail=f"could not start {self.ssh_binary!r} (install openssh-client): {exc}",
-            )
-        assert process.stdout is not None and process.stderr is not None
-        stdout_task = asyncio.ensure_future(_read_bounded(process.stdout, _STDOUT_LIMIT))
-        stderr_task = asyncio.ensure_future(_read_bounded(process.stderr, _STDERR_LIMIT))
-        exited = asyncio.ensure_future(process.wait())
-        try:
-            # asyncio.wait, not wait_for: on timeout the readers must live on to
-            # collect what ssh wrote before it is killed.
-            _, pending = await asyncio.wait({exited, stdout_task, stderr_task}, timeout=timeout)
-            timed_out = bool(pending)
-            if timed_out:
-                await _kill(process)
-                await asyncio.wait({stdout_task, stderr_task}, timeout=_REAP_GRACE_S)
-        except BaseException:  # cancelled: never leave the child behind
-            await _kill(process)
-            raise
-        finally:
-            for task in (exited, stdout_task, stderr_task):
-                task.cancel()
+            return self._not_started(command, time.monotonic() - started, exc)
+        timed_out, stdout, stderr = await _collect(process, timeout)
         elapsed = time.monotonic() - started
-        stdout = _task_bytes(stdout_task).decode("utf-8", errors="replace")
-        stderr = _task_bytes(stderr_task).decode("utf-8", errors="replace")
         return classify(
             target=self.target,
             keyscan=f"ssh-keyscan -p {self.port} {self.host}",
@@ -304,6 +274,91 @@ class SshCommand:
             stdout=stdout,
             stderr=stderr,
         )
+
+    def _not_started(self, command: str, elapsed_s: float, exc: OSError) -> SshCommandResult:
+        return SshCommandResult(
+            target=self.target,
+            command=command,
+            outcome="failed",
+            command_sent=False,
+            exit_status=None,
+            returncode=None,
+            elapsed_s=elapsed_s,
+            stdout="",
+            stderr="",
+            detail=f"could not start {self.ssh_binary!r} (install openssh-client): {exc}",
+        )
+
+
+async def _collect(process: asyncio.subprocess.Process, timeout: float) -> tuple[bool, str, str]:
+    """Wait for ssh within ``timeout`` s, killing it past that (or when cancelled).
+
+    Returns whether it timed out, and what it wrote to stdout and stderr.
+    """
+    assert process.stdout is not None and process.stderr is not None
+    stdout_task = asyncio.ensure_future(_read_bounded(process.stdout, _STDOUT_LIMIT))
+    stderr_task = asyncio.ensure_future(_read_bounded(process.stderr, _STDERR_LIMIT))
+    exited = asyncio.ensure_future(process.wait())
+    try:
+        # asyncio.wait, not wait_for: on timeout the readers must live on to
+        # collect what ssh wrote before it is killed.
+        _, pending = await asyncio.wait({exited, stdout_task, stderr_task}, timeout=timeout)
+        timed_out = bool(pending)
+        if timed_out:
+            await _kill(process)
+            await asyncio.wait({stdout_task, stderr_task}, timeout=_REAP_GRACE_S)
+    except BaseException:  # cancelled: never leave the child behind
+        await _kill(process)
+        raise
+    finally:
+        for task in (exited, stdout_task, stderr_task):
+            task.cancel()
+    stdout = _task_bytes(stdout_task).decode("utf-8", errors="replace")
+    stderr = _task_bytes(stderr_task).decode("utf-8", errors="replace")
+    return timed_out, stdout, stderr
+
+
+@dataclass(frozen=True)
+class _SshTrace:
+    """What ssh's ``-v`` stderr says about how far one run got."""
+
+    messages: list[str]  # stderr without debug lines and chatter
+    authenticated: bool
+    sent: bool  # "Sending command:"
+    reported_status: bool  # the remote side reported an exit status
+    reported_signal: bool  # the remote side reported an exit signal
+    # Without debug lines we cannot tell; with them, no "Sending command" means not sent.
+    command_sent: bool | None
+
+    @property
+    def message_text(self) -> str:
+        return "\n".join(self.messages)
+
+    @property
+    def said(self) -> str:
+        return _quote(self.messages)
+
+
+def _read_trace(stderr: str) -> _SshTrace:
+    lines = stderr.splitlines()
+    debug_seen = any(_DEBUG_LINE.match(line) for line in lines)
+    sent = any(line.startswith(_SENDING_COMMAND) for line in lines)
+    return _SshTrace(
+        messages=[
+            line
+            for line in lines
+            if line.strip() and not _DEBUG_LINE.match(line) and not _CHATTER.match(line)
+        ],
+        authenticated=any(line.startswith(_AUTHENTICATED) for line in lines),
+        sent=sent,
+        reported_status=any(_EXIT_STATUS in line for line in lines),
+        reported_signal=any(_EXIT_SIGNAL in line for line in lines),
+        command_sent=True if sent else (False if debug_seen else None),
+    )
+
+
+# An outcome, its detail and the remote exit status (for "exited").
+_Verdict = tuple[SshOutcome, str, int | None]
 
 
 def classify(
@@ -319,93 +374,103 @@ def classify(
     stderr: str,
 ) -> SshCommandResult:
     """Turn an ssh run (its exit code and ``-v`` stderr) into an :class:`SshCommandResult`."""
-    lines = stderr.splitlines()
-    debug_seen = any(_DEBUG_LINE.match(line) for line in lines)
-    messages = [
-        line
-        for line in lines
-        if line.strip() and not _DEBUG_LINE.match(line) and not _CHATTER.match(line)
-    ]
-    message_text = "\n".join(messages)
-    authenticated = any(line.startswith(_AUTHENTICATED) for line in lines)
-    sent = any(line.startswith(_SENDING_COMMAND) for line in lines)
-    reported_status = any(_EXIT_STATUS in line for line in lines)
-    reported_signal = any(_EXIT_SIGNAL in line for line in lines)
-    # Without debug lines we cannot tell; with them, no "Sending command" means not sent.
-    command_sent: bool | None = True if sent else (False if debug_seen else None)
-    said = _quote(messages)
-
-    def result(outcome: SshOutcome, detail: str, *, status: int | None = None) -> SshCommandResult:
-        return SshCommandResult(
-            target=target,
-            command=command,
-            outcome=outcome,
-            command_sent=command_sent,
-            exit_status=status,
-            returncode=returncode,
-            elapsed_s=elapsed_s,
-            stdout=stdout,
-            stderr=message_text[-_STDERR_LIMIT:],
-            detail=detail,
-        )
-
+    trace = _read_trace(stderr)
     if timed_out:
-        if sent:
-            return result(
-                "timeout",
-                f"`{command}` was sent but did not finish within {timeout:g}s; ssh was killed "
-                "(the command may have run)",
-            )
-        if command_sent is False:
-            stage = "after authenticating" if authenticated else "before authenticating"
-            return result(
-                "timeout",
-                f"no session within {timeout:g}s ({stage}); ssh was killed, nothing was sent",
-            )
-        return result("timeout", f"no answer within {timeout:g}s; ssh was killed{said}")
-    if sent:
-        # ssh exits 0 only on a reported status 0; without a status it exits 255.
-        if returncode is not None and (reported_status or returncode == 0):
-            how = "ran" if returncode == 0 else f"exited with status {returncode}"
-            return result("exited", f"`{command}` {how}{said}", status=returncode)
-        if reported_signal:
-            return result("dropped", f"`{command}` was sent and killed by a signal{said}")
-        return result(
-            "dropped",
-            f"`{command}` was sent, then the connection ended without an exit status{said}",
+        verdict = _timed_out_verdict(trace, command, timeout)
+    elif trace.sent:
+        verdict = _sent_verdict(trace, command, returncode)
+    else:
+        verdict = _unsent_verdict(trace, command, returncode, keyscan)
+    outcome, detail, status = verdict
+    return SshCommandResult(
+        target=target,
+        command=command,
+        outcome=outcome,
+        command_sent=trace.command_sent,
+        exit_status=status,
+        returncode=returncode,
+        elapsed_s=elapsed_s,
+        stdout=stdout,
+        stderr=trace.message_text[-_STDERR_LIMIT:],
+        detail=detail,
+    )
+
+
+def _timed_out_verdict(trace: _SshTrace, command: str, timeout: float) -> _Verdict:
+    """ssh killed at the deadline: how far it had got decides what may have run."""
+    if trace.sent:
+        return (
+            "timeout",
+            f"`{command}` was sent but did not finish within {timeout:g}s; ssh was killed "
+            "(the command may have run)",
+            None,
         )
+    if trace.command_sent is False:
+        stage = "after authenticating" if trace.authenticated else "before authenticating"
+        return (
+            "timeout",
+            f"no session within {timeout:g}s ({stage}); ssh was killed, nothing was sent",
+            None,
+        )
+    return "timeout", f"no answer within {timeout:g}s; ssh was killed{trace.said}", None
+
+
+def _sent_verdict(trace: _SshTrace, command: str, returncode: int | None) -> _Verdict:
+    """The command left: it exited with a status, or the connection dropped."""
+    said = trace.said
+    # ssh exits 0 only on a reported status 0; without a status it exits 255.
+    if returncode is not None and (trace.reported_status or returncode == 0):
+        how = "ran" if returncode == 0 else f"exited with status {returncode}"
+        return "exited", f"`{command}` {how}{said}", returncode
+    if trace.reported_signal:
+        return "dropped", f"`{command}` was sent and killed by a signal{said}", None
+    return (
+        "dropped",
+        f"`{command}` was sent, then the connection ended without an exit status{said}",
+        None,
+    )
+
+
+def _unsent_verdict(
+    trace: _SshTrace, command: str, returncode: int | None, keyscan: str
+) -> _Verdict:
+    """No "Sending command" (or no debug lines): why the session did not get there."""
+    message_text, said = trace.message_text, trace.said
     if any(marker in message_text for marker in _HOST_KEY_CHANGED):
-        evidence = [m.strip() for m in messages if "SHA256:" in m or "Offending" in m]
-        return result(
+        evidence = [m.strip() for m in trace.messages if "SHA256:" in m or "Offending" in m]
+        return (
             "host_key_changed",
             "the host's key does NOT match the known_hosts file: refused, not replaced "
             "(reinstalled host, or someone in between); compare the fingerprint with the "
             "host's /etc/ssh/ssh_host_*_key.pub before fixing the file by hand"
             + (f" ({' '.join(evidence)})" if evidence else ""),
+            None,
         )
     if _HOST_KEY_FAILED in message_text:
-        return result(
+        return (
             "host_key_unknown",
             "the host's key is not in the known_hosts file: refused, not learned; add it "
             f"after checking its fingerprint ({keyscan}, compared with the host's "
             f"/etc/ssh/ssh_host_*_key.pub){said}",
+            None,
         )
     if _AUTH_REFUSED in message_text:
-        return result(
+        return (
             "auth_refused",
             f"the host refused the key (is its public key in the user's authorized_keys, "
             f"and the key file readable with mode 600?){said}",
+            None,
         )
     if (
         returncode == 255
-        and not authenticated
+        and not trace.authenticated
         and any(marker in message_text for marker in _CONNECT_FAILURES)
     ):
-        return result("unreachable", f"no SSH session, nothing was sent{said}")
+        return "unreachable", f"no SSH session, nothing was sent{said}", None
     if returncode == 0:
         # An exit 0 without "Sending command" only happens when -v output is missing.
-        return result("exited", f"`{command}` ran{said}", status=0)
-    return result("failed", f"ssh exited {returncode}{said}")
+        return "exited", f"`{command}` ran{said}", 0
+    return "failed", f"ssh exited {returncode}{said}", None
 
 
 async def run_ssh_command(

@@ -371,40 +371,15 @@ class GpuProbe:
         limit = self.deadline
         if worker is None:
             limit += self.start_allowance_s
-            if len(self._stuck) > self.max_stuck_workers:
-                pids = ", ".join(map(str, self.stuck_worker_pids))
-                return GpuReading(
-                    "timeout",
-                    error=(
-                        f"NVML is not answering: {len(self._stuck)} killed NVML workers "
-                        f"(pids {pids}) have not exited, most likely stuck in uninterruptible "
-                        "sleep in the driver; not starting another until one exits"
-                    ),
-                )
-            try:
-                worker = await self._spawn()
-            except OSError as exc:
-                return GpuReading(
-                    "error",
-                    error=f"could not start the NVML worker `{shlex.join(self._argv)}`: {exc}",
-                )
+            started = await self._start_worker()
+            if isinstance(started, GpuReading):
+                return started
+            worker = started
         try:
             line = await asyncio.wait_for(worker.ask(), limit)
         except asyncio.TimeoutError:
             await self._discard(worker)
-            message = f"NVML did not answer within {self.deadline:g} s; the driver may be wedged"
-            if limit > self.deadline:
-                message = (
-                    f"a freshly started NVML worker did not answer within {limit:g} s "
-                    f"({self.start_allowance_s:g} s to start and initialise NVML, "
-                    f"{self.deadline:g} s to read); the driver may be wedged"
-                )
-            if worker in self._stuck:
-                message += (
-                    f"; the killed worker (pid {worker.pid}) has not exited yet, "
-                    "most likely stuck in uninterruptible sleep in the driver"
-                )
-            return GpuReading("timeout", error=message)
+            return self._no_answer(worker, limit)
         except asyncio.CancelledError:
             # Cancelled mid-exchange: this worker's answer would arrive as the
             # next read's. Replace it.
@@ -430,6 +405,42 @@ class GpuProbe:
                 error=f"NVML worker answered with a malformed line: {what}"
                 + await self._stderr_note(worker),
             )
+
+    async def _start_worker(self) -> _Worker | GpuReading:
+        """A fresh NVML worker, or the reading that says why none was started."""
+        if len(self._stuck) > self.max_stuck_workers:
+            pids = ", ".join(map(str, self.stuck_worker_pids))
+            return GpuReading(
+                "timeout",
+                error=(
+                    f"NVML is not answering: {len(self._stuck)} killed NVML workers "
+                    f"(pids {pids}) have not exited, most likely stuck in uninterruptible "
+                    "sleep in the driver; not starting another until one exits"
+                ),
+            )
+        try:
+            return await self._spawn()
+        except OSError as exc:
+            return GpuReading(
+                "error",
+                error=f"could not start the NVML worker `{shlex.join(self._argv)}`: {exc}",
+            )
+
+    def _no_answer(self, worker: _Worker, limit: float) -> GpuReading:
+        """The reading for a worker that did not answer within ``limit`` s (now discarded)."""
+        message = f"NVML did not answer within {self.deadline:g} s; the driver may be wedged"
+        if limit > self.deadline:
+            message = (
+                f"a freshly started NVML worker did not answer within {limit:g} s "
+                f"({self.start_allowance_s:g} s to start and initialise NVML, "
+                f"{self.deadline:g} s to read); the driver may be wedged"
+            )
+        if worker in self._stuck:
+            message += (
+                f"; the killed worker (pid {worker.pid}) has not exited yet, "
+                "most likely stuck in uninterruptible sleep in the driver"
+            )
+        return GpuReading("timeout", error=message)
 
     async def _spawn(self) -> _Worker:
         process = await asyncio.create_subprocess_exec(

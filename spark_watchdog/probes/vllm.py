@@ -327,33 +327,8 @@ def _exchange(
     accept: str,
     authorization: str | None = None,
 ) -> _Reply:
-    parts = urlsplit(url)
-    try:
-        host, port = parts.hostname, parts.port
-    except ValueError as exc:
-        raise HttpExchangeError(f"bad URL {url}: {exc}") from exc
-    if not host:
-        raise HttpExchangeError(f"bad URL {url}: no host")
-    budget = deadline - time.monotonic()
-    if budget <= 0:
-        raise HttpExchangeError(f"no time left for {method} {url}", timed_out=True)
-    if parts.scheme == "https":
-        connection: http.client.HTTPConnection = http.client.HTTPSConnection(
-            host, port, timeout=budget
-        )
-    else:
-        connection = http.client.HTTPConnection(host, port, timeout=budget)
-    path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-    headers = {
-        "Accept": accept,
-        "Accept-Encoding": "identity",
-        "Connection": "close",
-        "User-Agent": _USER_AGENT,
-    }
-    if body is not None:
-        headers["Content-Type"] = "application/json"
-    if authorization is not None:
-        headers["Authorization"] = authorization
+    connection, path, budget = _connection(method, url, deadline)
+    headers = _headers(accept, body is not None, authorization)
     cut = _DeadlineCut(connection, budget)
     try:
         connection.connect()
@@ -380,6 +355,44 @@ def _exchange(
     finally:
         cut.cancel()
         connection.close()
+
+
+def _connection(
+    method: str, url: str, deadline: float
+) -> tuple[http.client.HTTPConnection, str, float]:
+    """An unopened connection to ``url``'s host, the request path and the seconds left."""
+    parts = urlsplit(url)
+    try:
+        host, port = parts.hostname, parts.port
+    except ValueError as exc:
+        raise HttpExchangeError(f"bad URL {url}: {exc}") from exc
+    if not host:
+        raise HttpExchangeError(f"bad URL {url}: no host")
+    budget = deadline - time.monotonic()
+    if budget <= 0:
+        raise HttpExchangeError(f"no time left for {method} {url}", timed_out=True)
+    if parts.scheme == "https":
+        connection: http.client.HTTPConnection = http.client.HTTPSConnection(
+            host, port, timeout=budget
+        )
+    else:
+        connection = http.client.HTTPConnection(host, port, timeout=budget)
+    path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    return connection, path, budget
+
+
+def _headers(accept: str, json_body: bool, authorization: str | None) -> dict[str, str]:
+    headers = {
+        "Accept": accept,
+        "Accept-Encoding": "identity",
+        "Connection": "close",
+        "User-Agent": _USER_AGENT,
+    }
+    if json_body:
+        headers["Content-Type"] = "application/json"
+    if authorization is not None:
+        headers["Authorization"] = authorization
+    return headers
 
 
 def _read_body(response: http.client.HTTPResponse, url: str, limit: int) -> bytes:

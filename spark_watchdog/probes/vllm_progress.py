@@ -116,6 +116,28 @@ class _EngineTrack:
     busy_since: float | None
 
 
+def _advance(
+    previous: _EngineTrack | None, reading: EngineSample, now: float, blind: bool
+) -> tuple[_EngineTrack, bool]:
+    """The engine's track after this reading, and whether its counters moved."""
+    steps, tokens, running = reading.engine_steps, reading.generation_tokens, reading.running
+    waiting = reading.waiting
+    moved = previous is not None and (
+        _moved(previous.steps, steps) or _moved(previous.tokens, tokens)
+    )
+    # The first sight of an engine is its baseline: the clock starts there.
+    last_advance_at = now if previous is None or moved else previous.last_advance_at
+    busy = (running or 0) > 0 or (waiting or 0) > 0
+    busy_since: float | None
+    if running is None or not busy:
+        busy_since = None
+    elif previous is None or previous.busy_since is None or blind:
+        busy_since = now
+    else:
+        busy_since = previous.busy_since
+    return _EngineTrack(steps, tokens, last_advance_at, busy_since), moved
+
+
 # A planned stop whose rank keeps answering this long did not take (the launcher
 # refused it, or had nothing to stop): death by refusal is armed again.
 PLANNED_STOP_GRACE_S = 120.0
@@ -347,74 +369,75 @@ class ProgressTracker:
     def _judge_engine(
         self, name: str, reading: EngineSample, now: float, blind: bool
     ) -> EngineStatus:
-        steps, tokens, running = reading.engine_steps, reading.generation_tokens, reading.running
-        waiting = reading.waiting
         previous = self._engines.get(name)
-        moved = previous is not None and (
-            _moved(previous.steps, steps) or _moved(previous.tokens, tokens)
+        track, moved = _advance(previous, reading, now, blind)
+        self._engines[name] = track
+        state, reason, idle_for, judged = self._verdict(
+            reading, track, now, moved=moved, restarted=blind and previous is not None
         )
-        # The first sight of an engine is its baseline: the clock starts there.
-        last_advance_at = now if previous is None or moved else previous.last_advance_at
-        busy = (running or 0) > 0 or (waiting or 0) > 0
-        if running is None or not busy:
-            busy_since = None
-        elif previous is None or previous.busy_since is None or blind:
-            busy_since = now
-        else:
-            busy_since = previous.busy_since
-        self._engines[name] = _EngineTrack(steps, tokens, last_advance_at, busy_since)
+        return EngineStatus(
+            engine=name,
+            state=state,
+            reason=reason,
+            running=reading.running,
+            waiting=reading.waiting,
+            engine_steps=reading.engine_steps,
+            generation_tokens=reading.generation_tokens,
+            prompt_tokens=reading.prompt_tokens,
+            kv_cache_usage=reading.kv_cache_usage,
+            seconds_without_progress=idle_for,
+            judged=judged,
+        )
 
-        def verdict(
-            state: EngineState, reason: str, idle_for: float | None, judged: bool = True
-        ) -> EngineStatus:
-            return EngineStatus(
-                engine=name,
-                state=state,
-                reason=reason,
-                running=running,
-                waiting=reading.waiting,
-                engine_steps=steps,
-                generation_tokens=tokens,
-                prompt_tokens=reading.prompt_tokens,
-                kv_cache_usage=reading.kv_cache_usage,
-                seconds_without_progress=idle_for,
-                judged=judged,
-            )
+    def _verdict(
+        self,
+        reading: EngineSample,
+        track: _EngineTrack,
+        now: float,
+        *,
+        moved: bool,
+        restarted: bool,
+    ) -> tuple[EngineState, str, float | None, bool]:
+        """State, reason, seconds without progress and whether it was judged at all.
 
+        ``restarted``: the stall clock started again after a blind spell.
+        """
+        steps, tokens, running = reading.engine_steps, reading.generation_tokens, reading.running
         if running is None:
             why = "vllm:num_requests_running is missing, so idle cannot be told from stalled"
             if moved:
-                return verdict("progressing", f"counters advancing; {why}", None, judged=False)
-            return verdict("idle", f"counters not advancing; {why}", None, judged=False)
-        if busy_since is None:
-            return verdict("idle", "no requests running", None)
+                return "progressing", f"counters advancing; {why}", None, False
+            return "idle", f"counters not advancing; {why}", None, False
+        if track.busy_since is None:
+            return "idle", "no requests running", None, True
         if running > 0:
             load = f"{running} request(s) running"
         else:
-            load = f"{waiting} request(s) waiting and none running"
+            load = f"{reading.waiting} request(s) waiting and none running"
         if steps is None and tokens is None:
-            return verdict(
+            return (
                 "progressing",
                 f"{load}, but neither vllm:iteration_tokens_total_count "
                 "nor vllm:generation_tokens_total is present: progress cannot be judged",
                 None,
-                judged=False,
+                False,
             )
-        idle_for = now - max(last_advance_at, busy_since)
+        idle_for = now - max(track.last_advance_at, track.busy_since)
         if idle_for >= self.stall_after:
-            return verdict(
+            return (
                 "stalled",
                 f"{load} and no engine step or generated token for "
                 f"{idle_for:.1f} s (stall_after {self.stall_after:g} s)",
                 idle_for,
+                True,
             )
         if moved:
             reason = f"{load}; counters advancing"
-        elif blind and previous is not None:
+        elif restarted:
             reason = f"{load}; stall clock restarted after a blind spell"
         else:
             reason = f"{load}; no advance for {idle_for:.1f} s"
-        return verdict("progressing", reason, idle_for)
+        return "progressing", reason, idle_for, True
 
     def _combine(
         self, sample: VllmSample, engines: dict[str, EngineStatus], alive: bool | None

@@ -177,10 +177,7 @@ class _Run(FaultPlays):
         self.config = self._config()
         self.world = World(self.names, rng, self.config.detection.freeze_after)
         if self_timed is not None:
-            for outlets in self.world.outlets.values():
-                for outlet in outlets:
-                    outlet.self_timed = self_timed != "never"
-                    outlet.timer_fails = self_timed == "failing"
+            self._time_outlets(self_timed)
         self.world.on_command_hook = self._on_command
         self.events: list[Event] = []
         self.clock = _SimClock(self.world, 1_800_000_000.0)
@@ -189,15 +186,7 @@ class _Run(FaultPlays):
         if pair is None:
             pair = self.pair_rng.random() < PAIR_SHARE
         self.pair: SimPair | None = None
-        if pair:
-            # The database server's clock: the hosts' clocks may step, not its.
-            self.pair = SimPair(self, lambda: self.clock.base + self.world.now())
-            # The run's own view of the shared history (invariants, operators' holds).
-            self.store = HistoryStore(
-                self.pair.path, clock=self.clock.time, database_clock=self.pair.database_clock
-            )
-        else:
-            self.store = HistoryStore(":memory:", clock=lambda: self.clock.time())
+        self.store = self._open_history(pair)
         self.history_fault_until = -1.0
         self.history_fault: type[StoreLocked] | type[StoreFull] = StoreLocked
         self.incarnation = Incarnation(0, alive=False)
@@ -215,6 +204,24 @@ class _Run(FaultPlays):
         self.spacing = CommandSpacing()
         # Serving restarts for serving faults of controller processes gone (I8).
         self.retired_serving_restarts: list[tuple[float, int]] = []
+
+    def _time_outlets(self, self_timed: SelfTimed) -> None:
+        """Every outlet can (or cannot) switch itself back on, its timer working or not."""
+        for outlets in self.world.outlets.values():
+            for outlet in outlets:
+                outlet.self_timed = self_timed != "never"
+                outlet.timer_fails = self_timed == "failing"
+
+    def _open_history(self, pair: bool) -> HistoryStore:
+        """The run's history: in memory, or a pair's shared database (then ``self.pair``)."""
+        if not pair:
+            return HistoryStore(":memory:", clock=lambda: self.clock.time())
+        # The database server's clock: the hosts' clocks may step, not its.
+        self.pair = SimPair(self, lambda: self.clock.base + self.world.now())
+        # The run's own view of the shared history (invariants, operators' holds).
+        return HistoryStore(
+            self.pair.path, clock=self.clock.time, database_clock=self.pair.database_clock
+        )
 
     # -- configuration ------------------------------------------------------
 
@@ -481,41 +488,14 @@ class _Run(FaultPlays):
             self.prepare(self.store)  # what an earlier controller left in the history
         self.start_controller()
         fault_window = self.minutes * 60.0
-        rate = self.rng.uniform(1 / 120.0, 1 / 20.0)  # faults per second
-        t = 0.0
-        schedule: list[Scripted] = []
-        while self.script is None:
-            t += self.rng.expovariate(rate)
-            if t >= fault_window:
-                break
-            schedule.append((t, self.rng.choice(FAULTS), None))
-        unknown = sorted({f for _, f, _ in self.script or () if f not in FAULT_PLAYS})
-        if unknown:
-            raise ValueError(f"unknown simulated fault {', '.join(map(repr, unknown))}")
-        if self.pair is not None and self.script is None:
-            schedule.extend(self._pair_schedule(fault_window))
-        for at, fault, on in self.script if self.script is not None else schedule:
-            loop.call_at(at, self.inject, fault, on)
+        self._schedule_faults(loop, fault_window)
         g, policy = self.config.guards, self.config.policy
         # Long enough for the longest ladder begun late in it: a cut as long as a
         # clock latch's, the boot wait, and the serving restart that follows
         # (a head that never gets ready holds it for serving.start_timeout).
         cut = max(policy.power_off_seconds, policy.clock_latch_off_seconds)
         tail = 4 * (cut + g.boot_timeout + 60.0) + self.config.serving.start_timeout + 120.0
-        elapsed, settled = 0.0, 0
-        healed = False
-        while elapsed < fault_window + tail:
-            await asyncio.sleep(5.0)
-            elapsed = loop.time()
-            self.check_incidents()
-            if elapsed >= fault_window and not healed:
-                self.heal_all()
-                healed = True
-            elif healed:
-                # Done early once everything has come to rest twice in a row.
-                settled = settled + 1 if self.settled() else 0
-                if settled >= 2:
-                    break
+        elapsed = await self._faults_then_rest(loop, fault_window, fault_window + tail)
         # A ladder begun late in the tail (a clock latch answered once its node
         # was free) runs to its end, for at most one more of the longest: the
         # invariants judge where a ladder ends, not its middle.
@@ -531,6 +511,45 @@ class _Run(FaultPlays):
         self.kill_quietly()
         await asyncio.sleep(0)
         return self.report(elapsed)
+
+    def _schedule_faults(self, loop: asyncio.AbstractEventLoop, fault_window: float) -> None:
+        """The script's faults, or random ones (a Poisson process) over the fault window."""
+        rate = self.rng.uniform(1 / 120.0, 1 / 20.0)  # faults per second
+        t = 0.0
+        schedule: list[Scripted] = []
+        while self.script is None:
+            t += self.rng.expovariate(rate)
+            if t >= fault_window:
+                break
+            schedule.append((t, self.rng.choice(FAULTS), None))
+        unknown = sorted({f for _, f, _ in self.script or () if f not in FAULT_PLAYS})
+        if unknown:
+            raise ValueError(f"unknown simulated fault {', '.join(map(repr, unknown))}")
+        if self.pair is not None and self.script is None:
+            schedule.extend(self._pair_schedule(fault_window))
+        for at, fault, on in self.script if self.script is not None else schedule:
+            loop.call_at(at, self.inject, fault, on)
+
+    async def _faults_then_rest(
+        self, loop: asyncio.AbstractEventLoop, fault_window: float, end: float
+    ) -> float:
+        """Watch the incidents through the fault window, heal everything, then wait
+        (until ``end`` at most) for the world to come to rest; the time reached."""
+        elapsed, settled = 0.0, 0
+        healed = False
+        while elapsed < end:
+            await asyncio.sleep(5.0)
+            elapsed = loop.time()
+            self.check_incidents()
+            if elapsed >= fault_window and not healed:
+                self.heal_all()
+                healed = True
+            elif healed:
+                # Done early once everything has come to rest twice in a row.
+                settled = settled + 1 if self.settled() else 0
+                if settled >= 2:
+                    break
+        return elapsed
 
     def _said(self, incarnation: Incarnation, event: Event) -> None:
         """I13: of a pair, only the leader says anything about nodes."""

@@ -214,24 +214,36 @@ def _story(
     stall_after: float,
     boot_ids: list[str],
 ) -> None:
-    def notified(word: str) -> bool:
-        agent.drain()
-        return any(word in m for m in agent.messages)
-
-    ok, took = _wait_for(timeline, "READY=1 from the agent", lambda: notified("READY=1"), 60)
+    ok, took = _wait_for(
+        timeline, "READY=1 from the agent", lambda: _notified(agent, "READY=1"), 60
+    )
     status = next((m for m in agent.messages if "READY=1" in m), "").replace("\n", " ")
     timeline.record("agent sent READY=1 after its first probe round", ok, took, status)
     if not ok:
         return
-
-    def vllm_state() -> str | None:
-        agent.drain()  # keep the notify queue empty, as systemd would
-        snap = _state(base)
-        return None if snap is None else str(snap["probes"]["vllm"]["state"])
-
-    ok, took = _wait_for(timeline, "progressing", lambda: vllm_state() == "progressing", 15)
+    ok, took = _wait_for(
+        timeline, "progressing", lambda: _vllm_state(agent, base) == "progressing", 15
+    )
     timeline.record("serving is progressing", ok, took)
+    _check_first_look(timeline, base, boot_ids)
+    _engine_faults(timeline, agent, vllm, base, stall_after)
+    _check_heartbeat(timeline, agent, base)
+    _check_sigterm(timeline, agent)
 
+
+def _notified(agent: AgentProcess, word: str) -> bool:
+    agent.drain()
+    return any(word in m for m in agent.messages)
+
+
+def _vllm_state(agent: AgentProcess, base: str) -> str | None:
+    agent.drain()  # keep the notify queue empty, as systemd would
+    snap = _state(base)
+    return None if snap is None else str(snap["probes"]["vllm"]["state"])
+
+
+def _check_first_look(timeline: Timeline, base: str, boot_ids: list[str]) -> None:
+    """What the agent saw on its own: the GPU, and the previous boot's unclean end."""
     snap = _state(base) or {}
     probes = snap.get("probes", {})
     gpu = probes.get("gpu", {})
@@ -246,6 +258,15 @@ def _story(
         0.0,
         f"evidence {json.dumps(evidence, sort_keys=True)}",
     )
+
+
+def _engine_faults(
+    timeline: Timeline, agent: AgentProcess, vllm: VllmStandin, base: str, stall_after: float
+) -> None:
+    """The engine wedges, dies and restarts; the agent must call each."""
+
+    def vllm_state() -> str | None:
+        return _vllm_state(agent, base)
 
     timeline.say("fault: the engine wedges (counters frozen, requests running, /health 200)")
     vllm.set_mode("wedged")
@@ -262,6 +283,9 @@ def _story(
     ok, took = _wait_for(timeline, "progressing", lambda: vllm_state() == "progressing", 15)
     timeline.record("agent says progressing again; the counter reset is no stall", ok, took)
 
+
+def _check_heartbeat(timeline: Timeline, agent: AgentProcess, base: str) -> None:
+    """The main loop advances and pets the systemd watchdog."""
     seq_before = (_state(base) or {}).get("seq", 0)
     time.sleep(1.2)
     seq_after = (_state(base) or {}).get("seq", 0)
@@ -272,12 +296,15 @@ def _story(
         "agent pets the systemd watchdog", watchdog_pets > 0, 0.0, f"{watchdog_pets} times"
     )
 
+
+def _check_sigterm(timeline: Timeline, agent: AgentProcess) -> None:
+    """SIGTERM: the agent says STOPPING=1 and exits 0."""
     agent.process.send_signal(signal.SIGTERM)
     try:
         code = agent.process.wait(15)
     except subprocess.TimeoutExpired:
         code = None
-    stopping = notified("STOPPING=1")
+    stopping = _notified(agent, "STOPPING=1")
     timeline.record(
         "SIGTERM: STOPPING=1 and exit 0", code == 0 and stopping, 0.0, f"exit code {code}"
     )
