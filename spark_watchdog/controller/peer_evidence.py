@@ -31,10 +31,19 @@ class Sighting:
     at: float
     reporter: str
     via: str | None
+    # "pulse": the reporter's agent pulsed it; "engine": the reporter is the head,
+    # whose engine steps need this node's rank.
+    kind: str = "pulse"
 
     def describe(self, now: float) -> str:
+        ago = max(0.0, now - self.at)
+        if self.kind == "engine":
+            return (
+                f"the head {self.reporter}'s engine stepped {ago:.1f}s ago, "
+                "and every step needs this node's rank"
+            )
         path = f" via {self.via}" if self.via else ""
-        return f"{self.reporter} saw its agent advance {max(0.0, now - self.at):.1f}s ago{path}"
+        return f"{self.reporter} saw its agent advance {ago:.1f}s ago{path}"
 
 
 class Reporter(Protocol):
@@ -71,6 +80,30 @@ def sightings(
                 via = report.get("via")
                 best[name] = Sighting(at, reporter.name, via if isinstance(via, str) else None)
     return best
+
+
+def group_sightings(
+    head: Reporter, group: Iterable[str], now: float, freeze_after: float
+) -> dict[str, Sighting]:
+    """Serving as proof of life: the head's engine stepped, and every step needs
+    the rank of each node of its step group (its tensor- and pipeline-parallel
+    group; docs/design.md, "Peers"), so each was alive then.
+
+    The time is the head's ``probes.vllm.progress_ago_s`` (since its engine
+    counters were last seen to move) counted back from when the report came,
+    from a head the controller reads as alive now.
+    """
+    if not _alive_now(head, now, freeze_after):
+        return {}
+    assert head.snapshot is not None and head.snapshot_at is not None
+    probes = head.snapshot.get("probes")
+    vllm = probes.get("vllm") if isinstance(probes, Mapping) else None
+    if not isinstance(vllm, Mapping):
+        return {}
+    at = _seen_at(vllm, head.snapshot_at)
+    if at is None or at > now:
+        return {}
+    return {name: Sighting(at, head.name, None, "engine") for name in group if name != head.name}
 
 
 def _alive_now(reporter: Reporter, now: float, freeze_after: float) -> bool:

@@ -139,10 +139,15 @@ class FaultPlays:
             until = now + rng.uniform(5.0, 90.0)
             for other in rng.sample(list(world.nodes.values()), rng.randint(1, len(self.names))):
                 other.partitioned_until = other.fabric_down_until = until
-        elif fault == "mgmt-partition":  # one link of one node (several, when they overlap)
-            node.partitioned_until = now + self.link_rng.uniform(5.0, 120.0)
-        elif fault == "fabric-partition":  # its own draws, so that other runs replay
-            node.fabric_down_until = now + self.link_rng.uniform(5.0, 120.0)
+        elif fault.startswith(("mgmt-partition", "fabric-partition")):
+            # One link of one node (several, when they overlap), from the fabric's
+            # own draws, so that other runs replay; scripted "-90": for 90 s.
+            kind, _, lasting = fault.rpartition("-") if fault[-1].isdigit() else (fault, "", "")
+            until = now + (float(lasting) if lasting else self.link_rng.uniform(5.0, 120.0))
+            if kind == "mgmt-partition":
+                node.partitioned_until = until
+            else:
+                node.fabric_down_until = until
         elif fault in ("partition-3x60", "partition-3x10"):
             lasting = 60.0 if fault == "partition-3x60" else 10.0
             for other in list(world.nodes.values())[1:]:
@@ -206,6 +211,20 @@ class FaultPlays:
         seconds = float(lasting) if lasting else self.pair_rng.uniform(3.0, 60.0)
         if self.pair is not None:
             self.pair.inject(kind, seconds)
+
+    def link_schedule(self, fault_window: float) -> list[tuple[float, str, str | None]]:
+        """One link of one node at a time, from the fabric's own draws: the
+        management link (the controller cannot reach the node, its peers can)
+        or the fabric (the controller can, its peers cannot)."""
+        rng, t = self.link_rng, 0.0
+        schedule: list[tuple[float, str, str | None]] = []
+        rate = rng.uniform(1 / 300.0, 1 / 60.0)
+        while True:
+            t += rng.expovariate(rate)
+            if t >= fault_window:
+                return schedule
+            fault = rng.choice(("mgmt-partition", "fabric-partition"))
+            schedule.append((t, fault, rng.choice(self.names)))
 
     def later(self, delay: float, fn: Callable[[], Any]) -> None:
         assert self.world.loop is not None
@@ -278,6 +297,8 @@ _FAULT_GROUPS: tuple[tuple[_FaultPlay, tuple[str, ...]], ...] = (
             "partition-3x10",
             "mgmt-partition",
             "fabric-partition",
+            "mgmt-partition-90",
+            "fabric-partition-90",
         ),
     ),
     (

@@ -62,6 +62,7 @@ from spark_watchdog.steps import StepName
 SelfTimed = Literal["never", "always", "failing"]
 # The share of random runs with a controller pair (simulation/pair.py).
 PAIR_SHARE = 0.3
+PEERS_SHARE = 0.5  # runs whose agents pulse their peers over the fabric
 ALERT_KINDS = frozenset({"held", "gave_up", "circuit_breaker", "outlet_off", "ambiguous_power"})
 
 # A gentler ladder's state, and the task that must be running while a node has it.
@@ -160,6 +161,7 @@ class _Run(FaultPlays):
         prepare: Callable[[HistoryStore], None] | None = None,
         self_timed: SelfTimed | None = None,
         pair: bool | None = None,
+        peers: bool | None = None,
     ) -> None:
         self.seed = seed
         self.prepare = prepare
@@ -186,6 +188,9 @@ class _Run(FaultPlays):
         if pair is None:
             pair = self.pair_rng.random() < PAIR_SHARE
         self.pair: SimPair | None = None
+        # The fabric's own draws too: a run without peers replays as before them.
+        self.link_rng = random.Random(f"links {seed}")
+        self.world.peers_on = self.link_rng.random() < PEERS_SHARE if peers is None else peers
         self.store = self._open_history(pair)
         self.history_fault_until = -1.0
         self.history_fault: type[StoreLocked] | type[StoreFull] = StoreLocked
@@ -527,6 +532,8 @@ class _Run(FaultPlays):
             raise ValueError(f"unknown simulated fault {', '.join(map(repr, unknown))}")
         if self.pair is not None and self.script is None:
             schedule.extend(self._pair_schedule(fault_window))
+        if self.world.peers_on and self.script is None:
+            schedule.extend(self.link_schedule(fault_window))
         for at, fault, on in self.script if self.script is not None else schedule:
             loop.call_at(at, self.inject, fault, on)
 
@@ -751,6 +758,7 @@ def simulate(
     prepare: Callable[[HistoryStore], None] | None = None,
     self_timed: SelfTimed | None = None,
     pair: bool | None = None,
+    peers: bool | None = None,
 ) -> Report:
     """One run: ``minutes`` of random faults (or the ``script``), then a quiet tail.
 
@@ -758,8 +766,11 @@ def simulate(
     ``self_timed``: every outlet times its own on ("always", and its timer
     fires; "failing": it accepts the timed off, its timer never fires) or none
     does ("never"); None: each outlet by chance, some timers failing.
+    ``peers``: the agents pulse their peers over the fabric, or not; None: by chance.
     """
-    run = _Run(seed, minutes, crash_after_write, script, overrides, prepare, self_timed, pair)
+    run = _Run(
+        seed, minutes, crash_after_write, script, overrides, prepare, self_timed, pair, peers
+    )
     run.crash_after_command = crash_after_command
     trap = ErrorTrap(run.errors)
     logger = logging.getLogger("spark_watchdog")

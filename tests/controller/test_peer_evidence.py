@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from spark_watchdog.controller.peer_evidence import Sighting, sightings
+from spark_watchdog.controller.peer_evidence import Sighting, group_sightings, sightings
 
 FREEZE_AFTER = 8.0
 NODES = ("spark-1", "spark-2", "spark-3", "spark-4")
@@ -95,3 +95,36 @@ def test_an_advance_seen_before_the_path_went_quiet_is_still_life_then() -> None
     report = {"state": "silent", "progress_ago_s": 2.0, "via": "http://10.20.0.3:9101"}
     found = sightings([Report("spark-1", {"peers": {"spark-3": report}})], NODES, 100.0, 8.0)
     assert found["spark-3"].at == 97.5
+
+
+def head(progress_ago: Any, **changes: Any) -> Report:
+    snapshot = {"probes": {"vllm": {"state": "progressing", "progress_ago_s": progress_ago}}}
+    return Report("spark-1", snapshot, **changes)
+
+
+def test_the_head_s_engine_steps_are_life_for_every_rank_of_its_group() -> None:
+    found = group_sightings(head(0.5), NODES, 100.0, FREEZE_AFTER)
+    assert set(found) == {"spark-2", "spark-3", "spark-4"}  # not the head itself
+    assert found["spark-3"].at == 99.0
+    assert found["spark-3"].describe(100.0) == (
+        "the head spark-1's engine stepped 1.0s ago, and every step needs this node's rank"
+    )
+    assert group_sightings(head(0.5), ["spark-1", "spark-2"], 100.0, FREEZE_AFTER).keys() == {
+        "spark-2"
+    }
+
+
+@pytest.mark.parametrize(
+    "reported",
+    [
+        head(None),  # idle, or never seen stepping
+        head(-1.0),
+        head(float("nan")),
+        head("0.5"),
+        head(0.5, agent_progress_at=90.0),  # the head itself silent to the controller
+        Report("spark-1", {"probes": {"vllm": "progressing"}}),
+        Report("spark-1", {"probes": None}),
+    ],
+)
+def test_a_head_report_that_says_anything_else_is_no_evidence(reported: Report) -> None:
+    assert group_sightings(reported, NODES, 100.0, FREEZE_AFTER) == {}

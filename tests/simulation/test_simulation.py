@@ -778,3 +778,65 @@ def test_i12_catches_a_woken_leader_whose_fence_lets_its_on_out(
 def test_pair_runs_replay_exactly() -> None:
     first, second = simulate(5, 5.0, pair=True), simulate(5, 5.0, pair=True)
     assert first == second and first.epochs >= 1
+
+
+def test_a_node_cut_off_from_the_controller_but_seen_by_its_peers_is_never_cycled() -> None:
+    """A loose management cable: the controller cannot reach spark-2, its peers
+    over the fabric see it advance. No power command, an alert naming it, and
+    the verdict clears once the link heals (docs/design.md, "Peers")."""
+    script: list[Scripted] = [(30.0, "mgmt-partition-90", "spark-2")]
+    overrides = {"guards": {"dry_run": False}}
+    report = simulate(3, 4.0, script=script, overrides=overrides, peers=True)
+    assert report.violations == []
+    assert report.sent == []
+    assert "unreachable" in report.alerts and report.kinds == []
+    assert report.verdicts["spark-2"] == "healthy"
+
+
+def test_without_peers_the_same_cut_cable_is_a_freeze_and_both_links_dark_still_are() -> None:
+    """What the peers change, and what they do not: with no second path the
+    controller cannot tell a cut cable from a frozen host, and a node dark on
+    both links is cycled once, as before."""
+    overrides = {"guards": {"dry_run": False}}
+    alone = simulate(
+        3, 4.0, script=[(30.0, "mgmt-partition-90", "spark-2")], overrides=overrides, peers=False
+    )
+    both = simulate(
+        3,
+        4.0,
+        script=[(30.0, "partition-3x60", None)],
+        overrides={"guards": {"dry_run": False, "max_unhealthy_fraction": 1.0}},
+        peers=True,
+    )
+    for report in (alone, both):
+        assert report.violations == []
+        assert ("spark-2", "off") in report.sent
+
+
+def test_a_dark_fabric_alone_changes_nothing() -> None:
+    report = simulate(
+        3,
+        4.0,
+        script=[(30.0, "fabric-partition-90", "spark-2")],
+        overrides={"guards": {"dry_run": False}},
+        peers=True,
+    )
+    assert report.violations == [] and report.sent == [] and report.kinds == []
+
+
+def test_i1_catches_a_controller_that_ignores_what_the_peers_saw(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The invariant can fail: with the peers' reports ignored, the cut cable
+    gets a live node cycled, and I1 says so."""
+    from spark_watchdog.controller import monitor
+
+    monkeypatch.setattr(monitor, "sightings", lambda *_: {})
+    report = simulate(
+        3,
+        4.0,
+        script=[(30.0, "mgmt-partition-90", "spark-2")],
+        overrides={"guards": {"dry_run": False}},
+        peers=True,
+    )
+    assert any("I1 at" in v and "off to spark-2" in v for v in report.violations)
