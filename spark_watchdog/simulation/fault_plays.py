@@ -142,8 +142,8 @@ class FaultPlays:
         elif fault.startswith(("mgmt-partition", "fabric-partition")):
             # One link of one node (several, when they overlap), from the fabric's
             # own draws, so that other runs replay; scripted "-90": for 90 s.
-            kind, _, lasting = fault.rpartition("-") if fault[-1].isdigit() else (fault, "", "")
-            until = now + (float(lasting) if lasting else self.link_rng.uniform(5.0, 120.0))
+            kind, _, said = fault.rpartition("-") if fault[-1].isdigit() else (fault, "", "")
+            until = now + (float(said) if said else self.link_rng.uniform(5.0, 120.0))
             if kind == "mgmt-partition":
                 node.partitioned_until = until
             else:
