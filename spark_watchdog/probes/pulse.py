@@ -1,0 +1,163 @@
+"""Asking another node's agent for its pulse (``GET /v1/pulse``) over the fabric.
+
+The pulse is the agent's name, its loop counter ``seq`` and its boot id: a
+few dozen bytes. A peer's answer is one of:
+
+- ``ok``: a well-formed pulse of the node that was asked for;
+- ``silent``: no answer within the timeout, the connection refused, reset or
+  closed without an answer;
+- ``garbage``: something answered, but not a pulse (a status other than 200,
+  a body that is not the pulse's JSON, too long a body);
+- ``wrong_node``: a well-formed pulse of another node (an address that moved).
+
+Only ``ok`` carries a seq and a boot id; nothing else is evidence of anything
+(docs/design.md, "Peers"). Used by the agent's pulse thread and by doctor.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+from dataclasses import dataclass
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+PulseState = Literal["ok", "silent", "garbage", "wrong_node"]
+
+PULSE_PATH = "/v1/pulse"
+# A pulse is about 80 bytes; anything much longer is not one.
+MAX_PULSE_BYTES = 1024
+_MAX_BOOT_ID = 64
+
+
+@dataclass(frozen=True)
+class Pulse:
+    node: str
+    seq: int
+    boot_id: str | None
+
+
+@dataclass(frozen=True)
+class PulseAnswer:
+    state: PulseState
+    pulse: Pulse | None = None  # the pulse read (ok, wrong_node)
+    error: str | None = None
+
+
+def pulse_json(node: str, seq: int, boot_id: str | None) -> dict[str, Any]:
+    """The body of ``GET /v1/pulse``."""
+    return {"node": node, "seq": seq, "boot_id": boot_id}
+
+
+def parse_pulse(body: bytes) -> Pulse | None:
+    """A well-formed pulse, or None: an object with a node name, a whole ``seq``
+    ≥ 0 and a boot id (a short non-empty string)."""
+    if len(body) > MAX_PULSE_BYTES:
+        return None
+    try:
+        data = json.loads(body)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(data, dict):
+        return None
+    node, seq, boot_id = data.get("node"), data.get("seq"), data.get("boot_id")
+    if not isinstance(node, str) or not node or len(node) > 253:
+        return None
+    if isinstance(seq, bool) or not isinstance(seq, int) or seq < 0:
+        return None
+    # null only before the agent's first host reading
+    if boot_id is not None and (
+        not isinstance(boot_id, str) or not boot_id or len(boot_id) > _MAX_BOOT_ID
+    ):
+        return None
+    return Pulse(node, seq, boot_id)
+
+
+def judge(expected: str, status: int, body: bytes) -> PulseAnswer:
+    """What an HTTP answer from the peer named ``expected`` is."""
+    if status != 200:
+        return PulseAnswer("garbage", error=f"answered HTTP {status}, not a pulse")
+    pulse = parse_pulse(body)
+    if pulse is None:
+        return PulseAnswer("garbage", error=f"answered {_excerpt(body)}, not a pulse")
+    if pulse.node != expected:
+        return PulseAnswer(
+            "wrong_node", pulse, f'answered as node "{pulse.node[:64]}", not "{expected}"'
+        )
+    return PulseAnswer("ok", pulse)
+
+
+def _excerpt(body: bytes) -> str:
+    text = body[:40].decode("utf-8", "replace")
+    return repr(text + ("…" if len(body) > 40 else ""))
+
+
+class PulseClient:
+    """One peer's connection, kept open between pulses (HTTP/1.1 keep-alive);
+    used from one thread at a time."""
+
+    def __init__(self, name: str, url: str, timeout: float) -> None:
+        self.name = name
+        self.url = url
+        self.timeout = timeout
+        parts = urlsplit(url)
+        self._https = parts.scheme == "https"
+        self._host = parts.hostname or ""
+        self._port = parts.port
+        self._path = parts.path.rstrip("/") + PULSE_PATH
+        self._conn: http.client.HTTPConnection | None = None
+
+    def ask(self) -> PulseAnswer:
+        reused = self._conn is not None
+        try:
+            return self._ask_once()
+        except (ConnectionResetError, BrokenPipeError) as exc:
+            # The peer closed an idle kept-alive connection: ask again on a new one.
+            self.close()
+            if not reused:
+                return _failure(exc)
+        except (OSError, http.client.HTTPException) as exc:
+            self.close()
+            return _failure(exc)
+        try:
+            return self._ask_once()
+        except (OSError, http.client.HTTPException) as exc:
+            self.close()
+            return _failure(exc)
+
+    def _ask_once(self) -> PulseAnswer:
+        if self._conn is None:
+            cls = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
+            self._conn = cls(self._host, self._port, timeout=self.timeout)
+        conn = self._conn
+        conn.request("GET", self._path, headers={"Accept": "application/json"})
+        response = conn.getresponse()
+        body = response.read(MAX_PULSE_BYTES + 1)
+        if len(body) > MAX_PULSE_BYTES or response.will_close:
+            self.close()
+        return judge(self.name, response.status, body)
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+
+def _failure(exc: BaseException) -> PulseAnswer:
+    if isinstance(exc, http.client.RemoteDisconnected):
+        return PulseAnswer("silent", error="closed the connection without an answer")
+    if isinstance(exc, (socket.timeout, TimeoutError)):
+        return PulseAnswer("silent", error="no answer within the timeout")
+    if isinstance(exc, http.client.HTTPException):
+        return PulseAnswer("garbage", error=f"answered something that is not HTTP ({exc!r})"[:200])
+    return PulseAnswer("silent", error=(str(exc) or type(exc).__name__)[:200])
+
+
+def ask_once(name: str, url: str, timeout: float) -> PulseAnswer:
+    """One pulse on a fresh connection (doctor)."""
+    client = PulseClient(name, url, timeout)
+    try:
+        return client.ask()
+    finally:
+        client.close()
