@@ -382,3 +382,25 @@ def test_the_head_s_progress_age_is_as_of_the_answer() -> None:
             _wait(lambda: progress_ago() < 2.0, "the head to step again")
         finally:
             running.close()
+
+
+def test_another_node_is_logged_once_and_failures_once_a_minute(
+    stub: StubPeer, caplog: pytest.LogCaptureFixture
+) -> None:
+    clock = FakeClock()
+    watch = _watch(stub.url, clock)
+    caplog.set_level("INFO", logger="spark_watchdog.agent.peers")
+    stub.mode = "wrong_node"
+    for _ in range(3):
+        clock.now += 1.0
+        watch.pulse_all()
+    stub.mode = "garbage"
+    for _ in range(30):
+        clock.now += 1.0
+        watch.pulse_all()
+    lines = [r.getMessage() for r in caplog.records]
+    assert sum("spark-9" in line for line in lines) == 1, lines
+    assert sum("garbage" in line for line in lines) == 1, lines
+    clock.now += 60.0
+    watch.pulse_all()
+    assert sum("garbage" in r.getMessage() for r in caplog.records) == 2
