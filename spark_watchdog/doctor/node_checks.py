@@ -173,7 +173,7 @@ def check_restart_policy(command: Sequence[str]) -> Finding:
     )
 
 
-def check_peers(config: AgentConfig) -> Finding:
+def check_peer_pulses(config: AgentConfig) -> Finding:
     """One pulse to each peer the agent watches (``peers:``), over the path it uses."""
     if not config.peers:
         return skip(

@@ -29,7 +29,7 @@ from spark_watchdog.doctor.journal_checks import (
 from spark_watchdog.doctor.launcher_checks import REMOTE_TIMEOUT_S, check_launcher
 from spark_watchdog.doctor.node_checks import (
     check_gpu,
-    check_peers,
+    check_peer_pulses,
     check_restart_policy,
     check_vllm,
 )
@@ -125,7 +125,7 @@ def node_plan(config: AgentConfig, host: NodeHost | None = None) -> list[Planned
             "node.peers",
             "the peers' pulses",
             len(config.peers) * config.peering.timeout * 2 + 5.0,  # a retry each at most
-            _blocking(partial(check_peers, config)),
+            _blocking(partial(check_peer_pulses, config)),
         ),
         _constant("node.serving.restart_policy", check_restart_policy(config.serving.command)),
         PlannedCheck(

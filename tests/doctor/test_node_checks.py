@@ -162,7 +162,7 @@ def test_the_peers_check_asks_each_peer_s_pulse() -> None:
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
     from spark_watchdog.config.agent import parse_agent_config
-    from spark_watchdog.doctor.node_checks import check_peers
+    from spark_watchdog.doctor.node_checks import check_peer_pulses
     from spark_watchdog.lab.ports import free_port
 
     class Handler(BaseHTTPRequestHandler):
@@ -186,14 +186,14 @@ def test_the_peers_check_asks_each_peer_s_pulse() -> None:
                 {"node": "spark-1", "listen": {"address": listen}, "peers": peers}
             )
 
-        assert check_peers(config([])).status == "skip"
-        found = check_peers(config([{"name": "spark-2", "url": url}]))
+        assert check_peer_pulses(config([])).status == "skip"
+        found = check_peer_pulses(config([{"name": "spark-2", "url": url}]))
         assert found.status == "ok", found
-        wrong = check_peers(config([{"name": "spark-3", "url": url}]))
+        wrong = check_peer_pulses(config([{"name": "spark-3", "url": url}]))
         assert wrong.status == "fail" and "spark-2" in wrong.detail, wrong
         silent = f"http://127.0.0.1:{free_port()}"
-        assert check_peers(config([{"name": "spark-4", "url": silent}])).status == "warn"
-        same = check_peers(config([{"name": "spark-2", "url": url}], listen="127.0.0.1"))
+        assert check_peer_pulses(config([{"name": "spark-4", "url": silent}])).status == "warn"
+        same = check_peer_pulses(config([{"name": "spark-2", "url": url}], listen="127.0.0.1"))
         assert same.status == "warn" and "management address" in same.detail, same
     finally:
         server.shutdown()
