@@ -307,6 +307,18 @@ class ServingConfig:
     restart_budget_window: float = setting(3600.0, above=0)
     # Who stops and starts the ranks: the agents (the default) or the cluster's launcher.
     launcher: LauncherConfig = setting(default_factory=LauncherConfig)
+    # Nodes whose ranks every engine step of the head needs (its tensor- and
+    # pipeline-parallel group): while the head's engine steps, each of them is
+    # alive (docs/design.md, "Peers"). null: every node (one engine over the
+    # cluster, as the serving restart assumes); []: none (data-parallel replicas,
+    # or a profile that can run on fewer nodes).
+    step_group: tuple[str, ...] | None = setting(None)
+
+    def step_nodes(self, nodes: tuple[str, ...]) -> tuple[str, ...]:
+        """The step group among ``nodes`` (the config's node names); () without a head."""
+        if self.head is None:
+            return ()
+        return nodes if self.step_group is None else self.step_group
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -557,6 +569,12 @@ class ControllerConfig:
             raise InvalidSetting(
                 "serving.head", f'expected one of the node names, got "{self.serving.head}"'
             )
+        for i, name in enumerate(self.serving.step_group or ()):
+            if name not in names:
+                raise InvalidSetting(
+                    f"serving.step_group[{i}]",
+                    f'expected one of the node names ({", ".join(names)}), got "{name}"',
+                )
         run_on = self.serving.launcher.run_on
         if self.serving.launcher.type == "command" and run_on != "controller":
             if run_on not in names:

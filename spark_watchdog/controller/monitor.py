@@ -26,7 +26,7 @@ from spark_watchdog.controller.node_watch import (
     LIVE_BANNER_OUTCOMES,
     NodeWatch,
 )
-from spark_watchdog.controller.peer_evidence import sightings
+from spark_watchdog.controller.peer_evidence import group_sightings, sightings
 
 log = logging.getLogger("spark_watchdog.controller")
 
@@ -142,6 +142,16 @@ class Monitor:
             self.recorder.note(watch.name, watch.snapshot, wall)
             # What it saw of its peers counts from now, before anything else runs.
             seen = sightings([watch], self.watches, now, self.policy.freeze_after)
+            if watch.name == self.config.serving.head:
+                # The head's engine steps: every rank of its step group was alive.
+                group = self.config.serving.step_nodes(tuple(self.watches))
+                seen.update(
+                    (name, sighting)
+                    for name, sighting in group_sightings(
+                        watch, group, now, self.policy.freeze_after
+                    ).items()
+                    if name not in seen or sighting.at > seen[name].at
+                )
             for name, sighting in seen.items():
                 self.watches[name].note_sighting(sighting)
 

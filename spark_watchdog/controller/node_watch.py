@@ -445,6 +445,14 @@ class NodeWatch:
             "banner": self.banner_detail,
             "incident_id": self.incident_id,
             "held_reason": self.held_reason,
+            "peer_seen": None
+            if self.peer_seen is None
+            else {
+                "by": self.peer_seen.reporter,
+                "via": self.peer_seen.via,
+                "kind": self.peer_seen.kind,
+                "ago_s": round(max(0.0, now - self.peer_seen.at), 2),
+            },
             "freezes_in_window": self.freezes_in_window,
             "hardware_suspect": self.hardware_suspect,
             "power_cycles_total": self.power_cycles_total,

@@ -15,6 +15,7 @@ from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from spark_watchdog.config.controller import ControllerConfig, NodeConfig
+from spark_watchdog.controller.peer_evidence import Sighting
 
 # The power device settings the page shows: where the path goes, never a secret's file.
 _DEVICE_FIELDS = ("type", "host", "port", "outlet", "outlets", "url", "ups", "device")
@@ -29,6 +30,7 @@ class WatchLike(Protocol):
     banner_ok_at: float | None
     ssh_alive_at: float | None
     banner_checked_at: float | None
+    peer_seen: Sighting | None
 
     def agent_silent_s(self, now: float) -> float: ...
 
@@ -115,6 +117,8 @@ def node_view(watch: WatchLike, now: float) -> dict[str, Any]:
             "agent_answer": answered,
             "ssh_banner": _age(now, watch.banner_ok_at),
             "ssh_any": _age(now, watch.ssh_alive_at),
+            # The freshest sighting over another path: a peer's pulse, the head's engine.
+            "peers": None if watch.peer_seen is None else _age(now, watch.peer_seen.at),
             **probe_ages(watch.snapshot, answered),
         },
         "power": power_path(watch.config),

@@ -33,6 +33,7 @@ from spark_watchdog.doctor.node_checks import (
     check_restart_policy,
     check_vllm,
 )
+from spark_watchdog.doctor.peer_checks import check_peers
 from spark_watchdog.doctor.power_check import (
     check_power_coverage,
     check_power_path,
@@ -195,6 +196,14 @@ def controller_plan(config: ControllerConfig, root: Path = Path("/")) -> list[Pl
             "the cluster launcher's commands",
             REMOTE_TIMEOUT_S * 2 + 3.0,
             partial(check_launcher, config),
+        )
+    )
+    plan.append(
+        PlannedCheck(
+            "controller.peers",
+            "the agents' watch on each other over a second path",
+            AGENT_PATIENCE_S + 2.0,
+            partial(check_peers, config),
         )
     )
     plan.append(

@@ -70,3 +70,24 @@ def deliver(
         ago = said["progress_ago_s"]
         if ago is not None:
             note_life(name, now - ago)
+
+
+class Engine:
+    """The head's engine over its step group (every node's rank, talking over
+    the fabric): it steps while every rank runs on a live host and every
+    fabric link is up. Judged lazily, when the controller asks the head."""
+
+    def __init__(self) -> None:
+        self.stepped_at: float | None = None
+
+    def report(self, group: Iterable[Any], now: float) -> float | None:
+        """``progress_ago_s`` of the head's vLLM report now."""
+        nodes = list(group)
+        for node in nodes:
+            node.step()
+        if all(
+            n.phase == "up" and n.rank_running and n.agent != "crashed" and fabric_up(n, now)
+            for n in nodes
+        ):
+            self.stepped_at = now
+        return None if self.stepped_at is None else round(now - self.stepped_at, 6)

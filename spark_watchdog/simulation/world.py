@@ -40,7 +40,7 @@ from spark_watchdog.errors import Ambiguous, Refused, Unreachable
 from spark_watchdog.power import send_window
 from spark_watchdog.power.base import TIMED_ON_MARGIN_S, PowerState, TimedOn
 from spark_watchdog.power.ssh_banner import BannerResult
-from spark_watchdog.simulation.fabric import deliver, peer_report
+from spark_watchdog.simulation.fabric import Engine, deliver, peer_report
 
 # The controller process the running code belongs to (its tasks inherit it):
 # what a device attributes a command to, and what a kill cancels.
@@ -303,7 +303,19 @@ class SimNode:
                 body["serving"] = {"effective_safe": False, "effective_matches_profile": False}
             if self.world.peers_on:
                 body["peers"] = peers
+                if self.name == self.world.head:
+                    self._engine_report(body)
         return HttpAnswer(200, json.dumps(body).encode())
+
+    def _engine_report(self, body: dict[str, Any]) -> None:
+        """The head's vLLM says when its engine last stepped: every rank was alive then."""
+        now, world = self.now(), self.world
+        ago = world.engine.report(world.nodes.values(), now)
+        body["probes"]["vllm"]["progress_ago_s"] = ago
+        if ago is not None and self.agent != "stuck":
+            for name in world.nodes:
+                if name != self.name:
+                    world.truth.note_life(name, now - ago)
 
     async def serving_call(self, method: str, what: str, body: Any, timeout: float) -> HttpAnswer:
         """The agent's serving API (``GET /v1/serving``, ``POST /v1/serving/<what>``)
@@ -513,8 +525,11 @@ class World:
         self.truth = Truth(freeze_after)
         self.controller_net_down = False
         self.witness_down = False
-        # The agents pulse each other over the fabric (simulation/fabric.py).
+        # The agents pulse each other over the fabric, and the head's engine
+        # steps over it (simulation/fabric.py): its report is life for every rank.
         self.peers_on = False
+        self.head = next(iter(self.nodes), None)  # the config's serving.head
+        self.engine = Engine()
         self.on_command_hook: Callable[[SimOutlet, PowerState, bool, int], None] | None = None
 
     def now(self) -> float:

@@ -827,11 +827,12 @@ def test_a_dark_fabric_alone_changes_nothing() -> None:
 def test_i1_catches_a_controller_that_ignores_what_the_peers_saw(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The invariant can fail: with the peers' reports ignored, the cut cable
-    gets a live node cycled, and I1 says so."""
+    """The invariant can fail: with the peers' reports and the head's engine
+    ignored, the cut cable gets a live node cycled, and I1 says so."""
     from spark_watchdog.controller import monitor
 
     monkeypatch.setattr(monitor, "sightings", lambda *_: {})
+    monkeypatch.setattr(monitor, "group_sightings", lambda *_: {})
     report = simulate(
         3,
         4.0,
@@ -840,3 +841,22 @@ def test_i1_catches_a_controller_that_ignores_what_the_peers_saw(
         peers=True,
     )
     assert any("I1 at" in v and "off to spark-2" in v for v in report.violations)
+
+
+def test_the_head_s_engine_steps_alone_keep_a_cut_off_rank_from_being_cycled(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Serving as proof of life: with the pulses' reports ignored, the head's
+    engine still steps (every step needs spark-2's rank, over the fabric), so
+    spark-2 is unreachable, not frozen. Without that too, I1 fires."""
+    from spark_watchdog.controller import monitor
+
+    monkeypatch.setattr(monitor, "sightings", lambda *_: {})
+    script: list[Scripted] = [(30.0, "mgmt-partition-90", "spark-2")]
+    overrides = {"guards": {"dry_run": False}}
+    report = simulate(3, 4.0, script=script, overrides=overrides, peers=True)
+    assert report.violations == [] and report.sent == []
+    assert "unreachable" in report.alerts
+    monkeypatch.setattr(monitor, "group_sightings", lambda *_: {})
+    blind = simulate(3, 4.0, script=script, overrides=overrides, peers=True)
+    assert any("I1 at" in v and "off to spark-2" in v for v in blind.violations)

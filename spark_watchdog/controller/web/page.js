@@ -83,7 +83,7 @@ function verdictClass(verdict) {
 function signalsOf(node, extra) {
   const list = el("div", { class: "signals" });
   const signals = (extra && extra.signals) || { agent_progress: node.agent_silent_s };
-  const names = { agent_progress: "agent", agent_answer: "agent answer", ssh_banner: "SSH banner", ssh_any: "SSH any", gpu: "GPU", vllm: "vLLM", journal: "journal", host: "host" };
+  const names = { agent_progress: "agent", agent_answer: "agent answer", ssh_banner: "SSH banner", ssh_any: "SSH any", peers: "seen by peers", gpu: "GPU", vllm: "vLLM", journal: "journal", host: "host" };
   for (const [key, label] of Object.entries(names)) {
     if (!(key in signals)) continue;
     const age = signals[key];
