@@ -404,3 +404,85 @@ def test_another_node_is_logged_once_and_failures_once_a_minute(
     clock.now += 60.0
     watch.pulse_all()
     assert sum("garbage" in r.getMessage() for r in caplog.records) == 2
+
+
+class RawPeer:
+    """A TCP server on loopback that reads a request and answers ``reply`` bytes,
+    then closes (``close``) or keeps the connection for the next request."""
+
+    def __init__(self, reply: bytes, close: bool = True) -> None:
+        self.reply, self.close_after = reply, close
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(8)
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            with conn:
+                conn.settimeout(10)
+                try:
+                    while conn.recv(4096):
+                        conn.sendall(self.reply)
+                        if self.close_after:
+                            break
+                except OSError:
+                    pass
+
+    def stop(self) -> None:
+        self.sock.close()
+
+
+def _http(body: bytes, headers: str = "") -> bytes:
+    return f"HTTP/1.1 200 OK\r\nContent-Length: {len(body)}\r\n{headers}\r\n".encode() + body
+
+
+PULSE = b'{"node": "spark-2", "seq": 4, "boot_id": "' + BOOT.encode() + b'"}'
+
+
+@pytest.mark.parametrize(
+    ("reply", "state"),
+    [
+        (_http(PULSE), "ok"),
+        (_http(PULSE, "Connection: close\r\n"), "ok"),
+        (b"SSH-2.0-OpenSSH_9.6\r\n", "garbage"),
+        (
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+            "garbage",
+        ),
+        (b"HTTP/1.1 200 OK\r\n\r\n" + PULSE, "garbage"),
+        (_http(b"x" * 5000), "garbage"),
+        (b"HTTP/1.1 200 OK\r\nContent-Length: 500\r\n\r\n" + PULSE, "garbage"),
+        (b"", "silent"),
+    ],
+)
+def test_what_a_raw_answer_is(reply: bytes, state: str) -> None:
+    peer = RawPeer(reply)
+    try:
+        answer = ask_once("spark-2", peer.url, 5.0)
+        assert answer.state == state, answer
+    finally:
+        peer.stop()
+
+
+def test_a_kept_alive_connection_is_reused_and_renewed_when_the_peer_closed_it() -> None:
+    from spark_watchdog.probes.pulse import PulseClient
+
+    peer = RawPeer(_http(PULSE), close=False)
+    client = PulseClient("spark-2", peer.url, 5.0)
+    try:
+        assert client.ask().state == "ok"
+        first = client._sock
+        assert client.ask().state == "ok" and client._sock is first
+        # The peer drops its idle connections: the next pulse still gets through.
+        peer.close_after = True
+        assert client.ask().state == "ok"
+        assert client.ask().state == "ok"
+    finally:
+        client.close()
+        peer.stop()
