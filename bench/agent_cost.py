@@ -198,6 +198,22 @@ def _docker_serving(workdir: Path, socket_path: str, image: str) -> tuple[dict[s
     return serving, container
 
 
+def _agent_config(
+    port: int, vllm_url: str, journal_dir: str | None, stubs: _PulseStubs
+) -> dict[str, Any]:
+    config: dict[str, Any] = {
+        "node": "bench-1",
+        "listen": {"address": "127.0.0.1", "port": port},
+        "probes": {
+            "vllm": {"url": vllm_url},
+            "journal": {"directory": journal_dir, "enabled": journal_dir is not None},
+        },
+    }
+    if stubs.count:
+        config["peers"] = stubs.peers_config()
+    return config
+
+
 def run(
     duration: float,
     poll_interval: float,
@@ -212,16 +228,7 @@ def run(
     container = None
     stubs = _PulseStubs(peers, port)
     with VllmStandin(model="bench-model") as vllm:
-        config: dict[str, Any] = {
-            "node": "bench-1",
-            "listen": {"address": "127.0.0.1", "port": port},
-            "probes": {
-                "vllm": {"url": vllm.url},
-                "journal": {"directory": journal_dir, "enabled": journal_dir is not None},
-            },
-        }
-        if peers:
-            config["peers"] = stubs.peers_config()
+        config = _agent_config(port, vllm.url, journal_dir, stubs)
         if docker_socket is not None and docker_image is not None:
             config["serving"], container = _docker_serving(workdir, docker_socket, docker_image)
         config_path = workdir / "agent.yaml"
