@@ -113,8 +113,9 @@ class _PulseStubs:
     """N peers on loopback: each answers ``/v1/pulse`` with its own advancing seq, and
     asks the agent's pulse once a second, as a peer's agent does."""
 
-    def __init__(self, count: int, agent_port: int) -> None:
+    def __init__(self, count: int, agent_port: int, ask_agent: bool = True) -> None:
         self.count = count
+        self.ask_agent = ask_agent
         self.servers: list[ThreadingHTTPServer] = []
         self.asked = self.failed = 0
         self._agent = f"http://127.0.0.1:{agent_port}/v1/pulse"
@@ -134,7 +135,7 @@ class _PulseStubs:
             thread = threading.Thread(target=server.serve_forever, daemon=True)
             thread.start()
             self._threads.append(thread)
-        if self.count:
+        if self.count and self.ask_agent:
             asker = threading.Thread(target=self._ask_agent, daemon=True)
             asker.start()
             self._threads.append(asker)
@@ -221,12 +222,13 @@ def run(
     docker_socket: str | None = None,
     docker_image: str | None = None,
     peers: int = 0,
+    pulses_in: bool = True,
 ) -> dict[str, Any]:
     workdir = Path(tempfile.mkdtemp(prefix="spark-watchdog-bench-"))
     journal_dir = _write_journal(workdir / "journal", boots=10, lines_per_boot=500)
     port = _free_port()
     container = None
-    stubs = _PulseStubs(peers, port)
+    stubs = _PulseStubs(peers, port, ask_agent=pulses_in)
     with VllmStandin(model="bench-model") as vllm:
         config = _agent_config(port, vllm.url, journal_dir, stubs)
         if docker_socket is not None and docker_image is not None:
@@ -252,6 +254,7 @@ def run(
             result["serving_runtime"] = "docker" if container is not None else None
             result["peers"] = {
                 "count": peers,
+                "pulses_in": pulses_in,
                 "pulses_asked_of_the_agent": stubs.asked,
                 "pulses_failed": stubs.failed,
             }
@@ -436,6 +439,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--peers", type=int, default=0, help="give the agent this many loopback peers"
     )
+    parser.add_argument(
+        "--no-pulses-in",
+        action="store_true",
+        help="the peers do not ask the agent's pulse (its outgoing pulses alone)",
+    )
     args = parser.parse_args(argv)
     if (args.docker_socket is None) != (args.docker_image is None):
         parser.error("--docker-socket and --docker-image go together")
@@ -446,6 +454,7 @@ def main(argv: list[str] | None = None) -> int:
         args.docker_socket,
         args.docker_image,
         peers=args.peers,
+        pulses_in=not args.no_pulses_in,
     )
     print(render(result))
     if args.json_out:
