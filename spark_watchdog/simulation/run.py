@@ -188,9 +188,9 @@ class _Run(FaultPlays):
         if pair is None:
             pair = self.pair_rng.random() < PAIR_SHARE
         self.pair: SimPair | None = None
-        # The fabric's own draws too: a run without peers replays as before them.
-        self.link_rng = random.Random(f"links {seed}")
-        self.world.peers_on = self.link_rng.random() < PEERS_SHARE if peers is None else peers
+        # The newer faults' own draws (a link, an Xid): a run without them replays as before.
+        self.newer_rng = random.Random(f"newer faults {seed}")
+        self.world.peers_on = self.newer_rng.random() < PEERS_SHARE if peers is None else peers
         self.store = self._open_history(pair)
         self.history_fault_until = -1.0
         self.history_fault: type[StoreLocked] | type[StoreFull] = StoreLocked
@@ -533,7 +533,7 @@ class _Run(FaultPlays):
         if self.pair is not None and self.script is None:
             schedule.extend(self._pair_schedule(fault_window))
         if self.world.peers_on and self.script is None:
-            schedule.extend(self.link_schedule(fault_window))
+            schedule.extend(self.newer_schedule(fault_window))
         for at, fault, on in self.script if self.script is not None else schedule:
             loop.call_at(at, self.inject, fault, on)
 
