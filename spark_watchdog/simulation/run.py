@@ -11,15 +11,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import json
 import logging
-import os
 import random
-import tempfile
 from collections.abc import Callable, Coroutine
 from typing import Any, Literal, cast
 
-from spark_watchdog.config.controller import ControllerConfig, parse_controller_config
+from spark_watchdog.config.controller import ControllerConfig
 from spark_watchdog.controller.clock import Clock
 from spark_watchdog.controller.daemon import Controller
 from spark_watchdog.controller.fence import LONE, Fence
@@ -42,6 +39,7 @@ from spark_watchdog.simulation.loop import VirtualLoop, run_virtual
 from spark_watchdog.simulation.pair import PAIR_FAULTS, SimPair
 from spark_watchdog.simulation.report import ErrorTrap, attempt_of
 from spark_watchdog.simulation.report import Report as Report
+from spark_watchdog.simulation.sim_config import random_config
 from spark_watchdog.simulation.world import (
     PROCESS,
     Incarnation,
@@ -67,25 +65,6 @@ ALERT_KINDS = frozenset({"held", "gave_up", "circuit_breaker", "outlet_off", "am
 
 # A gentler ladder's state, and the task that must be running while a node has it.
 _GENTLE = {NodeState.UNWEDGING: Ladder.UNWEDGING, NodeState.UNLATCHING: Ladder.UNLATCHING}
-
-
-@functools.lru_cache(maxsize=512)
-def _parse(text: str) -> ControllerConfig:
-    """Configs repeat across seeds; validating one takes longer than a short run's tick."""
-    return parse_controller_config(json.loads(text), "simulation")
-
-
-_TOKEN: list[str] = []
-
-
-def _token_file() -> str:
-    """A serving token file, so serving restarts run (and can be checked in dry run)."""
-    if not _TOKEN:
-        fd, path = tempfile.mkstemp(prefix="spark-watchdog-sim-token-")
-        os.write(fd, b"simulated-token\n")
-        os.close(fd)
-        _TOKEN.append(path)
-    return _TOKEN[0]
 
 
 class _SimClock:
@@ -176,7 +155,7 @@ class _Run(FaultPlays):
         self.dry_run = rng.random() < 0.08
         if "dry_run" in self.overrides.get("guards", {}):
             self.dry_run = bool(self.overrides["guards"]["dry_run"])
-        self.config = self._config()
+        self.config = random_config(rng, self.names, self.dry_run, self.overrides)
         self.world = World(self.names, rng, self.config.detection.freeze_after)
         if self_timed is not None:
             self._time_outlets(self_timed)
@@ -227,66 +206,6 @@ class _Run(FaultPlays):
         return HistoryStore(
             self.pair.path, clock=self.clock.time, database_clock=self.pair.database_clock
         )
-
-    # -- configuration ------------------------------------------------------
-
-    def _config(self) -> ControllerConfig:
-        rng = self.rng
-        off = rng.choice([5.0, 10.0, 30.0, 60.0])
-        nodes = [
-            {
-                "name": name,
-                "agent": f"http://{name}:9720",
-                "ssh_host": name,
-                "power": [
-                    {
-                        "type": "snmp",
-                        "host": "pdu",
-                        "outlet": i + 1,
-                        "community_file": "/dev/null",
-                    },
-                    {
-                        "type": "ssh",
-                        "host": name,
-                        "user": "root",
-                        "key_file": "/dev/null",
-                        "known_hosts_file": "/dev/null",
-                    },
-                ],
-            }
-            for i, name in enumerate(self.names)
-        ]
-        window = rng.choice([600.0, 1800.0, 21600.0])
-        data: dict[str, Any] = {
-            "nodes": nodes,
-            "policy": {
-                "power_off_seconds": off,
-                "power_timeout": rng.choice([5.0, 15.0]),
-                "min_command_interval": rng.choice([0.0, 2.0]),
-            },
-            "detection": {"freeze_after": rng.choice([4.0, 8.0])},
-            "guards": {
-                "node_budget": rng.choice([1, 2, 3]),
-                "cluster_budget": rng.choice([2, 4, 8]),
-                "budget_window": window,
-                "max_concurrent_power_actions": rng.choice([1, 1, 2]),
-                "boot_timeout": rng.choice([45.0, 90.0]),
-                "breaker_latch_after": rng.choice([0.0, 30.0]),
-                "dry_run": self.dry_run,
-            },
-            "serving": {
-                "head": self.names[0],
-                "token_file": _token_file(),
-                "restart_cooldown": rng.choice([0.0, 10.0, 60.0]),
-                "restart_budget": rng.choice([1, 2, 6]),
-                "restart_budget_window": rng.choice([300.0, 3600.0]),
-            },
-            "witness": ["tcp://gateway:53"],
-            "history": ":memory:",
-        }
-        for section, values in self.overrides.items():
-            data[section] = {**data.get(section, {}), **values}
-        return _parse(json.dumps(data, sort_keys=True))
 
     # -- the controller process ----------------------------------------------------
 
