@@ -53,6 +53,9 @@ from collections.abc import Callable
 from typing import Any
 
 from spark_watchdog.errors import WatchdogError
+from spark_watchdog.http_connection_log import BROKEN_LOG_BURST as BROKEN_LOG_BURST
+from spark_watchdog.http_connection_log import BROKEN_LOG_WINDOW_S as BROKEN_LOG_WINDOW_S
+from spark_watchdog.http_connection_log import ConnectionLog, peer
 from spark_watchdog.http_framing import MAX_HEAD_BYTES, Scan, scan_head
 from spark_watchdog.http_handler import (
     JSON,
@@ -72,7 +75,6 @@ from spark_watchdog.http_handler import (
     json_nesting,
     json_response,
 )
-from spark_watchdog.line_budget import LineBudget
 
 __all__ = [
     "JSON",
@@ -117,8 +119,6 @@ MAX_HELD_BYTES = 4 * 1024 * 1024
 # database); past this such a request is a 503.
 MAX_ROUTE_THREADS = 8
 # Broken connections logged per window; the rest are counted, then reported in one line.
-BROKEN_LOG_BURST = 10
-BROKEN_LOG_WINDOW_S = 60.0
 # A connection answered for the last time stays open this long, its input
 # discarded, so the client reads the answer instead of a TCP reset.
 CLOSING_LINGER_S = 1.0
@@ -130,23 +130,7 @@ _TICK_S = 0.5
 # Accepting pauses this long when the process is out of file descriptors.
 _ACCEPT_PAUSE_S = 0.1
 
-# What a client that went away leaves behind: not the server's fault, not a bug.
-_BROKEN_ERRNOS = frozenset(
-    {errno.EPIPE, errno.ECONNRESET, errno.ECONNABORTED, errno.ENOTCONN, errno.ETIMEDOUT}
-)
 _OUT_OF_FILES = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
-
-
-def _is_broken_connection(exc: BaseException) -> bool:
-    if isinstance(exc, (ConnectionError, TimeoutError)):
-        return True
-    return isinstance(exc, OSError) and exc.errno in _BROKEN_ERRNOS
-
-
-def _peer(client_address: Any) -> str:
-    if isinstance(client_address, tuple) and len(client_address) >= 2:
-        return f"{client_address[0]}:{client_address[1]}"
-    return str(client_address)
 
 
 def connection_cap(wanted: int, open_files: int) -> int:
@@ -230,11 +214,7 @@ class HardenedHTTPServer:
         self._finished: queue.SimpleQueue[tuple[_Connection, bytes, bool]] = queue.SimpleQueue()
         self._stopping = threading.Event()
         self._stopped = threading.Event()
-        self._broken_log = LineBudget(BROKEN_LOG_BURST, BROKEN_LOG_WINDOW_S)
-        self._refused_log = LineBudget(BROKEN_LOG_BURST, BROKEN_LOG_WINDOW_S, "refused connections")
-        self._evicted_log = LineBudget(BROKEN_LOG_BURST, BROKEN_LOG_WINDOW_S, "evicted connections")
-        self._error_log = LineBudget(BROKEN_LOG_BURST, BROKEN_LOG_WINDOW_S, "unexpected errors")
-        self._slow_log = LineBudget(BROKEN_LOG_BURST, BROKEN_LOG_WINDOW_S, "slow requests")
+        self._log = ConnectionLog()
 
     @property
     def open_connections(self) -> int:
@@ -315,11 +295,7 @@ class HardenedHTTPServer:
         if self._accept_paused_until is not None and self._accept_paused_until <= now:
             self._accept_paused_until = None
             self._selector.register(self._listener, selectors.EVENT_READ)
-        self._broken_log.flush(log.info)
-        self._refused_log.flush(log.warning)
-        self._evicted_log.flush(log.info)
-        self._error_log.flush(log.error)
-        self._slow_log.flush(log.info)
+        self._log.flush()
 
     # -- connections come and go --------------------------------------------------
 
@@ -332,12 +308,7 @@ class HardenedHTTPServer:
             except OSError as exc:
                 if exc.errno in _OUT_OF_FILES and self._evict_oldest("no file descriptor left"):
                     continue
-                self._refused_log.log(
-                    log.warning,
-                    "cannot accept connections for %g s: %s",
-                    _ACCEPT_PAUSE_S,
-                    exc.strerror or exc,
-                )
+                self._log.cannot_accept(_ACCEPT_PAUSE_S, exc)
                 self._selector.unregister(self._listener)
                 self._accept_paused_until = self._clock() + _ACCEPT_PAUSE_S
                 return
@@ -365,12 +336,7 @@ class HardenedHTTPServer:
             sock.setblocking(False)
             sock.send(answer)  # a fresh socket's send buffer takes it whole
         sock.close()
-        self._refused_log.log(
-            log.warning,
-            "refused a connection from %s: %d connections already open",
-            _peer(address),
-            self.max_connections,
-        )
+        self._log.refused(address, self.max_connections)
 
     def _evict_oldest(self, why: str) -> bool:
         """Close the connection that has waited longest (never one running a route)."""
@@ -383,14 +349,8 @@ class HardenedHTTPServer:
             return False
         oldest = min(candidates, key=lambda conn: conn.since)
         if oldest.phase != _Phase.CLOSING:
-            self._evicted_log.log(
-                log.info,
-                "closed the oldest connection, from %s (%s for %.1f s): %s",
-                _peer(oldest.address),
-                oldest.phase,
-                self._clock() - oldest.since,
-                why,
-            )
+            waited = self._clock() - oldest.since
+            self._log.evicted_oldest(oldest.address, oldest.phase, waited, why)
         self._close(oldest)
         return True
 
@@ -398,31 +358,14 @@ class HardenedHTTPServer:
         """Past MAX_HELD_BYTES: close the connections holding the most."""
         while self._held > MAX_HELD_BYTES:
             biggest = max(self._sockets, key=_holding)
-            self._evicted_log.log(
-                log.info,
-                "closed the connection from %s: it held %d bytes, the most while all held over %d",
-                _peer(biggest.address),
-                _holding(biggest),
-                MAX_HELD_BYTES,
-            )
+            self._log.shed(biggest.address, _holding(biggest), MAX_HELD_BYTES)
             self._close(biggest)
 
     def _expire(self, conn: _Connection) -> None:
         if conn.phase == _Phase.READING and conn.inbox:
-            self._slow_log.log(
-                log.info,
-                "closed the connection from %s: its request was not in within %g s",
-                _peer(conn.address),
-                REQUEST_DEADLINE_S,
-            )
+            self._log.slow_request(conn.address, REQUEST_DEADLINE_S)
         elif conn.phase == _Phase.WRITING:
-            self._slow_log.log(
-                log.info,
-                "closed the connection from %s: %d bytes of its answer were not taken within %g s",
-                _peer(conn.address),
-                len(conn.outbox),
-                ANSWER_DEADLINE_S,
-            )
+            self._log.slow_answer(conn.address, len(conn.outbox), ANSWER_DEADLINE_S)
         self._close(conn)
 
     def _close(self, conn: _Connection) -> None:
@@ -440,19 +383,7 @@ class HardenedHTTPServer:
             sock.close()
 
     def _broken(self, conn: _Connection, exc: OSError) -> None:
-        if _is_broken_connection(exc):
-            reason = exc.strerror or str(exc) or "no detail"
-            self._broken_log.log(
-                log.info,
-                "connection from %s broken by the client (%s: %s)",
-                _peer(conn.address),
-                type(exc).__name__,
-                reason,
-            )
-        else:
-            self._error_log.log(
-                log.error, "unexpected error serving %s", _peer(conn.address), exc_info=exc
-            )
+        self._log.failed(conn.address, exc)
         self._close(conn)
 
     def _enter(self, conn: _Connection, phase: str) -> None:
@@ -541,9 +472,7 @@ class HardenedHTTPServer:
         try:
             exchange = Exchange(request, conn.address, self.routes)
         except Exception as exc:
-            self._error_log.log(
-                log.error, "unexpected error serving %s", _peer(conn.address), exc_info=exc
-            )
+            self._log.error(conn.address, exc)
             self._answer(conn, error_answer(500, "internal error"), keep_alive=False)
             return
         self._answer(conn, exchange.answer, keep_alive=not exchange.close_connection)
@@ -564,7 +493,7 @@ class HardenedHTTPServer:
                 exchange = Exchange(request, conn.address, self.routes)
                 answer, keep_alive = exchange.answer, not exchange.close_connection
             except Exception:
-                log.exception("unexpected error serving %s", _peer(conn.address))
+                log.exception("unexpected error serving %s", peer(conn.address))
             finally:
                 self._finished.put((conn, answer, keep_alive))
                 self._wake()

@@ -36,6 +36,7 @@ from spark_watchdog.history.locate import configured_history
 from spark_watchdog.history.records import CLUSTER, iso_utc
 from spark_watchdog.history.store import HistoryStore
 from spark_watchdog.steps import StepName
+from spark_watchdog.xid import describe
 
 DEFAULT_CONFIG = "/etc/spark-watchdog/controller.yaml"
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -319,6 +320,8 @@ def run_show(args: argparse.Namespace) -> int:
     reasons = i.evidence.get("reasons") if isinstance(i.evidence, dict) else None
     if reasons:
         print(f"  evidence  {'; '.join(map(str, reasons))}")
+    for said in _live_faults(i.evidence):
+        print(f"  gpu fault {said}  (live: the agent's report, before the silence)")
     recorder = i.evidence.get("flight_recorder") if isinstance(i.evidence, dict) else None
     if isinstance(recorder, dict):
         for line in flight_view.render(recorder, i.detected_at):
@@ -346,7 +349,27 @@ def run_show(args: argparse.Namespace) -> int:
         end = {True: "clean", False: "UNCLEAN", None: "current"}[b.clean_shutdown]
         span = f"{_short(b.first_entry)} → {_short(b.last_entry)}"
         print(f"boot {b.boot_id[:12]} of {b.node}: {span} {end}")
+        for kind, lines in b.evidence.items() if isinstance(b.evidence, Mapping) else ():
+            for line in (lines if isinstance(lines, list) else [])[:2]:
+                text = line.get("message") if isinstance(line, Mapping) else line
+                print(f"  journal {kind}: {str(text)[:160]}  (from the journal, read after)")
     return EXIT_OK
+
+
+def _live_faults(evidence: Any) -> list[str]:
+    """The GPU faults an incident keeps from the agent's live reports, in words."""
+    if not isinstance(evidence, Mapping):
+        return []
+    faults = evidence.get("live_gpu_faults")
+    listed = faults if isinstance(faults, list) else []
+    one = evidence.get("gpu_fault")
+    if isinstance(one, Mapping) and not listed:
+        xid, gpu = one.get("xid"), one.get("gpu")
+        at = one.get("at_unix")
+        when = f" at {iso_utc(float(at))}" if isinstance(at, (int, float)) else ""
+        where = f" on GPU {gpu}" if isinstance(gpu, int) else ""
+        return [f"{describe(xid) if isinstance(xid, int) else 'a GPU fault'}{where}{when}"]
+    return [str(f["said"]) for f in listed if isinstance(f, Mapping) and "said" in f]
 
 
 def _stack_lines(detail: Mapping[str, Any], frames: int = 6) -> list[str]:

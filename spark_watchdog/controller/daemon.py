@@ -226,8 +226,9 @@ class Controller:
     async def _occupied(self, watch: NodeWatch) -> bool:
         """Something already has the node: a ladder (a silent host's wedged
         ladder is handed to the freeze path here), a state only a ladder
-        leaves, or a memory guard kill answered this very tick."""
-        if watch.finding.verdict is Verdict.MEMORY_EXHAUSTED and watch.guard_kill is None:
+        leaves, or a kill of its rank answered this very tick."""
+        kills = watch.kills_of(watch.finding.verdict)
+        if kills is not None and kills.pending is None:
             return True  # answered just now: the next tick judges the node afresh
         if self.work.running_for(Ladder.FENCING, watch.name):
             return True
@@ -248,7 +249,7 @@ class Controller:
         if verdict not in ACTED_ON:
             watch.dry_run_incident = None  # the next freeze is a new dry-run incident
             return None  # nothing to decide: skip the history reads
-        if verdict is Verdict.MEMORY_EXHAUSTED and await self.serving.guard_kill_recorded(watch):
+        if watch.kills_of(verdict) is not None and await self.serving.kill_recorded(watch):
             return None
         try:
             guards = await self.power.guards(watch)

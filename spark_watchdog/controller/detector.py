@@ -28,6 +28,10 @@ safe profile (docs/design.md, "Memory guard"). A node whose agent answers
 while its GPU reads have timed out for ``gpu_wedged_after`` is
 ``gpu_wedged``: a wedged driver on a live host, for the wedged-but-alive
 ladder, never the power path directly (docs/design.md, "Wedged but alive").
+A node whose agent reports a GPU fault that ended its rank's CUDA context
+(an Xid of spark_watchdog/xid.py), not answered yet, is ``gpu_fault``: a
+serving restart with the safe profile, as after a memory guard kill
+(docs/design.md, "Live GPU faults").
 """
 
 from __future__ import annotations
@@ -36,6 +40,8 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from spark_watchdog.xid import describe
 
 
 class Verdict(enum.Enum):
@@ -48,6 +54,9 @@ class Verdict(enum.Enum):
     MEMORY_EXHAUSTED = "memory_exhausted"
     # The agent answers, its GPU reads time out: a wedged driver on a live host.
     GPU_WEDGED = "gpu_wedged"
+    # A GPU fault (an Xid of spark_watchdog/xid.py) ended the rank's CUDA context:
+    # serving restarts with the safe profile, as after a memory guard kill.
+    GPU_FAULT = "gpu_fault"
     AGENT_DOWN = "agent_down"
     HOST_FROZEN = "host_frozen"
     # The node looks frozen but the controller cannot reach its own witness.
@@ -117,6 +126,8 @@ class NodeObservation:
     unobservable: str | None = None
     # A memory guard kill the agent reported and the controller has not answered yet.
     guard_kill: Mapping[str, Any] | None = None
+    # A GPU fault that ended the rank's CUDA context, reported and not answered yet.
+    gpu_fault: Mapping[str, Any] | None = None
     # For how long the agent's GPU reads have been timing out, if they are.
     gpu_timeout_for: float | None = None
 
@@ -175,6 +186,8 @@ def classify(obs: NodeObservation, policy: DetectionPolicy) -> Finding:
             Verdict.MEMORY_EXHAUSTED,
             (f"memory guard: {result}", why or "the host was running out of memory"),
         )
+    if obs.gpu_fault is not None:
+        return _gpu_fault(obs.gpu_fault)
     if obs.gpu_timeout_for is not None and obs.gpu_timeout_for >= policy.gpu_wedged_after:
         return Finding(
             Verdict.GPU_WEDGED,
@@ -223,6 +236,18 @@ def _silent(obs: NodeObservation, policy: DetectionPolicy, silence: str) -> Find
             return Finding(Verdict.ISOLATED, (silence, banner, "witness unreachable: no fencing"))
         return Finding(Verdict.HOST_FROZEN, (silence, banner))
     return Finding(Verdict.PENDING, (silence, f"no ssh banner x{obs.banner_misses}"))
+
+
+def _gpu_fault(fault: Mapping[str, Any]) -> Finding:
+    xid, gpu = fault.get("xid"), fault.get("gpu")
+    what = describe(xid) if isinstance(xid, int) else "a GPU fault"
+    where = f" on GPU {gpu}" if isinstance(gpu, int) and not isinstance(gpu, bool) else ""
+    then = (
+        "the agent stopped the rank"
+        if fault.get("result") == "stopped"
+        else "the agent could not stop the rank"
+    )
+    return Finding(Verdict.GPU_FAULT, (f"{what}{where}", "the rank's CUDA context is gone", then))
 
 
 def vllm_status(snapshot: Mapping[str, Any]) -> Mapping[str, Any]:

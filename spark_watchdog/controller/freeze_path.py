@@ -25,6 +25,7 @@ from spark_watchdog.controller.node_watch import NodeWatch
 from spark_watchdog.controller.notify import Event
 from spark_watchdog.controller.parts import Ladder
 from spark_watchdog.controller.power_actions import rungs_of
+from spark_watchdog.controller.rank_kills import live_faults
 from spark_watchdog.controller.recovery import RungOutcome, recover_frozen_host
 from spark_watchdog.controller.resume_plan import Phase, ResumeInfo, resume_plan
 from spark_watchdog.errors import IncidentAlreadyOpen
@@ -73,6 +74,8 @@ class FreezePath:
             "boot_id": watch.boot_id,
             "banner": watch.banner_detail,
             "flight_recorder": self.crew.recorder.evidence(watch.name),
+            # What the agent told of its GPU before the silence: often all there is.
+            "live_gpu_faults": live_faults(watch.snapshot, watch.agent_progress_wall),
         }
 
     async def _open_incident(self, watch: NodeWatch) -> Incident | None:

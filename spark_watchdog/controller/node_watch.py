@@ -28,6 +28,12 @@ from spark_watchdog.controller.node_states import (
     enter,
 )
 from spark_watchdog.controller.peer_evidence import Sighting
+from spark_watchdog.controller.rank_kills import ReportedKills
+from spark_watchdog.xid import ends_the_context
+
+# What a GPU fault report says became of the rank: it is gone either way (its
+# CUDA context ended), stopped by the agent or left for the restart to stop.
+RANK_ENDED = frozenset({"stopped", "stop_failed"})
 
 # Silence: what a frozen host (the kernel completes the handshake, userland is
 # silent) or a powered-off one (nothing answers on the segment) looks like.
@@ -37,10 +43,6 @@ LIVE_BANNER_OUTCOMES = frozenset({"banner", "refused", "closed", "garbage"})
 # The controller could not look at all.
 BLIND_BANNER_OUTCOMES = frozenset({"unresolvable", "no_network"})
 _BLIND_AGENT_FAILURES = (UNRESOLVABLE, NO_NETWORK)
-# A memory guard kill older than this (by the controller's wall clock) when
-# first seen is history, not news: a controller started long after it does
-# not restart serving for it (a dead rank shows as serving_dead anyway).
-GUARD_KILL_FRESH_S = 300.0
 
 
 @dataclass
@@ -95,10 +97,10 @@ class NodeWatch:
     # history could not take yet: written as soon as it can be, released never
     # by the sync.
     held_by_controller: bool = False
-    # Memory guard kills, keyed (agent started_at, kill id): the last one
-    # answered, and the one reported and not answered yet.
-    guard_kill_answered: tuple[str | None, int] | None = None
-    guard_kill: dict[str, Any] | None = None
+    # Kills of the rank the agent reported (controller/rank_kills.py): by its
+    # memory guard, and by the agent after a GPU fault that ended its CUDA context.
+    memory_kills: ReportedKills = field(default_factory=ReportedKills)
+    gpu_kills: ReportedKills = field(default_factory=ReportedKills)
     # Since when (monotonic, and wall clock) the agent's GPU probe reports timeouts.
     gpu_timeout_since: float | None = None
     gpu_timeout_wall: float | None = None
@@ -212,7 +214,7 @@ class NodeWatch:
             self.boot_id = boot_id
         if isinstance(boot_id, str) and self.halted_boot not in (None, boot_id):
             self.arm_long_cut(None, None)  # the halted boot is over
-        self._note_guard_kill(snapshot, wall)
+        self._note_kills(snapshot, wall)
         self._note_gpu(snapshot, now, wall, new_agent)
         self._note_clock(snapshot)
         if progressed:
@@ -229,23 +231,42 @@ class NodeWatch:
             self.reboot_expected = False
         return progressed
 
-    def _note_guard_kill(self, snapshot: dict[str, Any], wall: float) -> None:
+    def _note_kills(self, snapshot: dict[str, Any], wall: float) -> None:
+        """The rank's last kill by the memory guard, and the last GPU fault that
+        ended its CUDA context (the agent stopped the rank, or could not)."""
         guard = snapshot.get("memory_guard")
         kill = guard.get("last_kill") if isinstance(guard, dict) else None
-        if not isinstance(kill, dict):
-            return
-        kill_id, at = kill.get("id"), kill.get("at_unix")
-        if not isinstance(kill_id, int) or isinstance(kill_id, bool):
-            return
-        if not isinstance(at, (int, float)) or isinstance(at, bool) or not math.isfinite(at):
-            return
-        key = (self.agent_started_at, kill_id)
-        if key == self.guard_kill_answered or key == self.guard_kill_key:
-            return
-        if wall - at > GUARD_KILL_FRESH_S:
-            return
-        self.guard_kill = dict(kill)
-        self.guard_kill["agent_started_at"] = self.agent_started_at
+        self.memory_kills.note(kill, self.agent_started_at, wall)
+        faults = snapshot.get("gpu_faults")
+        listed = faults.get("faults") if isinstance(faults, dict) else None
+        if isinstance(listed, list):
+            ending = [
+                f
+                for f in listed
+                if isinstance(f, dict)
+                and ends_the_context(f.get("xid"))
+                and f.get("result") in RANK_ENDED
+            ]
+            if ending:
+                self.gpu_kills.note(ending[-1], self.agent_started_at, wall)
+
+    @property
+    def guard_kill(self) -> dict[str, Any] | None:
+        """The memory guard kill reported and not answered yet."""
+        return self.memory_kills.pending
+
+    @property
+    def gpu_fault(self) -> dict[str, Any] | None:
+        """The GPU fault that ended the rank's context, reported and not answered yet."""
+        return self.gpu_kills.pending
+
+    def kills_of(self, verdict: Verdict) -> ReportedKills | None:
+        """The kills a verdict answers: memory_exhausted the guard's, gpu_fault the GPU's."""
+        if verdict is Verdict.MEMORY_EXHAUSTED:
+            return self.memory_kills
+        if verdict is Verdict.GPU_FAULT:
+            return self.gpu_kills
+        return None
 
     def arm_long_cut(self, seconds: float | None, boot: str | None) -> None:
         """The next cut of this node holds ``seconds`` off, while it runs ``boot``."""
@@ -266,18 +287,9 @@ class NodeWatch:
         if timing_out and self.gpu_timeout_since is None:
             self.gpu_timeout_since, self.gpu_timeout_wall = now, wall
 
-    @property
-    def guard_kill_key(self) -> tuple[str | None, int] | None:
-        kill = self.guard_kill
-        if kill is None:
-            return None
-        return (kill.get("agent_started_at"), int(kill["id"]))
-
     def answer_guard_kill(self) -> None:
         """The pending memory guard kill is taken care of (an incident, or a person)."""
-        if self.guard_kill is not None:
-            self.guard_kill_answered = self.guard_kill_key
-            self.guard_kill = None
+        self.memory_kills.answer()
 
     def note_answer_error(self, kind: str, detail: str, now: float) -> None:
         """An agent poll that failed; an HTTP answer that was not usable is life all the same."""
@@ -379,6 +391,7 @@ class NodeWatch:
             going_down_why=self.going_down_why,
             unobservable=self.agent_blind or self.banner_blind,
             guard_kill=self.guard_kill,
+            gpu_fault=self.gpu_fault,
             gpu_timeout_for=None if since is None else now - since,
         )
 

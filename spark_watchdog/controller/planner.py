@@ -30,7 +30,7 @@ class Step(enum.Enum):
     WAIT_TURN = "wait_turn"  # max_concurrent_power_actions reached: queue
     HOLD = "hold"  # a guard forbids power: hold the node and alert
     RESTART_AGENT = "restart_agent"  # agent_down: SSH restart of the agent, alert
-    # serving_stalled / serving_dead / memory_exhausted: the whole cluster
+    # serving_stalled / serving_dead / memory_exhausted / gpu_fault: the whole cluster
     RESTART_SERVING = "restart_serving"
     # gpu_wedged: serving restart, then a forced reboot over SSH (controller/wedged.py)
     UNWEDGE = "unwedge"
@@ -145,8 +145,16 @@ ACTED_ON: frozenset[Verdict] = frozenset(
         Verdict.SERVING_STALLED,
         Verdict.SERVING_DEAD,
         Verdict.MEMORY_EXHAUSTED,
+        Verdict.GPU_FAULT,
         Verdict.GPU_WEDGED,
     }
+)
+
+
+# Faults a serving restart answers: the rank stalled or died, or something on
+# the node ended it (its memory guard, a GPU fault that ended its CUDA context).
+SERVING_FAULTS = frozenset(
+    {Verdict.SERVING_STALLED, Verdict.SERVING_DEAD, Verdict.MEMORY_EXHAUSTED, Verdict.GPU_FAULT}
 )
 
 
@@ -167,7 +175,7 @@ def decide(state: NodeState, finding: Finding, guards: Guards) -> Decision:
         if guards.node_held or guards.cluster_held:
             return Decision(Step.NOTHING, "gpu_wedged but held: nothing automatic")
         return Decision(Step.UNWEDGE, finding.summary)
-    if verdict in (Verdict.SERVING_STALLED, Verdict.SERVING_DEAD, Verdict.MEMORY_EXHAUSTED):
+    if verdict in SERVING_FAULTS:
         if guards.node_held or guards.cluster_held:
             return Decision(Step.NOTHING, "held: serving is not restarted automatically")
         return Decision(Step.RESTART_SERVING, finding.summary)

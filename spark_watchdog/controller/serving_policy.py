@@ -25,9 +25,10 @@ from spark_watchdog.controller.incident_log import Resolution, close_dry_run
 from spark_watchdog.controller.ladder import open_incident
 from spark_watchdog.controller.ledger import BY, HistoryUnwritable
 from spark_watchdog.controller.node_states import NodeState
-from spark_watchdog.controller.node_watch import GUARD_KILL_FRESH_S, NodeWatch
+from spark_watchdog.controller.node_watch import NodeWatch
 from spark_watchdog.controller.notify import Event
 from spark_watchdog.controller.parts import Parts
+from spark_watchdog.controller.rank_kills import FRESH_S
 from spark_watchdog.controller.serving_restart import ServingNode, ServingRestartReport
 from spark_watchdog.errors import ConfigError
 from spark_watchdog.steps import StepName
@@ -39,8 +40,11 @@ SERVING_FAULT_KINDS = (
     Verdict.SERVING_STALLED.value,
     Verdict.SERVING_DEAD.value,
     Verdict.MEMORY_EXHAUSTED.value,
+    Verdict.GPU_FAULT.value,
     Verdict.GPU_WEDGED.value,
 )
+# What an incident's evidence calls the kill it answers, by the verdict.
+KILL_EVIDENCE = {Verdict.MEMORY_EXHAUSTED: "memory_guard", Verdict.GPU_FAULT: "gpu_fault"}
 
 
 class ServingRestarts:
@@ -219,7 +223,9 @@ class ServingRestarts:
         if done < cfg.restart_budget:
             return False
         self._blocked_until = host.clock.monotonic() + cfg.restart_budget_window / 4
-        watch.answer_guard_kill()  # seen, alerted: no restart for it
+        kills = watch.kills_of(watch.finding.verdict)
+        if kills is not None:
+            kills.answer()  # seen, alerted: no restart for it
         host.notifier.send(
             Event(
                 "serving_budget_spent",
@@ -238,12 +244,13 @@ class ServingRestarts:
         if host.unlatch_in_progress():
             return  # a node is halting for its long cut: serving restarts after it
         if not host.config.serving.auto_restart:
-            if watch.guard_kill is not None:
+            kills = watch.kills_of(watch.finding.verdict)
+            if kills is not None and kills.pending is not None:
                 # Told once, then not news any more: a person restarts serving.
-                watch.answer_guard_kill()
+                kills.answer()
                 host.notifier.send(
                     Event(
-                        "memory_exhausted",
+                        watch.finding.verdict.value,
                         f"{watch.name} {watch.finding.summary}; serving.auto_restart is off: "
                         "restart serving by hand (spark-watchdog serving restart)",
                         watch.name,
@@ -274,10 +281,11 @@ class ServingRestarts:
             "agent_state": watch.snapshot,
             "flight_recorder": host.recorder.evidence(watch.name),
         }
-        kill = watch.guard_kill
-        if finding.verdict is Verdict.MEMORY_EXHAUSTED and kill is not None:
-            evidence["memory_guard"] = kill
-            # The rank died when the guard killed it.
+        kills = watch.kills_of(finding.verdict)
+        kill = None if kills is None else kills.pending
+        if kill is not None:
+            evidence[KILL_EVIDENCE[finding.verdict]] = kill
+            # The rank died when the guard killed it, or when the GPU fault ended it.
             at = kill.get("at_unix")
             onset = float(at) if isinstance(at, (int, float)) else onset
         try:
@@ -290,8 +298,8 @@ class ServingRestarts:
             return False
         if incident is None:
             return False
-        if finding.verdict is Verdict.MEMORY_EXHAUSTED:
-            watch.answer_guard_kill()
+        if kills is not None:
+            kills.answer()
         host.notifier.send(
             Event("incident_opened", f"{watch.name} {finding.summary}", watch.name, incident.id)
         )
@@ -322,7 +330,7 @@ class ServingRestarts:
         if kill is None:
             return
         at = kill.get("at_unix")
-        stale = isinstance(at, (int, float)) and self.host.clock.time() - at > GUARD_KILL_FRESH_S
+        stale = isinstance(at, (int, float)) and self.host.clock.time() - at > FRESH_S
         if kill.get("result") == "killed" and not stale:
             return
         watch.answer_guard_kill()
@@ -339,32 +347,36 @@ class ServingRestarts:
     def _answer_guard_kills_before(self, started_wall: float) -> None:
         """A serving restart that began after a kill answers it, whatever began it."""
         for watch in self.host.watches.values():
-            at = None if watch.guard_kill is None else watch.guard_kill.get("at_unix")
-            if isinstance(at, (int, float)) and at <= started_wall:
-                watch.answer_guard_kill()
+            for kills in (watch.memory_kills, watch.gpu_kills):
+                at = None if kills.pending is None else kills.pending.get("at_unix")
+                if isinstance(at, (int, float)) and at <= started_wall:
+                    kills.answer()
 
-    async def guard_kill_recorded(self, watch: NodeWatch) -> bool:
-        """A memory guard kill an earlier controller already opened an incident for:
-        the same kill (agent start, id, time) in a memory_exhausted incident's
-        evidence. Looked up over a wide window: the node's clock and ours may differ."""
-        kill = watch.guard_kill
+    async def kill_recorded(self, watch: NodeWatch) -> bool:
+        """A kill of the rank (its memory guard's, a GPU fault's) an earlier
+        controller already opened an incident for: the same kill (agent start,
+        id, time) in the evidence of an incident of the verdict's kind. Looked
+        up over a wide window: the node's clock and ours may differ."""
+        verdict = watch.finding.verdict
+        kills = watch.kills_of(verdict)
+        kill = None if kills is None else kills.pending
         at = None if kill is None else kill.get("at_unix")
-        if kill is None or not isinstance(at, (int, float)):
+        if kills is None or kill is None or not isinstance(at, (int, float)):
             return False
         try:
             found = await self.host.ledger.read(
                 self.host.ledger.store.list_incidents,
                 node=watch.name,
-                kind=Verdict.MEMORY_EXHAUSTED.value,
-                since=float(at) - 4 * GUARD_KILL_FRESH_S,
+                kind=verdict.value,
+                since=float(at) - 4 * FRESH_S,
                 limit=20,
             )
         except HistoryUnwritable:
             return True  # not now: the next tick asks again
         same = ("agent_started_at", "id", "at_unix")
         for incident in found:
-            recorded = incident.evidence.get("memory_guard")
+            recorded = incident.evidence.get(KILL_EVIDENCE[verdict])
             if isinstance(recorded, dict) and all(recorded.get(k) == kill.get(k) for k in same):
-                watch.answer_guard_kill()
+                kills.answer()
                 return True
         return False

@@ -26,6 +26,7 @@ VERDICTS = (
     "serving_dead",
     "memory_exhausted",
     "gpu_wedged",
+    "gpu_fault",
     "agent_down",
     "host_frozen",
     "isolated",

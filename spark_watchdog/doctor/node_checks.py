@@ -35,11 +35,20 @@ def judge_gpu(reading: GpuReading, deadline: float, serving_enabled: bool) -> Fi
             + (f" at {d.power_w:.0f} W" if d.power_w is not None else "")
             for d in reading.devices
         )
-        return ok(
+        said = (
             f"NVML answered in {reading.duration_s * 1000:.0f} ms (the agent's deadline: "
             f"{deadline:g} s): {len(reading.devices)} GPU(s): {names}; "
             f"driver {reading.driver_version or '?'}"
         )
+        xids = reading.xids
+        if xids is not None and xids.watcher != "on":
+            return warn(
+                f"{said}; but live Xid events are {xids.watcher} ({xids.detail}): a GPU fault "
+                "is known only from the journal, after the boot, if the host survives it",
+                "nothing to fix on the node if its driver refuses event sets; the agent "
+                "reports it in /v1/state (gpu_faults.watcher)",
+            )
+        return ok(said + ("; live Xid events watched" if xids is not None else ""))
     if reading.state == "unavailable":
         why = reading.error or "no NVIDIA driver or no GPU"
         if serving_enabled:

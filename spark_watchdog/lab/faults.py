@@ -6,10 +6,15 @@ simulation uses too."""
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import time
 from typing import Any, Protocol
 
+import psutil
+import requests
+
+from spark_watchdog.lab.hardware import gpu_standin
 from spark_watchdog.lab.hardware.real_vllm import RealHead
 from spark_watchdog.lab.node import GIB, LabNode
 
@@ -62,6 +67,8 @@ class Faultable(Protocol):
     def partition(self, node: LabNode, cut: bool = ...) -> None: ...
 
     def heal(self, node: LabNode | None = ...) -> None: ...
+
+    def mem_restore(self, node: LabNode) -> None: ...
 
     def agent_state(self, node: LabNode) -> dict[str, Any] | None: ...
 
@@ -143,3 +150,24 @@ def _wait_head_idle(lab: Faultable, timeout: float = 60.0) -> None:
             return
         time.sleep(0.3)
     raise TimeoutError(f"{lab.head.name}'s real vLLM did not go idle")
+
+
+def heal(lab: Faultable, node: LabNode | None = None) -> None:
+    """Undo every fault that a power cycle would not (serving, PDU, freeze):
+    on ``node``, or on every node and the serving head and the PDU."""
+    for each in [node] if node is not None else lab.nodes:
+        if each.netns is not None:
+            lab.partition(each, cut=False)
+        lab.thaw(each)
+        lab.mem_restore(each)
+        each.clock_latched = False
+        gpu_standin.write_mode(each.directory, "ok")
+    if node is None:
+        lab.pdu_silent(False)
+        with contextlib.suppress(requests.RequestException):
+            lab.vllm_mode("progressing")
+        if lab.real_head is not None:
+            head = lab.head
+            with contextlib.suppress(ValueError, psutil.Error):
+                lab.real_head.signal_engine(head.address, head.vllm_port, signal.SIGCONT)
+            lab.real_head.start_traffic(head.vllm_url)

@@ -62,6 +62,17 @@ def serving_conflict(mode: str, *, netns: bool = False, vllm: str = "standin") -
     return None
 
 
+def check_serving(mode: str, *, netns: bool, vllm: str) -> None:
+    """ValueError where ``mode`` is no serving mode, or cannot be combined with
+    the lab's other choices: before anything starts."""
+    if mode not in SERVING:
+        expected = ", ".join(SERVING)
+        raise ValueError(f"--serving must be one of {expected}, not {mode!r}")
+    conflict = serving_conflict(mode, netns=netns, vllm=vllm)
+    if conflict is not None:
+        raise ValueError(conflict)
+
+
 @dataclass
 class RankContainers:
     """The containers of one lab's ranks, and what runs them."""

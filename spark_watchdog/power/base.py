@@ -153,6 +153,13 @@ class PowerTiming:
     read_timeout: float = 10.0
     command_timeout: float = 15.0
 
+    @property
+    def switch_budget(self) -> float:
+        """The longest one verified switch may take: a read, the spacing, the
+        command and its read-back, and a few seconds' slack."""
+        waits = self.read_timeout + self.min_command_interval + self.command_timeout
+        return waits + self.power_timeout + 5.0
+
 
 @dataclass(frozen=True)
 class PowerStep:
@@ -237,6 +244,11 @@ class _Run:
     steps: list[PowerStep] = field(default_factory=list)
     sent_at: float | None = None  # when the last command left
 
+    @classmethod
+    def begin(cls, now: float, budget: float) -> _Run:
+        """A call starting ``now``, to end within ``budget`` seconds."""
+        return cls(started=now, deadline=now + budget)
+
 
 class VerifiedPower:
     """``state``, ``on``, ``off`` and ``cycle`` of one device, each verified by reading back."""
@@ -276,7 +288,7 @@ class VerifiedPower:
 
         :raises PowerError: the device did not answer, or its answer says nothing.
         """
-        run = self._start(self.timing.read_timeout)
+        run = _Run.begin(self._clock(), self.timing.read_timeout)
         return await self._read(run)
 
     async def on(self) -> PowerResult:
@@ -320,7 +332,7 @@ class VerifiedPower:
         """
         if off_seconds < 0:
             raise ValueError(f"off_seconds: expected ≥ 0, got {off_seconds}")
-        run = self._start(off_seconds + 2 * self._switch_budget())
+        run = _Run.begin(self._clock(), off_seconds + 2 * self.timing.switch_budget)
         before = await self._read(run)
         if before is not PowerState.ON and not from_off:
             await self._refuse_found_off(run, before)
@@ -328,10 +340,7 @@ class VerifiedPower:
             await self._timed_plan(run, off_seconds) if timed and before is PowerState.ON else None
         )
         if plan is not None:
-            # The device's own on may come up to on_after_s after the off, and is
-            # then read back within a power_timeout: the deadline grows by that.
-            assert plan.on_after_s is not None
-            run.deadline += max(0.0, plan.on_after_s - off_seconds) + self.timing.power_timeout
+            run.deadline += _timed_on_wait(plan, off_seconds, self.timing.power_timeout)
         if self.dry_run:
             how = "" if plan is None else f"; the device would switch on by itself ({plan.how})"
             await self._step(
@@ -454,12 +463,8 @@ class VerifiedPower:
             if state is not PowerState.OFF:
                 return state
 
-    def _switch_budget(self) -> float:
-        t = self.timing
-        return t.read_timeout + t.min_command_interval + t.command_timeout + t.power_timeout + 5.0
-
     async def _switch(self, target: PowerState, action: str) -> PowerResult:
-        run = self._start(self._switch_budget())
+        run = _Run.begin(self._clock(), self.timing.switch_budget)
         before = await self._read(run)
         if self.dry_run:
             note = "already there" if before is target else f"would switch {action}"
@@ -581,13 +586,8 @@ class VerifiedPower:
             if self._clock() + self.timing.poll_interval >= window_end:
                 break
             await self._sleep(self.timing.poll_interval)
-        seen = f"last read {last.value}" if last is not None else "no successful read"
-        if last_error is not None:
-            seen += f"; last error: {last_error.message}"
-        raise StateTimeout(
-            self.name,
-            f"{target.value} not read back within {span:g}s ({seen})",
-        )
+        seen = _reads_seen(last, last_error)
+        raise StateTimeout(self.name, f"{target.value} not read back within {span:g}s ({seen})")
 
     async def _read(self, run: _Run, until: float | None = None) -> PowerState:
         end = run.deadline if until is None else min(until, run.deadline)
@@ -611,10 +611,6 @@ class VerifiedPower:
                 run, StepName(f"{word}_spacing"), f"waiting {wait:.1f}s since the last command"
             )
             await self._sleep(wait)
-
-    def _start(self, budget: float) -> _Run:
-        now = self._clock()
-        return _Run(started=now, deadline=now + budget)
 
     async def _step(
         self, run: _Run, name: StepName, detail: str = "", *, on_after_s: float | None = None
@@ -652,6 +648,22 @@ class VerifiedPower:
             steps=tuple(run.steps),
             off_held_s=off_held_s,
         )
+
+
+def _timed_on_wait(plan: TimedOn, off_seconds: float, power_timeout: float) -> float:
+    """How much longer a timed cycle may take than a plain one: the device's
+    own on may come up to ``on_after_s`` after the off (beyond the hold), and
+    is then read back within a power_timeout."""
+    assert plan.on_after_s is not None
+    return max(0.0, plan.on_after_s - off_seconds) + power_timeout
+
+
+def _reads_seen(last: PowerState | None, last_error: PowerError | None) -> str:
+    """What a read-back that timed out saw: its last state, its last error."""
+    seen = f"last read {last.value}" if last is not None else "no successful read"
+    if last_error is not None:
+        seen += f"; last error: {last_error.message}"
+    return seen
 
 
 class OutletGroup:

@@ -446,35 +446,7 @@ class SnmpPdu:
                 socket.disarm()
                 if answer is None:
                     self._renew_command_engine(engine)
-        indication, status, _, var_binds = answer
-        if indication:
-            if isinstance(indication, _NOT_PROCESSED):
-                raise Unreachable(
-                    device,
-                    f"{what} not applied: {indication} (check {self.credentials.description})",
-                )
-            raise Ambiguous(
-                device,
-                f"{what} sent, no answer ({indication}) within {self.timeout:g}s; "
-                "it may have been applied (not resent: read the state)",
-            )
-        if status:
-            raise Refused(
-                device,
-                f"{what} refused: {_status_name(status)} "
-                "(expected the PDU to accept the outlet command; check write access "
-                f"for {self.credentials.description} and the vendor profile)",
-            )
-        for _, answer in var_binds:
-            # A SET answer never carries an exception value (RFC 3416 4.2.5);
-            # some agents (snmpsim among them) answer a non-existent or
-            # read-only instance this way instead of with an error status.
-            if isinstance(answer, (NoSuchInstance, NoSuchObject, EndOfMibView)):
-                raise Refused(
-                    device,
-                    f"{what} not applied: the device answered {describe_value(answer)} "
-                    "(no writable outlet command at that OID; check the vendor profile)",
-                )
+        _read_set_answer(device, what, answer, self.timeout, self.credentials.description)
 
     async def _set_once(
         self,
@@ -639,6 +611,42 @@ class SnmpPdu:
         if name == "noSuchName":
             return DeviceMismatch(device, f"{what}: the device has no such object (noSuchName)")
         return Refused(device, f"{what}: the device answered {name} (index {int(index)})")
+
+
+def _read_set_answer(device: str, what: str, answer: Any, timeout: float, credentials: str) -> None:
+    """What a SET's answer means: nothing when it was applied; ``Unreachable``
+    when the agent dropped it unprocessed (a v3 security report), ``Ambiguous``
+    when no answer came (it may have landed), ``Refused`` for an error status
+    or an exception value (``credentials``: their description, for the hint)."""
+    indication, status, _, var_binds = answer
+    if indication:
+        if isinstance(indication, _NOT_PROCESSED):
+            raise Unreachable(
+                device,
+                f"{what} not applied: {indication} (check {credentials})",
+            )
+        raise Ambiguous(
+            device,
+            f"{what} sent, no answer ({indication}) within {timeout:g}s; "
+            "it may have been applied (not resent: read the state)",
+        )
+    if status:
+        raise Refused(
+            device,
+            f"{what} refused: {_status_name(status)} "
+            "(expected the PDU to accept the outlet command; check write access "
+            f"for {credentials} and the vendor profile)",
+        )
+    for _, answer in var_binds:
+        # A SET answer never carries an exception value (RFC 3416 4.2.5);
+        # some agents (snmpsim among them) answer a non-existent or
+        # read-only instance this way instead of with an error status.
+        if isinstance(answer, (NoSuchInstance, NoSuchObject, EndOfMibView)):
+            raise Refused(
+                device,
+                f"{what} not applied: the device answered {describe_value(answer)} "
+                "(no writable outlet command at that OID; check the vendor profile)",
+            )
 
 
 # -- value helpers --------------------------------------------------------------

@@ -33,6 +33,7 @@ from typing import Any, ClassVar, Literal, get_args
 
 import spark_watchdog
 from spark_watchdog.probes.gpu_worker import DEVICE_FIELDS, READ_REQUEST
+from spark_watchdog.probes.xid_events import XidReport, parse_xid_report
 
 GpuState = Literal["ok", "unavailable", "timeout", "error"]
 GPU_STATES: tuple[GpuState, ...] = get_args(GpuState)
@@ -85,6 +86,9 @@ class GpuReading:
     duration_s: float = 0.0
     driver_version: str | None = None
     nvml_version: str | None = None
+    # The worker's Xid watcher and the events since the last read (handed on to
+    # the agent's fault log, not part of the probe's report): probes/xid_events.py.
+    xids: XidReport | None = field(default=None, compare=False)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -200,6 +204,7 @@ def _parse_reading(payload: object) -> GpuReading:
         duration_s=0.0 if duration is None else duration,
         driver_version=_optional(payload, "driver_version", "driver_version", "str"),
         nvml_version=_optional(payload, "nvml_version", "nvml_version", "str"),
+        xids=parse_xid_report(payload),
     )
 
 

@@ -27,10 +27,17 @@ from __future__ import annotations
 import json
 import os
 import sys
+import threading
+import time
+from collections import deque
 from collections.abc import Callable
 from typing import Any, TextIO
 
 READ_REQUEST = "read"
+# Xid events kept between two reads; beyond that the oldest are dropped (and counted).
+XID_EVENTS_KEPT = 64
+# How long one wait on the event set lasts (ms): the watcher stays responsive.
+_XID_WAIT_MS = 500
 
 # nvmlInit failures that mean "there is no usable NVIDIA GPU here" rather than
 # "the GPU is in trouble". Everything else at init (GPU is lost, RM version
@@ -57,17 +64,22 @@ class NvmlSession:
     tests pass a stand-in that raises pynvml's own error classes.
     """
 
-    def __init__(self, nvml: Any) -> None:
+    def __init__(self, nvml: Any, watch_xids: bool = True) -> None:
         self._nvml = nvml
         self._initialised = False
+        self._watch_xids = watch_xids
+        self.xids: XidWatcher | None = None
 
     def answer(self, request: str) -> dict[str, Any]:
         if request != READ_REQUEST:
             return _failure("error", f'unknown request "{request}"; expected "{READ_REQUEST}"')
         try:
-            return self._read()
+            answer = self._read()
         except Exception as exc:  # the worker must answer, not die
-            return _failure("error", f"NVML worker failed: {type(exc).__name__}: {exc}")
+            answer = _failure("error", f"NVML worker failed: {type(exc).__name__}: {exc}")
+        if self.xids is not None:
+            answer["xid_watcher"], answer["xid_events"], answer["xid_dropped"] = self.xids.drain()
+        return answer
 
     def _read(self) -> dict[str, Any]:
         nvml = self._nvml
@@ -90,6 +102,13 @@ class NvmlSession:
             return _failure("error", f"nvmlDeviceGetCount failed: {exc}")
         if count == 0:
             return _failure("unavailable", "NVML found no GPU on this machine")
+        if self._watch_xids and self.xids is None:
+            self.xids = XidWatcher(nvml)
+            try:
+                self.xids.start(count)
+            except Exception as exc:  # a pynvml without the event calls: no watcher, no harm
+                self.xids.state = "refused"
+                self.xids.detail = f"cannot watch Xid events: {type(exc).__name__}: {exc}"
         return {
             "state": "ok",
             "devices": [self._device(index) for index in range(count)],
@@ -155,6 +174,83 @@ class NvmlSession:
         device["not_supported"] = not_supported
         device["errors"] = errors
         return device
+
+
+class XidWatcher:
+    """Xid critical errors as the driver reports them, live (docs/facts.md, "Xid events").
+
+    Registers every GPU for Xid critical error events only (clock events too
+    would flood the set) and waits on the set in a thread of its own, a short
+    wait at a time; each event is kept (the Xid, the GPU's index, the time)
+    until the next read drains them. What registered and what NVML refused is
+    its ``state``: ``on``, ``refused`` (no GPU accepted: GB10's NVML may), or
+    ``failed`` (the wait failed: the worker is replaced as after any error).
+    """
+
+    def __init__(self, nvml: Any, clock: Callable[[], float] = time.time) -> None:
+        self._nvml = nvml
+        self._clock = clock
+        self.state = "off"
+        self.detail: str | None = None
+        self._events: deque[dict[str, Any]] = deque(maxlen=XID_EVENTS_KEPT)
+        self._dropped = 0
+        self._lock = threading.Lock()
+
+    def start(self, count: int) -> None:
+        nvml = self._nvml
+        try:
+            event_set = nvml.nvmlEventSetCreate()
+        except nvml.NVMLError as exc:
+            self.state, self.detail = "refused", f"nvmlEventSetCreate failed: {exc}"
+            return
+        refused: list[str] = []
+        watched = 0
+        for index in range(count):
+            try:
+                handle = nvml.nvmlDeviceGetHandleByIndex(index)
+                nvml.nvmlDeviceRegisterEvents(handle, nvml.nvmlEventTypeXidCriticalError, event_set)
+                watched += 1
+            except nvml.NVMLError as exc:
+                refused.append(f"GPU {index}: {exc}")
+        self.detail = "; ".join(refused) or None
+        if not watched:
+            self.state = "refused"
+            return
+        self.state = "on"
+        thread = threading.Thread(target=self._wait, args=(event_set,), daemon=True)
+        thread.start()
+
+    def _wait(self, event_set: Any) -> None:
+        nvml = self._nvml
+        while True:
+            try:
+                data = nvml.nvmlEventSetWait_v2(event_set, _XID_WAIT_MS)
+            except nvml.NVMLError_Timeout:
+                continue
+            except nvml.NVMLError as exc:
+                self.state, self.detail = "failed", f"nvmlEventSetWait_v2 failed: {exc}"
+                return
+            self._note(data)
+
+    def _note(self, data: Any) -> None:
+        nvml = self._nvml
+        try:
+            index: int | None = int(nvml.nvmlDeviceGetIndex(data.device))
+        except (nvml.NVMLError, TypeError, ValueError):
+            index = None
+        event = {"xid": int(data.eventData), "gpu": index, "at_unix": self._clock()}
+        with self._lock:
+            if len(self._events) == XID_EVENTS_KEPT:
+                self._dropped += 1
+            self._events.append(event)
+
+    def drain(self) -> tuple[dict[str, Any], list[dict[str, Any]], int]:
+        """What the watcher is, and the events and drops since the last drain."""
+        with self._lock:
+            events, dropped = list(self._events), self._dropped
+            self._events.clear()
+            self._dropped = 0
+        return {"state": self.state, "detail": self.detail}, events, dropped
 
 
 # The per-device fields of an answer, besides ``index``, ``not_supported`` and ``errors``.

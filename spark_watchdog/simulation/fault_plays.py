@@ -57,7 +57,7 @@ class FaultPlays:
     world: World
     rng: random.Random
     pair_rng: random.Random
-    link_rng: random.Random
+    newer_rng: random.Random
     names: list[str]
     clock: Any  # the hosts' clock (simulation/run.py's _SimClock): its offset steps
     config: ControllerConfig
@@ -112,6 +112,12 @@ class FaultPlays:
             node.agent, node.agent_until = "slow", now + rng.uniform(5.0, 60.0)
         elif fault == "mem-collapse":
             node.memory_kill(self.clock.base)
+        elif fault.startswith("xid"):
+            # Its own draws: Xid 31 mostly, now and then one that is evidence only
+            # (scripted "xid-79": that Xid).
+            _, _, said = fault.partition("-")
+            xid = int(said) if said else self.newer_rng.choice((31, 31, 13, 43, 79))
+            node.gpu_fault(self.clock.base, xid)
         elif fault == "gpu-hang" and node.phase == "up":
             node.gpu_wedged = True
             node.gpu_sticky = rng.random() < 0.3
@@ -143,7 +149,7 @@ class FaultPlays:
             # One link of one node (several, when they overlap), from the fabric's
             # own draws, so that other runs replay; scripted "-90": for 90 s.
             kind, _, said = fault.rpartition("-") if fault[-1].isdigit() else (fault, "", "")
-            until = now + (float(said) if said else self.link_rng.uniform(5.0, 120.0))
+            until = now + (float(said) if said else self.newer_rng.uniform(5.0, 120.0))
             if kind == "mgmt-partition":
                 node.partitioned_until = until
             else:
@@ -212,18 +218,19 @@ class FaultPlays:
         if self.pair is not None:
             self.pair.inject(kind, seconds)
 
-    def link_schedule(self, fault_window: float) -> list[tuple[float, str, str | None]]:
-        """One link of one node at a time, from the fabric's own draws: the
-        management link (the controller cannot reach the node, its peers can)
-        or the fabric (the controller can, its peers cannot)."""
-        rng, t = self.link_rng, 0.0
+    def newer_schedule(self, fault_window: float) -> list[tuple[float, str, str | None]]:
+        """The newer faults, from their own draws, one node at a time: one link
+        dark, the management link (the controller cannot reach the node, its
+        peers can) or the fabric (the controller can, its peers cannot), or a
+        GPU fault that ends the node's rank (an Xid)."""
+        rng, t = self.newer_rng, 0.0
         schedule: list[tuple[float, str, str | None]] = []
         rate = rng.uniform(1 / 300.0, 1 / 60.0)
         while True:
             t += rng.expovariate(rate)
             if t >= fault_window:
                 return schedule
-            fault = rng.choice(("mgmt-partition", "fabric-partition"))
+            fault = rng.choice(("mgmt-partition", "fabric-partition", "xid"))
             schedule.append((t, fault, rng.choice(self.names)))
 
     def later(self, delay: float, fn: Callable[[], Any]) -> None:
@@ -279,6 +286,9 @@ _FAULT_GROUPS: tuple[tuple[_FaultPlay, tuple[str, ...]], ...] = (
             "stuck-agent",
             "slow-agent",
             "mem-collapse",
+            "xid",
+            "xid-31",
+            "xid-79",
             "gpu-hang",
             "serving-start-fails",
             "serving-stop-hangs",

@@ -4,9 +4,10 @@ the controller logged and recorded."""
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from spark_watchdog.history.records import IncidentStep
+from spark_watchdog.history.store import HistoryStore
 from spark_watchdog.simulation.world import InjectedBug, Killed
 from spark_watchdog.steps import StepName
 
@@ -55,6 +56,26 @@ def attempt_of(steps: list[IncidentStep]) -> int:
     detail = started[-1].detail if started else None
     attempt = detail.get("attempt", 1) if isinstance(detail, dict) else 1
     return attempt if isinstance(attempt, int) else 1
+
+
+def with_incidents(report: Report, store: HistoryStore) -> Report:
+    """``report`` with what the history recorded of its incidents (dry run
+    ones left out): how many, how each ended, their kinds, and the rungs run a
+    second time."""
+    incidents = [i for i in store.list_incidents(limit=10_000) if not i.dry_run]
+    return replace(
+        report,
+        incidents=len(incidents),
+        recovered=sum(1 for i in incidents if i.resolution == "recovered"),
+        resolutions=[str(i.resolution) for i in incidents],
+        kinds=[i.kind for i in incidents],
+        second_tries=sum(
+            1
+            for i in incidents
+            for s in store.steps(i.id)
+            if s.step == StepName.RUNG_STARTED and attempt_of([s]) == 2
+        ),
+    )
 
 
 class ErrorTrap(logging.Handler):

@@ -11,25 +11,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import json
 import logging
-import os
 import random
-import tempfile
 from collections.abc import Callable, Coroutine
 from typing import Any, Literal, cast
 
-from spark_watchdog.config.controller import ControllerConfig, parse_controller_config
+from spark_watchdog.config.controller import ControllerConfig
 from spark_watchdog.controller.clock import Clock
 from spark_watchdog.controller.daemon import Controller
 from spark_watchdog.controller.fence import LONE, Fence
 from spark_watchdog.controller.io import ControllerIO
-from spark_watchdog.controller.node_states import NodeState
 from spark_watchdog.controller.notify import ABOUT_LEADERSHIP, Event, Notifier
-from spark_watchdog.controller.parts import Ladder
 from spark_watchdog.errors import StoreFull, StoreLocked
 from spark_watchdog.history.core import is_write
-from spark_watchdog.history.records import CLUSTER
 from spark_watchdog.history.store import HistoryStore
 from spark_watchdog.power.base import CommandSpacing, PowerState, SendGate, StepHook, VerifiedPower
 from spark_watchdog.power.paths import PowerPath, timing_for
@@ -38,10 +32,23 @@ from spark_watchdog.sdnotify import SystemdNotifier
 from spark_watchdog.simulation.fault_plays import FAULT_PLAYS as FAULT_PLAYS
 from spark_watchdog.simulation.fault_plays import FAULTS as FAULTS
 from spark_watchdog.simulation.fault_plays import FaultPlays
+from spark_watchdog.simulation.invariants import (
+    budget_violations,
+    command_violations,
+    end_violations,
+    halt_violations,
+    open_incident_violations,
+    reboot_violations,
+    serving_restart_violations,
+)
 from spark_watchdog.simulation.loop import VirtualLoop, run_virtual
-from spark_watchdog.simulation.pair import PAIR_FAULTS, SimPair
-from spark_watchdog.simulation.report import ErrorTrap, attempt_of
+from spark_watchdog.simulation.pair import SimPair
+from spark_watchdog.simulation.report import ErrorTrap, with_incidents
 from spark_watchdog.simulation.report import Report as Report
+from spark_watchdog.simulation.rest import at_rest, ladder_running
+from spark_watchdog.simulation.schedule import Scripted as Scripted
+from spark_watchdog.simulation.schedule import pair_faults, random_faults
+from spark_watchdog.simulation.sim_config import random_config
 from spark_watchdog.simulation.world import (
     PROCESS,
     Incarnation,
@@ -57,35 +64,11 @@ from spark_watchdog.simulation.world import (
     sim_serving,
     sim_witness,
 )
-from spark_watchdog.steps import StepName
 
 SelfTimed = Literal["never", "always", "failing"]
 # The share of random runs with a controller pair (simulation/pair.py).
 PAIR_SHARE = 0.3
 PEERS_SHARE = 0.5  # runs whose agents pulse their peers over the fabric
-ALERT_KINDS = frozenset({"held", "gave_up", "circuit_breaker", "outlet_off", "ambiguous_power"})
-
-# A gentler ladder's state, and the task that must be running while a node has it.
-_GENTLE = {NodeState.UNWEDGING: Ladder.UNWEDGING, NodeState.UNLATCHING: Ladder.UNLATCHING}
-
-
-@functools.lru_cache(maxsize=512)
-def _parse(text: str) -> ControllerConfig:
-    """Configs repeat across seeds; validating one takes longer than a short run's tick."""
-    return parse_controller_config(json.loads(text), "simulation")
-
-
-_TOKEN: list[str] = []
-
-
-def _token_file() -> str:
-    """A serving token file, so serving restarts run (and can be checked in dry run)."""
-    if not _TOKEN:
-        fd, path = tempfile.mkstemp(prefix="spark-watchdog-sim-token-")
-        os.write(fd, b"simulated-token\n")
-        os.close(fd)
-        _TOKEN.append(path)
-    return _TOKEN[0]
 
 
 class _SimClock:
@@ -146,10 +129,6 @@ class _Store:
         return call
 
 
-# A scripted fault: at this many simulated seconds, this fault, on this node (None: random).
-Scripted = tuple[float, str, "str | None"]
-
-
 class _Run(FaultPlays):
     def __init__(
         self,
@@ -176,7 +155,7 @@ class _Run(FaultPlays):
         self.dry_run = rng.random() < 0.08
         if "dry_run" in self.overrides.get("guards", {}):
             self.dry_run = bool(self.overrides["guards"]["dry_run"])
-        self.config = self._config()
+        self.config = random_config(rng, self.names, self.dry_run, self.overrides)
         self.world = World(self.names, rng, self.config.detection.freeze_after)
         if self_timed is not None:
             self._time_outlets(self_timed)
@@ -188,9 +167,9 @@ class _Run(FaultPlays):
         if pair is None:
             pair = self.pair_rng.random() < PAIR_SHARE
         self.pair: SimPair | None = None
-        # The fabric's own draws too: a run without peers replays as before them.
-        self.link_rng = random.Random(f"links {seed}")
-        self.world.peers_on = self.link_rng.random() < PEERS_SHARE if peers is None else peers
+        # The newer faults' own draws (a link, an Xid): a run without them replays as before.
+        self.newer_rng = random.Random(f"newer faults {seed}")
+        self.world.peers_on = self.newer_rng.random() < PEERS_SHARE if peers is None else peers
         self.store = self._open_history(pair)
         self.history_fault_until = -1.0
         self.history_fault: type[StoreLocked] | type[StoreFull] = StoreLocked
@@ -227,66 +206,6 @@ class _Run(FaultPlays):
         return HistoryStore(
             self.pair.path, clock=self.clock.time, database_clock=self.pair.database_clock
         )
-
-    # -- configuration ------------------------------------------------------
-
-    def _config(self) -> ControllerConfig:
-        rng = self.rng
-        off = rng.choice([5.0, 10.0, 30.0, 60.0])
-        nodes = [
-            {
-                "name": name,
-                "agent": f"http://{name}:9720",
-                "ssh_host": name,
-                "power": [
-                    {
-                        "type": "snmp",
-                        "host": "pdu",
-                        "outlet": i + 1,
-                        "community_file": "/dev/null",
-                    },
-                    {
-                        "type": "ssh",
-                        "host": name,
-                        "user": "root",
-                        "key_file": "/dev/null",
-                        "known_hosts_file": "/dev/null",
-                    },
-                ],
-            }
-            for i, name in enumerate(self.names)
-        ]
-        window = rng.choice([600.0, 1800.0, 21600.0])
-        data: dict[str, Any] = {
-            "nodes": nodes,
-            "policy": {
-                "power_off_seconds": off,
-                "power_timeout": rng.choice([5.0, 15.0]),
-                "min_command_interval": rng.choice([0.0, 2.0]),
-            },
-            "detection": {"freeze_after": rng.choice([4.0, 8.0])},
-            "guards": {
-                "node_budget": rng.choice([1, 2, 3]),
-                "cluster_budget": rng.choice([2, 4, 8]),
-                "budget_window": window,
-                "max_concurrent_power_actions": rng.choice([1, 1, 2]),
-                "boot_timeout": rng.choice([45.0, 90.0]),
-                "breaker_latch_after": rng.choice([0.0, 30.0]),
-                "dry_run": self.dry_run,
-            },
-            "serving": {
-                "head": self.names[0],
-                "token_file": _token_file(),
-                "restart_cooldown": rng.choice([0.0, 10.0, 60.0]),
-                "restart_budget": rng.choice([1, 2, 6]),
-                "restart_budget_window": rng.choice([300.0, 3600.0]),
-            },
-            "witness": ["tcp://gateway:53"],
-            "history": ":memory:",
-        }
-        for section, values in self.overrides.items():
-            data[section] = {**data.get(section, {}), **values}
-        return _parse(json.dumps(data, sort_keys=True))
 
     # -- the controller process ----------------------------------------------------
 
@@ -419,43 +338,18 @@ class _Run(FaultPlays):
     def _on_command(self, outlet: SimOutlet, target: PowerState, landed: bool, number: int) -> None:
         now, node = self.world.now(), outlet.node.name
         where = f"at {now:.1f}s: {target.value} to {node}"
-        if self.dry_run:
-            self.violate(f"I6 {where} in dry run")
-        if target is PowerState.OFF:
-            life = self.world.truth.alive_at(node, now)
-            if life is not None:
-                self.violate(f"I1 {where}, which answered {now - life:.1f}s before")
-            if self.store.active_hold(node) or self.store.active_hold(CLUSTER):
-                self.violate(f"I6 {where} while held")
-        incident = next(
-            (
-                i
-                for i in self.store.open_incidents()
-                if node in i.nodes and i.kind == "host_frozen" and not i.dry_run
-            ),
-            None,
-        )
-        failing = now < self.history_fault_until
-        if incident is None:
-            if not failing:
-                self.violate(f"I7 {where} with no open incident")
-        else:
-            mine = [s for s in self.store.steps(incident.id) if s.node == node]
-            last = mine[-1] if mine else None
-            wanted = f"{target.value}_requested"
-            excused = failing and target is PowerState.ON  # an on goes out unrecorded
-            if (last is None or last.step != wanted) and not excused:
-                self.violate(f"I7 {where}: last step {last and last.step}, not {wanted}")
-            if target is PowerState.OFF and last is not None and isinstance(last.detail, dict):
-                key = (incident.id, int(last.detail.get("rung", -1)), attempt_of(mine))
-                self.off_counts[key] = self.off_counts.get(key, 0) + 1
-                if key[2] > 2:
-                    self.violate(f"I2 {where}: try {key[2]} of incident #{key[0]} rung {key[1]}")
-                if self.off_counts[key] > 1:
-                    self.violate(
-                        f"I2 {where}: a second off in incident #{key[0]} rung {key[1]} "
-                        f"(try {key[2]})"
-                    )
+        for text in command_violations(
+            where,
+            node,
+            target,
+            now=now,
+            dry_run=self.dry_run,
+            truth=self.world.truth,
+            store=self.store,
+            failing=now < self.history_fault_until,
+            off_counts=self.off_counts,
+        ):
+            self.violate(text)
         if self.pair is not None:
             refused = self.pair.check_sender(number, where)
             if refused is not None:
@@ -470,14 +364,8 @@ class _Run(FaultPlays):
         self.world.truth.violations.append(f"seed {self.seed}: {text}")
 
     def check_incidents(self) -> None:
-        counts: dict[str, int] = {}
-        for incident in self.store.open_incidents():
-            if incident.kind == "host_frozen" and not incident.dry_run:
-                for node in incident.nodes:
-                    counts[node] = counts.get(node, 0) + 1
-        for node, count in counts.items():
-            if count > 1:
-                self.violate(f"I2 at {self.world.now():.1f}s: {node} has {count} open incidents")
+        for text in open_incident_violations(self.store, self.world.now()):
+            self.violate(text)
 
     # -- the run ----------------------------------------------------------------
 
@@ -519,21 +407,14 @@ class _Run(FaultPlays):
 
     def _schedule_faults(self, loop: asyncio.AbstractEventLoop, fault_window: float) -> None:
         """The script's faults, or random ones (a Poisson process) over the fault window."""
-        rate = self.rng.uniform(1 / 120.0, 1 / 20.0)  # faults per second
-        t = 0.0
-        schedule: list[Scripted] = []
-        while self.script is None:
-            t += self.rng.expovariate(rate)
-            if t >= fault_window:
-                break
-            schedule.append((t, self.rng.choice(FAULTS), None))
+        schedule = random_faults(self.rng, fault_window, scripted=self.script is not None)
         unknown = sorted({f for _, f, _ in self.script or () if f not in FAULT_PLAYS})
         if unknown:
             raise ValueError(f"unknown simulated fault {', '.join(map(repr, unknown))}")
         if self.pair is not None and self.script is None:
-            schedule.extend(self._pair_schedule(fault_window))
+            schedule.extend(pair_faults(self.pair_rng, fault_window))
         if self.world.peers_on and self.script is None:
-            schedule.extend(self.link_schedule(fault_window))
+            schedule.extend(self.newer_schedule(fault_window))
         for at, fault, on in self.script if self.script is not None else schedule:
             loop.call_at(at, self.inject, fault, on)
 
@@ -573,139 +454,42 @@ class _Run(FaultPlays):
         if not isinstance(exc, (Killed, InjectedBug)):
             self.errors.append(f"{context.get('message')}: {exc!r}")
 
-    def _pair_schedule(self, fault_window: float) -> list[Scripted]:
-        """The pair's faults: its leader paused, killed or cut from the history."""
-        rng, t = self.pair_rng, 0.0
-        schedule: list[Scripted] = []
-        rate = rng.uniform(1 / 240.0, 1 / 60.0)
-        while True:
-            t += rng.expovariate(rate)
-            if t >= fault_window:
-                return schedule
-            schedule.append((t, rng.choice(PAIR_FAULTS), None))
-
     def _ladder_running(self) -> bool:
         """The watched controller is cutting, booting or running a ladder for a node."""
         controller = self.controller
-        if controller is None or not self.incarnation.alive:
-            return False
-        busy = (NodeState.FENCING, NodeState.BOOTING)
-        return any(w.state in busy for w in controller.watches.values()) or any(
-            not t.done() for t in controller.work.tasks()
-        )
+        return controller is not None and self.incarnation.alive and ladder_running(controller)
 
     def settled(self) -> bool:
+        """The watched controller (and a pair) steady, its world at rest."""
         controller = self.controller
         if controller is None or not self.incarnation.alive:
             return False
         if self.pair is not None and not self.pair.steady():
             return False
-        for name, watch in controller.watches.items():
-            if watch.state is NodeState.HELD:
-                continue
-            if watch.state is not NodeState.WATCHING or watch.incident_id is not None:
-                return False
-            if self.world.nodes[name].phase != "up" or watch.finding.verdict.value != "healthy":
-                return False
-        return True
+        return at_rest(controller, self.world)
 
     def finish(self) -> None:
-        """The end-of-run invariants: I3, I4, I5, I6."""
-        truth, world = self.world.truth, self.world
-        controller = self.controller
-        assert controller is not None
-        alerted = {e.node for e in self.events if e.kind in ALERT_KINDS}
-        cluster_alert = any(e.kind in ALERT_KINDS and e.node is None for e in self.events)
-        for name, node in world.nodes.items():
-            watch = controller.watches[name]
-            mine = [c for c in truth.commands if c.node == name]
-            person = [p for p in truth.person_switches if p[1] == name]
-            if watch.state in (NodeState.FENCING, NodeState.BOOTING):
-                self.violate(f"I5 at the end: {name} still {watch.state.value}")
-            ladder = _GENTLE.get(watch.state)
-            if ladder is not None and not controller.work.running_for(ladder, name):
-                self.violate(f"I5 at the end: {name} {watch.state.value} with no ladder running")
-            left_off = world.outlets[name][0].state is not PowerState.ON
-            last_ours = mine[-1] if mine else None
-            ours_last = last_ours is not None and (not person or person[-1][0] < last_ours.at)
-            if left_off and ours_last and not (name in alerted or cluster_alert):
-                self.violate(f"I3 at the end: {name}'s outlet left off with no alert naming it")
-            stuck = node.phase in ("frozen", "off", "halted")
-            if stuck and not self.dry_run and watch.state is not NodeState.HELD:
-                self.violate(f"I5 at the end: {name} is {node.phase} and not held")
-            if stuck and watch.state is NodeState.HELD and not (name in alerted or cluster_alert):
-                self.violate(f"I5 at the end: {name} held without an alert")
-        window = self.config.guards.budget_window
-        offs = [c for c in truth.commands if c.target is PowerState.OFF]
-        for i, first in enumerate(offs):
-            inside = [c for c in offs[i:] if c.at - first.at < window]
-            if len(inside) > self.config.guards.cluster_budget:
-                self.violate(f"I4: {len(inside)} offs within {window:g}s (cluster budget)")
-                break
-            same = [c for c in inside if c.node == first.node]
-            if len(same) > self.config.guards.node_budget:
-                self.violate(f"I4: {len(same)} offs to {first.node} within {window:g}s")
-                break
-        if self.dry_run and truth.serving_restarts:
-            self.violate("I6: serving restarted in dry run")
-        self._check_serving_restarts()
-        self._check_reboots()
-        self._check_halts()
-        for error in self.errors:
-            self.violate(f"unexpected error: {error}")
-
-    def _check_serving_restarts(self) -> None:
-        """I8: no restart loop. Automatic serving restarts stay within their budget
-        in every window, and no memory guard kill is answered twice."""
-        serving = self.config.serving
-        starts = sorted(at for at, _ in self.serving_fault_restarts())
-        for i, first in enumerate(starts):
-            inside = [t for t in starts[i:] if t - first < serving.restart_budget_window]
-            if len(inside) > serving.restart_budget:
-                self.violate(
-                    f"I8: {len(inside)} serving restarts within "
-                    f"{serving.restart_budget_window:g}s (budget {serving.restart_budget})"
-                )
-                break
-        incidents = self.store.list_incidents(kind="memory_exhausted", limit=10_000)
-        for name, node in self.world.nodes.items():
-            answered = [i for i in incidents if name in i.nodes]
-            if len(answered) > len(node.guard_kills):
-                self.violate(
-                    f"I8: {len(answered)} memory_exhausted incidents for {name}, "
-                    f"{len(node.guard_kills)} kills by its memory guard"
-                )
-
-    def _check_halts(self) -> None:
-        """I10: a halt over SSH goes only to a node whose GPU is clock-latched,
-        never in dry run, at most once per boot, and never more often than the
-        node latched and booted again. A node left halted at the end is I5's:
-        held, with an alert."""
-        halts = self.world.truth.halts
-        seen: set[tuple[str, int]] = set()
-        for at, name, latched, boot in halts:
-            if not latched:
-                self.violate(f"I10 at {at:.1f}s: halt of {name}, whose GPU is not latched")
-            if self.dry_run:
-                self.violate(f"I10 at {at:.1f}s: halt of {name} in dry run")
-            if (name, boot) in seen:
-                self.violate(f"I10 at {at:.1f}s: a second halt of {name} on boot {boot}")
-            seen.add((name, boot))
-
-    def _check_reboots(self) -> None:
-        """I9: a forced reboot goes only to a node whose GPU is wedged, never in dry
-        run, and never beyond the node budget in any window."""
-        guards = self.config.guards
-        reboots = self.world.truth.reboots
-        for at, node, wedged in reboots:
-            if not wedged:
-                self.violate(f"I9 at {at:.1f}s: forced reboot of {node}, whose GPU answers")
-            if self.dry_run:
-                self.violate(f"I9 at {at:.1f}s: forced reboot of {node} in dry run")
-            same = [t for t, n, _ in reboots if n == node and at <= t < at + guards.budget_window]
-            if len(same) > guards.node_budget:
-                self.violate(f"I9: {len(same)} forced reboots of {node} within the budget window")
-                break
+        """The end-of-run invariants (simulation/invariants.py): I3, I4, I5,
+        I6, then I8, I9 and I10; an unexpected error is a violation too."""
+        assert self.controller is not None
+        truth, guards = self.world.truth, self.config.guards
+        checks = [
+            end_violations(self.world, self.controller, self.events, self.dry_run),
+            budget_violations(truth, guards),
+            ["I6: serving restarted in dry run"] if self.dry_run and truth.serving_restarts else [],
+            serving_restart_violations(
+                self.config,
+                sorted(at for at, _ in self.serving_fault_restarts()),
+                self.store,
+                self.world,
+            ),
+            reboot_violations(truth.reboots, self.dry_run, guards),
+            halt_violations(truth.halts, self.dry_run),
+            [f"unexpected error: {error}" for error in self.errors],
+        ]
+        for check in checks:
+            for text in check:
+                self.violate(text)
 
     def serving_fault_restarts(self) -> list[tuple[float, int]]:
         """Every controller process's restarts for serving faults (virtual time)."""
@@ -715,36 +499,27 @@ class _Run(FaultPlays):
         return list(dict.fromkeys(seen))
 
     def report(self, elapsed: float) -> Report:
-        incidents = [i for i in self.store.list_incidents(limit=10_000) if not i.dry_run]
-        return Report(
+        truth = self.world.truth
+        seen = Report(
             seed=self.seed,
             simulated_s=elapsed,
             nodes=len(self.names),
-            violations=list(self.world.truth.violations),
+            violations=list(truth.violations),
             faults=dict(self.faults),
-            commands=len(self.world.truth.commands),
-            incidents=len(incidents),
-            recovered=sum(1 for i in incidents if i.resolution == "recovered"),
+            commands=len(truth.commands),
             crashes=self.crashes,
             dry_run=self.dry_run,
             writes=self.writes,
-            sent=[(c.node, c.target.value) for c in self.world.truth.commands],
-            sent_at=[c.at for c in self.world.truth.commands],
+            sent=[(c.node, c.target.value) for c in truth.commands],
+            sent_at=[c.at for c in truth.commands],
             alerts=[e.kind for e in self.events],
             verdicts=self.final_verdicts,
-            resolutions=[str(i.resolution) for i in incidents],
-            kinds=[i.kind for i in incidents],
-            timed_ons=len(self.world.truth.timed_ons),
+            timed_ons=len(truth.timed_ons),
             pair=self.pair is not None,
             epochs=0 if self.pair is None else self.pair.epochs,
             takeovers=0 if self.pair is None else self.pair.takeovers,
-            second_tries=sum(
-                1
-                for i in incidents
-                for s in self.store.steps(i.id)
-                if s.step == StepName.RUNG_STARTED and attempt_of([s]) == 2
-            ),
         )
+        return with_incidents(seen, self.store)
 
 
 def simulate(

@@ -41,6 +41,7 @@ from spark_watchdog.power import send_window
 from spark_watchdog.power.base import TIMED_ON_MARGIN_S, PowerState, TimedOn
 from spark_watchdog.power.ssh_banner import BannerResult
 from spark_watchdog.simulation.fabric import Engine, deliver, peer_report
+from spark_watchdog.xid import ends_the_context
 
 # The controller process the running code belongs to (its tasks inherit it):
 # what a device attributes a command to, and what a kill cancels.
@@ -143,6 +144,8 @@ class SimNode:
         self.gpu_sticky = False  # ... or until power is cut (a reboot does not clear it)
         # (agent incarnation, wall time) of each kill by the node's memory guard.
         self.guard_kills: list[tuple[tuple[int, int], float]] = []
+        # (agent incarnation, the fault as its agent reports it): GPU faults (Xids).
+        self.faults_seen: list[tuple[tuple[int, int], dict[str, Any]]] = []
         # Its vLLM rank, as its agent's serving API drives it: running or not, the
         # profile it was last started with, a config not as safe as asked; and
         # the faults of the next serving command to this node.
@@ -180,6 +183,29 @@ class SimNode:
         """The node's memory guard kills its rank (the host stays up)."""
         if self.phase == "up":
             self.guard_kills.append(((self.boot, self.agent_started), wall_base + self.now()))
+
+    def gpu_fault(self, wall_base: float, xid: int) -> None:
+        """A GPU fault (an Xid): one that ends the rank's CUDA context stops it (the
+        agent stops it at once); any other is reported as evidence only."""
+        if self.phase != "up":
+            return
+        mine = (self.boot, self.agent_started)
+        count = sum(1 for who, _ in self.faults_seen if who == mine)
+        ends = ends_the_context(xid)
+        fault = {
+            "id": count + 1,
+            "xid": xid,
+            "at_unix": wall_base + self.now(),
+            "gpu": 0,
+            "result": "stopped" if ends and self.rank_running else "evidence",
+        }
+        self.faults_seen.append((mine, fault))
+        if ends:
+            self.rank_running = False
+
+    def _gpu_faults(self) -> dict[str, Any]:
+        mine = [f for who, f in self.faults_seen if who == (self.boot, self.agent_started)]
+        return {"watcher": "on", "faults": mine[-16:], "dropped": max(0, len(mine) - 16)}
 
     def _memory_guard(self) -> dict[str, Any]:
         mine = [at for who, at in self.guard_kills if who == (self.boot, self.agent_started)]
@@ -301,6 +327,8 @@ class SimNode:
             }
             if self.rank_unsafe:
                 body["serving"] = {"effective_safe": False, "effective_matches_profile": False}
+            if self.faults_seen:
+                body["gpu_faults"] = self._gpu_faults()
             if self.world.peers_on:
                 body["peers"] = peers
                 if self.name == self.world.head:

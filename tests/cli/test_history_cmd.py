@@ -308,3 +308,41 @@ def test_show_prints_the_innermost_frames_of_the_stacks(
     assert code == 0
     assert "pid 7: python rank.py" in out and "wait_for_gpu (rank.py:4)" in out
     assert "(Permission denied)" in out and "spark-3 (py-spy is not installed)" in out
+
+
+def test_show_says_a_live_gpu_fault_and_the_journal_s_lines_each_with_its_source(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from spark_watchdog.controller.rank_kills import live_faults
+
+    fault = {"id": 1, "xid": 31, "at_unix": 5037.7, "gpu": 0, "result": "stopped"}
+    path = tmp_path / "history.db"
+    with HistoryStore(path) as store:
+        incident = store.open_incident(
+            "host_frozen",
+            ["spark-2"],
+            detected_at=5048.0,
+            evidence={
+                "reasons": ["agent silent 8.0s"],
+                "live_gpu_faults": live_faults({"gpu_faults": {"faults": [fault]}}, 5040.0),
+            },
+        )
+        store.upsert_boot(
+            "spark-2",
+            "b0",
+            first_entry=4000.0,
+            last_entry=5037.9,
+            clean_shutdown=False,
+            evidence={"xid": [{"message": "NVRM: Xid (PCI:000f:01:00): 31, pid=4242, MMU Fault"}]},
+            incident_id=incident.id,
+        )
+    code, out, _ = run(["show", "1", "--db", str(path)], capsys)
+    assert code == 0
+    assert (
+        "gpu fault Xid 31 (GPU memory page fault (MMU fault)) on GPU 0 at 01:23:57.7 UTC, "
+        "2.3 s before its agent went silent  (live: the agent's report, before the silence)"
+    ) in out
+    assert (
+        "journal xid: NVRM: Xid (PCI:000f:01:00): 31, pid=4242, MMU Fault  (from the journal"
+        in (out)
+    )

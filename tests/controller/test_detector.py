@@ -213,3 +213,19 @@ def test_a_silent_node_its_peers_saw_advance_is_unreachable_never_frozen() -> No
     assert classify(kernel, POLICY).verdict is Verdict.PENDING
     # The peers' word clears by itself: once the agent answers, healthy again.
     assert classify(obs(peer_seen_at=99.2, peer_seen=seen), POLICY).verdict is Verdict.HEALTHY
+
+
+def test_a_gpu_fault_that_ended_the_rank_is_gpu_fault_on_any_node_unless_the_host_froze() -> None:
+    fault = {"id": 1, "xid": 31, "at_unix": 1.0, "gpu": 0, "result": "stopped"}
+    finding = classify(obs(gpu_fault=fault, judges_serving=False), POLICY)
+    assert finding.verdict is Verdict.GPU_FAULT
+    assert finding.reasons == (
+        "Xid 31 (GPU memory page fault (MMU fault)) on GPU 0",
+        "the rank's CUDA context is gone",
+        "the agent stopped the rank",
+    )
+    failed = classify(obs(gpu_fault={**fault, "result": "stop_failed"}), POLICY)
+    assert failed.reasons[-1] == "the agent could not stop the rank"
+    # A host that froze after its fault is a frozen host: the freeze path names the fault.
+    frozen = obs(gpu_fault=fault, agent_progress_at=80.0, banner_misses=2)
+    assert classify(frozen, POLICY).verdict is Verdict.HOST_FROZEN

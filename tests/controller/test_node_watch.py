@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from spark_watchdog.config.controller import NodeConfig
+from spark_watchdog.controller.detector import Verdict
 from spark_watchdog.controller.http_client import ANSWERED, NO_NETWORK, SILENCE
 from spark_watchdog.controller.node_watch import NodeWatch
 
@@ -168,3 +169,41 @@ def test_an_agent_answer_to_a_serving_request_is_a_sign_of_life() -> None:
 
     asyncio.run(both())
     assert heard == ["spark-1"]
+
+
+def _faulted(seq: int, *faults: object, started: str = "t0") -> dict[str, object]:
+    return {**snapshot(seq), "started_at": started, "gpu_faults": {"faults": list(faults)}}
+
+
+def test_a_gpu_fault_that_ended_the_rank_is_pending_until_answered_once() -> None:
+    w = watch()
+    fault = {"id": 1, "xid": 31, "at_unix": 1001.0, "gpu": 0, "result": "stopped"}
+    w.note_answer(_faulted(1, fault), 1.0, 1002.0)
+    assert w.gpu_fault is not None and w.gpu_fault["xid"] == 31
+    assert w.kills_of(Verdict.GPU_FAULT) is w.gpu_kills
+    assert w.observation(1.0, True, True).gpu_fault == w.gpu_fault
+    w.gpu_kills.answer()
+    w.note_answer(_faulted(2, fault), 2.0, 1003.0)
+    assert w.gpu_fault is None  # the same fault, answered
+    later = {**fault, "id": 2, "at_unix": 1003.5, "result": "stop_failed"}
+    w.note_answer(_faulted(3, fault, later), 3.0, 1004.0)
+    assert w.gpu_fault is not None and w.gpu_fault["id"] == 2  # the rank is gone either way
+
+
+def test_a_gpu_fault_the_table_does_not_name_or_a_malformed_one_is_evidence_only() -> None:
+    w = watch()
+    base = {"id": 1, "at_unix": 1001.0, "gpu": 0, "result": "stopped"}
+    for fault in (
+        {**base, "xid": 79},  # not in the table: never acted on
+        {**base, "xid": True},
+        {**base, "xid": "31"},
+        {**base, "xid": 31, "result": "evidence"},  # the rank was not stopped
+        {**base, "xid": 31, "at_unix": float("nan")},
+        {**base, "xid": 31, "at_unix": 100.0},  # 900 s old when first seen
+        "Xid 31",
+    ):
+        w.note_answer(_faulted(1, fault), 1.0, 1002.0)
+        assert w.gpu_fault is None, fault
+    w.note_answer({**snapshot(2), "gpu_faults": ["broken"]}, 2.0, 1002.0)
+    w.note_answer({**snapshot(3), "gpu_faults": {"faults": "broken"}}, 3.0, 1002.0)
+    assert w.gpu_fault is None

@@ -57,14 +57,14 @@ def test_an_agent_that_cannot_listen_is_reported_at_once_with_its_reason(
 ) -> None:
     import socket
 
-    from spark_watchdog.lab import cluster, ports
+    from spark_watchdog.lab import node_setup, ports
 
     with socket.socket() as busy:
         busy.bind((ports.LOOPBACK, ports.free_port()))
         busy.listen()
         taken = int(busy.getsockname()[1])
         picks = iter([taken])
-        monkeypatch.setattr(cluster, "free_port", lambda: next(picks, None) or ports.free_port())
+        monkeypatch.setattr(node_setup, "free_port", lambda: next(picks, None) or ports.free_port())
         lab = LabCluster(tmp_path / "lab", size=1).start()
         try:
             began = time.monotonic()

@@ -860,3 +860,15 @@ def test_the_head_s_engine_steps_alone_keep_a_cut_off_rank_from_being_cycled(
     monkeypatch.setattr(monitor, "group_sightings", lambda *_: {})
     blind = simulate(3, 4.0, script=script, overrides=overrides, peers=True)
     assert any("I1 at" in v and "off to spark-2" in v for v in blind.violations)
+
+
+def test_a_gpu_fault_that_ends_the_rank_restarts_serving_once_and_never_cuts() -> None:
+    """A live Xid 31 on a worker: the agent stopped its rank; the controller opens
+    a gpu_fault incident and restarts serving with the safe profile, no power."""
+    overrides = {"guards": {"dry_run": False}, "serving": {"restart_cooldown": 0.0}}
+    report = simulate(3, 4.0, script=[(30.0, "xid-31", "spark-3")], overrides=overrides)
+    assert report.violations == [] and report.sent == []
+    assert report.kinds == ["gpu_fault"] and report.resolutions == ["recovered"]
+    # An Xid the table does not name is evidence only: nothing is done.
+    other = simulate(3, 4.0, script=[(30.0, "xid-79", "spark-3")], overrides=overrides)
+    assert other.violations == [] and other.sent == [] and other.kinds == []

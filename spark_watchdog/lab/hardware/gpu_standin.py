@@ -19,6 +19,11 @@ device, power 45-90 W under load, ``nvmlDeviceGetMemoryInfo`` NOT_SUPPORTED
 - ``{"mode": "latched"}``: busy as ever, but the SM clock stays at 702 MHz
   (the clock latch: docs/facts.md, "Clock latch").
 
+Beside the mode, ``"xids"``: the Xid critical errors the driver reported, each
+``{"xid": 31, "at": UNIX_TIME}``, written by :func:`inject_xid` (``lab inject
+xid NODE``). A worker's event set gets each one written after the worker
+started, once, as NVML delivers an event (docs/facts.md, "Xid events").
+
 Standard library only: it is loaded into the small NVML worker process.
 """
 
@@ -64,6 +69,28 @@ class NVMLError_NoPermission(NVMLError):
     pass
 
 
+class NVMLError_Timeout(NVMLError):
+    pass
+
+
+nvmlEventTypeXidCriticalError = 8
+_STARTED = time.time()  # a worker sees only the Xids written after it started
+_DELIVERED: set[tuple[float, int]] = set()
+
+
+class _EventSet:
+    pass
+
+
+class _EventData:
+    def __init__(self, xid: int) -> None:
+        self.device = _Handle(0)
+        self.eventType = nvmlEventTypeXidCriticalError
+        self.eventData = xid
+        self.gpuInstanceId = 0
+        self.computeInstanceId = 0
+
+
 class _Utilization:
     def __init__(self, gpu: int, memory: int) -> None:
         self.gpu = gpu
@@ -80,22 +107,37 @@ def control_file(node_dir: str | os.PathLike[str] | None = None) -> Path:
     return Path(base) / CONTROL_NAME
 
 
-def write_mode(node_dir: str | os.PathLike[str], mode: str) -> None:
-    """Switch a node's simulated GPU (atomically: a worker may be reading)."""
-    if mode not in MODES:
-        raise ValueError(f"gpu mode: expected one of {', '.join(MODES)}, got {mode!r}")
+def _control(node_dir: str | os.PathLike[str] | None = None) -> dict[str, Any]:
+    try:
+        value = json.loads(control_file(node_dir).read_text())
+    except (OSError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _write(node_dir: str | os.PathLike[str], control: dict[str, Any]) -> None:
     path = control_file(node_dir)
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"mode": mode}) + "\n")
-    os.replace(tmp, path)
+    tmp.write_text(json.dumps(control) + "\n")
+    os.replace(tmp, path)  # atomically: a worker may be reading
+
+
+def write_mode(node_dir: str | os.PathLike[str], mode: str) -> None:
+    """Switch a node's simulated GPU; the Xids reported so far stay."""
+    if mode not in MODES:
+        raise ValueError(f"gpu mode: expected one of {', '.join(MODES)}, got {mode!r}")
+    _write(node_dir, {**_control(node_dir), "mode": mode})
+
+
+def inject_xid(node_dir: str | os.PathLike[str], xid: int = 31) -> None:
+    """The driver reports an Xid critical error on the node's GPU now."""
+    control = _control(node_dir)
+    xids = [x for x in control.get("xids", []) if isinstance(x, dict)][-15:]
+    _write(node_dir, {**control, "xids": [*xids, {"xid": int(xid), "at": time.time()}]})
 
 
 def _mode() -> str:
-    try:
-        value = json.loads(control_file().read_text())
-    except (OSError, ValueError):
-        return "ok"
-    mode = value.get("mode") if isinstance(value, dict) else None
+    mode = _control().get("mode")
     return mode if mode in MODES else "ok"
 
 
@@ -154,6 +196,35 @@ def nvmlDeviceGetTemperature(handle: _Handle, sensor: int) -> int:
 def nvmlDeviceGetClockInfo(handle: _Handle, clock: int) -> int:
     _device_call()
     return LATCHED_SM_CLOCK_MHZ if _mode() == "latched" else SM_CLOCK_MHZ
+
+
+def nvmlDeviceGetIndex(handle: _Handle) -> int:
+    return handle.index
+
+
+def nvmlEventSetCreate() -> _EventSet:
+    return _EventSet()
+
+
+def nvmlDeviceRegisterEvents(handle: _Handle, eventTypes: int, eventSet: _EventSet) -> None:
+    if eventTypes != nvmlEventTypeXidCriticalError:
+        raise NVMLError_NotSupported("Not Supported")
+
+
+def nvmlEventSetWait_v2(eventSet: _EventSet, timeoutms: int) -> _EventData:
+    """The next Xid written since this worker started, or a timeout."""
+    deadline = time.monotonic() + timeoutms / 1000.0
+    while True:
+        for entry in _control().get("xids", []):
+            at, xid = entry.get("at"), entry.get("xid")
+            if not isinstance(at, (int, float)) or not isinstance(xid, int) or at < _STARTED:
+                continue
+            if (at, xid) not in _DELIVERED:
+                _DELIVERED.add((at, xid))
+                return _EventData(xid)
+        if time.monotonic() >= deadline:
+            raise NVMLError_Timeout("Timeout")
+        time.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
 
 
 def nvmlDeviceGetMemoryInfo(handle: _Handle) -> Any:

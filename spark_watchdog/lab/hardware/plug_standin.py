@@ -17,7 +17,8 @@ tasmota.github.io/docs/Commands):
   last, switch), ``GET /shelly`` (device info, never behind auth). With a
   password, every other path needs HTTP Basic auth as ``admin``; otherwise
   401 with ``WWW-Authenticate: Basic``. A relay it does not have: 404.
-- ``tasmota``: ``GET /cm?cmnd=Power1`` → ``{"POWER": "ON"}`` with one relay (or
+- ``tasmota`` (its answers: lab/hardware/plug_tasmota.py):
+  ``GET /cm?cmnd=Power1`` → ``{"POWER": "ON"}`` with one relay (or
   ``{"POWER1": ...}`` with several, or with ``indexed_keys``), ``cmnd=Power1 Off``
   switches and answers the new state, ``cmnd=PowerOnState`` answers
   ``{"PowerOnState": power_on}``, unknown commands answer
@@ -52,7 +53,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import re
 import secrets
 import signal
 import sys
@@ -67,6 +67,10 @@ from typing import Any, cast
 from urllib.parse import parse_qs, urlsplit
 
 from spark_watchdog.lab.hardware import plug_auth
+from spark_watchdog.lab.hardware.plug_answer import Answer, NoAnswer
+from spark_watchdog.lab.hardware.plug_tasmota import NEED_CREDENTIALS as NEED_CREDENTIALS
+from spark_watchdog.lab.hardware.plug_tasmota import TASMOTA_USER as TASMOTA_USER
+from spark_watchdog.lab.hardware.plug_tasmota import tasmota
 
 log = logging.getLogger("spark_watchdog.lab.hardware.plug_standin")
 
@@ -78,16 +82,8 @@ SHELLY_USER = "admin"
 SHELLY_GEN1_USER = "admin"
 # Shelly Gen1's relay default_state values (what the relay does at its own power-up).
 SHELLY_GEN1_DEFAULT_STATES = ("off", "on", "last", "switch")
-TASMOTA_USER = "admin"
-NEED_CREDENTIALS = "Need user=<username>&password=<password>"
 
 OnChange = Callable[[int, bool], None]
-
-_TASMOTA_POWER = re.compile(r"^power(\d*)(?:\s+(\S+))?\s*$", re.IGNORECASE)
-_TASMOTA_DELAY = re.compile(r"^delay\s+(\d+)$", re.IGNORECASE)
-_ON_WORDS = {"on", "1", "true"}
-_OFF_WORDS = {"off", "0", "false"}
-_TOGGLE_WORDS = {"toggle", "2"}
 
 
 @dataclass(frozen=True)
@@ -369,20 +365,6 @@ class _PlugServer(ThreadingHTTPServer):
         super().__init__(address, handler)
 
 
-class _Answer(Exception):
-    """Raised inside a handler to send one JSON answer."""
-
-    def __init__(self, status: int, body: object, headers: dict[str, str] | None = None) -> None:
-        super().__init__(status)
-        self.status = status
-        self.body = body
-        self.headers = headers or {}
-
-
-class _NoAnswer(Exception):
-    """Raised inside a handler to close the connection without a word."""
-
-
 class _PlugHandler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     sys_version = ""
@@ -409,10 +391,16 @@ class _PlugHandler(BaseHTTPRequestHandler):
             elif self.plug.kind == "shelly_gen1":
                 self._shelly_gen1(parts.path, query)
             else:
-                self._tasmota(parts.path, query)
-        except _Answer as answer:
+                tasmota(
+                    self.plug,
+                    parts.path,
+                    query,
+                    hang_if_asked=self._hang_if_asked,
+                    after_apply=self._after_apply,
+                )
+        except Answer as answer:
             self._send(answer.status, answer.body, answer.headers)
-        except _NoAnswer:
+        except NoAnswer:
             return
 
     # --- control -------------------------------------------------------------
@@ -420,31 +408,31 @@ class _PlugHandler(BaseHTTPRequestHandler):
     def _control(self, what: str, query: dict[str, list[str]]) -> None:
         plug = self.plug
         if what == "state":
-            raise _Answer(HTTPStatus.OK, plug.snapshot())
+            raise Answer(HTTPStatus.OK, plug.snapshot())
         if what == "fault":
             mode = query.get("mode", ["none"])[0]
             times_text = query.get("times", [""])[0]
             try:
                 plug.set_fault(mode, int(times_text) if times_text else None)
             except ValueError as exc:
-                raise _Answer(HTTPStatus.BAD_REQUEST, {"error": str(exc)}) from None
-            raise _Answer(HTTPStatus.OK, plug.snapshot())
-        raise _Answer(HTTPStatus.NOT_FOUND, {"error": f"no control {what!r}"})
+                raise Answer(HTTPStatus.BAD_REQUEST, {"error": str(exc)}) from None
+            raise Answer(HTTPStatus.OK, plug.snapshot())
+        raise Answer(HTTPStatus.NOT_FOUND, {"error": f"no control {what!r}"})
 
     def _hang_if_asked(self) -> None:
         fault = self.plug._take_fault(("hang", "garble"))
         if fault == "hang":
             self.plug._wait_hang()
-            raise _NoAnswer
+            raise NoAnswer
         if fault == "garble":
-            raise _Answer(HTTPStatus.OK, {"standin": "garbled"})
+            raise Answer(HTTPStatus.OK, {"standin": "garbled"})
 
     # --- Shelly Gen2+ ----------------------------------------------------------
 
     def _shelly(self, path: str, query: dict[str, list[str]]) -> None:
         plug = self.plug
         if path == "/shelly":  # device info: never behind auth (Shelly API docs)
-            raise _Answer(
+            raise Answer(
                 HTTPStatus.OK,
                 {
                     "id": "shellyplugus-standin",
@@ -456,10 +444,10 @@ class _PlugHandler(BaseHTTPRequestHandler):
                 },
             )
         if not path.startswith("/rpc/"):
-            raise _Answer(HTTPStatus.NOT_FOUND, {"code": 404, "message": "Not Found"})
+            raise Answer(HTTPStatus.NOT_FOUND, {"code": 404, "message": "Not Found"})
         self._hang_if_asked()
         if not plug.digest_ok("GET", self.path, self.headers.get("Authorization")):
-            raise _Answer(
+            raise Answer(
                 HTTPStatus.UNAUTHORIZED,
                 {"code": 401, "message": "unauthorized"},
                 {"WWW-Authenticate": plug.digest_challenge()},
@@ -467,34 +455,38 @@ class _PlugHandler(BaseHTTPRequestHandler):
         method = path[len("/rpc/") :]
         if method == "Switch.GetConfig":
             relay = self._shelly_id(query)
-            raise _Answer(
+            raise Answer(
                 HTTPStatus.OK,
                 {"id": relay, "name": None, "in_mode": "flip", "initial_state": plug.power_on},
             )
         if method not in ("Switch.GetStatus", "Switch.Set"):
-            raise _Answer(
-                HTTPStatus.NOT_FOUND, {"code": 404, "message": f"No handler for {method}"}
-            )
+            raise Answer(HTTPStatus.NOT_FOUND, {"code": 404, "message": f"No handler for {method}"})
         relay = self._shelly_id(query)
         if method == "Switch.GetStatus":
-            with plug._lock:
-                output = plug._outputs[relay]
-            raise _Answer(
-                HTTPStatus.OK,
-                {
-                    "id": relay,
-                    "source": "HTTP_in",
-                    "output": output,
-                    "apower": 42.0 if output else 0.0,
-                    "voltage": 120.3,
-                    "current": 0.35 if output else 0.0,
-                    "aenergy": {"total": 1234.5},
-                    "temperature": {"tC": 38.2, "tF": 100.8},
-                },
-            )
+            raise Answer(HTTPStatus.OK, self._shelly_status(relay))
+        self._shelly_set(relay, query)
+
+    def _shelly_status(self, relay: int) -> dict[str, Any]:
+        """Switch.GetStatus: the relay's output and a plug's meter readings."""
+        with self.plug._lock:
+            output = self.plug._outputs[relay]
+        return {
+            "id": relay,
+            "source": "HTTP_in",
+            "output": output,
+            "apower": 42.0 if output else 0.0,
+            "voltage": 120.3,
+            "current": 0.35 if output else 0.0,
+            "aenergy": {"total": 1234.5},
+            "temperature": {"tC": 38.2, "tF": 100.8},
+        }
+
+    def _shelly_set(self, relay: int, query: dict[str, list[str]]) -> None:
+        """Switch.Set: switch the relay (a timed off with ``toggle_after``); ``was_on``."""
+        plug = self.plug
         on_text = query.get("on", [""])[0]
         if on_text not in ("true", "false"):
-            raise _Answer(
+            raise Answer(
                 HTTPStatus.BAD_REQUEST, {"code": -103, "message": "Missing required argument 'on'!"}
             )
         on = on_text == "true"
@@ -503,7 +495,7 @@ class _PlugHandler(BaseHTTPRequestHandler):
         if fault == "refuse":
             with plug._lock:
                 plug._refused += 1
-            raise _Answer(
+            raise Answer(
                 HTTPStatus.INTERNAL_SERVER_ERROR,
                 {"code": -109, "message": "Switch is in safe mode (stand-in refuse fault)"},
             )
@@ -511,7 +503,7 @@ class _PlugHandler(BaseHTTPRequestHandler):
         on_after = None if on else toggle_after
         was_on = plug._accept(relay, on, "yes" if fault == "none" else fault, on_after)
         self._after_apply(fault)
-        raise _Answer(HTTPStatus.OK, {"was_on": was_on})
+        raise Answer(HTTPStatus.OK, {"was_on": was_on})
 
     def _toggle_after(self, query: dict[str, list[str]]) -> float | None:
         text = query.get("toggle_after", [""])[0]
@@ -522,7 +514,7 @@ class _PlugHandler(BaseHTTPRequestHandler):
         except ValueError:
             seconds = -1.0
         if not seconds > 0:
-            raise _Answer(
+            raise Answer(
                 HTTPStatus.BAD_REQUEST,
                 {"code": -103, "message": f"Invalid argument 'toggle_after': {text}"},
             )
@@ -531,39 +523,37 @@ class _PlugHandler(BaseHTTPRequestHandler):
     def _shelly_id(self, query: dict[str, list[str]]) -> int:
         text = query.get("id", [""])[0]
         if not text:
-            raise _Answer(
-                HTTPStatus.BAD_REQUEST, {"code": -103, "message": "Missing required 'id'"}
-            )
+            raise Answer(HTTPStatus.BAD_REQUEST, {"code": -103, "message": "Missing required 'id'"})
         try:
             relay = int(text)
         except ValueError:
-            raise _Answer(
+            raise Answer(
                 HTTPStatus.BAD_REQUEST, {"code": -103, "message": f"Invalid argument 'id': {text}"}
             ) from None
         if relay not in self.plug._outputs:
             # Real firmware's HTTP status for RPC errors varies; the code is what counts.
-            raise _Answer(HTTPStatus.NOT_FOUND, {"code": -105, "message": f"Bad id={relay}"})
+            raise Answer(HTTPStatus.NOT_FOUND, {"code": -105, "message": f"Bad id={relay}"})
         return relay
 
     def _after_apply(self, fault: str) -> None:
         if fault == "drop":
-            raise _NoAnswer
+            raise NoAnswer
         if fault == "stall":
             self.plug._wait_hang()
-            raise _NoAnswer
+            raise NoAnswer
 
     # --- Shelly Gen1 ------------------------------------------------------------
 
     def _shelly_gen1(self, path: str, query: dict[str, list[str]]) -> None:
         plug = self.plug
         if path == "/shelly":  # device info: never behind auth (Shelly Gen1 API docs)
-            raise _Answer(
+            raise Answer(
                 HTTPStatus.OK,
                 {"type": "SHPLG-S", "mac": "A4CF12F3D1E2", "auth": plug.password is not None},
             )
         self._hang_if_asked()
         if not plug.basic_ok(self.headers.get("Authorization")):
-            raise _Answer(
+            raise Answer(
                 HTTPStatus.UNAUTHORIZED,
                 "401 Unauthorized",
                 {"WWW-Authenticate": 'Basic realm="SHPLG-S-F3D1E2"'},
@@ -571,26 +561,26 @@ class _PlugHandler(BaseHTTPRequestHandler):
         settings = path.startswith("/settings/relay/")
         prefix = "/settings/relay/" if settings else "/relay/"
         if not path.startswith(prefix) or not path[len(prefix) :].isdigit():
-            raise _Answer(HTTPStatus.NOT_FOUND, "Not Found")
+            raise Answer(HTTPStatus.NOT_FOUND, "Not Found")
         relay = int(path[len(prefix) :])
         if relay not in plug._outputs:
-            raise _Answer(HTTPStatus.NOT_FOUND, "Bad relay index")
+            raise Answer(HTTPStatus.NOT_FOUND, "Bad relay index")
         if settings:
-            raise _Answer(
+            raise Answer(
                 HTTPStatus.OK,
                 {"name": None, "default_state": plug.power_on, "btn_type": "toggle"},
             )
         turn = query.get("turn", [""])[0]
         if not turn:
-            raise _Answer(HTTPStatus.OK, self._gen1_relay(relay))
+            raise Answer(HTTPStatus.OK, self._gen1_relay(relay))
         if turn not in ("on", "off"):
-            raise _Answer(HTTPStatus.BAD_REQUEST, "Bad turn")
+            raise Answer(HTTPStatus.BAD_REQUEST, "Bad turn")
         timer = self._gen1_timer(query)
         fault = plug._take_fault(("refuse", "drop", "stall"))
         if fault == "refuse":
             with plug._lock:
                 plug._refused += 1
-            raise _Answer(HTTPStatus.BAD_REQUEST, "Relay is locked (stand-in refuse)")
+            raise Answer(HTTPStatus.BAD_REQUEST, "Relay is locked (stand-in refuse)")
         on = turn == "on"
         # timer flips back to the other state; only a timed off is modelled.
         plug._accept(relay, on, "yes" if fault == "none" else fault, None if on else timer)
@@ -599,7 +589,7 @@ class _PlugHandler(BaseHTTPRequestHandler):
         if not plug.ignores_commands:
             # The answer carries the commanded state even with a slow relay.
             body["ison"] = on
-        raise _Answer(HTTPStatus.OK, body)
+        raise Answer(HTTPStatus.OK, body)
 
     def _gen1_relay(self, relay: int) -> dict[str, Any]:
         plug = self.plug
@@ -625,90 +615,8 @@ class _PlugHandler(BaseHTTPRequestHandler):
         except ValueError:
             seconds = -1.0
         if not seconds > 0:
-            raise _Answer(HTTPStatus.BAD_REQUEST, "Bad timer")
+            raise Answer(HTTPStatus.BAD_REQUEST, "Bad timer")
         return seconds
-
-    # --- Tasmota ----------------------------------------------------------------
-
-    def _tasmota(self, path: str, query: dict[str, list[str]]) -> None:
-        plug = self.plug
-        if path != "/cm":
-            raise _Answer(HTTPStatus.NOT_FOUND, {"WARNING": "Not found"})
-        self._hang_if_asked()
-        if not plug.tasmota_credentials_ok(query):
-            status = HTTPStatus.OK if plug.legacy_auth_answer else HTTPStatus.UNAUTHORIZED
-            raise _Answer(status, {"WARNING": NEED_CREDENTIALS})
-        cmnd = query.get("cmnd", [""])[0].strip()
-        if not cmnd:
-            raise _Answer(HTTPStatus.OK, {"WARNING": "Enter command cmnd="})
-        if cmnd.lower() == "poweronstate":
-            raise _Answer(HTTPStatus.OK, {"PowerOnState": plug.power_on})
-        if cmnd.lower().startswith("backlog "):
-            self._tasmota_backlog(cmnd[len("backlog ") :])
-        match = _TASMOTA_POWER.match(cmnd)
-        if match is None:
-            raise _Answer(HTTPStatus.OK, {"Command": "Unknown"})
-        relay = int(match.group(1) or "1")
-        if relay not in plug._outputs:
-            raise _Answer(HTTPStatus.OK, {"Command": "Unknown"})
-        key = self._tasmota_key(relay)
-        word = (match.group(2) or "").lower()
-        if not word:
-            with plug._lock:
-                output = plug._outputs[relay]
-            raise _Answer(HTTPStatus.OK, {key: "ON" if output else "OFF"})
-        if word in _ON_WORDS:
-            on = True
-        elif word in _OFF_WORDS:
-            on = False
-        elif word in _TOGGLE_WORDS:
-            with plug._lock:
-                on = not plug._outputs[relay]
-        else:
-            raise _Answer(HTTPStatus.OK, {"Command": "Error"})
-        fault = plug._take_fault(("refuse", "drop", "stall"))
-        if fault == "refuse":
-            with plug._lock:
-                plug._refused += 1
-            raise _Answer(HTTPStatus.OK, {"Command": "Error"})
-        plug._accept(relay, on, "yes" if fault == "none" else fault)
-        self._after_apply(fault)
-        # Tasmota answers with the relay's new state.
-        raise _Answer(HTTPStatus.OK, {key: "ON" if on else "OFF"})
-
-    def _tasmota_backlog(self, commands: str) -> None:
-        """Only the timed cycle is modelled: ``PowerN Off;Delay D;PowerN On``."""
-        plug = self.plug
-        parts = [part.strip() for part in commands.split(";")]
-        off = _TASMOTA_POWER.match(parts[0]) if len(parts) == 3 else None
-        delay = _TASMOTA_DELAY.match(parts[1]) if len(parts) == 3 else None
-        on = _TASMOTA_POWER.match(parts[2]) if len(parts) == 3 else None
-        if off is None or delay is None or on is None or off.group(1) != on.group(1):
-            raise _Answer(HTTPStatus.OK, {"Command": "Unknown"})
-        relay = int(off.group(1) or "1")
-        tenths = int(delay.group(1))
-        if (
-            relay not in plug._outputs
-            or (off.group(2) or "").lower() not in _OFF_WORDS
-            or (on.group(2) or "").lower() not in _ON_WORDS
-            or not 2 <= tenths <= 3600
-        ):
-            raise _Answer(HTTPStatus.OK, {"Command": "Unknown"})
-        fault = plug._take_fault(("refuse", "drop", "stall"))
-        if fault == "refuse":
-            with plug._lock:
-                plug._refused += 1
-            raise _Answer(HTTPStatus.OK, {"Command": "Error"})
-        plug._accept(relay, False, "yes" if fault == "none" else fault, tenths / 10)
-        self._after_apply(fault)
-        # CmndBacklog queues the commands and clears the response.
-        raise _Answer(HTTPStatus.OK, {})
-
-    def _tasmota_key(self, relay: int) -> str:
-        plug = self.plug
-        if len(plug._outputs) == 1 and not plug.indexed_keys:
-            return "POWER"  # SetOption26 0 (the default): no index with one relay
-        return f"POWER{relay}"
 
     # --- output -------------------------------------------------------------------
 

@@ -1,0 +1,94 @@
+"""Kills of the serving rank that an agent reports, and which one the controller
+has answered (docs/design.md, "Memory guard"; "Live GPU faults").
+
+Two things on a node end its rank on their own: the memory guard, which kills
+it before the host runs out of memory, and a GPU fault that ends its CUDA
+context (an Xid of spark_watchdog/xid.py), after which the agent stops it.
+Either is reported in ``/v1/state`` with an id (counted per agent start) and
+its wall time; the controller answers each once (an incident and a serving
+restart, or an alert), and never acts on a report older than ``FRESH_S``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+from spark_watchdog.xid import describe
+
+# A kill older than this (by the controller's wall clock) when first seen is
+# history, not news: a controller started long after it does not restart
+# serving for it (a dead rank shows as serving_dead anyway).
+FRESH_S = 300.0
+
+Key = tuple[str | None, int]
+
+
+@dataclass
+class ReportedKills:
+    """One kind of kill: the one reported and not answered yet, and the last answered."""
+
+    pending: dict[str, Any] | None = None
+    answered: Key | None = None
+
+    @property
+    def key(self) -> Key | None:
+        kill = self.pending
+        return None if kill is None else (kill.get("agent_started_at"), int(kill["id"]))
+
+    def note(self, kill: Any, agent_started_at: str | None, wall: float) -> None:
+        """Take a reported kill: a well-formed one (an int id, a finite time), fresh,
+        and not the one pending or answered already."""
+        if not isinstance(kill, dict):
+            return
+        kill_id, at = kill.get("id"), kill.get("at_unix")
+        if not isinstance(kill_id, int) or isinstance(kill_id, bool):
+            return
+        if not isinstance(at, (int, float)) or isinstance(at, bool) or not math.isfinite(at):
+            return
+        key = (agent_started_at, kill_id)
+        if key == self.answered or key == self.key or wall - at > FRESH_S:
+            return
+        self.pending = dict(kill)
+        self.pending["agent_started_at"] = agent_started_at
+
+    def answer(self) -> None:
+        """The pending kill is taken care of (an incident, or a person)."""
+        if self.pending is not None:
+            self.answered = self.key
+            self.pending = None
+
+
+# The live faults an incident keeps (the newest), whatever the agent sent.
+LIVE_FAULTS_KEPT = 8
+
+
+def live_faults(
+    snapshot: Mapping[str, Any] | None, silent_since: float | None
+) -> list[dict[str, Any]]:
+    """The GPU faults the agent reported live on this boot, each with what it says
+    in words and, when the agent then went silent (wall clock), how long before:
+    what a ``host_frozen`` incident keeps, the journal of that boot being often
+    empty."""
+    section = (snapshot or {}).get("gpu_faults")
+    listed = section.get("faults") if isinstance(section, Mapping) else None
+    kept: list[dict[str, Any]] = []
+    for fault in listed if isinstance(listed, list) else []:
+        if not isinstance(fault, Mapping):
+            continue
+        xid, at, gpu = fault.get("xid"), fault.get("at_unix"), fault.get("gpu")
+        if isinstance(xid, bool) or not isinstance(xid, int):
+            continue
+        if isinstance(at, bool) or not isinstance(at, (int, float)) or not math.isfinite(at):
+            continue
+        when = datetime.fromtimestamp(at, timezone.utc).strftime("%H:%M:%S.%f")[:-5]
+        said = describe(xid) + (f" on GPU {gpu}" if isinstance(gpu, int) else "") + f" at {when}"
+        if silent_since is not None and silent_since >= at:
+            said += f" UTC, {silent_since - at:.1f} s before its agent went silent"
+        else:
+            said += " UTC"
+        kept.append({**fault, "said": said})
+    return kept[-LIVE_FAULTS_KEPT:]
