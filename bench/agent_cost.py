@@ -13,6 +13,12 @@ with psutil and prints a table; ``--json-out`` writes the figures.
 ``serving.runtime: docker`` on that Docker Engine, watching a container it
 adopted (``sleep`` in IMAGE, started here and removed at the end): its event
 stream, its log follower and the launcher's arrivals stream.
+
+``--peers N`` gives the agent N peers at the default pulse interval and
+timeout (``peers:``): loopback stubs that answer ``/v1/pulse`` with an
+advancing ``seq``, and that ask the agent's own ``/v1/pulse`` every second
+each, as N real peers would. Run it beside a run without, on the same machine
+at the same time, to read the peers' cost as the difference.
 """
 
 from __future__ import annotations
@@ -26,9 +32,11 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from datetime import datetime, timedelta, timezone
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -101,6 +109,75 @@ def _start_peer(port: int) -> subprocess.Popen[bytes] | None:
     )
 
 
+class _PulseStubs:
+    """N peers on loopback: each answers ``/v1/pulse`` with its own advancing seq, and
+    asks the agent's pulse once a second, as a peer's agent does."""
+
+    def __init__(self, count: int, agent_port: int, ask_agent: bool = True) -> None:
+        self.count = count
+        self.ask_agent = ask_agent
+        self.servers: list[ThreadingHTTPServer] = []
+        self.asked = self.failed = 0
+        self._agent = f"http://127.0.0.1:{agent_port}/v1/pulse"
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        for n in range(count):
+            self.servers.append(ThreadingHTTPServer(("127.0.0.1", 0), _pulse_handler(f"peer-{n}")))
+
+    def peers_config(self) -> list[dict[str, str]]:
+        return [
+            {"name": f"peer-{n}", "url": f"http://127.0.0.1:{server.server_address[1]}"}
+            for n, server in enumerate(self.servers)
+        ]
+
+    def start(self) -> None:
+        for server in self.servers:
+            thread = threading.Thread(target=server.serve_forever, daemon=True)
+            thread.start()
+            self._threads.append(thread)
+        if self.count and self.ask_agent:
+            asker = threading.Thread(target=self._ask_agent, daemon=True)
+            asker.start()
+            self._threads.append(asker)
+
+    def _ask_agent(self) -> None:
+        sessions = [requests.Session() for _ in range(self.count)]
+        while not self._stop.wait(1.0):
+            for session in sessions:
+                try:
+                    session.get(self._agent, timeout=0.5).raise_for_status()
+                    self.asked += 1
+                except requests.RequestException:
+                    self.failed += 1
+
+    def stop(self) -> None:
+        self._stop.set()
+        for server in self.servers:
+            server.shutdown()
+            server.server_close()
+
+
+def _pulse_handler(node: str) -> type[BaseHTTPRequestHandler]:
+    seq = [0]
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"  # keep-alive, as the agent's own server
+
+        def do_GET(self) -> None:
+            seq[0] += 1
+            body = json.dumps({"node": node, "seq": seq[0], "boot_id": "0" * 32}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    return Handler
+
+
 def _docker_serving(workdir: Path, socket_path: str, image: str) -> tuple[dict[str, Any], Any]:
     """The serving section for the Docker runtime, and the container it adopts."""
     import docker
@@ -122,26 +199,38 @@ def _docker_serving(workdir: Path, socket_path: str, image: str) -> tuple[dict[s
     return serving, container
 
 
+def _agent_config(
+    port: int, vllm_url: str, journal_dir: str | None, stubs: _PulseStubs
+) -> dict[str, Any]:
+    config: dict[str, Any] = {
+        "node": "bench-1",
+        "listen": {"address": "127.0.0.1", "port": port},
+        "probes": {
+            "vllm": {"url": vllm_url},
+            "journal": {"directory": journal_dir, "enabled": journal_dir is not None},
+        },
+    }
+    if stubs.count:
+        config["peers"] = stubs.peers_config()
+    return config
+
+
 def run(
     duration: float,
     poll_interval: float,
     warmup: float,
     docker_socket: str | None = None,
     docker_image: str | None = None,
+    peers: int = 0,
+    pulses_in: bool = True,
 ) -> dict[str, Any]:
     workdir = Path(tempfile.mkdtemp(prefix="spark-watchdog-bench-"))
     journal_dir = _write_journal(workdir / "journal", boots=10, lines_per_boot=500)
     port = _free_port()
     container = None
+    stubs = _PulseStubs(peers, port, ask_agent=pulses_in)
     with VllmStandin(model="bench-model") as vllm:
-        config: dict[str, Any] = {
-            "node": "bench-1",
-            "listen": {"address": "127.0.0.1", "port": port},
-            "probes": {
-                "vllm": {"url": vllm.url},
-                "journal": {"directory": journal_dir, "enabled": journal_dir is not None},
-            },
-        }
+        config = _agent_config(port, vllm.url, journal_dir, stubs)
         if docker_socket is not None and docker_image is not None:
             config["serving"], container = _docker_serving(workdir, docker_socket, docker_image)
         config_path = workdir / "agent.yaml"
@@ -157,13 +246,21 @@ def run(
         )
         peer_port = _free_port()
         peer = _start_peer(peer_port)
+        stubs.start()
         try:
             result = _measure(
                 agent, port, duration, poll_interval, warmup, journal_dir, peer, peer_port
             )
             result["serving_runtime"] = "docker" if container is not None else None
+            result["peers"] = {
+                "count": peers,
+                "pulses_in": pulses_in,
+                "pulses_asked_of_the_agent": stubs.asked,
+                "pulses_failed": stubs.failed,
+            }
             return result
         finally:
+            stubs.stop()
             agent.terminate()
             agent.wait(20)
             if container is not None:
@@ -217,6 +314,8 @@ def _measure(
             snap = session.get(f"{base}/v1/state", timeout=1).json()
             polls += 1
             key = "/".join(f"{k}={v['state']}" for k, v in sorted(snap["probes"].items()))
+            for name, seen in sorted(snap.get("peers", {}).items()):
+                key += f"/{name}={seen['state']}"
             states[key] = states.get(key, 0) + 1
         except (requests.RequestException, ValueError):
             failures += 1
@@ -298,6 +397,15 @@ def render(result: dict[str, Any]) -> str:
         ("total CPU", f"{result['total_cpu_pct_of_one_core']:.3f} % of one core"),
         ("/v1/state polls (failed)", f"{result['state_polls']} ({result['state_poll_failures']})"),
     ]
+    peers = result.get("peers") or {}
+    if peers.get("count"):
+        rows.append(
+            (
+                "peers (their pulses asked, failed)",
+                f"{peers['count']} "
+                f"({peers['pulses_asked_of_the_agent']}, {peers['pulses_failed']})",
+            )
+        )
     peer = result.get("peer")
     if peer:
         rows.append(
@@ -328,11 +436,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json-out", type=Path, help="write the figures here as JSON")
     parser.add_argument("--docker-socket", help="measure serving.runtime docker on this Engine")
     parser.add_argument("--docker-image", help="the image of the container the agent adopts")
+    parser.add_argument(
+        "--peers", type=int, default=0, help="give the agent this many loopback peers"
+    )
+    parser.add_argument(
+        "--no-pulses-in",
+        action="store_true",
+        help="the peers do not ask the agent's pulse (its outgoing pulses alone)",
+    )
     args = parser.parse_args(argv)
     if (args.docker_socket is None) != (args.docker_image is None):
         parser.error("--docker-socket and --docker-image go together")
     result = run(
-        args.duration, args.poll_interval, args.warmup, args.docker_socket, args.docker_image
+        args.duration,
+        args.poll_interval,
+        args.warmup,
+        args.docker_socket,
+        args.docker_image,
+        peers=args.peers,
+        pulses_in=not args.no_pulses_in,
     )
     print(render(result))
     if args.json_out:

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import signal
 import threading
@@ -43,18 +42,14 @@ from spark_watchdog.agent.clock_check import ClockCheck, ClockPolicy
 from spark_watchdog.agent.clock_check import disabled_json as clock_disabled_json
 from spark_watchdog.agent.exposition import render
 from spark_watchdog.agent.memory_watch import MemoryWatch, disabled_json
+from spark_watchdog.agent.peers import PeerWatch
 from spark_watchdog.agent.probe_runner import Observation, ProbeRunner, iso_time
-from spark_watchdog.agent.serving import (
-    LaunchFailed,
-    ServingConflict,
-    ServingLauncher,
-    StopFailed,
-    UnknownProfile,
-    disabled_status,
-)
+from spark_watchdog.agent.serving import ServingLauncher, disabled_status
+from spark_watchdog.agent.serving_routes import serving_post_routes
 from spark_watchdog.agent.shutdown import SystemStopping, system_shutting_down
-from spark_watchdog.config.agent import AgentConfig, CanaryConfig
-from spark_watchdog.config.secrets import read_secret
+from spark_watchdog.agent.snapshot import LiveValue, ProbeBodies, StateBody, ago
+from spark_watchdog.agent.vllm_watch import VllmWatch
+from spark_watchdog.config.agent import AgentConfig, peers_on_management
 from spark_watchdog.errors import ProbeError
 from spark_watchdog.http_server import (
     JSON,
@@ -66,16 +61,10 @@ from spark_watchdog.http_server import (
     json_response,
 )
 from spark_watchdog.probes.base import ProbeReport
-from spark_watchdog.probes.gpu import GpuProbe, GpuReading, low_power_while_running
+from spark_watchdog.probes.gpu import GpuProbe, GpuReading
 from spark_watchdog.probes.host import HostProbe, read_boot_id
 from spark_watchdog.probes.journal import JournalProbe, JournalReport
-from spark_watchdog.probes.vllm import (
-    Canary,
-    ProgressTracker,
-    VllmScraper,
-    VllmStatus,
-    rank_process_alive,
-)
+from spark_watchdog.probes.pulse import pulse_json
 from spark_watchdog.sdnotify import SystemdNotifier
 
 log = logging.getLogger("spark_watchdog.agent")
@@ -120,12 +109,6 @@ def _memory_watch(config: AgentConfig, launcher: ServingLauncher | None) -> Memo
     )
 
 
-def _serving_disabled(body: dict[str, Any]) -> Response:
-    return json_response(
-        {"error": "serving control is disabled on this node (serving.enabled: false)"}, 404
-    )
-
-
 class Agent:
     def __init__(
         self,
@@ -151,15 +134,13 @@ class Agent:
         self._host_reading: ProbeReport | None = None
         self._host_observed_at = 0.0
         self._lock = threading.Lock()
-        self._state_json = b"{}"
+        self._state_body = StateBody()
         self._snapshot: dict[str, Any] = {}
         self._boots_json: dict[str, Any] = {"boots": [], "state": "pending"}
         self._runners: dict[str, ProbeRunner] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._last_pet = 0.0
         self._last_status = ""
-        # The JSON body of each probe's latest report, kept until the next report.
-        self._probe_bodies: dict[str, tuple[Observation, dict[str, Any]]] = {}
         self.ready = asyncio.Event()
         self.http: HttpEndpoint | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -168,12 +149,8 @@ class Agent:
         self.clock_check = _clock_check(config)
         self.memory = _memory_watch(config, self.serving)
 
-        self._tracker: ProgressTracker | None = None
-        self._scraper: VllmScraper | None = None
-        self._canary: Canary | None = None
-        self._canary_task: asyncio.Task[None] | None = None
-        self._asked_canary: Canary | None = None
-        self._last_canary = float("-inf")
+        self.vllm: VllmWatch | None = None
+        self.peers = PeerWatch(config.peers, config.peering)
         self._gpu: GpuProbe | None = None
         self._journal: JournalProbe | None = None
         if config.probes.vllm.enabled:
@@ -184,25 +161,15 @@ class Agent:
             self._add_journal_probe(journal_boot_id)
         for runner in self._runners.values():
             runner.on_report = self._on_report
+        self._bodies = ProbeBodies(
+            self._runners,
+            config.probes.gpu.low_power_watts,
+            lambda: None if self.vllm is None else self.vllm.requests_running(),
+        )
 
     def _add_vllm_probe(self) -> None:
-        vcfg = self.config.probes.vllm
-        self._tracker = ProgressTracker(vcfg.stall_after, dead_after=vcfg.dead_after)
-        if vcfg.url is not None:
-            self._scraper = VllmScraper(vcfg.url, vcfg.timeout, vcfg.max_body_bytes)
-            api_key = canary_api_key(vcfg.canary)
-            if vcfg.canary.enabled:
-                self._canary = Canary(
-                    vcfg.url, vcfg.canary.model, vcfg.canary.timeout, api_key=api_key
-                )
-            # The one the controller asks for (POST /v1/serving/canary), sent
-            # whether or not automatic canaries are on.
-            self._asked_canary = Canary(
-                vcfg.url, vcfg.canary.model, vcfg.canary.timeout, api_key=api_key
-            )
-        self._runners["vllm"] = ProbeRunner(
-            "vllm", vcfg.interval, vcfg.timeout + 1.0, blocking_probe=self._read_vllm
-        )
+        self.vllm = VllmWatch(self.config.probes.vllm)
+        self._runners["vllm"] = self.vllm.runner
 
     def _add_gpu_probe(self, worker_argv: Sequence[str] | None) -> None:
         gcfg = self.config.probes.gpu
@@ -234,18 +201,16 @@ class Agent:
         )
 
     @property
+    def _boot_id(self) -> str | None:
+        boot_id = getattr(self._host_reading, "boot_id", None)
+        return boot_id if isinstance(boot_id, str) else None
+
+    @property
     def runners(self) -> dict[str, ProbeRunner]:
         """The probe runners by name (vllm, gpu, journal), for inspection."""
         return self._runners
 
     # -- probes -----------------------------------------------------------
-
-    def _read_vllm(self) -> VllmStatus:
-        assert self._tracker is not None
-        vcfg = self.config.probes.vllm
-        process_alive = rank_process_alive(vcfg.process_match) if vcfg.process_match else None
-        sample = self._scraper.scrape() if self._scraper is not None else None
-        return self._tracker.update(sample, time.monotonic(), process_alive=process_alive)
 
     def _on_report(self, name: str, observation: Observation) -> None:
         if name == "journal" and isinstance(observation.report, JournalReport):
@@ -254,8 +219,8 @@ class Agent:
                 self._boots_json = full
             if self.memory is not None:
                 self.memory.note_journal(observation.report, time.monotonic())
-        if name == "vllm":
-            self._maybe_run_canary()
+        if name == "vllm" and self.vllm is not None:
+            self.vllm.maybe_run_canary()
         if name == "gpu" and isinstance(observation.report, GpuReading):
             self._check_clock(observation.report)
 
@@ -272,99 +237,7 @@ class Agent:
                 check.max_busy_mhz,
             )
 
-    def _maybe_run_canary(self) -> None:
-        """Send a 1-token canary when a stall is suspected
-        (docs/design.md, "Signals on the node"), or when the head has been quiet
-        for ``canary.idle_after`` (an idle hang answers no new request, and
-        nothing else would show it)."""
-        if self._canary is None or self._tracker is None:
-            return
-        if self._canary_task is not None and not self._canary_task.done():
-            return
-        now = time.monotonic()
-        ccfg = self.config.probes.vllm.canary
-        if self._tracker.stall_suspected:
-            if now - self._last_canary < ccfg.min_interval:
-                return
-        else:
-            quiet = self._tracker.quiet_for(now)
-            if (
-                ccfg.idle_after <= 0
-                or quiet is None
-                or quiet < ccfg.idle_after
-                # One timeout is confirmed by a second canary at once.
-                or (
-                    now - self._last_canary < ccfg.idle_after
-                    and not self._tracker.canary_unconfirmed
-                )
-            ):
-                return
-        self._last_canary = now
-        self._canary_task = asyncio.get_running_loop().create_task(self._run_canary())
-
-    async def _run_canary(self) -> None:
-        assert self._canary is not None and self._tracker is not None
-        latest = self._runners["vllm"].latest
-        models: tuple[str, ...] = ()
-        if latest is not None and isinstance(latest.report, VllmStatus):
-            models = latest.report.models  # saves a GET /v1/models
-        result = await asyncio.to_thread(self._canary.run, models)
-        self._tracker.note_canary(result, time.monotonic())
-        log.info("canary: %s", result.outcome, extra={"probe": "vllm", "canary": result.outcome})
-
-    def _tracker_stop_not_taken(self) -> None:
-        """A stop that failed leaves the rank serving: a later refusal is a death."""
-        if self._tracker is not None:
-            self._tracker.note_planned_start()
-
-    def _known_models(self) -> tuple[str, ...]:
-        runner = self._runners.get("vllm")
-        latest = None if runner is None else runner.latest
-        if latest is not None and isinstance(latest.report, VllmStatus):
-            return latest.report.models
-        return ()
-
     # -- snapshot ---------------------------------------------------------
-
-    def _probe_json(self, name: str) -> dict[str, Any]:
-        runner = self._runners.get(name)
-        if runner is None:
-            return {"state": "disabled", "observed_at": None}
-        latest = runner.latest
-        if latest is None:
-            return {"state": "pending", "observed_at": None}
-        # A probe reports every few seconds, the snapshot is built every loop:
-        # encode each report once (the journal's is the largest by far).
-        cached = self._probe_bodies.get(name)
-        if cached is not None and cached[0] is latest:
-            body = cached[1]
-        else:
-            if name == "journal" and isinstance(latest.report, JournalReport):
-                body = latest.report.summary_json()
-                body.update(
-                    observed_at=iso_time(latest.observed_at),
-                    duration_s=round(latest.duration_s, 4),
-                )
-            else:
-                body = latest.to_json()
-            self._probe_bodies[name] = (latest, body)
-        if name == "gpu" and isinstance(latest.report, GpuReading):
-            body = {
-                **body,
-                "low_power_while_running": low_power_while_running(
-                    latest.report,
-                    self._requests_running(),
-                    self.config.probes.gpu.low_power_watts,
-                ),
-            }
-        return body
-
-    def _requests_running(self) -> float | None:
-        runner = self._runners.get("vllm")
-        if runner is None or runner.latest is None:
-            return None
-        report = runner.latest.report
-        return report.running if isinstance(report, VllmStatus) else None
 
     def build_snapshot(self) -> dict[str, Any]:
         host = self._host_reading
@@ -373,7 +246,8 @@ class Agent:
             host_json = host.to_json()
             host_json["observed_at"] = iso_time(self._host_observed_at)
         boot_id = host_json.get("boot_id")
-        return {
+        now = time.monotonic()
+        snapshot = {
             "node": self.config.node,
             "boot_id": boot_id,
             "seq": self.seq,
@@ -383,9 +257,9 @@ class Agent:
             "loop_lag_s": round(self.loop_lag_s, 4),
             "healthy": self.loop_healthy(),
             "probes": {
-                "vllm": self._probe_json("vllm"),
-                "gpu": self._probe_json("gpu"),
-                "journal": self._probe_json("journal"),
+                "vllm": self._bodies.json("vllm", now),
+                "gpu": self._bodies.json("gpu", now),
+                "journal": self._bodies.json("journal", now),
                 "host": host_json,
             },
             "serving": self.serving_status(),
@@ -395,6 +269,21 @@ class Agent:
             ),
             "stopping": None if self._stopping is None else dict(self._stopping),
         }
+        if self.config.peers:
+            snapshot["peers"] = self.peers.to_json(now)
+        return snapshot
+
+    def _live_values(self) -> list[LiveValue]:
+        """The ages in the snapshot, filled in as each /v1/state answer leaves."""
+        live: list[LiveValue] = []
+        vllm = self.vllm
+        if vllm is not None:
+            live.append(
+                (("probes", "vllm", "progress_ago_s"), lambda now: ago(vllm.advanced_at(), now))
+            )
+        if self.config.peers:
+            live.append((("peers",), self.peers.to_json))
+        return live
 
     def serving_status(self) -> dict[str, Any]:
         return self.serving.status() if self.serving is not None else disabled_status()
@@ -419,17 +308,19 @@ class Agent:
 
     def _publish(self) -> None:
         snap = self.build_snapshot()
-        encoded = json.dumps(snap, separators=(",", ":")).encode() + b"\n"
+        self._state_body.set(snap, self._live_values())
         with self._lock:
             self._snapshot = snap
-            self._state_json = encoded
 
     # -- HTTP -------------------------------------------------------------
 
     def routes(self) -> dict[str, Route]:
         def state() -> Response:
-            with self._lock:
-                return 200, JSON, self._state_json
+            return 200, JSON, self._state_body.render()
+
+        def pulse() -> Response:
+            # Cheap and history-free: what a peer asks every second over the fabric.
+            return json_response(pulse_json(self.config.node, self.seq, self._boot_id))
 
         def boots() -> Response:
             with self._lock:
@@ -448,84 +339,12 @@ class Agent:
             "/v1/boots": boots,
             "/metrics": metrics,
             "/v1/serving": serving,
+            "/v1/pulse": pulse,
         }
 
     def post_routes(self) -> dict[str, PostRoute]:
-        """``POST /v1/serving/{start,stop,canary}``; the bearer token is checked
-        by the HTTP layer before any of these runs."""
-        if self.serving is None:
-            return dict.fromkeys(_SERVING_POSTS, _serving_disabled)
-        return {
-            "/v1/serving/start": self._post_start,
-            "/v1/serving/stop": self._post_stop,
-            "/v1/serving/canary": self._post_canary,
-        }
-
-    def _post_start(self, body: dict[str, Any]) -> Response:
-        launcher = self.serving
-        assert launcher is not None  # routed only when serving is enabled
-        problem = _unexpected_keys(body, ("profile",))
-        profile = body.get("profile")
-        if (
-            problem is None
-            and profile is not None
-            and (not isinstance(profile, str) or not profile)
-        ):
-            problem = f"profile: expected a profile name (a string), got {profile!r}"
-        if problem is not None:
-            return json_response({"error": problem}, 400)
-        log.info("serving: start requested (profile %s)", profile or "default")
-        if self._tracker is not None:
-            self._tracker.note_planned_start()
-        try:
-            return json_response(launcher.start(profile))
-        except UnknownProfile as exc:
-            return json_response({"error": str(exc), "known_profiles": exc.known}, 400)
-        except ServingConflict as exc:
-            return json_response({"error": str(exc), "serving": launcher.status()}, 409)
-        except LaunchFailed as exc:
-            log.error("serving: %s", exc)
-            return json_response({"error": str(exc), "serving": launcher.status()}, 500)
-
-    def _post_stop(self, body: dict[str, Any]) -> Response:
-        launcher = self.serving
-        assert launcher is not None  # routed only when serving is enabled
-        problem = _unexpected_keys(body, ())
-        if problem is not None:
-            return json_response({"error": problem}, 400)
-        log.info("serving: stop requested")
-        if self._tracker is not None:
-            # The port refusing from now on is our doing, not a death.
-            self._tracker.note_planned_stop()
-        try:
-            return json_response(launcher.stop())
-        except ServingConflict as exc:
-            self._tracker_stop_not_taken()
-            return json_response({"error": str(exc), "serving": launcher.status()}, 409)
-        except StopFailed as exc:
-            self._tracker_stop_not_taken()
-            log.error("serving: %s", exc)
-            return json_response({"error": str(exc), "serving": launcher.status()}, 500)
-
-    def _post_canary(self, body: dict[str, Any]) -> Response:
-        problem = _unexpected_keys(body, ())
-        if problem is not None:
-            return json_response({"error": problem}, 400)
-        if self._asked_canary is None:
-            return json_response(
-                {
-                    "error": "no vLLM API on this node (probes.vllm.url is null or the "
-                    "vllm probe is off): canaries go to the head"
-                },
-                409,
-            )
-        result = self._asked_canary.run(self._known_models())
-        loop, tracker = self._loop, self._tracker
-        if loop is not None and tracker is not None:
-            # An answered canary is proof of life for the stall clock too.
-            loop.call_soon_threadsafe(tracker.note_canary, result, time.monotonic())
-        log.info("serving: canary asked: %s", result.describe())
-        return json_response(result.to_json())
+        """``POST /v1/serving/{start,stop,canary}`` (agent/serving_routes.py)."""
+        return serving_post_routes(self.serving, self.vllm, lambda: self._loop)
 
     # -- main loop --------------------------------------------------------
 
@@ -604,6 +423,7 @@ class Agent:
             self.http.port,
             extra={"node": self.config.node},
         )
+        self._start_peers()
         heartbeat_done = asyncio.Event()
         heartbeat = asyncio.create_task(self._heartbeat(heartbeat_done))
         told_systemd = False
@@ -629,14 +449,25 @@ class Agent:
             for task in [*self._tasks, heartbeat]:
                 task.cancel()
             await asyncio.gather(*self._tasks, heartbeat, return_exceptions=True)
-            if self._canary_task is not None:
-                self._canary_task.cancel()
+            self.peers.stop()
+            if self.vllm is not None:
+                self.vllm.cancel()
             if self._gpu is not None:
                 await self._gpu.close()
             if self.serving is not None:
                 self.serving.close()  # the rank runs on: only its watchers stop
             self.http.stop()
             log.info("agent %s stopped", self.config.node)
+
+    def _start_peers(self) -> None:
+        for name in peers_on_management(self.config):
+            log.warning(
+                "peer %s is asked on this agent's own management address (%s): "
+                "not a second path; give its fabric (ConnectX-7) address",
+                name,
+                self.config.listen.address,
+            )
+        self.peers.start()
 
     async def _wind_down(self) -> None:
         """Asked to stop: say why in /v1/state, and linger while the system goes down.
@@ -671,27 +502,6 @@ class Agent:
     def cut_linger(self) -> None:
         """End the shutdown linger now (a second SIGTERM or SIGINT)."""
         self._linger_cut.set()
-
-
-_SERVING_POSTS = ("/v1/serving/start", "/v1/serving/stop", "/v1/serving/canary")
-
-
-def canary_api_key(config: CanaryConfig) -> str | None:
-    """The vLLM server's API key for the canary, read from its file now.
-
-    :raises ConfigError: the file is missing, unreadable, open to others or blank.
-    """
-    if config.api_key_file is None:
-        return None
-    return read_secret("probes.vllm.canary.api_key_file", config.api_key_file).reveal()
-
-
-def _unexpected_keys(body: dict[str, Any], allowed: tuple[str, ...]) -> str | None:
-    extra = sorted(set(body) - set(allowed))
-    if not extra:
-        return None
-    wanted = ", ".join(allowed) if allowed else "none (send {} or no body)"
-    return f"unknown key(s) in body: {', '.join(extra)}; expected: {wanted}"
 
 
 async def serve(config: AgentConfig, *, system_stopping: SystemStopping | None = None) -> None:

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 from spark_watchdog.config.addresses import check_bind_address, check_http_url
 from spark_watchdog.config.files import read_yaml
@@ -340,6 +341,35 @@ class ServingConfig:
 
 
 @dataclass(frozen=True)
+class PeerConfig:
+    """Another node's agent, asked for its pulse over a path that is not the management one."""
+
+    name: str = setting()
+    # The peer agent's base URL on the fabric (its ConnectX-7 address), not its management one.
+    url: str = setting()
+
+    def __post_init__(self) -> None:
+        if not _NODE_NAME.match(self.name):
+            raise InvalidSetting("name", f'expected a node name, got "{self.name}"')
+        check_http_url("url", self.url)
+
+
+@dataclass(frozen=True)
+class PeeringConfig:
+    """How often and how patiently the peers are asked (docs/design.md, "Peers")."""
+
+    interval: float = setting(1.0, above=0, maximum=60)
+    timeout: float = setting(0.5, above=0, maximum=10)
+
+    def __post_init__(self) -> None:
+        if self.timeout > self.interval:
+            raise InvalidSetting(
+                "timeout",
+                f"expected at most interval ({self.interval:g} s), got {self.timeout:g}",
+            )
+
+
+@dataclass(frozen=True)
 class AgentConfig:
     node: str = setting()
     listen: ListenConfig = setting(default_factory=ListenConfig)
@@ -350,6 +380,8 @@ class AgentConfig:
     serving: ServingConfig = setting(default_factory=ServingConfig)
     memory_guard: MemoryGuardConfig = setting(default_factory=MemoryGuardConfig)
     gpu_clock_check: GpuClockCheckConfig = setting(default_factory=GpuClockCheckConfig)
+    peers: tuple[PeerConfig, ...] = setting(())
+    peering: PeeringConfig = setting(default_factory=PeeringConfig)
 
     def __post_init__(self) -> None:
         if not _NODE_NAME.match(self.node):
@@ -358,6 +390,7 @@ class AgentConfig:
                 "expected a host-like name (letters, digits, '.', '_', '-'; "
                 f'at most 63 characters), got "{self.node}"',
             )
+        _check_peers(self.node, self.peers)
         window = self.memory_guard.slope_window
         if self.memory_guard.enabled and window < 2 * self.loop_interval:
             raise InvalidSetting(
@@ -365,6 +398,34 @@ class AgentConfig:
                 f"expected at least twice loop_interval ({2 * self.loop_interval:g} s: "
                 f"a slope needs three readings), got {window:g}",
             )
+
+
+def _check_peers(node: str, peers: tuple[PeerConfig, ...]) -> None:
+    seen: set[str] = set()
+    for i, peer in enumerate(peers):
+        if peer.name == node:
+            raise InvalidSetting(
+                f"peers[{i}].name",
+                f'"{peer.name}" is this node itself (node: {node}): list the other nodes only',
+            )
+        if peer.name in seen:
+            raise InvalidSetting(f"peers[{i}].name", f'"{peer.name}" is listed twice')
+        seen.add(peer.name)
+
+
+def peers_on_management(config: AgentConfig) -> list[str]:
+    """The peers whose URL is on this agent's own listen address: not a second path.
+
+    Only knowable when the agent listens on one address (not 0.0.0.0 or ::).
+    """
+    listen = config.listen.address
+    if listen in ("0.0.0.0", "::", ""):
+        return []
+    return [
+        peer.name
+        for peer in config.peers
+        if (urlsplit(peer.url).hostname or "").lower() == listen.lower()
+    ]
 
 
 def parse_agent_config(data: object, source: str = "agent config") -> AgentConfig:

@@ -1,4 +1,5 @@
-"""Node: does NVML answer within the agent's deadline, and is vLLM's progress readable?
+"""Node: does NVML answer within the agent's deadline, is vLLM's progress readable,
+and do the peers answer their pulse?
 
 Both reuse the agent's own probes with the agent's own settings: the NVML
 worker child with its deadline, and the vLLM scraper with its timeout.
@@ -9,9 +10,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from spark_watchdog.config.agent import AgentConfig
+from spark_watchdog.config.agent import AgentConfig, peers_on_management
 from spark_watchdog.doctor.result import Finding, fail, ok, skip, warn
 from spark_watchdog.probes.gpu import GpuProbe, GpuReading
+from spark_watchdog.probes.pulse import ask_once
 from spark_watchdog.probes.vllm import VllmScraper
 from spark_watchdog.probes.vllm_metrics import ENGINE_STEPS, GENERATION_TOKENS, RUNNING
 from spark_watchdog.probes.vllm_sample import VllmSample
@@ -178,3 +180,44 @@ def check_restart_policy(command: Sequence[str]) -> Finding:
         "stale peers, restarts leak unified memory)",
         "drop --restart (or use --restart no) and let the agent and the controller restart it",
     )
+
+
+def check_peer_pulses(config: AgentConfig) -> Finding:
+    """One pulse to each peer the agent watches (``peers:``), over the path it uses."""
+    if not config.peers:
+        return skip(
+            "no peers: configured: the controller has no second path to this node "
+            '(docs/design.md, "Peers")'
+        )
+    same_host = set(peers_on_management(config))
+    bad: list[str] = []
+    quiet: list[str] = []
+    fine: list[str] = []
+    for peer in config.peers:
+        answer = ask_once(peer.name, peer.url, config.peering.timeout)
+        line = f"{peer.name} at {peer.url}: {answer.state}" + (
+            f" ({answer.error})" if answer.error else ""
+        )
+        if answer.state == "ok":
+            fine.append(line)
+        elif answer.state == "silent":
+            quiet.append(line)
+        else:
+            bad.append(line)
+    if bad:
+        return fail(
+            "; ".join(bad + quiet) + ": a pulse that is not this peer's is no evidence",
+            "give each peer the URL of its own agent on the fabric (its ConnectX-7 address)",
+        )
+    if quiet or same_host:
+        notes = quiet + [
+            f"{name} is asked on this agent's own management address "
+            f"({config.listen.address}): not a second path"
+            for name in sorted(same_host)
+        ]
+        return warn(
+            "; ".join(notes),
+            "start the peer's agent, let the fabric reach its port, and give each peer "
+            "its fabric (ConnectX-7) address, not the management one",
+        )
+    return ok(f"every peer answered its pulse: {'; '.join(fine)}")

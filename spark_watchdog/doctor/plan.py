@@ -27,7 +27,12 @@ from spark_watchdog.doctor.journal_checks import (
     check_sync_interval,
 )
 from spark_watchdog.doctor.launcher_checks import REMOTE_TIMEOUT_S, check_launcher
-from spark_watchdog.doctor.node_checks import check_gpu, check_restart_policy, check_vllm
+from spark_watchdog.doctor.node_checks import (
+    check_gpu,
+    check_peer_pulses,
+    check_restart_policy,
+    check_vllm,
+)
 from spark_watchdog.doctor.peer_checks import check_peers
 from spark_watchdog.doctor.power_check import (
     check_power_coverage,
@@ -116,6 +121,12 @@ def node_plan(config: AgentConfig, host: NodeHost | None = None) -> list[Planned
             f"vLLM at {vllm.url}",
             vllm.timeout + 5.0,
             _blocking(partial(check_vllm, config)),
+        ),
+        PlannedCheck(
+            "node.peers",
+            "the peers' pulses",
+            len(config.peers) * config.peering.timeout * 2 + 5.0,  # a retry each at most
+            _blocking(partial(check_peer_pulses, config)),
         ),
         _constant("node.serving.restart_policy", check_restart_policy(config.serving.command)),
         PlannedCheck(

@@ -14,7 +14,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
@@ -82,6 +82,9 @@ class VllmStatus:
     models: tuple[str, ...] = ()
     stall_suspected: bool = False
     process_alive: bool | None = None
+    # When (monotonic) the tracker last saw an engine's counters go up; None: not
+    # since it started. Not in to_json: the agent turns it into an age as it answers.
+    advanced_at: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The ``probe vllm`` contract keys first, then extras (keys may be added,
@@ -201,6 +204,9 @@ class ProgressTracker:
         # Idle canaries that timed out in a row: one alone is not a hang (a busy
         # API front end can miss one), two are.
         self._canary_timeouts = 0
+        # The last scrape in which an engine's step or token counter went up.
+        self._advanced_at: float | None = None
+        self._read_at: dict[str, float] = {}  # each engine's last usable scrape
         # update() runs in a worker thread, the planned-stop notes in HTTP threads.
         self._lock = threading.RLock()
 
@@ -272,7 +278,7 @@ class ProgressTracker:
             self._note_answer(sample, now)
             status = self._judge(sample, now, process_alive)
             self._stall_suspected = status.stall_suspected
-            return status
+            return replace(status, advanced_at=self._advanced_at)
 
     def _note_answer(self, sample: VllmSample | None, now: float) -> None:
         """Remember whether vLLM answered, and since when its port refuses."""
@@ -372,6 +378,19 @@ class ProgressTracker:
         previous = self._engines.get(name)
         track, moved = _advance(previous, reading, now, blind)
         self._engines[name] = track
+        read_before = self._read_at.get(name)
+        self._read_at[name] = now
+        if (
+            previous is not None
+            and read_before is not None
+            and (
+                _went_up(previous.steps, reading.engine_steps)
+                or _went_up(previous.tokens, reading.generation_tokens)
+            )
+        ):
+            # Moved some time after the scrape before: the ranks stepped then
+            # (a frozen host does not thaw), and nothing later is proved.
+            self._advanced_at = max(self._advanced_at or read_before, read_before)
         state, reason, idle_for, judged = self._verdict(
             reading, track, now, moved=moved, restarted=blind and previous is not None
         )
@@ -518,6 +537,11 @@ def _moved(before: int | None, after: int | None) -> bool:
     # Down counts as well as up: a counter only goes down when vLLM restarted,
     # which is a new baseline, not a stall.
     return before is not None and after is not None and after != before
+
+
+def _went_up(before: int | None, after: int | None) -> bool:
+    # Up only: a counter that went down is a restarted vLLM, no proof that its ranks step.
+    return before is not None and after is not None and after > before
 
 
 def _total(values: Iterable[int | None]) -> int | None:

@@ -101,9 +101,17 @@ def _node_tree(root: Path) -> tuple[Path, Path]:
 
 def _agent_config(root: Path, vllm_url: str, serving: bool) -> dict[str, Any]:
     journal, proc = _node_tree(root)
+    port = free_port()
     config: dict[str, Any] = {
         "node": "spark-1",
-        "listen": {"address": "127.0.0.1", "port": free_port()},
+        "listen": {"address": "127.0.0.1", "port": port},
+        # Its peers section in /v1/state is checked against the document: a peer
+        # nothing answers for (silent) and one that answers as another node (this
+        # agent itself: wrong_node).
+        "peers": [
+            {"name": "spark-2", "url": f"http://127.0.0.1:{free_port()}"},
+            {"name": "spark-3", "url": f"http://localhost:{port}"},
+        ],
         "loop_interval": 0.5,
         "probes": {
             "vllm": {

@@ -10,6 +10,7 @@ tables equal, so neither can change alone.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -216,3 +217,18 @@ def test_the_agent_routes_answer_with_the_documented_content_types(agent_server:
         documented = next(iter(item["get"]["responses"]["200"]["content"]))
         assert answer.status_code == 200, route
         assert answer.headers["Content-Type"].split(";")[0] == documented, route
+
+
+def test_the_agent_reports_peers_that_are_no_evidence(agent_server: Any) -> None:
+    """A peer nothing answers for and one that answers as another node (the
+    answers themselves are checked against the document above)."""
+    deadline = time.monotonic() + 60
+    while True:
+        peers = requests.get(f"{agent_server.base_url}/v1/state", timeout=5).json()["peers"]
+        states = {name: peer["state"] for name, peer in peers.items()}
+        if states == {"spark-2": "silent", "spark-3": "wrong_node"}:
+            break
+        assert time.monotonic() < deadline, states
+        time.sleep(0.1)
+    for peer in peers.values():
+        assert peer["progress_ago_s"] is None and peer["seq"] is None and peer["error"]

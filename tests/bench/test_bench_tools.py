@@ -218,3 +218,21 @@ def test_the_http_bench_times_polls_beside_a_crowd_of_each_kind() -> None:
     assert run["connections_open_during_polls"]["min"] >= 57  # 95 % of 60
     assert run["ms"]["p50"] is not None and run["rss_mb"]["max"] > 0
     assert run["goal_met"] is True
+
+
+def test_the_cost_bench_s_peers_answer_pulses_that_advance() -> None:
+    from bench.agent_cost import _PulseStubs
+    from spark_watchdog.probes.pulse import ask_once
+
+    stubs = _PulseStubs(3, agent_port=1)
+    stubs.start()
+    try:
+        peers = stubs.peers_config()
+        assert [p["name"] for p in peers] == ["peer-0", "peer-1", "peer-2"]
+        first = ask_once("peer-1", peers[1]["url"], 5.0)
+        second = ask_once("peer-1", peers[1]["url"], 5.0)
+        assert first.state == second.state == "ok"
+        assert first.pulse is not None and second.pulse is not None
+        assert second.pulse.seq > first.pulse.seq
+    finally:
+        stubs.stop()

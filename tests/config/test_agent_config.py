@@ -49,7 +49,7 @@ def test_every_problem_is_reported_at_once_with_its_key_path() -> None:
     problems = caught.value.problems
     assert (
         "nodee: unknown key; expected one of gpu_clock_check, listen, loop_interval, memory_guard, "
-        "node, probes, "
+        "node, peering, peers, probes, "
         "serving, "
         "shutdown_linger" in problems
     )

@@ -154,3 +154,47 @@ def test_a_vllm_without_the_engine_step_heartbeat_warns() -> None:
 
 def test_a_headless_rank_is_skipped() -> None:
     assert check_vllm(_agent(vllm={"url": None})).status == "skip"
+
+
+def test_the_peers_check_asks_each_peer_s_pulse() -> None:
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from spark_watchdog.config.agent import parse_agent_config
+    from spark_watchdog.doctor.node_checks import check_peer_pulses
+    from spark_watchdog.lab.ports import free_port
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = json.dumps({"node": "spark-2", "seq": 7, "boot_id": "a" * 32}).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+
+        def config(peers: list[dict[str, str]], listen: str = "10.0.0.1") -> AgentConfig:
+            return parse_agent_config(
+                {"node": "spark-1", "listen": {"address": listen}, "peers": peers}
+            )
+
+        assert check_peer_pulses(config([])).status == "skip"
+        found = check_peer_pulses(config([{"name": "spark-2", "url": url}]))
+        assert found.status == "ok", found
+        wrong = check_peer_pulses(config([{"name": "spark-3", "url": url}]))
+        assert wrong.status == "fail" and "spark-2" in wrong.detail, wrong
+        silent = f"http://127.0.0.1:{free_port()}"
+        assert check_peer_pulses(config([{"name": "spark-4", "url": silent}])).status == "warn"
+        same = check_peer_pulses(config([{"name": "spark-2", "url": url}], listen="127.0.0.1"))
+        assert same.status == "warn" and "management address" in same.detail, same
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -547,3 +547,28 @@ def test_a_canary_error_on_an_idle_head_is_no_stall(tracker: ProgressTracker) ->
         CanaryResult("error", 0.1, 20.0, "m", "HTTP 404: model not found"), now=20.0
     )
     assert tracker.update(scrape(engine(100, running=0)), now=21.0).state == "idle"
+
+
+def test_the_last_advance_is_known_only_once_a_counter_went_up() -> None:
+    tracker = ProgressTracker(STALL_AFTER)
+    # The first sight is a baseline, not an advance; a canary is not one either.
+    assert tracker.update(scrape(engine(10), at=0.0), 100.0).advanced_at is None
+    tracker.note_canary(CanaryResult("ok", 0.1, 100.5, "m"), 100.5)
+    assert tracker.update(scrape(engine(10), at=1.0), 101.0).advanced_at is None
+    # Counted from the scrape before the one that saw it move: the earliest it can have.
+    assert tracker.update(scrape(engine(11), at=2.0), 102.0).advanced_at == 101.0
+    assert tracker.update(scrape(engine(11), at=3.0), 103.0).advanced_at == 101.0
+    # Tokens alone move too.
+    assert tracker.update(scrape(engine(11, tokens=99), at=4.0), 104.0).advanced_at == 103.0
+    # Unreachable keeps the last advance seen; a counter that went down (a restarted
+    # vLLM) is no proof the ranks stepped.
+    assert tracker.update(unreachable(), 105.0).advanced_at == 103.0
+    assert tracker.update(scrape(engine(1, tokens=1), at=6.0), 106.0).advanced_at == 103.0
+
+
+def test_the_last_advance_is_not_in_the_report_s_json() -> None:
+    tracker = ProgressTracker(STALL_AFTER)
+    tracker.update(scrape(engine(1), at=0.0), 0.0)
+    status = tracker.update(scrape(engine(2), at=1.0), 1.0)
+    assert status.advanced_at == 0.0
+    assert "advanced_at" not in status.to_json()

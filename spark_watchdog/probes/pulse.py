@@ -1,0 +1,248 @@
+"""Asking another node's agent for its pulse (``GET /v1/pulse``) over the fabric.
+
+The pulse is the agent's name, its loop counter ``seq`` and its boot id: a
+few dozen bytes. A peer's answer is one of:
+
+- ``ok``: a well-formed pulse of the node that was asked for;
+- ``silent``: no answer within the timeout, the connection refused, reset or
+  closed without an answer;
+- ``garbage``: something answered, but not a pulse (a status other than 200,
+  a body that is not the pulse's JSON, too long a body);
+- ``wrong_node``: a well-formed pulse of another node (an address that moved).
+
+Only ``ok`` carries a seq and a boot id; nothing else is evidence of anything
+(docs/design.md, "Peers"). Used by the agent's pulse thread and by doctor.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+import ssl
+import time
+from dataclasses import dataclass
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+PulseState = Literal["ok", "silent", "garbage", "wrong_node"]
+
+PULSE_PATH = "/v1/pulse"
+# A pulse is about 80 bytes; anything much longer is not one.
+MAX_PULSE_BYTES = 1024
+_MAX_BOOT_ID = 64
+
+
+@dataclass(frozen=True)
+class Pulse:
+    node: str
+    seq: int
+    boot_id: str | None
+
+
+@dataclass(frozen=True)
+class PulseAnswer:
+    state: PulseState
+    pulse: Pulse | None = None  # the pulse read (ok, wrong_node)
+    error: str | None = None
+
+
+def pulse_json(node: str, seq: int, boot_id: str | None) -> dict[str, Any]:
+    """The body of ``GET /v1/pulse``."""
+    return {"node": node, "seq": seq, "boot_id": boot_id}
+
+
+def parse_pulse(body: bytes) -> Pulse | None:
+    """A well-formed pulse, or None: an object with a node name, a whole ``seq``
+    ≥ 0 and a boot id (a short non-empty string)."""
+    if len(body) > MAX_PULSE_BYTES:
+        return None
+    try:
+        data = json.loads(body)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(data, dict):
+        return None
+    node, seq, boot_id = data.get("node"), data.get("seq"), data.get("boot_id")
+    if not isinstance(node, str) or not node or len(node) > 253:
+        return None
+    if isinstance(seq, bool) or not isinstance(seq, int) or seq < 0:
+        return None
+    # null only before the agent's first host reading
+    if boot_id is not None and (
+        not isinstance(boot_id, str) or not boot_id or len(boot_id) > _MAX_BOOT_ID
+    ):
+        return None
+    return Pulse(node, seq, boot_id)
+
+
+def judge(expected: str, status: int, body: bytes) -> PulseAnswer:
+    """What an HTTP answer from the peer named ``expected`` is."""
+    if status != 200:
+        return PulseAnswer("garbage", error=f"answered HTTP {status}, not a pulse")
+    pulse = parse_pulse(body)
+    if pulse is None:
+        return PulseAnswer("garbage", error=f"answered {_excerpt(body)}, not a pulse")
+    if pulse.node != expected:
+        return PulseAnswer(
+            "wrong_node", pulse, f'answered as node "{pulse.node[:64]}", not "{expected}"'
+        )
+    return PulseAnswer("ok", pulse)
+
+
+def _excerpt(body: bytes) -> str:
+    text = body[:40].decode("utf-8", "replace")
+    return repr(text + ("…" if len(body) > 40 else ""))
+
+
+class PulseClient:
+    """One peer's connection, kept open between pulses (HTTP/1.1 keep-alive);
+    used from one thread at a time.
+
+    A pulse is asked every second of every peer for as long as the agent runs,
+    so the request is built once and the answer read off the socket directly
+    (http.client's header parsing costs more than the whole exchange)."""
+
+    def __init__(self, name: str, url: str, timeout: float) -> None:
+        self.name = name
+        self.url = url
+        self.timeout = timeout
+        parts = urlsplit(url)
+        self._https = parts.scheme == "https"
+        self._host = parts.hostname or ""
+        self._port = parts.port or (443 if self._https else 80)
+        path = parts.path.rstrip("/") + PULSE_PATH
+        self._request = (
+            f"GET {path} HTTP/1.1\r\nHost: {parts.netloc}\r\nAccept: application/json\r\n\r\n"
+        ).encode()
+        self._sock: socket.socket | None = None
+
+    def ask(self) -> PulseAnswer:
+        reused = self._sock is not None
+        try:
+            return self._ask_once()
+        except _Closed as exc:
+            # The peer closed an idle kept-alive connection: ask again on a new one.
+            self.close()
+            if not reused:
+                return _failure(exc)
+        except (OSError, http.client.HTTPException) as exc:
+            self.close()
+            return _failure(exc)
+        try:
+            return self._ask_once()
+        except (OSError, http.client.HTTPException) as exc:
+            self.close()
+            return _failure(exc)
+
+    def _connect(self) -> socket.socket:
+        sock = socket.create_connection((self._host, self._port), self.timeout)
+        if self._https:
+            context = ssl.create_default_context()
+            sock = context.wrap_socket(sock, server_hostname=self._host)
+        return sock
+
+    def _ask_once(self) -> PulseAnswer:
+        if self._sock is None:
+            self._sock = self._connect()
+        sock = self._sock
+        deadline = time.monotonic() + self.timeout
+        sock.settimeout(self.timeout)
+        try:
+            sock.sendall(self._request)
+        except (BrokenPipeError, ConnectionResetError) as exc:
+            raise _Closed(str(exc)) from None
+        data = b""
+        while True:
+            chunk = sock.recv(4096)
+            if not chunk:
+                if data:
+                    return self._garbage("closed the connection mid-answer")
+                raise _Closed("closed the connection without an answer")
+            data += chunk
+            answer = _complete(self.name, data)
+            if answer is not None:
+                status, body, close = answer
+                if close:
+                    self.close()
+                return judge(self.name, status, body)
+            if len(data) > 2 * MAX_PULSE_BYTES + 4096:
+                return self._garbage(f"answered {_excerpt(data)}, not a pulse")
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError("no answer within the timeout")
+            sock.settimeout(remaining)
+
+    def _garbage(self, error: str) -> PulseAnswer:
+        self.close()
+        return PulseAnswer("garbage", error=error)
+
+    def close(self) -> None:
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+
+
+class _Closed(ConnectionResetError):
+    """The peer closed the connection before answering."""
+
+
+def _complete(name: str, data: bytes) -> tuple[int, bytes, bool] | None:
+    """The status, body and whether the peer closes, once ``data`` holds a whole
+    answer; None while more is to come.
+
+    :raises http.client.HTTPException: not an HTTP answer, or one a pulse never is.
+    """
+    head, found, rest = data.partition(b"\r\n\r\n")
+    if not found:
+        if not data.startswith(b"HTTP/"[: len(data)]):
+            raise http.client.BadStatusLine(_excerpt(data))
+        return None
+    lines = head.split(b"\r\n")
+    status_line = lines[0].split(b" ", 2)
+    if len(status_line) < 2 or not status_line[0].startswith(b"HTTP/1."):
+        raise http.client.BadStatusLine(_excerpt(lines[0]))
+    try:
+        status = int(status_line[1])
+    except ValueError:
+        raise http.client.BadStatusLine(_excerpt(lines[0])) from None
+    length: int | None = None
+    close = status_line[0] == b"HTTP/1.0"
+    for line in lines[1:]:
+        key, _, value = line.partition(b":")
+        key = key.strip().lower()
+        if key == b"content-length":
+            try:
+                length = int(value.strip())
+            except ValueError:
+                raise http.client.HTTPException("a bad Content-Length") from None
+        elif key == b"connection":
+            close = value.strip().lower() == b"close"
+        elif key == b"transfer-encoding":
+            raise http.client.HTTPException("a chunked answer: not a pulse")
+    if length is None:
+        raise http.client.HTTPException("an answer without Content-Length: not a pulse")
+    if length > MAX_PULSE_BYTES:
+        raise http.client.HTTPException(f"a body of {length} bytes: not a pulse")
+    if len(rest) < length:
+        return None
+    return status, rest[:length], close or len(rest) > length
+
+
+def _failure(exc: BaseException) -> PulseAnswer:
+    if isinstance(exc, _Closed):
+        return PulseAnswer("silent", error=str(exc))
+    if isinstance(exc, (socket.timeout, TimeoutError)):
+        return PulseAnswer("silent", error="no answer within the timeout")
+    if isinstance(exc, http.client.HTTPException):
+        return PulseAnswer("garbage", error=f"answered something that is not HTTP ({exc!r})"[:200])
+    return PulseAnswer("silent", error=(str(exc) or type(exc).__name__)[:200])
+
+
+def ask_once(name: str, url: str, timeout: float) -> PulseAnswer:
+    """One pulse on a fresh connection (doctor)."""
+    client = PulseClient(name, url, timeout)
+    try:
+        return client.ask()
+    finally:
+        client.close()

@@ -1,0 +1,488 @@
+"""Agents watching each other over a second path: the pulse, the pulse thread, /v1/state's peers.
+
+Real HTTP on loopback: real agents, and stub servers that answer a pulse, garbage,
+another node's name, or nothing at all. The ages are checked through an injected
+clock where a test drives the pulses itself; the real thread is waited on with
+generous deadlines, never timed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+import requests
+
+from spark_watchdog.agent.daemon import Agent
+from spark_watchdog.agent.peers import PeerWatch
+from spark_watchdog.config.agent import AgentConfig, PeerConfig, PeeringConfig, parse_agent_config
+from spark_watchdog.lab.hardware.vllm_standin import VllmStandin
+from spark_watchdog.lab.ports import free_port
+from spark_watchdog.probes.pulse import ask_once, parse_pulse
+from spark_watchdog.sdnotify import SystemdNotifier
+
+pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("agent-peers")]
+
+BOOT = "0123456789abcdef0123456789abcdef"
+
+
+class _Server(ThreadingHTTPServer):
+    allow_reuse_address = True
+    daemon_threads = True
+
+
+class StubPeer:
+    """A server on loopback answering ``/v1/pulse`` the way ``mode`` says."""
+
+    def __init__(self, node: str = "spark-2", port: int = 0) -> None:
+        self.node = node
+        self.seq = 0
+        self.boot_id = BOOT
+        self.mode = "ok"  # ok, garbage, status, wrong_node
+        stub = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                body, status = stub.answer()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        self.server = _Server(("127.0.0.1", port), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def answer(self) -> tuple[bytes, int]:
+        if self.mode == "garbage":
+            return b"<html>not a pulse</html>", 200
+        if self.mode == "status":
+            return b'{"error": "nope"}', 404
+        node = "spark-9" if self.mode == "wrong_node" else self.node
+        return json.dumps({"node": node, "seq": self.seq, "boot_id": self.boot_id}).encode(), 200
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def stub() -> Iterator[StubPeer]:
+    peer = StubPeer()
+    yield peer
+    peer.close()
+
+
+def _watch(url: str, clock: Callable[[], float], name: str = "spark-2") -> PeerWatch:
+    return PeerWatch((PeerConfig(name, url),), PeeringConfig(1.0, 0.5), clock=clock)
+
+
+def test_a_pulse_is_a_node_a_seq_and_a_boot_id() -> None:
+    assert parse_pulse(b'{"node": "a", "seq": 3, "boot_id": "b"}') is not None
+    assert parse_pulse(b'{"node": "a", "seq": 3, "boot_id": null}') is not None
+    for body in (
+        b"[]",
+        b"not json",
+        b'{"node": "a", "seq": true, "boot_id": "b"}',
+        b'{"node": "a", "seq": -1, "boot_id": "b"}',
+        b'{"node": "a", "seq": 1.5, "boot_id": "b"}',
+        b'{"node": "", "seq": 1, "boot_id": "b"}',
+        b'{"seq": 1, "boot_id": "b"}',
+        b'{"node": "a", "seq": 1, "boot_id": 7}',
+        b'{"node": "a", "seq": 1, "boot_id": "b", "pad": "' + b"x" * 2000 + b'"}',
+    ):
+        assert parse_pulse(body) is None, body
+
+
+def test_a_peer_whose_seq_advances_is_seen_progressing(stub: StubPeer) -> None:
+    clock = FakeClock()
+    watch = _watch(stub.url, clock)
+    assert watch.to_json()["spark-2"]["state"] == "pending"
+    watch.pulse_all()
+    first = watch.to_json()["spark-2"]
+    # The first pulse is a baseline: nothing was seen to advance yet.
+    assert first["state"] == "ok" and first["seq"] == 0 and first["boot_id"] == BOOT
+    assert first["progress_ago_s"] is None and first["answer_ago_s"] == 0.0
+    assert first["via"] == stub.url and first["error"] is None
+    clock.now += 1.0
+    stub.seq = 1
+    watch.pulse_all()
+    assert watch.to_json()["spark-2"]["progress_ago_s"] == 0.0
+    # The seq stops: still ok, but its progress ages.
+    for _ in range(3):
+        clock.now += 1.0
+        watch.pulse_all()
+    seen = watch.to_json()["spark-2"]
+    assert seen["state"] == "ok" and seen["seq"] == 1
+    assert seen["progress_ago_s"] == 3.0 and seen["answer_ago_s"] == 0.0
+    # Ages are as of the asking, not of the last pulse.
+    assert watch.to_json(clock.now + 2.5)["spark-2"]["progress_ago_s"] == 5.5
+    # A new boot id is life even with a lower seq.
+    clock.now += 1.0
+    stub.boot_id, stub.seq = "f" * 32, 0
+    watch.pulse_all()
+    assert watch.to_json()["spark-2"]["progress_ago_s"] == 0.0
+
+
+def test_garbage_and_another_node_s_pulse_are_never_evidence(stub: StubPeer) -> None:
+    clock = FakeClock()
+    watch = _watch(stub.url, clock)
+    watch.pulse_all()
+    for mode, state in (
+        ("garbage", "garbage"),
+        ("status", "garbage"),
+        ("wrong_node", "wrong_node"),
+    ):
+        stub.mode = mode
+        stub.seq += 5
+        clock.now += 1.0
+        watch.pulse_all()
+        seen = watch.to_json()["spark-2"]
+        assert seen["state"] == state, seen
+        assert seen["progress_ago_s"] is None and seen["seq"] == 0, seen
+        assert seen["error"]
+    # The right node again: its seq moved since the last pulse of its own.
+    stub.mode = "ok"
+    clock.now += 1.0
+    watch.pulse_all()
+    assert watch.to_json()["spark-2"]["progress_ago_s"] == 0.0
+
+
+def test_a_peer_that_does_not_answer_is_silent() -> None:
+    # Nothing listening on one port; on the other a socket that accepts (its
+    # backlog does) and never answers.
+    hung = socket.socket()
+    hung.bind(("127.0.0.1", 0))
+    hung.listen(8)
+    try:
+        peers = (
+            PeerConfig("spark-2", f"http://127.0.0.1:{free_port()}"),
+            PeerConfig("spark-3", f"http://127.0.0.1:{hung.getsockname()[1]}"),
+        )
+        watch = PeerWatch(peers, PeeringConfig(1.0, 0.5))
+        watch.pulse_all()
+        seen = watch.to_json()
+        for name in ("spark-2", "spark-3"):
+            assert seen[name]["state"] == "silent", seen
+            assert seen[name]["progress_ago_s"] is None and seen[name]["error"]
+        assert "timeout" in seen["spark-3"]["error"]
+    finally:
+        hung.close()
+
+
+def test_a_peer_that_goes_silent_keeps_its_last_progress_and_comes_back() -> None:
+    clock = FakeClock()
+    peer = StubPeer()
+    port = peer.server.server_address[1]
+    watch = _watch(peer.url, clock)
+    watch.pulse_all()
+    clock.now += 1.0
+    peer.seq = 1
+    watch.pulse_all()
+    peer.close()
+    clock.now += 2.0
+    watch.pulse_all()
+    seen = watch.to_json()["spark-2"]
+    assert seen["state"] == "silent" and seen["progress_ago_s"] == 2.0
+    assert seen["answer_ago_s"] == 2.0
+    back = _stub_on(port)
+    try:
+        back.seq = 2
+        clock.now += 1.0
+        watch.pulse_all()
+        seen = watch.to_json()["spark-2"]
+        assert seen["state"] == "ok" and seen["progress_ago_s"] == 0.0
+    finally:
+        back.close()
+
+
+def _stub_on(port: int) -> StubPeer:
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            return StubPeer(port=port)
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
+# -- real agents ---------------------------------------------------------------
+
+
+class _AgentThread:
+    def __init__(self, agent: Agent) -> None:
+        self.agent = agent
+        self.loop = asyncio.new_event_loop()
+        self.stop = asyncio.Event()
+        self.thread = threading.Thread(
+            target=lambda: self.loop.run_until_complete(agent.run(self.stop)), daemon=True
+        )
+        self.thread.start()
+        _wait(agent.ready.is_set, "the agent to be ready")
+
+    @property
+    def base(self) -> str:
+        return f"http://127.0.0.1:{self.agent.config.listen.port}"
+
+    def state(self) -> dict[str, Any]:
+        body: dict[str, Any] = requests.get(f"{self.base}/v1/state", timeout=5).json()
+        return body
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.stop.set)
+        self.thread.join(60)
+        assert not self.thread.is_alive(), "agent did not stop"
+
+
+def _wait(check: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if check():
+                return
+        except requests.RequestException:
+            pass
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+
+
+def _agent_config(node: str, port: int, peers: dict[str, int]) -> AgentConfig:
+    return parse_agent_config(
+        {
+            "node": node,
+            "listen": {"address": "127.0.0.1", "port": port},
+            "loop_interval": 0.2,
+            "probes": {
+                "vllm": {"enabled": False},
+                "gpu": {"enabled": False},
+                "journal": {"enabled": False},
+            },
+            "peers": [
+                {"name": name, "url": f"http://localhost:{peer_port}"}
+                for name, peer_port in peers.items()
+            ],
+            "peering": {"interval": 0.2, "timeout": 0.2},
+        }
+    )
+
+
+def _start(node: str, port: int, peers: dict[str, int]) -> _AgentThread:
+    agent = Agent(_agent_config(node, port, peers), notifier=SystemdNotifier({}))
+    return _AgentThread(agent)
+
+
+def test_the_pulse_names_the_node_and_its_seq() -> None:
+    running = _start("spark-1", free_port(), {})
+    try:
+        first = requests.get(f"{running.base}/v1/pulse", timeout=5).json()
+        assert set(first) == {"node", "seq", "boot_id"} and first["node"] == "spark-1"
+        assert parse_pulse(json.dumps(first).encode()) is not None
+        _wait(
+            lambda: (
+                requests.get(f"{running.base}/v1/pulse", timeout=5).json()["seq"] > first["seq"]
+            ),
+            "the seq to advance",
+        )
+        # No peers configured: no peers section.
+        assert "peers" not in running.state()
+        answer = ask_once("spark-1", running.base, 5.0)
+        assert answer.state == "ok"
+        assert ask_once("spark-7", running.base, 5.0).state == "wrong_node"
+    finally:
+        running.close()
+
+
+def test_agents_see_each_other_and_a_peer_that_stops_and_comes_back() -> None:
+    ports = {"spark-1": free_port(), "spark-2": free_port()}
+    one = _start("spark-1", ports["spark-1"], {"spark-2": ports["spark-2"]})
+    two = _start("spark-2", ports["spark-2"], {"spark-1": ports["spark-1"]})
+    try:
+
+        def sees(agent: _AgentThread, name: str) -> dict[str, Any]:
+            peer: dict[str, Any] = agent.state()["peers"][name]
+            return peer
+
+        _wait(lambda: sees(one, "spark-2")["progress_ago_s"] is not None, "spark-1 to see spark-2")
+        _wait(lambda: sees(two, "spark-1")["progress_ago_s"] is not None, "spark-2 to see spark-1")
+        seen = sees(one, "spark-2")
+        assert seen["state"] == "ok" and seen["via"] == f"http://localhost:{ports['spark-2']}"
+        assert seen["boot_id"] == two.state()["boot_id"]
+        two.close()
+        _wait(lambda: sees(one, "spark-2")["state"] == "silent", "spark-2 to fall silent")
+        stalled = sees(one, "spark-2")["progress_ago_s"]
+        _wait(
+            lambda: sees(one, "spark-2")["progress_ago_s"] > stalled + 0.5,
+            "spark-2's last progress to age",
+        )
+        two = _start("spark-2", ports["spark-2"], {"spark-1": ports["spark-1"]})
+        _wait(
+            lambda: (
+                sees(one, "spark-2")["state"] == "ok"
+                and sees(one, "spark-2")["progress_ago_s"] < 5.0
+            ),
+            "spark-2 to be seen again",
+        )
+    finally:
+        one.close()
+        if two.thread.is_alive():
+            two.close()
+
+
+def test_the_head_s_progress_age_is_as_of_the_answer() -> None:
+    with VllmStandin() as vllm:
+        config = parse_agent_config(
+            {
+                "node": "spark-1",
+                "listen": {"address": "127.0.0.1", "port": free_port()},
+                "loop_interval": 0.2,
+                "probes": {
+                    "vllm": {"url": vllm.url, "interval": 0.2, "timeout": 1.0},
+                    "gpu": {"enabled": False},
+                    "journal": {"enabled": False},
+                },
+            }
+        )
+        running = _AgentThread(Agent(config, notifier=SystemdNotifier({})))
+        try:
+
+            def progress_ago() -> Any:
+                return running.state()["probes"]["vllm"].get("progress_ago_s")
+
+            _wait(lambda: progress_ago() is not None, "the head's engine to be seen stepping")
+            vllm.set_mode("wedged")
+            _wait(lambda: progress_ago() > 3.0, "the wedged head's progress to age")
+            # Aged as of each answer, not of the loop that built the snapshot.
+            loop_age = running.agent.snapshot()["probes"]["vllm"]["progress_ago_s"]
+            assert progress_ago() >= loop_age
+            vllm.set_mode("progressing")
+            _wait(lambda: progress_ago() < 2.0, "the head to step again")
+        finally:
+            running.close()
+
+
+def test_another_node_is_logged_once_and_failures_once_a_minute(
+    stub: StubPeer, caplog: pytest.LogCaptureFixture
+) -> None:
+    clock = FakeClock()
+    watch = _watch(stub.url, clock)
+    caplog.set_level("INFO", logger="spark_watchdog.agent.peers")
+    stub.mode = "wrong_node"
+    for _ in range(3):
+        clock.now += 1.0
+        watch.pulse_all()
+    stub.mode = "garbage"
+    for _ in range(30):
+        clock.now += 1.0
+        watch.pulse_all()
+    lines = [r.getMessage() for r in caplog.records]
+    assert sum("spark-9" in line for line in lines) == 1, lines
+    assert sum("garbage" in line for line in lines) == 1, lines
+    clock.now += 60.0
+    watch.pulse_all()
+    assert sum("garbage" in r.getMessage() for r in caplog.records) == 2
+
+
+class RawPeer:
+    """A TCP server on loopback that reads a request and answers ``reply`` bytes,
+    then closes (``close``) or keeps the connection for the next request."""
+
+    def __init__(self, reply: bytes, close: bool = True) -> None:
+        self.reply, self.close_after = reply, close
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(8)
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            with conn:
+                conn.settimeout(10)
+                try:
+                    while conn.recv(4096):
+                        conn.sendall(self.reply)
+                        if self.close_after:
+                            break
+                except OSError:
+                    pass
+
+    def stop(self) -> None:
+        self.sock.close()
+
+
+def _http(body: bytes, headers: str = "") -> bytes:
+    return f"HTTP/1.1 200 OK\r\nContent-Length: {len(body)}\r\n{headers}\r\n".encode() + body
+
+
+PULSE = b'{"node": "spark-2", "seq": 4, "boot_id": "' + BOOT.encode() + b'"}'
+
+
+@pytest.mark.parametrize(
+    ("reply", "state"),
+    [
+        (_http(PULSE), "ok"),
+        (_http(PULSE, "Connection: close\r\n"), "ok"),
+        (b"SSH-2.0-OpenSSH_9.6\r\n", "garbage"),
+        (
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+            "garbage",
+        ),
+        (b"HTTP/1.1 200 OK\r\n\r\n" + PULSE, "garbage"),
+        (_http(b"x" * 5000), "garbage"),
+        (b"HTTP/1.1 200 OK\r\nContent-Length: 500\r\n\r\n" + PULSE, "garbage"),
+        (b"", "silent"),
+    ],
+)
+def test_what_a_raw_answer_is(reply: bytes, state: str) -> None:
+    peer = RawPeer(reply)
+    try:
+        answer = ask_once("spark-2", peer.url, 5.0)
+        assert answer.state == state, answer
+    finally:
+        peer.stop()
+
+
+def test_a_kept_alive_connection_is_reused_and_renewed_when_the_peer_closed_it() -> None:
+    from spark_watchdog.probes.pulse import PulseClient
+
+    peer = RawPeer(_http(PULSE), close=False)
+    client = PulseClient("spark-2", peer.url, 5.0)
+    try:
+        assert client.ask().state == "ok"
+        first = client._sock
+        assert client.ask().state == "ok" and client._sock is first
+        # The peer drops its idle connections: the next pulse still gets through.
+        peer.close_after = True
+        assert client.ask().state == "ok"
+        assert client.ask().state == "ok"
+    finally:
+        client.close()
+        peer.stop()
