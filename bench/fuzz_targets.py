@@ -541,7 +541,7 @@ def fuzz_snapshot(data: bytes) -> None:
     from spark_watchdog.config.controller import NodeConfig
     from spark_watchdog.controller.detector import DetectionPolicy, classify
     from spark_watchdog.controller.http_client import HttpError
-    from spark_watchdog.controller.node_watch import NodeWatch
+    from spark_watchdog.controller.node_watch import NodeWatch, watch_json
 
     answer = _answer(data)
     watch = NodeWatch(NodeConfig(name="spark-1", agent="http://spark-1:9720"), 0.0)
@@ -553,7 +553,7 @@ def fuzz_snapshot(data: bytes) -> None:
             finding.summary  # noqa: B018 (the text goes to logs and the history)
     onset = watch.serving_fault_onset(1_700_000_002.0)
     assert onset is None or math.isfinite(onset), onset
-    json.dumps(watch.to_json(2.0))
+    json.dumps(watch_json(watch, 2.0))
     if answer.body:
         with contextlib.suppress(HttpError):
             # The answer's own JSON reading, as serving restarts and /v1/boots use it.

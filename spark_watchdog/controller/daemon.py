@@ -44,7 +44,7 @@ from spark_watchdog.controller.ladder_tasks import UnlatchLadders, WedgedLadders
 from spark_watchdog.controller.ledger import HistoryUnwritable, Ledger
 from spark_watchdog.controller.monitor import Monitor
 from spark_watchdog.controller.node_states import NodeEvent, NodeState
-from spark_watchdog.controller.node_watch import NodeWatch
+from spark_watchdog.controller.node_watch import NodeWatch, watch_json
 from spark_watchdog.controller.notify import Event, Notifier
 from spark_watchdog.controller.parts import Ladder, Parts, Work
 from spark_watchdog.controller.planner import (
@@ -394,7 +394,7 @@ class Controller:
             "serving_profile": self.serving.profile,
             "history": self.ledger.problem or "ok",
             "leadership": None if self.fence.leadership is None else self.fence.leadership(),
-            "nodes": [w.to_json(now) for w in self.watches.values()],
+            "nodes": [watch_json(w, now) for w in self.watches.values()],
         }
 
 

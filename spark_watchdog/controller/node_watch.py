@@ -28,12 +28,7 @@ from spark_watchdog.controller.node_states import (
     enter,
 )
 from spark_watchdog.controller.peer_evidence import Sighting
-from spark_watchdog.controller.rank_kills import ReportedKills
-from spark_watchdog.xid import ends_the_context
-
-# What a GPU fault report says became of the rank: it is gone either way (its
-# CUDA context ended), stopped by the agent or left for the restart to stop.
-RANK_ENDED = frozenset({"stopped", "stop_failed"})
+from spark_watchdog.controller.rank_kills import ReportedKills, note_kills
 
 # Silence: what a frozen host (the kernel completes the handshake, userland is
 # silent) or a powered-off one (nothing answers on the segment) looks like.
@@ -214,7 +209,7 @@ class NodeWatch:
             self.boot_id = boot_id
         if isinstance(boot_id, str) and self.halted_boot not in (None, boot_id):
             self.arm_long_cut(None, None)  # the halted boot is over
-        self._note_kills(snapshot, wall)
+        note_kills(self.memory_kills, self.gpu_kills, snapshot, self.agent_started_at, wall)
         self._note_gpu(snapshot, now, wall, new_agent)
         self._note_clock(snapshot)
         if progressed:
@@ -230,25 +225,6 @@ class NodeWatch:
             self.going_down_why = None
             self.reboot_expected = False
         return progressed
-
-    def _note_kills(self, snapshot: dict[str, Any], wall: float) -> None:
-        """The rank's last kill by the memory guard, and the last GPU fault that
-        ended its CUDA context (the agent stopped the rank, or could not)."""
-        guard = snapshot.get("memory_guard")
-        kill = guard.get("last_kill") if isinstance(guard, dict) else None
-        self.memory_kills.note(kill, self.agent_started_at, wall)
-        faults = snapshot.get("gpu_faults")
-        listed = faults.get("faults") if isinstance(faults, dict) else None
-        if isinstance(listed, list):
-            ending = [
-                f
-                for f in listed
-                if isinstance(f, dict)
-                and ends_the_context(f.get("xid"))
-                and f.get("result") in RANK_ENDED
-            ]
-            if ending:
-                self.gpu_kills.note(ending[-1], self.agent_started_at, wall)
 
     @property
     def guard_kill(self) -> dict[str, Any] | None:
@@ -443,38 +419,41 @@ class NodeWatch:
         since = self.agent_progress_at
         return now - (self.watch_started_at if since is None else since)
 
-    def to_json(self, now: float) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "verdict": self.verdict,
-            "state": self.state.value,
-            "doing": doing_json(self.doing),
-            "reasons": list(self.finding.reasons),
-            "boot_id": self.boot_id,
-            "seq": self.seq,
-            "agent_silent_s": round(self.agent_silent_s(now), 2),
-            "agent_error": self.agent_error,
-            "banner_misses": self.banner_misses,
-            "banner": self.banner_detail,
-            "incident_id": self.incident_id,
-            "held_reason": self.held_reason,
-            "peer_seen": None
-            if self.peer_seen is None
-            else {
-                "by": self.peer_seen.reporter,
-                "via": self.peer_seen.via,
-                "kind": self.peer_seen.kind,
-                "ago_s": round(max(0.0, now - self.peer_seen.at), 2),
-            },
-            "freezes_in_window": self.freezes_in_window,
-            "hardware_suspect": self.hardware_suspect,
-            "power_cycles_total": self.power_cycles_total,
-            "gpu_clock_latched": self.clock_latched_boot is not None,
-        }
-
 
 def doing_json(doing: Doing) -> dict[str, Any]:
     """The state and what it carries, for ``/v1/status``."""
     out: dict[str, Any] = {"state": doing.kind.value}
     out.update({k: (v.value if isinstance(v, HeldBy) else v) for k, v in vars(doing).items()})
     return out
+
+
+def watch_json(watch: NodeWatch, now: float) -> dict[str, Any]:
+    """One node in ``/v1/status`` (docs/api/controller.openapi.yaml)."""
+    seen = watch.peer_seen
+    return {
+        "name": watch.name,
+        "verdict": watch.verdict,
+        "state": watch.state.value,
+        "doing": doing_json(watch.doing),
+        "reasons": list(watch.finding.reasons),
+        "boot_id": watch.boot_id,
+        "seq": watch.seq,
+        "agent_silent_s": round(watch.agent_silent_s(now), 2),
+        "agent_error": watch.agent_error,
+        "banner_misses": watch.banner_misses,
+        "banner": watch.banner_detail,
+        "incident_id": watch.incident_id,
+        "held_reason": watch.held_reason,
+        "peer_seen": None
+        if seen is None
+        else {
+            "by": seen.reporter,
+            "via": seen.via,
+            "kind": seen.kind,
+            "ago_s": round(max(0.0, now - seen.at), 2),
+        },
+        "freezes_in_window": watch.freezes_in_window,
+        "hardware_suspect": watch.hardware_suspect,
+        "power_cycles_total": watch.power_cycles_total,
+        "gpu_clock_latched": watch.clock_latched_boot is not None,
+    }

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from spark_watchdog.xid import describe
+from spark_watchdog.xid import describe, ends_the_context
 
 # A kill older than this (by the controller's wall clock) when first seen is
 # history, not news: a controller started long after it does not restart
@@ -60,6 +60,38 @@ class ReportedKills:
         if self.pending is not None:
             self.answered = self.key
             self.pending = None
+
+
+# What a GPU fault report says became of the rank: it is gone either way (its
+# CUDA context ended), stopped by the agent or left for the restart to stop.
+RANK_ENDED = frozenset({"stopped", "stop_failed"})
+
+
+def note_kills(
+    memory: ReportedKills,
+    gpu: ReportedKills,
+    snapshot: Mapping[str, Any],
+    agent_started_at: str | None,
+    wall: float,
+) -> None:
+    """From one agent answer: the rank's last kill by the memory guard, and the
+    last GPU fault that ended its CUDA context (the agent stopped the rank, or
+    could not)."""
+    guard = snapshot.get("memory_guard")
+    memory.note(
+        guard.get("last_kill") if isinstance(guard, Mapping) else None, agent_started_at, wall
+    )
+    faults = snapshot.get("gpu_faults")
+    listed = faults.get("faults") if isinstance(faults, Mapping) else None
+    if not isinstance(listed, list):
+        return
+    ending = [
+        f
+        for f in listed
+        if isinstance(f, dict) and ends_the_context(f.get("xid")) and f.get("result") in RANK_ENDED
+    ]
+    if ending:
+        gpu.note(ending[-1], agent_started_at, wall)
 
 
 # The live faults an incident keeps (the newest), whatever the agent sent.

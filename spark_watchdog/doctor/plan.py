@@ -9,7 +9,7 @@ from functools import partial
 from pathlib import Path
 
 from spark_watchdog.config.agent import AgentConfig
-from spark_watchdog.config.controller import ControllerConfig
+from spark_watchdog.config.controller import ControllerConfig, NodeConfig
 from spark_watchdog.doctor import hw_watchdog
 from spark_watchdog.doctor.clock_skew import SAMPLE_GAP_S, SAMPLES, check_clock_skew
 from spark_watchdog.doctor.config_checks import load_agent, load_controller
@@ -153,43 +153,50 @@ def _constant(name: str, finding: Finding) -> PlannedCheck:
     return PlannedCheck(name, name, QUICK_TIMEOUT_S, run)
 
 
-def controller_plan(config: ControllerConfig, root: Path = Path("/")) -> list[PlannedCheck]:
+def _node_plan(config: ControllerConfig, node: NodeConfig) -> list[PlannedCheck]:
+    """What the controller checks of one node: its agent, clock, SSH banner, power."""
     detection = config.detection
     plan: list[PlannedCheck] = []
-    for node in config.nodes:
-        name = node.name
-        paths = power_paths(config, node)
-        plan += [
+    name = node.name
+    paths = power_paths(config, node)
+    plan += [
+        PlannedCheck(
+            f"controller.agent.{name}",
+            f"the agent of {name}",
+            AGENT_PATIENCE_S + 2.0,
+            partial(check_agent, node, detection),
+        ),
+        PlannedCheck(
+            f"controller.clock.{name}",
+            f"the clock of {name}",
+            SAMPLES * (AGENT_PATIENCE_S + SAMPLE_GAP_S) + 2.0,
+            partial(check_clock_skew, node),
+        ),
+        PlannedCheck(
+            f"controller.ssh.{name}",
+            f"the SSH banner of {name}",
+            detection.banner_timeout + 3.0,
+            partial(check_banner, node, detection),
+        ),
+        _constant(f"controller.power.{name}", check_power_coverage(name, paths)),
+    ]
+    for path in paths:
+        which = f" (path {path.index + 1})" if len(paths) > 1 else ""
+        plan.append(
             PlannedCheck(
-                f"controller.agent.{name}",
-                f"the agent of {name}",
-                AGENT_PATIENCE_S + 2.0,
-                partial(check_agent, node, detection),
-            ),
-            PlannedCheck(
-                f"controller.clock.{name}",
-                f"the clock of {name}",
-                SAMPLES * (AGENT_PATIENCE_S + SAMPLE_GAP_S) + 2.0,
-                partial(check_clock_skew, node),
-            ),
-            PlannedCheck(
-                f"controller.ssh.{name}",
-                f"the SSH banner of {name}",
-                detection.banner_timeout + 3.0,
-                partial(check_banner, node, detection),
-            ),
-            _constant(f"controller.power.{name}", check_power_coverage(name, paths)),
-        ]
-        for path in paths:
-            which = f" (path {path.index + 1})" if len(paths) > 1 else ""
-            plan.append(
-                PlannedCheck(
-                    f"controller.power.{name}.{path.index + 1}",
-                    f"the power device of {name}{which}",
-                    power_timeout_s(config, path),
-                    partial(check_power_path, config, path),
-                )
+                f"controller.power.{name}.{path.index + 1}",
+                f"the power device of {name}{which}",
+                power_timeout_s(config, path),
+                partial(check_power_path, config, path),
             )
+        )
+    return plan
+
+
+def controller_plan(config: ControllerConfig, root: Path = Path("/")) -> list[PlannedCheck]:
+    plan: list[PlannedCheck] = []
+    for node in config.nodes:
+        plan += _node_plan(config, node)
     plan.append(
         PlannedCheck(
             "controller.serving.launcher",
