@@ -19,17 +19,13 @@ def oversized(root: Path = PACKAGE) -> list[str]:
         if lines > LIMITS["module"]:
             found.append(f"{where}: {lines} lines")
         for node in ast.walk(ast.parse(source)):
-            kind = (
-                "class"
-                if isinstance(node, ast.ClassDef)
-                else "function"
-                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
-                else None
-            )
-            if kind is None:
+            if isinstance(node, ast.ClassDef):
+                kind = "class"
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                kind = "function"
+            else:
                 continue
-            assert node.end_lineno is not None
-            length = node.end_lineno - node.lineno + 1
+            length = (node.end_lineno or node.lineno) - node.lineno + 1
             if length > LIMITS[kind]:
                 found.append(f"{where}:{node.lineno} {kind} {node.name}: {length} lines")
     return found
