@@ -41,6 +41,7 @@ from spark_watchdog.agent.auth import BearerAuth
 from spark_watchdog.agent.clock_check import ClockCheck, ClockPolicy
 from spark_watchdog.agent.clock_check import disabled_json as clock_disabled_json
 from spark_watchdog.agent.exposition import render
+from spark_watchdog.agent.gpu_faults import GpuFaultLog, rank_stopper
 from spark_watchdog.agent.memory_watch import MemoryWatch, disabled_json
 from spark_watchdog.agent.peers import PeerWatch
 from spark_watchdog.agent.probe_runner import Observation, ProbeRunner, iso_time
@@ -151,6 +152,8 @@ class Agent:
 
         self.vllm: VllmWatch | None = None
         self.peers = PeerWatch(config.peers, config.peering)
+        # Live GPU faults of this boot; one that ends the rank's context stops it.
+        self.gpu_faults = GpuFaultLog(rank_stopper(self.serving))
         self._gpu: GpuProbe | None = None
         self._journal: JournalProbe | None = None
         if config.probes.vllm.enabled:
@@ -223,6 +226,7 @@ class Agent:
             self.vllm.maybe_run_canary()
         if name == "gpu" and isinstance(observation.report, GpuReading):
             self._check_clock(observation.report)
+            self.gpu_faults.take_soon(observation.report.xids)
 
     def _check_clock(self, reading: GpuReading) -> None:
         check = self.clock_check
@@ -271,6 +275,8 @@ class Agent:
         }
         if self.config.peers:
             snapshot["peers"] = self.peers.to_json(now)
+        if self.config.probes.gpu.enabled:
+            snapshot["gpu_faults"] = self.gpu_faults.to_json()
         return snapshot
 
     def _live_values(self) -> list[LiveValue]:

@@ -13,12 +13,15 @@ most once a minute, never acted on past the first fault of a read.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from spark_watchdog.agent.rank import ServingConflict, StopFailed
+from spark_watchdog.agent.serving import ServingLauncher
 from spark_watchdog.probes.xid_events import XidReport
 from spark_watchdog.xid import describe, ends_the_context
 
@@ -44,6 +47,16 @@ class GpuFaultLog:
         self.dropped = 0
         self.malformed = 0
         self._flood_logged_at = float("-inf")
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def take_soon(self, report: XidReport | None) -> None:
+        """``take`` in a task of its own on the running loop: the probe's report
+        hook does not wait for the rank's stop."""
+        if report is None:
+            return
+        task = asyncio.get_running_loop().create_task(self.take(report))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     async def take(self, report: XidReport | None) -> None:
         """One reading's Xid report: the watcher's state, and each event as a fault."""
@@ -96,3 +109,21 @@ class GpuFaultLog:
             "dropped": self.dropped,
             "malformed": self.malformed,
         }
+
+
+def rank_stopper(launcher: ServingLauncher | None) -> StopRank:
+    """How the agent stops the rank it serves after a fault that ended its CUDA
+    context: "no_rank" when it serves none (or none runs), else "stopped" or
+    "stop_failed" (a start or stop in progress, or something survived SIGKILL)."""
+
+    async def stop() -> str:
+        if launcher is None or launcher.status().get("state") != "running":
+            return "no_rank"
+        try:
+            await asyncio.to_thread(launcher.stop)
+        except (ServingConflict, StopFailed) as exc:
+            log.error("the rank could not be stopped after a GPU fault: %s", exc)
+            return "stop_failed"
+        return "stopped"
+
+    return stop
