@@ -45,9 +45,10 @@ _MENU = (
     _sim("ssh-bug", "the next reboot or halt over SSH fails unexpectedly"),
     _both("mem-collapse", "the host's available memory collapses; the memory guard kills the rank"),
     _both("gpu-hang", "the GPU driver wedges: NVML reads block while the host answers"),
-    _sim(
+    _both(
         "xid", "a GPU fault (an Xid): 13, 31 and 43 end the rank's CUDA context, the agent stops it"
     ),
+    _lab("xid-freeze", "an Xid the journal never sees, then the host freezes 3 s later"),
     _sim("xid-31", "a GPU memory page fault (Xid 31) ends the rank's CUDA context"),
     _sim("xid-79", "an Xid the table does not name: evidence only"),
     _both("clock-latch", "the GPU clock latches low under load and survives reboots"),

@@ -309,16 +309,15 @@ class ServingConfig:
     launcher: LauncherConfig = setting(default_factory=LauncherConfig)
     # Nodes whose ranks every engine step of the head needs (its tensor- and
     # pipeline-parallel group): while the head's engine steps, each of them is
-    # alive (docs/design.md, "Peers"). null: every node (one engine over the
-    # cluster, as the serving restart assumes); []: none (data-parallel replicas,
-    # or a profile that can run on fewer nodes).
-    step_group: tuple[str, ...] | None = setting(None)
+    # alive (docs/design.md, "Peers"). Empty (the default): the head's steps
+    # prove nothing of other nodes. Name a node only if no step can happen
+    # without its rank, under every profile: one named wrongly is never fenced
+    # while the head steps, frozen or not.
+    step_group: tuple[str, ...] = setting(default_factory=tuple)
 
-    def step_nodes(self, nodes: tuple[str, ...]) -> tuple[str, ...]:
-        """The step group among ``nodes`` (the config's node names); () without a head."""
-        if self.head is None:
-            return ()
-        return nodes if self.step_group is None else self.step_group
+    def step_nodes(self) -> tuple[str, ...]:
+        """The nodes the head's engine steps prove alive; () without a head."""
+        return () if self.head is None else self.step_group
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -569,7 +568,7 @@ class ControllerConfig:
             raise InvalidSetting(
                 "serving.head", f'expected one of the node names, got "{self.serving.head}"'
             )
-        for i, name in enumerate(self.serving.step_group or ()):
+        for i, name in enumerate(self.serving.step_group):
             if name not in names:
                 raise InvalidSetting(
                     f"serving.step_group[{i}]",

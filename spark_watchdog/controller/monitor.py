@@ -144,7 +144,7 @@ class Monitor:
             seen = sightings([watch], self.watches, now, self.policy.freeze_after)
             if watch.name == self.config.serving.head:
                 # The head's engine steps: every rank of its step group was alive.
-                group = self.config.serving.step_nodes(tuple(self.watches))
+                group = self.config.serving.step_nodes()
                 seen.update(
                     (name, sighting)
                     for name, sighting in group_sightings(

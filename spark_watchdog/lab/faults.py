@@ -15,6 +15,7 @@ import psutil
 import requests
 
 from spark_watchdog.lab.hardware import gpu_standin
+from spark_watchdog.lab.hardware.journal_writer import Fault
 from spark_watchdog.lab.hardware.real_vllm import RealHead
 from spark_watchdog.lab.node import GIB, LabNode
 
@@ -29,6 +30,7 @@ FAULTS: dict[str, str] = {
     "crash-exit": "the head's vLLM rank exits with code 0 (vllm #53726)",
     "idle-wedge": "the head's engine hangs while idle: nothing runs, no step, new requests wait",
     "gpu-hang": "the node's NVML calls block (a wedged driver)",
+    "xid": "the node's GPU reports Xid 31 (an MMU fault) live; its rank's CUDA context is gone",
     "clock-latch": "the node's GPU clock latches (702 MHz under load) and the node reboots",
     "mem-collapse": "the node's MemAvailable falls 1 GiB/s toward 1 GiB",
     "pdu-down": "the PDU stops answering SNMP (its management card is down)",
@@ -57,6 +59,8 @@ class Faultable(Protocol):
     def crash_exit(self, node: LabNode | None = ...) -> int | None: ...
 
     def gpu_hang(self, node: LabNode, hang: bool = ...) -> None: ...
+
+    def kernel_lines(self, node: LabNode, faults: list[Fault]) -> None: ...
 
     def clock_latch(self, node: LabNode) -> None: ...
 
@@ -110,6 +114,11 @@ def inject(lab: Faultable, fault: str, node: LabNode | None = None) -> str:
     if fault == "gpu-hang":
         lab.gpu_hang(target)
         return f"{target.name}'s NVML calls hang (a wedged driver)"
+    if fault == "xid":
+        # The driver's kernel line, and the event NVML delivers to its waiters.
+        lab.kernel_lines(target, [Fault.XID_31])
+        gpu_standin.inject_xid(target.directory, 31)
+        return f"{target.name}'s GPU reported Xid 31 (an MMU fault)"
     if fault == "clock-latch":
         lab.clock_latch(target)
         return f"{target.name}'s GPU clock latched; {target.name} rebooted"

@@ -91,6 +91,8 @@ def random_config(
             "restart_cooldown": rng.choice([0.0, 10.0, 60.0]),
             "restart_budget": rng.choice([1, 2, 6]),
             "restart_budget_window": rng.choice([300.0, 3600.0]),
+            # One engine over every node: each step needs every rank (simulation/fabric.py).
+            "step_group": list(names),
         },
         "witness": ["tcp://gateway:53"],
         "history": ":memory:",

@@ -243,6 +243,30 @@ def test_double_freeze_is_recovered_one_after_another(scenario: Any) -> None:
     _no_action_against(store, ["spark-1", "spark-3"])
 
 
+@pytest.mark.xdist_group("scenario-xid")
+def test_a_live_xid_stops_the_rank_and_restarts_serving_without_power(scenario: Any) -> None:
+    report, store = scenario("xid")
+    assert report["outcome"] == "recovered", report
+    assert report["power_actions"] == 0 and store.actions() == []
+    (incident,) = [store.get_incident(i) for i in report["incident_ids"]]
+    assert incident.kind == "gpu_fault" and incident.evidence["gpu_fault"]["xid"] == 31
+    assert incident.evidence["gpu_fault"]["result"] == "stopped"
+    _safe_restart(store)
+
+
+@pytest.mark.xdist_group("scenario-xid-freeze")
+def test_a_freeze_after_a_live_xid_names_it_though_the_journal_has_nothing(
+    scenario: Any,
+) -> None:
+    report, store = scenario("xid-freeze")
+    assert report["outcome"] == "recovered", report
+    (incident,) = [store.get_incident(i) for i in report["incident_ids"]]
+    assert incident.kind == "host_frozen"
+    (live,) = [f for f in incident.evidence["live_gpu_faults"] if f["xid"] == 31]
+    assert "before its agent went silent" in live["said"]
+    _one_cycle(store, incident.id)
+
+
 @pytest.mark.xdist_group("scenario-mem-collapse")
 def test_mem_collapse_is_stopped_by_the_memory_guard_without_power(scenario: Any) -> None:
     report, store = scenario("mem-collapse")

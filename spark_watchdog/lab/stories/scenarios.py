@@ -44,6 +44,7 @@ from spark_watchdog.lab.netns import netns_unavailable
 from spark_watchdog.lab.node import GIB, LabNode
 from spark_watchdog.lab.rank_containers import serving_conflict
 from spark_watchdog.lab.session import LabSession, LabTimeout
+from spark_watchdog.lab.stories import gpu_fault_scenarios
 from spark_watchdog.lab.stories.scenario_kit import (
     PERSON_ALERTS,
     QUIET_WATCH_S,
@@ -632,6 +633,27 @@ SCENARIOS: dict[str, Scenario] = {
             "MemAvailable reaches 1 GiB (the rank's memory then comes back), the controller "
             "opens a memory_exhausted incident with the guard's evidence and restarts serving "
             "with profile safe, recovered; no power command at all.",
+        ),
+        Scenario(
+            "xid",
+            "a node's GPU reports Xid 31 (an MMU fault) live; the host stays up",
+            ("recovered",),
+            gpu_fault_scenarios.xid,
+            doc="The lab's NVML stand-in delivers the event to the agent's real NVML worker; "
+            "the driver's kernel line goes to the journal. Expected: the agent stops its rank "
+            "at once, the controller opens a gpu_fault incident naming Xid 31 and restarts "
+            "serving with profile safe, recovered; no power command.",
+        ),
+        Scenario(
+            "xid-freeze",
+            "a node's GPU reports Xid 31 live, then the host freezes with nothing in its journal",
+            ("recovered",),
+            gpu_fault_scenarios.xid_freeze,
+            min_nodes=2,
+            doc="The Xid reaches the agent only as NVML's event (no kernel line), the agent "
+            "reports it, and the host freezes 3 s later. Expected: host_frozen, one cycle, "
+            "recovered, and the incident's evidence names the live Xid and how long before "
+            "the agent went silent it came.",
         ),
         Scenario(
             "partition",
