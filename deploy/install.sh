@@ -140,7 +140,11 @@ if [ -d "$src" ]; then
         -cf - . | tar -C "$staging" -xf -
     install_from=$staging
 fi
-"$release/bin/python" -m pip install --quiet --disable-pip-version-check "$install_from" ||
+# The controller gets the power paths' optional libraries: python-kasa for
+# `type: kasa` (the extra installs it on Python 3.11 or newer, nothing before).
+extras=""
+if [ "$role" = controller ]; then extras="[kasa]"; fi
+"$release/bin/python" -m pip install --quiet --disable-pip-version-check "$install_from$extras" ||
     { rm -rf "$release"; die "pip could not install $src (nothing changed; the current release still runs)"; }
 "$release/bin/spark-watchdog" --version >/dev/null ||
     { rm -rf "$release"; die "the new release does not run (nothing changed)"; }
