@@ -140,12 +140,20 @@ if [ -d "$src" ]; then
         -cf - . | tar -C "$staging" -xf -
     install_from=$staging
 fi
-# The controller gets the power paths' optional libraries: python-kasa for
-# `type: kasa` (the extra installs it on Python 3.11 or newer, nothing before).
-extras=""
-if [ "$role" = controller ]; then extras="[kasa]"; fi
-"$release/bin/python" -m pip install --quiet --disable-pip-version-check "$install_from$extras" ||
-    { rm -rf "$release"; die "pip could not install $src (nothing changed; the current release still runs)"; }
+# The controller gets the power paths' optional libraries where they can be
+# had: python-kasa for `type: kasa` (the extra installs it on Python 3.11 or
+# newer). Offline, without it, a kasa path is refused by `controller --check`.
+pip_install() { "$release/bin/python" -m pip install --quiet --disable-pip-version-check "$@"; }
+if [ "$role" = controller ] && pip_install "$install_from[kasa]" 2>/dev/null; then
+    :
+elif pip_install "$install_from"; then
+    if [ "$role" = controller ]; then
+        say "python-kasa could not be installed: a kasa power path will be refused by --check"
+    fi
+else
+    rm -rf "$release"
+    die "pip could not install $src (nothing changed; the current release still runs)"
+fi
 "$release/bin/spark-watchdog" --version >/dev/null ||
     { rm -rf "$release"; die "the new release does not run (nothing changed)"; }
 if [ -e "$root$prefix/bin" ] && [ ! -L "$root$prefix/bin" ]; then
