@@ -154,7 +154,14 @@ class PulseClient:
             raise _Closed(str(exc)) from None
         data = b""
         while True:
-            chunk = sock.recv(4096)
+            try:
+                chunk = sock.recv(4096)
+            except ConnectionResetError as exc:
+                # A request that reached a connection the peer had already
+                # closed is answered by a reset, not by an end of stream.
+                if data:
+                    return self._garbage("reset the connection mid-answer")
+                raise _Closed(str(exc)) from None
             if not chunk:
                 if data:
                     return self._garbage("closed the connection mid-answer")

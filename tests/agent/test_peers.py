@@ -486,3 +486,42 @@ def test_a_kept_alive_connection_is_reused_and_renewed_when_the_peer_closed_it()
     finally:
         client.close()
         peer.stop()
+
+
+def test_a_kept_alive_connection_the_peer_reset_is_renewed() -> None:
+    """A peer that drops an idle connection just as the next request arrives
+    answers it with a reset (ECONNRESET on reading, not an end of stream): the
+    pulse is asked again on a new connection."""
+    import struct
+
+    from spark_watchdog.probes.pulse import PulseClient
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+
+    def serve() -> None:
+        conn, _ = listener.accept()
+        conn.settimeout(10)
+        conn.recv(4096)
+        conn.sendall(_http(PULSE))
+        conn.recv(4096)  # the second request: dropped unanswered, with a reset
+        conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        conn.close()
+        conn, _ = listener.accept()
+        with conn:
+            conn.settimeout(10)
+            conn.recv(4096)
+            conn.sendall(_http(PULSE))
+
+    threading.Thread(target=serve, daemon=True).start()
+    client = PulseClient("spark-2", f"http://127.0.0.1:{listener.getsockname()[1]}", 5.0)
+    try:
+        assert client.ask().state == "ok"
+        first = client._sock
+        answer = client.ask()
+        assert answer.state == "ok", answer
+        assert client._sock is not first
+    finally:
+        client.close()
+        listener.close()

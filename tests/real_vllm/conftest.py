@@ -128,7 +128,7 @@ class VllmServer:
             self.process.wait(30)
         # Anything left of the tree (an orphaned engine or worker) goes too.
         for process in psutil.process_iter(["pid"]):
-            with contextlib.suppress(psutil.Error):
+            with contextlib.suppress(psutil.Error, ProcessLookupError):
                 if os.getpgid(process.pid) == self.process.pid:
                     process.kill()
 
