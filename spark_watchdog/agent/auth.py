@@ -10,13 +10,10 @@ never appears in a log line, an error or a repr.
 
 from __future__ import annotations
 
-import hmac
 from collections.abc import Mapping
 
+from spark_watchdog.bearer import bearer_problem
 from spark_watchdog.config.secrets import Secret, read_secret
-
-# RFC 7235 §2.1: the auth scheme is case-insensitive.
-_SCHEME = "bearer"
 
 
 class BearerAuth:
@@ -37,16 +34,7 @@ class BearerAuth:
     def check(self, authorization: str | None) -> str | None:
         """None when the header carries the token; otherwise why not, without any
         word about the token itself."""
-        if not authorization:
-            return "missing Authorization: Bearer header"
-        scheme, _, credentials = authorization.strip().partition(" ")
-        if scheme.lower() != _SCHEME or not credentials.strip():
-            return "expected Authorization: Bearer <token>"
-        # compare_digest on bytes of possibly different lengths still takes time
-        # that depends only on the length of the given value, not the content.
-        if not hmac.compare_digest(credentials.strip().encode(), self._token):
-            return "invalid bearer token"
-        return None
+        return bearer_problem(authorization, self._token)
 
     def __repr__(self) -> str:
         return "BearerAuth(<token hidden>)"

@@ -17,10 +17,9 @@ import hmac
 from email.message import Message
 from urllib.parse import parse_qsl
 
+from spark_watchdog.bearer import bearer_problem
 from spark_watchdog.config.secrets import Secret
 
-# RFC 7235 §2.1: the scheme is case-insensitive.
-_SCHEME = "bearer"
 # Query parameters that can only be someone putting a credential in a URL.
 _CREDENTIAL_PARAMETERS = frozenset(
     {"token", "access_token", "auth", "authorization", "bearer", "api_key", "key"}
@@ -72,14 +71,7 @@ class PageAuth:
         word about the token itself."""
         if self._token is None:
             return "no token configured"
-        if not authorization:
-            return "missing Authorization: Bearer header"
-        scheme, _, credentials = authorization.strip().partition(" ")
-        if scheme.lower() != _SCHEME or not credentials.strip():
-            return "expected Authorization: Bearer <token>"
-        if not hmac.compare_digest(credentials.strip().encode(), self._token):
-            return "invalid bearer token"
-        return None
+        return bearer_problem(authorization, self._token)
 
     def __repr__(self) -> str:
         return f"PageAuth({'<token hidden>' if self._token else 'no token'})"
