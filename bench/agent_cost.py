@@ -46,6 +46,7 @@ import yaml
 
 from spark_watchdog import __version__
 from spark_watchdog.lab.hardware.vllm_standin import VllmStandin
+from spark_watchdog.probes.pulse import PulseClient
 
 GOAL_RSS_MB = 40.0
 GOAL_CPU_PCT = 1.0
@@ -113,12 +114,13 @@ class _PulseStubs:
     """N peers on loopback: each answers ``/v1/pulse`` with its own advancing seq, and
     asks the agent's pulse once a second, as a peer's agent does."""
 
-    def __init__(self, count: int, agent_port: int, ask_agent: bool = True) -> None:
+    def __init__(self, count: int, agent_port: int, node: str, ask_agent: bool = True) -> None:
         self.count = count
         self.ask_agent = ask_agent
         self.servers: list[ThreadingHTTPServer] = []
         self.asked = self.failed = 0
-        self._agent = f"http://127.0.0.1:{agent_port}/v1/pulse"
+        self._agent = f"http://127.0.0.1:{agent_port}"
+        self.node = node
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         for n in range(count):
@@ -141,14 +143,16 @@ class _PulseStubs:
             self._threads.append(asker)
 
     def _ask_agent(self) -> None:
-        sessions = [requests.Session() for _ in range(self.count)]
+        # Each peer asks as a real peer's agent does: its own kept-alive connection.
+        clients = [PulseClient(self.node, self._agent, 0.5) for _ in range(self.count)]
         while not self._stop.wait(1.0):
-            for session in sessions:
-                try:
-                    session.get(self._agent, timeout=0.5).raise_for_status()
+            for client in clients:
+                if client.ask().state == "ok":
                     self.asked += 1
-                except requests.RequestException:
+                else:
                     self.failed += 1
+        for client in clients:
+            client.close()
 
     def stop(self) -> None:
         self._stop.set()
@@ -228,7 +232,7 @@ def run(
     journal_dir = _write_journal(workdir / "journal", boots=10, lines_per_boot=500)
     port = _free_port()
     container = None
-    stubs = _PulseStubs(peers, port, ask_agent=pulses_in)
+    stubs = _PulseStubs(peers, port, "bench-1", ask_agent=pulses_in)
     with VllmStandin(model="bench-model") as vllm:
         config = _agent_config(port, vllm.url, journal_dir, stubs)
         if docker_socket is not None and docker_image is not None:

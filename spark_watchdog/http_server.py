@@ -75,6 +75,7 @@ from spark_watchdog.http_handler import (
     json_nesting,
     json_response,
 )
+from spark_watchdog.http_lean import lean_get
 
 __all__ = [
     "JSON",
@@ -450,16 +451,31 @@ class HardenedHTTPServer:
             method, target, end = "", "", len(conn.inbox)
             if scan.scan == Scan.WHOLE:
                 method, target, _ = bytes(conn.inbox[: scan.line_end]).decode("latin-1").split()
-                head = io.BytesIO(bytes(conn.inbox[scan.line_end : scan.end]))
-                headers = http.client.parse_headers(head)
-                end = scan.end + self.routes.body_length(method, target, headers)
-                if len(conn.inbox) < end:
-                    return  # the body is on its way
+                if method == "POST":  # the only method whose body is read
+                    head = io.BytesIO(bytes(conn.inbox[scan.line_end : scan.end]))
+                    headers = http.client.parse_headers(head)
+                    end = scan.end + self.routes.body_length(method, target, headers)
+                    if len(conn.inbox) < end:
+                        return  # the body is on its way
+                else:
+                    end = scan.end
+                    answer = self._lean(bytes(conn.inbox[:end]))
+                    if answer is not None:
+                        self._take(conn, end)
+                        self._answer(conn, answer, keep_alive=True)
+                        continue
             request = self._take(conn, end)
             if self.routes.on_thread(method, target if method else ""):
                 self._run_route(conn, request)
             else:
                 self._exchange(conn, request)
+
+    def _lean(self, head: bytes) -> bytes | None:
+        try:
+            return lean_get(head, self.routes)
+        except Exception:
+            log.exception("answering a plain GET failed; it takes the full path")
+            return None
 
     def _take(self, conn: _Connection, end: int) -> bytes:
         request = bytes(conn.inbox[:end])

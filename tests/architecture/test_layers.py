@@ -38,6 +38,8 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     "spark_watchdog.http_server": ("agent", "controller", "lab", "cli"),
     "spark_watchdog.http_handler": ("agent", "controller", "lab", "cli"),
     "spark_watchdog.http_framing": ("agent", "controller", "lab", "cli"),
+    "spark_watchdog.http_lean": ("agent", "controller", "lab", "cli"),
+    "spark_watchdog.bearer": ("agent", "controller", "lab", "cli", "config"),
     "spark_watchdog.http_connection_log": ("agent", "controller", "lab", "cli"),
     "spark_watchdog.line_budget": ("agent", "controller", "lab", "cli"),
     "spark_watchdog.probes": ("agent", "controller", "lab", "cli", "doctor"),

@@ -224,7 +224,7 @@ def test_the_cost_bench_s_peers_answer_pulses_that_advance() -> None:
     from bench.agent_cost import _PulseStubs
     from spark_watchdog.probes.pulse import ask_once
 
-    stubs = _PulseStubs(3, agent_port=1)
+    stubs = _PulseStubs(3, agent_port=1, node="bench-1")
     stubs.start()
     try:
         peers = stubs.peers_config()

@@ -1,0 +1,91 @@
+"""The plain GET answered without http.server's request parsing.
+
+Nearly every request the agent's server sees is the same few hundred bytes:
+the controller's poll of ``/v1/state`` every second, each peer's
+``GET /v1/pulse`` every second, a Prometheus scrape. http.server parses each
+head through the email package, and the server parsed it once more to frame
+it; for a pulse that was most of the agent's cost of answering. A head that
+is plainly such a request is answered here with the same bytes
+:class:`~spark_watchdog.http_handler.Exchange` would write; anything else
+(another method or version, a query, a header that changes the answer:
+``Connection`` other than keep-alive, ``Expect``; a folded or malformed
+header line; a server whose ``paths_of`` screens requests) returns None and
+takes the full path, which stays the one place for every rule and error.
+See docs/design.md, "The HTTP servers".
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from email.utils import formatdate
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler
+
+from spark_watchdog.http_handler import Routes, json_response
+
+log = logging.getLogger("spark_watchdog.http")
+
+# Header names whose presence can change how a GET is answered or framed;
+# ``Connection: keep-alive`` (what requests sends) changes nothing in HTTP/1.1.
+_STEERING = frozenset({b"connection", b"expect"})
+_KEEP = b"keep-alive"
+_SERVER = BaseHTTPRequestHandler.server_version + " " + BaseHTTPRequestHandler.sys_version
+
+
+class _DateLine:
+    """The ``Date`` header, formatted once a second, not once a request."""
+
+    def __init__(self) -> None:
+        self._second = -1
+        self._line = b""
+
+    def __call__(self) -> bytes:
+        now = int(time.time())
+        if now != self._second:
+            self._second = now
+            self._line = f"Date: {formatdate(now, usegmt=True)}\r\n".encode("latin-1")
+        return self._line
+
+
+_date_line = _DateLine()
+
+
+def lean_get(head: bytes, routes: Routes) -> bytes | None:
+    """The answer to ``head`` (a whole request head, as framed by
+    :func:`~spark_watchdog.http_framing.scan_head`) when it is a plain
+    ``GET <route> HTTP/1.1`` that keeps its connection; None for the full path."""
+    if routes.paths_of is not None:
+        return None
+    lines = head.split(b"\n")
+    words = lines[0].split()
+    if len(words) != 3 or words[0] != b"GET" or words[2] != b"HTTP/1.1":
+        return None
+    route = routes.get.get(words[1].decode("latin-1"))
+    if route is None:
+        return None
+    for line in lines[1:]:
+        if line[:1] in (b" ", b"\t"):
+            return None  # a folded line continues the header before it
+        name, colon, value = line.partition(b":")
+        if not colon:
+            if line.strip():
+                return None
+            continue
+        name = name.strip().lower()
+        if name in _STEERING and not (name == b"connection" and value.strip().lower() == _KEEP):
+            return None
+    try:
+        status, content_type, body = route()
+    except Exception as exc:
+        log.exception("GET %s failed", words[1].decode("latin-1"))
+        status, content_type, body = json_response({"error": f"{type(exc).__name__}: {exc}"}, 500)
+    return (
+        f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\nServer: {_SERVER}\r\n".encode("latin-1")
+        + _date_line()
+        + (
+            f"Content-Type: {content_type}\r\nContent-Length: {len(body)}\r\n"
+            "Cache-Control: no-store\r\n\r\n"
+        ).encode("latin-1")
+        + body
+    )

@@ -1,0 +1,141 @@
+"""The plain-GET path (spark_watchdog/http_lean.py) answers byte for byte as
+the full request handler does, and leaves every other request to it."""
+
+from __future__ import annotations
+
+import random
+import re
+import socket
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from spark_watchdog.http_handler import Exchange, Routes, json_response
+from spark_watchdog.http_lean import lean_get
+from spark_watchdog.http_server import HardenedHTTPServer
+
+CALLS: list[str] = []
+
+
+def _pulse() -> tuple[int, str, bytes]:
+    CALLS.append("pulse")
+    return json_response({"node": "spark-2", "seq": 4, "boot_id": "b" * 32})
+
+
+def _broken() -> tuple[int, str, bytes]:
+    raise RuntimeError("no snapshot yet")
+
+
+def _unready() -> tuple[int, str, bytes]:
+    return json_response({"error": "starting"}, 503)
+
+
+ROUTES = Routes({"/v1/pulse": _pulse, "/v1/broken": _broken, "/v1/unready": _unready})
+_DATE = re.compile(rb"Date: [^\r]*\r\n")
+
+
+def _full(request: bytes) -> bytes:
+    return _DATE.sub(b"Date: -\r\n", Exchange(request, ("127.0.0.1", 1), ROUTES).answer)
+
+
+def _lean(request: bytes) -> bytes | None:
+    answer = lean_get(request, ROUTES)
+    return None if answer is None else _DATE.sub(b"Date: -\r\n", answer)
+
+
+PLAIN = [
+    b"GET /v1/pulse HTTP/1.1\r\nHost: 198.51.100.2:9101\r\nAccept: application/json\r\n\r\n",
+    b"GET /v1/pulse HTTP/1.1\r\n\r\n",
+    b"GET /v1/pulse HTTP/1.1\n\n",  # bare line feeds
+    b"GET  /v1/pulse  HTTP/1.1 \r\nUser-Agent: curl/8.5.0\r\nX-Odd:\r\n\r\n",
+    b"GET /v1/broken HTTP/1.1\r\nHost: x\r\n\r\n",
+    b"GET /v1/unready HTTP/1.1\r\nHost: x\r\n\r\n",
+    b"GET /v1/pulse HTTP/1.1\r\nConnection: Keep-Alive \r\nconnection:keep-alive\r\n\r\n",
+]
+FULL_PATH = [
+    b"GET /v1/pulse HTTP/1.1\r\nConnection: close\r\n\r\n",
+    b"GET /v1/pulse HTTP/1.1\r\nconnection : close\r\n\r\n",
+    b"GET /v1/pulse HTTP/1.1\r\nConnection: keep-alive\r\nConnection: close\r\n\r\n",
+    b"GET /v1/pulse HTTP/1.1\r\nConnection: keep-alive, Upgrade\r\n\r\n",
+    b"GET /v1/pulse HTTP/1.1\r\nExpect: 100-continue\r\n\r\n",
+    b"GET /v1/pulse HTTP/1.1\r\nX-A: b\r\n Connection: close\r\n\r\n",  # folded
+    b"GET /v1/pulse HTTP/1.1\r\nnot a header line\r\n\r\n",
+    b"GET /v1/pulse HTTP/1.0\r\n\r\n",
+    b"HEAD /v1/pulse HTTP/1.1\r\n\r\n",
+    b"POST /v1/pulse HTTP/1.1\r\nContent-Length: 0\r\n\r\n",
+    b"GET /v1/pulse?x=1 HTTP/1.1\r\n\r\n",
+    b"GET //v1/pulse HTTP/1.1\r\n\r\n",
+    b"GET /v1/nothing HTTP/1.1\r\n\r\n",
+]
+
+
+@pytest.mark.parametrize("request_bytes", PLAIN)
+def test_a_plain_get_is_answered_as_the_full_handler_answers_it(request_bytes: bytes) -> None:
+    lean = _lean(request_bytes)
+    assert lean is not None
+    assert lean == _full(request_bytes)
+
+
+@pytest.mark.parametrize("request_bytes", FULL_PATH)
+def test_anything_else_takes_the_full_path(request_bytes: bytes) -> None:
+    assert lean_get(request_bytes, ROUTES) is None
+
+
+LINES = [b"GET /v1/pulse HTTP/1.1", b"GET /v1/pulse HTTP/1.0", b"GET /x HTTP/1.1"]
+
+
+def test_random_heads_are_either_left_alone_or_answered_as_the_full_handler_would() -> None:
+    rng = random.Random(34)
+    names = [b"Host", b"Accept", b"Connection", b"connection", b"Expect", b"X-Y", b"", b" Folded"]
+    values = [b"close", b"keep-alive", b"100-continue", b"x", b"", b" spaced "]
+    answered = 0
+    for _ in range(2000):
+        line = rng.choice(
+            [b"GET /v1/pulse HTTP/1.1", b"GET /v1/pulse HTTP/1.0", b"GET /x HTTP/1.1"]
+        )
+        headers = b"".join(
+            rng.choice(names) + rng.choice([b":", b": ", b" "]) + rng.choice(values) + b"\r\n"
+            for _ in range(rng.randrange(0, 5))
+        )
+        request = line + b"\r\n" + headers + b"\r\n"
+        lean = _lean(request)
+        if lean is not None:
+            answered += 1
+            assert lean == _full(request), request
+            assert b"Connection: close" not in lean
+    assert answered > 100  # the random heads reach the plain path too
+
+
+@pytest.fixture
+def server() -> Iterator[HardenedHTTPServer]:
+    http = HardenedHTTPServer(("127.0.0.1", 0), ROUTES.get)
+    thread = threading.Thread(target=http.serve_forever, daemon=True)
+    thread.start()
+    yield http
+    http.shutdown()
+    thread.join(10)
+    http.server_close()
+
+
+def _read_answers(sock: socket.socket, count: int) -> bytes:
+    data = b""
+    while data.count(b"HTTP/1.1 ") < count or not data.endswith(b"}\n"):
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+
+def test_pipelined_plain_and_full_requests_are_answered_in_order(
+    server: HardenedHTTPServer,
+) -> None:
+    """Lean and full answers interleave on one kept-alive connection, each
+    request answered once, in the order sent."""
+    CALLS.clear()
+    with socket.create_connection(server.server_address[:2], timeout=10) as sock:
+        sock.sendall(PLAIN[0] + b"GET /v1/pulse?q=1 HTTP/1.1\r\n\r\n" + PLAIN[1])
+        answers = _read_answers(sock, 3)
+    assert answers.count(b"HTTP/1.1 200 OK") == 3
+    assert CALLS == ["pulse"] * 3
