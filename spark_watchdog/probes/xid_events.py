@@ -53,13 +53,22 @@ def parse_xid_report(answer: Mapping[str, Any]) -> XidReport | None:
     state = watcher.get("state")
     detail = watcher.get("detail")
     listed = answer.get("xid_events")
-    raw = listed if isinstance(listed, list) else []
-    events = [e for e in (_event(d) for d in raw) if e is not None]
+    events: list[XidEvent] = []
+    malformed = 0
+    if isinstance(listed, list):
+        for data in listed:
+            event = _event(data)
+            if event is None:
+                malformed += 1
+            else:
+                events.append(event)
+    elif listed is not None:
+        malformed = 1  # not a list at all: one malformed answer
     dropped = answer.get("xid_dropped")
     return XidReport(
         watcher=state if state in WATCHER_STATES else "unknown",
         detail=detail if isinstance(detail, str) else None,
         events=tuple(events),
         dropped=dropped if isinstance(dropped, int) and not isinstance(dropped, bool) else 0,
-        malformed=len(raw) - len(events) + (0 if isinstance(listed, list) or listed is None else 1),
+        malformed=malformed,
     )
