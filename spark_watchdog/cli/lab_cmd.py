@@ -44,6 +44,8 @@ SCENARIO_NAMES = (
     "xid",
     "xid-freeze",
     "partition",
+    "mgmt-partition",
+    "fabric-partition",
     "reboot",
     "stuck-agent",
     "outlet-off",
