@@ -57,6 +57,13 @@ def partition(run: Run) -> None:
         run.result.problems.append("no alert for a person (gave_up, held or ambiguous_power)")
     judge_incidents(run, "host_frozen")
     account(run)
+    if "unreachable" in run.result.alerts:
+        # Not a problem of the lab's: the head's last steps before the cut can be
+        # newer than the node's last agent answer the controller saw.
+        run.result.notes.append(
+            f"{node.name} was called unreachable before host_frozen: a step of the head "
+            "came after the controller last saw its agent advance"
+        )
     commands = [c for o, c in run.lab.outlet_commands(run.sets_before) if o == node.outlet]
     if commands != ["off", "on"]:
         run.result.problems.append(f"{node.name}: the PDU saw {commands}, expected one cycle")
