@@ -66,8 +66,8 @@ _MENU = (
     _sim("serving-wrong-profile", "the next start brings the head up less safe than asked"),
     # The network
     _both("partition", "nodes' links go dark, management and fabric: connections time out"),
-    _sim("mgmt-partition", "nodes' management links go dark; the fabric between them stays up"),
-    _sim("fabric-partition", "nodes' fabric links go dark; the management network stays up"),
+    _both("mgmt-partition", "nodes' management links go dark; the fabric between them stays up"),
+    _both("fabric-partition", "nodes' fabric links go dark; the management network stays up"),
     _sim("mgmt-partition-90", "a node's management link dark for 90 s, its fabric up"),
     _sim("fabric-partition-90", "a node's fabric link dark for 90 s, its management link up"),
     _sim("partition-3x60", "three of four nodes cut off for 60 s"),

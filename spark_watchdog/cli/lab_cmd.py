@@ -44,6 +44,8 @@ SCENARIO_NAMES = (
     "xid",
     "xid-freeze",
     "partition",
+    "mgmt-partition",
+    "fabric-partition",
     "reboot",
     "stuck-agent",
     "outlet-off",
@@ -61,6 +63,8 @@ FAULT_NAMES = (
     "mem-collapse",
     "pdu-down",
     "partition",
+    "mgmt-partition",
+    "fabric-partition",
     "heal",
     "controller-kill",
 )
@@ -141,7 +145,8 @@ def _add_up(labs: Any) -> None:
     up.add_argument(
         "--netns",
         action="store_true",
-        help="each node in a network namespace of its own (root; needed for `partition`)",
+        help="each node in a network namespace of its own, with a management link and a "
+        "fabric link (root; needed for `partition`, `mgmt-partition`, `fabric-partition`)",
     )
     _add_serving(up)
     up.set_defaults(func=_run_up)

@@ -84,6 +84,7 @@ from spark_watchdog.lab.lab_configs import REAL_START_TIMEOUT_S as REAL_START_TI
 from spark_watchdog.lab.lab_configs import LabTimings as LabTimings
 from spark_watchdog.lab.lab_configs import agent_config, controller_config, rank_command
 from spark_watchdog.lab.lab_pdu import outlet_commands, start_pdu, switch_over_snmp, wait_for_outlet
+from spark_watchdog.lab.netns import Link
 from spark_watchdog.lab.node import FrozenAgent, LabNode
 from spark_watchdog.lab.node_hardware import MEM_COLLAPSE_FLOOR as MEM_COLLAPSE_FLOOR
 from spark_watchdog.lab.node_hardware import MEM_RELEASED_BYTES as MEM_RELEASED_BYTES
@@ -92,6 +93,7 @@ from spark_watchdog.lab.node_journal import append_journal, append_kernel_lines
 from spark_watchdog.lab.node_setup import (
     host_argv,
     install_nvml_standin,
+    join_fabric,
     lab_environment,
     lay_out_node,
     write_secret,
@@ -117,8 +119,8 @@ class LabCluster:
     token_file: Path | None = None
     community_file: Path | None = None
     lab_id: str = field(default_factory=lambda: secrets.token_hex(6))
-    # Each node in a network namespace of its own behind a veth link (root
-    # only; see netns_unavailable): what the partition fault needs.
+    # Each node in a network namespace of its own, with a management link and a
+    # fabric link (root only; see netns_unavailable): what partitions need.
     netns: bool = False
     # The nodes read this machine's own /proc/meminfo instead of a lab file
     # (a soak judges the memory guard on real memory); mem-collapse is refused.
@@ -156,6 +158,8 @@ class LabCluster:
             self.ssh_keys = LabSshKeys.create(self.root / "ssh")
         for i in range(self.size):
             self.nodes.append(self._make_node(i))
+        if self.netns:  # the second link: agents pulse their peers, the ranks step over it
+            join_fabric(self.nodes, self.lab_id[:6], self._agent_config)
         if self.containers is not None and self.serving_mode == "launcher":
             self.containers.write_recipe(self.nodes, self._rank_command)
         self.pdu = start_pdu(self.vendor, self.nodes, self._outlet_changed)
@@ -227,9 +231,9 @@ class LabCluster:
         )
         return node
 
-    def partition(self, node: LabNode, cut: bool = True) -> None:
-        """Cut (or restore) the node's link (lab/netns.py)."""
-        netns.set_link(node, up=not cut)
+    def partition(self, node: LabNode, cut: bool = True, link: Link = "both") -> None:
+        """Cut (or restore) the node's management or fabric link, or both (lab/netns.py)."""
+        netns.set_link(node, up=not cut, link=link)
 
     def _booted(self, node: LabNode, pid: int) -> None:
         node.boots += 1

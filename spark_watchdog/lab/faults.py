@@ -17,6 +17,7 @@ import requests
 from spark_watchdog.lab.hardware import gpu_standin
 from spark_watchdog.lab.hardware.journal_writer import Fault
 from spark_watchdog.lab.hardware.real_vllm import RealHead
+from spark_watchdog.lab.netns import Link
 from spark_watchdog.lab.node import GIB, LabNode
 
 MEM_COLLAPSE_RATE = 1 * GIB  # bytes/s, as seen before GB10 freezes (vllm #56824)
@@ -34,8 +35,16 @@ FAULTS: dict[str, str] = {
     "clock-latch": "the node's GPU clock latches (702 MHz under load) and the node reboots",
     "mem-collapse": "the node's MemAvailable falls 1 GiB/s toward 1 GiB",
     "pdu-down": "the PDU stops answering SNMP (its management card is down)",
-    "partition": "the node's network link goes dark (network namespaces: lab up --netns)",
-    "heal": "undo wedge/crash, gpu-hang, clock-latch, mem-collapse, pdu-down and freeze",
+    "partition": "the node's links go dark, management and fabric (lab up --netns)",
+    "mgmt-partition": "the node's management link goes dark, its fabric up (lab up --netns)",
+    "fabric-partition": "the node's fabric link goes dark, its management up (lab up --netns)",
+    "heal": "undo wedge/crash, gpu-hang, clock-latch, mem-collapse, pdu-down, freeze, partitions",
+}
+# The partitions: which of the node's links each cuts (lab/netns.py).
+PARTITIONS: dict[str, tuple[Link, str]] = {
+    "partition": ("both", "links, management and fabric, went"),
+    "mgmt-partition": ("management", "management link went"),
+    "fabric-partition": ("fabric", "fabric link went"),
 }
 # Faults about the serving head or the whole lab: the node argument is optional.
 CLUSTER_FAULTS = frozenset({"wedge", "crash", "crash-exit", "idle-wedge", "pdu-down", "heal"})
@@ -68,7 +77,7 @@ class Faultable(Protocol):
 
     def pdu_silent(self, silent: bool = ...) -> None: ...
 
-    def partition(self, node: LabNode, cut: bool = ...) -> None: ...
+    def partition(self, node: LabNode, cut: bool = ..., link: Link = ...) -> None: ...
 
     def heal(self, node: LabNode | None = ...) -> None: ...
 
@@ -128,9 +137,10 @@ def inject(lab: Faultable, fault: str, node: LabNode | None = None) -> str:
     if fault == "pdu-down":
         lab.pdu_silent(True)
         return "the PDU stopped answering SNMP"
-    if fault == "partition":
-        lab.partition(target)
-        return f"{target.name}'s network link went dark (its namespace's veth down)"
+    if fault in PARTITIONS:
+        link, what = PARTITIONS[fault]
+        lab.partition(target, link=link)
+        return f"{target.name}'s {what} dark (down in its namespace)"
     lab.heal(node)
     return "healed: " + (node.name if node is not None else "every node, serving and the PDU")
 

@@ -45,6 +45,10 @@ class LabTimings:
     # (production: a 5 s timeout after 10 s idle).
     canary_timeout: float = 2.0
     canary_idle_after: float = 2.0
+    # Pulses to the peers over the fabric (production 1 s, 0.5 s; freeze_after
+    # is 3 s here): each peer asked a few times within freeze_after.
+    peering_interval: float = 0.5
+    peering_timeout: float = 0.5
 
 
 class LabWiring(Protocol):
@@ -79,7 +83,51 @@ def rank_command(lab: LabWiring, node: LabNode) -> list[str]:
         "--compilation-config",
         json.dumps({"cudagraph_mode": "FULL_AND_PIECEWISE"}),
         *rank,
+        *group_flags(lab, node),
     ]
+
+
+def group_flags(lab: LabWiring, node: LabNode) -> list[str]:
+    """The rank's part in the TP group over the fabric (lab/hardware/rank_group.py):
+    a worker answers the head's all-reduce at its fabric address, the head asks
+    every worker. Nothing without a fabric: the stand-in then steps alone."""
+    if node.fabric_address is None:
+        return []
+    if not node.head:
+        return ["--fabric-listen", f"{node.fabric_address}:{node.vllm_port}"]
+    flags: list[str] = []
+    for other in lab.nodes:
+        if other is not node and other.fabric_address is not None:
+            flags += ["--fabric-rank", f"{other.fabric_address}:{other.vllm_port}"]
+    return flags
+
+
+def peering(lab: LabWiring, node: LabNode) -> dict[str, Any]:
+    """With a fabric: the agent listens on both links (every address of its
+    namespace) and pulses each other node's agent on the fabric."""
+    if node.fabric_address is None:
+        return {"listen": {"address": node.address, "port": node.agent_port}}
+    peers = [
+        {"name": other.name, "url": other.fabric_agent_url}
+        for other in lab.nodes
+        if other is not node and other.fabric_agent_url is not None
+    ]
+    t = lab.timings
+    return {
+        "listen": {"address": "0.0.0.0", "port": node.agent_port},
+        "peers": peers,
+        "peering": {"interval": t.peering_interval, "timeout": t.peering_timeout},
+    }
+
+
+def step_group(lab: LabWiring) -> dict[str, Any]:
+    """The workers whose ranks the stand-in head steps with, over the fabric: its
+    steps are then their proof of life (docs/design.md, "Peers"). None without
+    a fabric, or with a real head (it steps alone)."""
+    head = lab.nodes[0]
+    if head.fabric_address is None or lab.real_head is not None:
+        return {}
+    return {"step_group": [n.name for n in lab.nodes if n is not head]}
 
 
 def agent_config(lab: LabWiring, node: LabNode) -> dict[str, Any]:
@@ -105,7 +153,7 @@ def agent_config(lab: LabWiring, node: LabNode) -> dict[str, Any]:
         lab.containers.agent_serving(node, serving)
     return {
         "node": node.name,
-        "listen": {"address": node.address, "port": node.agent_port},
+        **peering(lab, node),
         "loop_interval": t.loop_interval,
         "probes": {
             "vllm": {
@@ -172,6 +220,7 @@ def controller_config(lab: LabWiring, history: Path, overrides: dict[str, Any]) 
             "head": lab.nodes[0].name,
             "token_file": str(lab.token_file),
             "start_timeout": REAL_START_TIMEOUT_S if lab.real_head else 30.0,
+            **step_group(lab),
             **(lab.containers.controller_serving() if lab.containers else {}),
         },
         "listen": {"address": LOOPBACK, "port": free_port()},

@@ -1,6 +1,8 @@
 """The lab's nodes in network namespaces of their own (``lab up --netns``,
-the partition scenario): each behind a veth pair on a point-to-point /30 of
-TEST-NET-2 (RFC 5737), so nothing is routed anywhere else. Root only."""
+the partition scenarios): each behind a veth pair on a point-to-point /30 of
+TEST-NET-2 (RFC 5737), so nothing is routed anywhere else: its management
+link, the only one the lab machine and the controller reach it over. The
+nodes' second link, the fabric between them, is lab/fabric.py's. Root only."""
 
 from __future__ import annotations
 
@@ -8,8 +10,12 @@ import os
 import shutil
 import subprocess
 from collections.abc import Iterable
+from typing import Literal
 
 from spark_watchdog.lab.node import LabNode
+
+# Which of a node's links a partition cuts: what its name says, or both.
+Link = Literal["management", "fabric", "both"]
 
 # Addresses of nodes in network namespaces: TEST-NET-2, point-to-point /30 links.
 NETNS_PREFIX = "198.51.100"
@@ -45,21 +51,33 @@ def make_namespace(node: LabNode, index: int, tag: str) -> None:
         raise
 
 
-def set_link(node: LabNode, *, up: bool) -> None:
-    """Cut (or restore) the node's link from inside its namespace: the
-    machine's end keeps its route, so packets to the node go nowhere
-    else; they vanish, as behind a dead switch port."""
+def set_link(node: LabNode, *, up: bool, link: Link = "both") -> None:
+    """Cut (or restore) the node's management link, its fabric link or both,
+    from inside its namespace: the other ends keep their routes, so packets
+    to the node go nowhere else; they vanish, as behind a dead switch port."""
     if node.netns is None or node.link is None:
-        raise ValueError("partition needs the lab's network namespaces (lab up --netns)")
-    ip("-n", node.netns, "link", "set", node.link, "up" if up else "down")
+        raise ValueError("partitions need the lab's network namespaces (lab up --netns)")
+    if link == "fabric" and node.fabric_link is None:
+        raise ValueError(f"{node.name} has no fabric link (lab up --netns wires one)")
+    names = [node.link] if link != "fabric" else []
+    if link != "management" and node.fabric_link is not None:
+        names.append(node.fabric_link)
+    for name in names:
+        ip("-n", node.netns, "link", "set", name, "up" if up else "down")
 
 
 def remove_namespaces(nodes: Iterable[LabNode]) -> None:
+    """The nodes' namespaces and links, and the fabric's switch (lab/fabric.py)."""
+    switches: list[str] = []
     for node in nodes:
         if node.veth is not None:
             ip("link", "del", node.veth, check=False)
         if node.netns is not None:
             ip("netns", "del", node.netns, check=False)
+        if node.fabric_switch is not None and node.fabric_switch not in switches:
+            switches.append(node.fabric_switch)
+    for switch in switches:
+        ip("netns", "del", switch, check=False)
 
 
 def ip(*args: str, check: bool = True) -> None:

@@ -52,6 +52,11 @@ class LabNode:
     netns: str | None = None
     veth: str | None = None
     link: str | None = None  # the node's end of the veth pair, inside its namespace
+    # With the fabric (lab/fabric.py): the node's address on it, its fabric
+    # link inside its namespace, and the namespace of the switch it is plugged into.
+    fabric_address: str | None = None
+    fabric_link: str | None = None
+    fabric_switch: str | None = None
     host: HostProcess | None = None
     boots: int = 0
     # Bumped by each mem-collapse and each boot: an older collapse thread stops.
@@ -79,6 +84,13 @@ class LabNode:
     @property
     def agent_url(self) -> str:
         return f"http://{self.address}:{self.agent_port}"
+
+    @property
+    def fabric_agent_url(self) -> str | None:
+        """The agent on the fabric, where its peers pulse it; None without a fabric."""
+        if self.fabric_address is None:
+            return None
+        return f"http://{self.fabric_address}:{self.agent_port}"
 
     @property
     def vllm_url(self) -> str:

@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from spark_watchdog.lab import netns
+from spark_watchdog.lab import fabric, netns
 from spark_watchdog.lab.hardware import gpu_standin, lab_sshd
 from spark_watchdog.lab.hardware.lab_sshd import LabSshKeys
 from spark_watchdog.lab.hardware.sim_host import CLEAN_SHUTDOWN_MARK, SERVICES_ACK, SERVICES_FILE
@@ -116,7 +116,7 @@ def lay_out_node(
     if ssh_keys is not None:
         node.sshd_port = free_port()
         ssh_keys.add_node(directory, node.address, node.sshd_port)
-    (directory / "agent.yaml").write_text(yaml.safe_dump(agent_config(node)))
+    write_agent_config(node, agent_config)
     # A file, not a link to /proc/meminfo: mem-collapse rewrites it
     # (unless the lab runs on the machine's own memory).
     meminfo = directory / "proc" / "meminfo"
@@ -127,3 +127,19 @@ def lay_out_node(
     for stale in (SERVICES_FILE, SERVICES_ACK, CLEAN_SHUTDOWN_MARK):
         (directory / stale).unlink(missing_ok=True)
     return node
+
+
+def write_agent_config(node: LabNode, agent_config: Callable[[LabNode], dict[str, Any]]) -> None:
+    """The node's agent.yaml, read by its agent at each start."""
+    (node.directory / "agent.yaml").write_text(yaml.safe_dump(agent_config(node)))
+
+
+def join_fabric(
+    nodes: list[LabNode], tag: str, agent_config: Callable[[LabNode], dict[str, Any]]
+) -> None:
+    """Every node (in its namespace) on the fabric (lab/fabric.py), before the
+    first boot; then each agent's config again, now that it can name its
+    peers on the fabric and its rank the group it steps with."""
+    fabric.wire_fabric(nodes, tag)
+    for node in nodes:
+        write_agent_config(node, agent_config)

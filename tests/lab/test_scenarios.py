@@ -23,7 +23,7 @@ from spark_watchdog.history.store import HistoryStore
 from spark_watchdog.lab.cluster import LAB_LATCH_OFF_S, lab_processes
 from spark_watchdog.lab.hardware import gpu_standin
 from spark_watchdog.lab.netns import netns_unavailable
-from spark_watchdog.lab.stories.scenario_kit import ScenarioResult
+from spark_watchdog.lab.stories.scenario_kit import PERSON_ALERTS, ScenarioResult
 from spark_watchdog.lab.stories.scenarios import SCENARIOS, run_scenario
 from spark_watchdog.lab.up import CONTROL_FAULTS
 from spark_watchdog.probes.gpu import GpuProbe, GpuReading
@@ -334,14 +334,20 @@ def test_a_clock_latch_is_cleared_by_a_halt_and_one_long_cut(scenario: Any) -> N
     _no_action_against(store, ["spark-1", "spark-3", "spark-4"])
 
 
+def _netns_or_skip(name: str, tmp_path: Path) -> None:
+    """Where this machine cannot give nodes namespaces, the scenario says so."""
+    why = netns_unavailable()
+    if why is not None:
+        result = run_scenario(name, workdir=tmp_path / name, nodes=NODES)
+        assert result.outcome == "not_available" and not result.ok
+        pytest.skip(f"{name}: {why}")
+
+
 # The lab's network namespaces take fixed addresses: one such lab at a time.
 @pytest.mark.xdist_group("lab-netns")
 def test_partition_is_cycled_once_then_held(scenario: Any, tmp_path: Path) -> None:
-    why = netns_unavailable()
-    if why is not None:
-        result = run_scenario("partition", workdir=tmp_path / "partition", nodes=NODES)
-        assert result.outcome == "not_available" and not result.ok
-        pytest.skip(f"partition: {why}")
+    """Both links dark: nothing says the node lives."""
+    _netns_or_skip("partition", tmp_path)
     report, store = scenario("partition")
     assert report["outcome"] in ("gave_up", "held")
     assert report["pdu_commands"] == ["outlet 3 (spark-3) off", "outlet 3 (spark-3) on"]
@@ -352,6 +358,49 @@ def test_partition_is_cycled_once_then_held(scenario: Any, tmp_path: Path) -> No
     assert [(a.operation, a.result) for a in store.actions()] == [("cycle", "verified")]
     assert store.active_hold("spark-3") is not None
     _no_action_against(store, ["spark-1", "spark-2", "spark-4"])
+
+
+@pytest.mark.xdist_group("lab-netns")
+def test_a_management_partition_is_unreachable_never_a_power_action(
+    scenario: Any, tmp_path: Path
+) -> None:
+    """Management dark, fabric up: the peers see the node, the controller alerts."""
+    _netns_or_skip("mgmt-partition", tmp_path)
+    report, store = scenario("mgmt-partition")
+    assert report["outcome"] == "unreachable"
+    assert report["power_actions"] == 0 and report["pdu_commands"] == []
+    assert "unreachable" in report["alerts"]
+    assert not PERSON_ALERTS & set(report["alerts"])
+    assert report["incident_ids"] == [] and store.list_incidents() == []
+    assert store.actions() == [] and store.active_holds() == []
+    assert store.serving_restarts(limit=10) == []
+    assert report["detected_after_s"] is not None and report["detected_after_s"] < 30
+    verdicts = next(n for n in report["notes"] if n.startswith("spark-3's verdicts"))
+    assert "unreachable" in verdicts and verdicts.endswith("healthy")
+    assert "host_frozen" not in verdicts
+
+
+@pytest.mark.xdist_group("lab-netns")
+def test_a_fabric_partition_is_serving_trouble_never_a_power_action(
+    scenario: Any, tmp_path: Path
+) -> None:
+    """Fabric dark, management up: the TP group stalls; serving is restarted, no node cut."""
+    _netns_or_skip("fabric-partition", tmp_path)
+    report, store = scenario("fabric-partition")
+    assert report["outcome"] == "recovered"
+    assert report["power_actions"] == 0 and report["pdu_commands"] == []
+    assert store.actions() == [] and store.active_holds() == []
+    (incident,) = [store.get_incident(i) for i in report["incident_ids"]]
+    assert (incident.kind, incident.nodes, incident.resolution) == (
+        "serving_stalled",
+        ("spark-1",),
+        "recovered",
+    )
+    assert "serving_restart_started" in [s.step for s in store.steps(incident.id)]
+    _safe_restart(store)
+    assert "spark-1's pulses of spark-3: silent" in report["notes"]
+    for note in (n for n in report["notes"] if "'s verdicts" in n):
+        assert not {"host_frozen", "held", "unreachable"} & set(note.split()), note
 
 
 @pytest.mark.xdist_group("scenario-reboot")

@@ -21,6 +21,12 @@ another process, ``POST /_standin/mode`` with ``{"mode": ..., "engine": N}``:
 
 ``/_standin/redirect/<path>`` answers 302 to ``/<path>``, for redirect tests.
 
+Given its tensor-parallel group (``group``; ``--fabric-rank`` on the command
+line), the engines step only while every rank answers over the fabric
+(lab/hardware/rank_group.py): a rank gone, frozen or cut off stalls them, as
+it stalls a real TP engine. A worker started with ``--fabric-listen`` answers
+for its rank there.
+
 Run as ``python -m spark_watchdog.lab.hardware vllm --port N``; it prints a
 config line the way vLLM's engine does at startup, echoing the
 ``--speculative-config`` / ``--compilation-config`` it was given, and accepts
@@ -38,6 +44,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -52,6 +59,8 @@ from prometheus_client import (
     Histogram,
     generate_latest,
 )
+
+from spark_watchdog.lab.hardware.rank_group import GroupReach, RankEndpoint, parse_address
 
 ENGINE_MODES = ("progressing", "idle", "wedged", "hung")
 FAULT_MODES = ("dead", "slow", "drop")
@@ -140,6 +149,7 @@ class VllmStandin:
         drip_interval: float = 0.2,
         seed: int | None = None,
         api_key: str | None = None,
+        group: Callable[[], bool] | None = None,
     ) -> None:
         if engines < 1:
             raise ValueError(f"engines: expected ≥ 1, got {engines}")
@@ -152,6 +162,8 @@ class VllmStandin:
         self.api_key = api_key
         self.old_names = old_names
         self.step_rate = step_rate
+        # Whether every rank of the engine's TP group answers: no step without it.
+        self._group = group
         self.drip_interval = drip_interval
         self._random = random.Random(seed)
         self._lock = threading.Condition()  # an RLock inside: mode is read under it too
@@ -301,13 +313,16 @@ class VllmStandin:
         next_tick = time.monotonic()
         while not self._stopping.is_set():
             with self._lock:
-                if self._fault != "dead":
+                if self._fault != "dead" and self._group_answers():
                     self.advance()
             next_tick += period
             delay = next_tick - time.monotonic()
             if delay < -1.0:  # fell far behind (suspended): don't burst to catch up
                 next_tick = time.monotonic()
             self._stopping.wait(max(delay, 0.0))
+
+    def _group_answers(self) -> bool:
+        return self._group is None or self._group()
 
     def _new_metrics(self) -> _Metrics:
         metrics = _Metrics(self.old_names)
@@ -371,7 +386,12 @@ class VllmStandin:
             self._next_engine += 1
             queued = False  # counted as waiting on a hung engine
             try:
-                while self._fault == "dead" or engine.mode in ("wedged", "hung"):
+                # A step needs the whole group: a rank out of reach holds it like a wedge.
+                while (
+                    self._fault == "dead"
+                    or engine.mode in ("wedged", "hung")
+                    or not self._group_answers()
+                ):
                     if self._fault == "dead":
                         return HTTPStatus.INTERNAL_SERVER_ERROR, _error(
                             "EngineDeadError: EngineCore encountered an issue",
@@ -602,6 +622,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--headless", action="store_true", help="worker rank: serve nothing")
     parser.add_argument(
+        "--fabric-listen",
+        metavar="HOST:PORT",
+        type=parse_address,
+        help="worker rank: answer the head's all-reduce here (the rank's fabric address)",
+    )
+    parser.add_argument(
+        "--fabric-rank",
+        metavar="HOST:PORT",
+        type=parse_address,
+        action="append",
+        default=[],
+        help="head: a rank of its TP group (repeated); the engines step only while each answers",
+    )
+    parser.add_argument(
         "--api-key",
         default=os.environ.get("VLLM_API_KEY"),
         help="as vLLM's: /v1 routes want this bearer token (default: $VLLM_API_KEY)",
@@ -661,10 +695,8 @@ def main(argv: list[str] | None = None) -> int:
     _log(f"non-default args: {given}{f' extra: {extra}' if extra else ''}")
     _log(config_line(args, extra))
     if args.headless:
-        _log("headless rank: no API server; engine running")
-        while not stop.wait(0.5):
-            pass
-        return 0
+        return _run_headless(args, stop)
+    group = GroupReach(args.fabric_rank).start() if args.fabric_rank else None
     try:
         standin = VllmStandin(
             args.host,
@@ -676,6 +708,7 @@ def main(argv: list[str] | None = None) -> int:
             step_rate=args.step_rate,
             drip_interval=args.drip_interval,
             api_key=args.api_key,
+            group=None if group is None else group.answers,
         )
     except (ValueError, OSError) as exc:
         print(f"vllm_standin: {exc}", file=sys.stderr)
@@ -685,4 +718,23 @@ def main(argv: list[str] | None = None) -> int:
         print("INFO:     Application startup complete.", flush=True)
         while not stop.wait(0.1) and not standin.exited.is_set():
             pass
+    if group is not None:
+        group.stop()
+    return 0
+
+
+def _run_headless(args: argparse.Namespace, stop: threading.Event) -> int:
+    """A worker rank: no API server; its end of the group's all-reduce, if given one."""
+    endpoint = None
+    if args.fabric_listen is not None:
+        try:
+            endpoint = RankEndpoint(*args.fabric_listen).start()
+        except OSError as exc:
+            print(f"vllm_standin: --fabric-listen {args.fabric_listen}: {exc}", file=sys.stderr)
+            return 2
+    _log("headless rank: no API server; engine running")
+    while not stop.wait(0.5):
+        pass
+    if endpoint is not None:
+        endpoint.stop()
     return 0

@@ -134,11 +134,13 @@ def incidents_of(run: Run) -> list[Incident]:
     return sorted(run.session.store().list_incidents(), key=lambda i: i.id)
 
 
-def wait_resolved(run: Run, count: int, what: str, held_node: LabNode | None = None) -> None:
-    """Until ``count`` incidents are resolved, or ``held_node`` is held."""
+def wait_resolved(
+    run: Run, count: int, what: str, held_node: LabNode | None = None, kind: str | None = None
+) -> None:
+    """Until ``count`` incidents (of ``kind``, if given) are resolved, or ``held_node`` is held."""
 
     def done() -> bool:
-        incidents = incidents_of(run)
+        incidents = [i for i in incidents_of(run) if kind is None or i.kind == kind]
         resolved = [i for i in incidents if i.status == "resolved"]
         if len(incidents) >= count and len(resolved) >= count:
             return True

@@ -12,6 +12,8 @@ and then judges it. Outcomes:
   itself, and the controller took no action (reboot);
 - ``agent_down``: the controller called the node ``agent_down`` (its agent
   answers, its ``seq`` stuck) and sent nothing to the PDU (stuck-agent);
+- ``unreachable``: the controller called the node ``unreachable`` (silent to
+  it, alive to its peers) and sent nothing to the PDU (mgmt-partition);
 - ``not_detected``, ``timed_out``: the expected thing did not happen in time;
 - ``not_available``: the scenario cannot run on this machine (see its doc).
 
@@ -44,7 +46,7 @@ from spark_watchdog.lab.netns import netns_unavailable
 from spark_watchdog.lab.node import GIB, LabNode
 from spark_watchdog.lab.rank_containers import serving_conflict
 from spark_watchdog.lab.session import LabSession, LabTimeout
-from spark_watchdog.lab.stories import gpu_fault_scenarios
+from spark_watchdog.lab.stories import gpu_fault_scenarios, link_scenarios
 from spark_watchdog.lab.stories.scenario_kit import (
     PERSON_ALERTS,
     QUIET_WATCH_S,
@@ -307,39 +309,6 @@ def _gpu_hang(run: Run) -> None:
         result.problems.append(f"{node.name} did not boot again (same boot id)")
     if result.outcome == "recovered":
         expect_safe_restart(run)
-
-
-def _partition(run: Run) -> None:
-    node = pick_target(run, None, 2)
-    receiver = run.session.receiver
-    assert receiver is not None
-    boot_before = node.boot_id()
-    run.inject("partition", node)
-    wait_resolved(run, 1, f"the controller to give up on {node.name} or hold it", node)
-    run.session.wait_for(lambda: run.session.verdict(node) == "held", 10, f"{node.name} held")
-    try:
-        run.session.wait_for(lambda: bool(PERSON_ALERTS & set(receiver.kinds())), 10, "an alert")
-    except LabTimeout:
-        run.result.problems.append("no alert for a person (gave_up, held or ambiguous_power)")
-    judge_incidents(run, "host_frozen")
-    account(run)
-    commands = [c for o, c in run.lab.outlet_commands(run.sets_before) if o == node.outlet]
-    if commands != ["off", "on"]:
-        run.result.problems.append(f"{node.name}: the PDU saw {commands}, expected one cycle")
-    if node.boot_id() == boot_before:
-        run.result.problems.append(f"{node.name} was not power-cycled (same boot id)")
-    # The link comes back: the node answers again, and stays held for a person.
-    sets = len(run.lab.outlet_commands())
-    run.lab.partition(node, cut=False)
-    run.session.say(f"the partition heals: {node.name}'s link is up again")
-    run.session.wait_for(lambda: run.lab.agent_state(node) is not None, 30, f"{node.name} answers")
-    time.sleep(QUIET_WATCH_S / 2)
-    verdict = run.session.verdict(node)
-    run.result.notes.append(f"after the partition healed, {node.name} is {verdict}")
-    if verdict != "held":
-        run.result.problems.append(f"{node.name} is {verdict} after healing; held expected")
-    if len(run.lab.outlet_commands()) != sets:
-        run.result.problems.append("power commands after the partition healed")
 
 
 def _reboot(run: Run) -> None:
@@ -657,16 +626,42 @@ SCENARIOS: dict[str, Scenario] = {
         ),
         Scenario(
             "partition",
-            "a node's network link goes dark and stays dark (network namespaces)",
+            "a node's links, management and fabric, go dark and stay dark (network namespaces)",
             ("gave_up", "held"),
-            _partition,
+            link_scenarios.partition,
             netns=True,
             controller_overrides={"guards": {"boot_timeout": 10.0}},
-            doc="Each node runs in a network namespace of its own behind a veth link (root "
-            "only; elsewhere not_available, exit 3). A silent link looks exactly like a silent "
-            "freeze, so expected: host_frozen, one verified cycle (the PDU is on its own "
-            "network), no new boot seen within boot_timeout, gave up and held with an alert; "
-            "when the link comes back the node answers and stays held for a person.",
+            doc="Each node runs in a network namespace of its own with a management link and a "
+            "fabric link (root only; elsewhere not_available, exit 3). With both dark nothing "
+            "says the node lives, so it looks exactly like a silent freeze: expected "
+            "host_frozen, one verified cycle (the PDU is on its own network), no new boot seen "
+            "within boot_timeout, gave up and held with an alert; when the links come back the "
+            "node answers and stays held for a person.",
+        ),
+        Scenario(
+            "mgmt-partition",
+            "a node's management link goes dark; its fabric stays up (network namespaces)",
+            ("unreachable",),
+            link_scenarios.mgmt_partition,
+            netns=True,
+            doc="The controller cannot reach the node, its peers still pulse it over the fabric "
+            "and the head's engine still steps with its rank. Expected: the verdict unreachable "
+            "within freeze_after and a bit, an unreachable alert naming the management path, "
+            "still unreachable twice freeze_after later; no incident, no power command, no "
+            "serving restart, no fencing verdict; healthy again once the link is back.",
+        ),
+        Scenario(
+            "fabric-partition",
+            "a node's fabric link goes dark; its management link stays up (network namespaces)",
+            ("recovered",),
+            link_scenarios.fabric_partition,
+            netns=True,
+            doc="The head's engine cannot step without the node's rank (the stand-in's all-reduce "
+            "goes over the fabric) and the peers lose the node; the controller still reaches "
+            "every agent. Expected: serving_stalled on the head and a serving restart with "
+            "profile safe; the link is brought back twice freeze_after after the restart began, "
+            "and the restart succeeds, recovered; no power command to any node, no node ever "
+            "host_frozen, held or unreachable. With --vllm real: not_available.",
         ),
         Scenario(
             "reboot",
