@@ -86,6 +86,9 @@ class Controller:
         self.tallies = self.ledger.tallies
         self.tallies.seed_nodes(n.name for n in config.nodes)
         self._counted_verdicts: dict[str, str] = {}
+        # Nodes called unreachable (monotonic time the verdict began); the alert
+        # goes once the verdict has lasted freeze_after (_tell_unreachable).
+        self._unreachable_since: dict[str, float] = {}
         self.policy = DetectionPolicy(
             freeze_after=config.detection.freeze_after,
             banner_misses=config.detection.banner_misses,
@@ -155,6 +158,7 @@ class Controller:
         await self.holds.check_breaker()
         for watch in self.watches.values():
             await self._act(watch)
+            self._tell_unreachable(watch)
         await self.freeze.refresh_offenders()
         for watch in self.watches.values():
             if self._counted_verdicts.get(watch.name) != watch.verdict:
@@ -175,16 +179,9 @@ class Controller:
         if finding.verdict is Verdict.UNOBSERVABLE:
             self.notifier.send(Event("unobservable", f"{watch.name} {finding.summary}", watch.name))
         if finding.verdict is Verdict.UNREACHABLE:
-            # The path that broke is the controller's own to the node: its cable,
-            # switch port, NIC or VLAN. Nothing automatic while its peers see it.
-            self.notifier.send(
-                Event(
-                    "unreachable",
-                    f"{watch.name} {finding.summary}; check the management path to it "
-                    f"({watch.config.agent}, ssh {watch.config.banner_host})",
-                    watch.name,
-                )
-            )
+            self._unreachable_since[watch.name] = self.clock.monotonic()
+        else:
+            self._unreachable_since.pop(watch.name, None)
         handed_over = watch.off_seconds_override is not None  # halted for a clock latch
         if (
             before is Verdict.REBOOTING
@@ -196,6 +193,30 @@ class Controller:
             self.notifier.send(
                 Event("reboot_overdue", f"{watch.name} {finding.summary}", watch.name)
             )
+
+    def _tell_unreachable(self, watch: NodeWatch) -> None:
+        """The ``unreachable`` alert, once the verdict has lasted ``freeze_after``.
+
+        The path that broke is the controller's own to the node: its cable,
+        switch port, NIC or VLAN. A host that freezes right after the
+        controller last saw it is briefly unreachable too (its peers' or the
+        head's last sightings are newer than the controller's own), until those
+        are ``freeze_after`` old and it is host_frozen. So the alert waits:
+        the verdict still standing ``freeze_after`` after it began means the
+        node was seen alive after the controller lost it (docs/design.md, "Peers").
+        """
+        since = self._unreachable_since.get(watch.name)
+        if since is None or self.clock.monotonic() - since < self.config.detection.freeze_after:
+            return
+        del self._unreachable_since[watch.name]  # told once per spell
+        self.notifier.send(
+            Event(
+                "unreachable",
+                f"{watch.name} {watch.finding.summary}; check the management path to it "
+                f"({watch.config.agent}, ssh {watch.config.banner_host})",
+                watch.name,
+            )
+        )
 
     async def _act(self, watch: NodeWatch) -> None:
         """Monitor, decide, act for one node: settle what the last answers

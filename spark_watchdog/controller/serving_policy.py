@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from spark_watchdog.config.secrets import read_secret
@@ -75,15 +76,7 @@ class ServingRestarts:
         if host.config.guards.dry_run:
             return False
         profile = host.config.serving.safe_profile
-        busy = [
-            w.name
-            for w in host.watches.values()
-            if w.incident_id != incident_id
-            and (
-                w.state in (NodeState.FENCING, NodeState.BOOTING)
-                or w.finding.verdict is Verdict.HOST_FROZEN
-            )
-        ]
+        busy = self.recovering(lambda w: w.incident_id != incident_id)
         self.profile = profile
         with contextlib.suppress(HistoryUnwritable):
             await host.ledger.write(
@@ -98,6 +91,19 @@ class ServingRestarts:
             )
             return True
         return await self._restart(profile, incident_id, reason, kind)
+
+    def recovering(self, among: Callable[[NodeWatch], bool]) -> list[str]:
+        """The nodes (of those ``among`` takes) frozen or being fenced or booted:
+        serving restarts once their recovery ends, with its own restart."""
+        return [
+            w.name
+            for w in self.host.watches.values()
+            if among(w)
+            and (
+                w.state in (NodeState.FENCING, NodeState.BOOTING)
+                or w.finding.verdict is Verdict.HOST_FROZEN
+            )
+        ]
 
     def _heard(self, node: str) -> None:
         """A node's agent answered a serving request: a sign of life."""
@@ -264,6 +270,10 @@ class ServingRestarts:
             return
         if host.ladders_running():
             return  # a host recovery or the wedged ladder ends with a serving restart anyway
+        if self.recovering(lambda w: w is not watch):
+            # The group stalls because another node is down: its recovery
+            # restarts serving. An incident here would only be deferred.
+            return
         if now - self._last_restart < host.config.serving.restart_cooldown:
             return
         self.task = asyncio.get_running_loop().create_task(self._fault_incident(watch))

@@ -58,11 +58,21 @@ def partition(run: Run) -> None:
     judge_incidents(run, "host_frozen")
     account(run)
     if "unreachable" in run.result.alerts:
-        # Not a problem of the lab's: the head's last steps before the cut can be
-        # newer than the node's last agent answer the controller saw.
-        run.result.notes.append(
-            f"{node.name} was called unreachable before host_frozen: a step of the head "
-            "came after the controller last saw its agent advance"
+        # The head's last steps before the cut can be newer than the node's last
+        # agent answer the controller saw: a moment of `unreachable`, shorter
+        # than freeze_after, which no alert may report as a broken path.
+        run.result.problems.append(f"an unreachable alert for {node.name}, dark on both links")
+    # While the node is frozen or held, the stalled group is its recovery's to
+    # restart: no serving incident of its own (one would only be deferred).
+    frozen = [i for i in incidents_of(run) if i.kind == "host_frozen"]
+    serving = [
+        i.id
+        for i in incidents_of(run)
+        if i.kind.startswith("serving_") and frozen and i.opened_at > frozen[0].opened_at
+    ]
+    if serving:
+        run.result.problems.append(
+            f"serving incidents {serving} opened while {node.name} was frozen or held"
         )
     commands = [c for o, c in run.lab.outlet_commands(run.sets_before) if o == node.outlet]
     if commands != ["off", "on"]:
