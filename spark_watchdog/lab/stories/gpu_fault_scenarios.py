@@ -11,13 +11,12 @@ from spark_watchdog.lab.stories.scenario_kit import (
     Run,
     account,
     expect_cycles,
-    expect_no_power,
     expect_safe_restart,
     incidents_of,
     judge_incidents,
     pick_target,
+    rank_stopped_on_the_node,
     recovery_timeout,
-    wait_resolved,
 )
 
 # The freeze comes at least this long after the Xid, as on a GB10 that goes down.
@@ -26,15 +25,8 @@ FREEZE_AFTER_XID_S = 3.0
 
 def xid(run: Run) -> None:
     """Xid 31 on a worker: the agent stops its rank, the controller restarts serving."""
-    node = pick_target(run, None, 1)
-    run.inject("xid", node)
-    wait_resolved(run, 1, f"the gpu_fault incident of {node.name} to be resolved")
-    judge_incidents(run, "gpu_fault")
-    account(run)
-    expect_no_power(run)
+    node, fault = rank_stopped_on_the_node(run, "xid", "gpu_fault", "gpu_fault")
     result = run.result
-    incidents = [i for i in incidents_of(run) if i.id in result.incident_ids]
-    fault = incidents[0].evidence.get("gpu_fault") if incidents else None
     if not isinstance(fault, dict) or fault.get("xid") != 31:
         result.problems.append(f"no Xid 31 of {node.name} in the incident's evidence")
     elif fault.get("result") != "stopped":

@@ -229,6 +229,20 @@ def expect_no_power(run: Run, allowed: tuple[str, ...] = ()) -> None:
         run.result.problems.append("the history shows power actions")
 
 
+def rank_stopped_on_the_node(run: Run, fault: str, kind: str, evidence: str) -> tuple[LabNode, Any]:
+    """Inject ``fault`` (one that ends a rank, not its host) into the first
+    worker; once its ``kind`` incident is resolved, judge it, account for it
+    and expect no power. The node and its incident's ``evidence`` entry."""
+    node = pick_target(run, None, 1)
+    run.inject(fault, node)
+    wait_resolved(run, 1, f"the {kind} incident of {node.name} to be resolved")
+    judge_incidents(run, kind)
+    account(run)
+    expect_no_power(run)
+    incidents = [i for i in incidents_of(run) if i.id in run.result.incident_ids]
+    return node, incidents[0].evidence.get(evidence) if incidents else None
+
+
 def expect_no_incident(run: Run) -> None:
     incidents = incidents_of(run)
     run.result.incident_ids = [i.id for i in incidents]

@@ -65,6 +65,7 @@ from spark_watchdog.lab.stories.scenario_kit import (
     incidents_of,
     judge_incidents,
     pick_target,
+    rank_stopped_on_the_node,
     recovery_timeout,
     wait_resolved,
 )
@@ -187,15 +188,8 @@ def _double_freeze(run: Run) -> None:
 
 
 def _mem_collapse(run: Run) -> None:
-    node = pick_target(run, None, 1)
-    run.inject("mem-collapse", node)
-    wait_resolved(run, 1, f"the memory_exhausted incident of {node.name} to be resolved")
-    judge_incidents(run, "memory_exhausted")
-    account(run)
-    expect_no_power(run)
+    node, kill = rank_stopped_on_the_node(run, "mem-collapse", "memory_exhausted", "memory_guard")
     result = run.result
-    incidents = [i for i in incidents_of(run) if i.id in result.incident_ids]
-    kill = incidents[0].evidence.get("memory_guard") if incidents else None
     if not isinstance(kill, dict) or kill.get("result") != "killed":
         result.problems.append(f"no kill by {node.name}'s memory guard in the incident's evidence")
     else:
