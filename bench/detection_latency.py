@@ -27,6 +27,13 @@ incident's recorded steps from the history:
 
     .venv/bin/python -m bench.detection_latency --faults freeze wedge crash --repeat 20 \\
         --json-out docs/results/detection_latency.json
+
+``--peers`` (root) puts the nodes in network namespaces with a management
+link and a fabric (``lab up --netns``): the agents pulse each other over the
+fabric at the production interval, the controller weighs what they saw, and
+the head's stand-in engine steps only while every rank answers it there, so
+its steps are life for the workers too (``serving.step_group``). A freeze
+must still be called within the same goal (docs/design.md, "Peers").
 """
 
 from __future__ import annotations
@@ -122,12 +129,15 @@ _SPLIT_STEPS = (
 )
 
 
-def run_fault(fault: str, repeat: int, off_seconds: float, workdir: Path) -> list[Repetition]:
+def run_fault(
+    fault: str, repeat: int, off_seconds: float, workdir: Path, peers: bool = False
+) -> list[Repetition]:
     session = LabSession(
         workdir / fault,
         nodes=4,
         timings=PRODUCTION_TIMINGS,
         controller_overrides=production_overrides(off_seconds),
+        netns=peers,
     )
     reps: list[Repetition] = []
     with session:
@@ -272,6 +282,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--faults", nargs="+", choices=sorted(KINDS), default=list(KINDS))
     parser.add_argument("--repeat", type=int, default=20)
     parser.add_argument("--off-seconds", type=float, default=2.0, help="off hold (prod. 60)")
+    parser.add_argument(
+        "--peers",
+        action="store_true",
+        help="nodes in network namespaces with a fabric: agents pulse their peers, the head's "
+        "engine needs every rank (root)",
+    )
     parser.add_argument("--json-out", type=Path)
     args = parser.parse_args(argv)
     if args.repeat < 1:
@@ -280,7 +296,7 @@ def main(argv: list[str] | None = None) -> int:
     reps: list[Repetition] = []
     with tempfile.TemporaryDirectory(prefix="sw-bench-detect-") as tmp:
         for fault in args.faults:
-            reps += run_fault(fault, args.repeat, args.off_seconds, Path(tmp))
+            reps += run_fault(fault, args.repeat, args.off_seconds, Path(tmp), args.peers)
     summary = summarize(reps)
     print_tables(summary)
     if args.json_out:
@@ -291,6 +307,7 @@ def main(argv: list[str] | None = None) -> int:
             "command": " ".join(["python -m bench.detection_latency", *(argv or sys.argv[1:])]),
             "duration_s": round(time.time() - started, 1),
             "settings": {
+                "peers": args.peers,
                 "agent": asdict(PRODUCTION_TIMINGS),
                 **production_overrides(args.off_seconds),
             },

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from spark_watchdog.config.agent import CanaryConfig
+from spark_watchdog.config.agent import CanaryConfig, PeeringConfig
 from spark_watchdog.config.controller import (
     DetectionConfig,
     GuardsConfig,
@@ -26,6 +26,8 @@ PRODUCTION_TIMINGS = LabTimings(
     gpu_deadline=3.0,
     canary_timeout=CanaryConfig().timeout,
     canary_idle_after=CanaryConfig().idle_after,
+    peering_interval=PeeringConfig().interval,
+    peering_timeout=PeeringConfig().timeout,
 )
 
 _KEYS: dict[str, tuple[Any, tuple[str, ...]]] = {
