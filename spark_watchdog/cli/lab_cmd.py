@@ -246,8 +246,12 @@ def _lab_signals(log_file: Path | None) -> Iterator[None]:
     try:
         yield
     finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
+        if signal.getsignal(signal.SIGINT) is _interrupt_once:
+            for sig, old in previous.items():
+                signal.signal(sig, old)
+        # else interrupted: the signals stay ignored until the process has
+        # exited, so that a second one cannot cut short what is left of it
+        # (the interpreter's own shutdown joins the lab's threads).
         if handler is not None:
             logging.getLogger().removeHandler(handler)
             handler.close()
