@@ -144,11 +144,13 @@ class PowerActions:
                 )
             )
             return
-        if step.name == StepName.OFF_REQUESTED:
+        if step.name == StepName.OFF_VERIFIED:
+            # Once the off is read back, not when it is asked for: the send
+            # gate may still withdraw an off that was recorded ahead.
             self.notifier.send(
                 Event(
                     "power_action",
-                    f"{node}: power cycle via {path.key_path}",
+                    f"{node}: power cycle via {path.key_path}: the outlet is off",
                     node,
                     incident_id,
                     {"rung": rung + 1},

@@ -5,7 +5,7 @@ run records them."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 from spark_watchdog.config.controller import ControllerConfig, GuardsConfig
 from spark_watchdog.controller.daemon import Controller
@@ -188,3 +188,15 @@ def reboot_violations(
         if len(same) > guards.node_budget:
             yield f"I9: {len(same)} forced reboots of {node} within the budget window"
             break
+
+
+def power_alert_violation(node: str | None, events: Sequence[Event], world: World) -> str | None:
+    """I14: a power_action alert tells of an off that reached the node's
+    outlet: never more of them for ``node`` than offs sent to it."""
+    offs = sum(1 for c in world.truth.commands if c.node == node and c.target is PowerState.OFF)
+    told = sum(1 for e in events if e.kind == "power_action" and e.node == node)
+    if told <= offs:
+        return None
+    return (
+        f"I14 at {world.now():.1f}s: power_action alert {told} for {node}, after {offs} off(s) sent"
+    )

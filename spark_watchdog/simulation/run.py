@@ -38,6 +38,7 @@ from spark_watchdog.simulation.invariants import (
     end_violations,
     halt_violations,
     open_incident_violations,
+    power_alert_violation,
     reboot_violations,
     serving_restart_violations,
 )
@@ -440,13 +441,18 @@ class _Run(FaultPlays):
         return elapsed
 
     def _said(self, incarnation: Incarnation, event: Event) -> None:
-        """I13: of a pair, only the leader says anything about nodes."""
+        """I13: of a pair, only the leader says anything about nodes. I14: a
+        power_action alert only for an off that reached the node's outlet."""
         self.events.append(event)
         if self.pair is not None and event.kind not in ABOUT_LEADERSHIP:
             where = f"at {self.world.now():.1f}s: {event.kind} ({event.node or 'cluster'})"
             refused = self.pair.check_sender(incarnation.number, where)
             if refused is not None:
                 self.violate(refused.replace("I12", "I13", 1))
+        if event.kind == "power_action":
+            told = power_alert_violation(event.node, self.events, self.world)
+            if told is not None:
+                self.violate(told)
 
     def _unhandled(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
         """An exception nobody handled (a task's, found when it is dropped) is a bug."""

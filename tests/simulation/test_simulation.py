@@ -1,6 +1,6 @@
 """The real controller under random faults on virtual time (docs/simulation.md).
 
-The seeded runs check invariants I1-I13 at every power command and at the
+The seeded runs check invariants I1-I14 at every power command and at the
 end of every run; the scripted runs below are the situations a review found
 the controller getting wrong, each with the behaviour that closes it.
 """
@@ -11,6 +11,7 @@ import functools
 import itertools
 import multiprocessing
 import os
+from typing import Any
 
 import pytest
 
@@ -872,3 +873,33 @@ def test_a_gpu_fault_that_ends_the_rank_restarts_serving_once_and_never_cuts() -
     # An Xid the table does not name is evidence only: nothing is done.
     other = simulate(3, 4.0, script=[(30.0, "xid-79", "spark-3")], overrides=overrides)
     assert other.violations == [] and other.sent == [] and other.kinds == []
+
+
+@pytest.mark.parametrize("seed", [28, 37])
+def test_a_power_action_alert_tells_of_an_off_that_left_and_i14_can_fail(
+    seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """These seeds withdraw offs at the send gate (life seen at the last
+    moment): no power_action alert for them. Alerting when the off is
+    recorded ahead, as before, breaks I14."""
+    from spark_watchdog.controller.notify import Event
+    from spark_watchdog.controller.power_actions import PowerActions
+    from spark_watchdog.steps import StepName
+
+    report = simulate(seed, 6.0)
+    assert report.violations == []
+    offs = sum(1 for _, op in report.sent if op == "off")
+    assert report.alerts.count("power_action") <= offs
+
+    original = PowerActions._write_ahead
+
+    async def alert_when_recorded(
+        self: PowerActions, path: Any, rung: int, node: str, incident_id: int, step: Any
+    ) -> None:
+        if step.name == StepName.OFF_REQUESTED:
+            self.notifier.send(Event("power_action", f"{node}: early", node, incident_id))
+        await original(self, path, rung, node, incident_id, step)
+
+    monkeypatch.setattr(PowerActions, "_write_ahead", alert_when_recorded)
+    early = simulate(seed, 6.0)
+    assert any(": I14 " in v for v in early.violations), early.violations
