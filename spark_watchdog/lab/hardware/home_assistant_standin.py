@@ -39,8 +39,9 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from types import TracebackType
 from typing import Any, cast
+
+from spark_watchdog.lab.hardware.served import Served
 
 FAULTS = ("none", "garbage", "hang", "drop", "error", "ignore", "stale", "unavailable")
 
@@ -61,7 +62,7 @@ class ServiceCall:
     answered: str  # "yes", or the fault
 
 
-class HomeAssistantStandin:
+class HomeAssistantStandin(Served):
     """Switch entities behind the REST API on ``127.0.0.1:port``."""
 
     def __init__(
@@ -90,7 +91,6 @@ class HomeAssistantStandin:
         self._fault_times: int | None = None
         self._stopping = threading.Event()
         self._server = _Server(("127.0.0.1", port), _Handler, self)
-        self._thread: threading.Thread | None = None
 
     # --- lifecycle ------------------------------------------------------------
 
@@ -98,30 +98,8 @@ class HomeAssistantStandin:
     def url(self) -> str:
         return f"http://127.0.0.1:{self._server.server_address[1]}"
 
-    def __enter__(self) -> HomeAssistantStandin:
-        self._thread = threading.Thread(
-            target=self._server.serve_forever,
-            kwargs={"poll_interval": 0.1},
-            name="home-assistant-standin",
-            daemon=True,
-        )
-        self._thread.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self._stopping.set()
-        with self._lock:
-            for timer in self._timers:
-                timer.cancel()
-        if self._thread is not None:
-            self._server.shutdown()
-            self._thread.join()
-        self._server.server_close()
+    def thread_name(self) -> str:
+        return "home-assistant-standin"
 
     # --- the test's hand ------------------------------------------------------
 

@@ -52,12 +52,13 @@ import threading
 from dataclasses import dataclass
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from types import TracebackType
 from typing import Any, cast
 from urllib.parse import parse_qs, urlsplit
 
 from cryptography.hazmat.primitives import padding
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+
+from spark_watchdog.lab.hardware.served import Served
 
 FAULTS = ("none", "drop", "hang", "error", "garbage", "reject_auth")
 DIALECTS = ("legacy", "klap", "smart")
@@ -163,7 +164,7 @@ class _Dropped(Exception):
     """Close the connection without an answer."""
 
 
-class KasaStandin:
+class KasaStandin(Served):
     """A plug (``outlets=0``) or a strip of ``outlets`` outlets on ``127.0.0.1:port``."""
 
     def __init__(
@@ -200,7 +201,6 @@ class KasaStandin:
             self._server = _LegacyServer(("127.0.0.1", port), _LegacyHandler, self)
         else:
             self._server = _KlapServer(("127.0.0.1", port), _KlapHandler, self)
-        self._thread: threading.Thread | None = None
 
     # --- lifecycle ------------------------------------------------------------
 
@@ -212,30 +212,8 @@ class KasaStandin:
     def port(self) -> int:
         return int(self._server.server_address[1])
 
-    def __enter__(self) -> KasaStandin:
-        self._thread = threading.Thread(
-            target=self._server.serve_forever,
-            kwargs={"poll_interval": 0.1},
-            name=f"kasa-standin-{self.dialect}",
-            daemon=True,
-        )
-        self._thread.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self._stopping.set()
-        with self._lock:
-            for timer in self._timers:
-                timer.cancel()
-        if self._thread is not None:
-            self._server.shutdown()
-            self._thread.join()
-        self._server.server_close()
+    def thread_name(self) -> str:
+        return f"kasa-standin-{self.dialect}"
 
     # --- the test's hand ------------------------------------------------------
 
