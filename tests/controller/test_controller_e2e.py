@@ -345,6 +345,8 @@ def test_dry_run_records_the_decision_and_sends_nothing(
     wait_for(lambda: running.store.list_incidents(), 20, "a dry-run incident")
     incident = running.store.list_incidents()[0]
     assert incident.dry_run and incident.kind == "host_frozen"
+    # The incident is written first, the action it would have taken a moment after.
+    wait_for(lambda: running.store.actions(incident_id=incident.id), 20, "the dry-run action")
     actions = running.store.actions(incident_id=incident.id)
     assert [(a.operation, a.result, a.dry_run) for a in actions] == [("cycle", "dry_run", True)]
     running.quiet_for(2)
