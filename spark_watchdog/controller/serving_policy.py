@@ -270,9 +270,12 @@ class ServingRestarts:
             return
         if host.ladders_running():
             return  # a host recovery or the wedged ladder ends with a serving restart anyway
-        if self.recovering(lambda w: w is not watch):
+        kills = watch.kills_of(watch.finding.verdict)
+        killed = kills is not None and kills.pending is not None
+        if not killed and self.recovering(lambda w: w is not watch):
             # The group stalls because another node is down: its recovery
-            # restarts serving. An incident here would only be deferred.
+            # restarts serving. An incident here would only be deferred (a
+            # rank the agent killed still gets one: the kill is recorded).
             return
         if now - self._last_restart < host.config.serving.restart_cooldown:
             return
