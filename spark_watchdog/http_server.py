@@ -119,6 +119,8 @@ MAX_HELD_BYTES = 4 * 1024 * 1024
 # Routes running at once on threads of their own (POSTs, and GETs that wait on a
 # database); past this such a request is a 503.
 MAX_ROUTE_THREADS = 8
+# At shutdown, how long a route still running (and its answer) may take.
+SHUTDOWN_DRAIN_S = 2.0
 # Broken connections logged per window; the rest are counted, then reported in one line.
 # A connection answered for the last time stays open this long, its input
 # discarded, so the client reads the answer instead of a TCP reset.
@@ -212,6 +214,7 @@ class HardenedHTTPServer:
         }
         self._held = 0
         self._running = 0
+        self._drain_until = float("-inf")
         self._finished: queue.SimpleQueue[tuple[_Connection, bytes, bool]] = queue.SimpleQueue()
         self._stopping = threading.Event()
         self._stopped = threading.Event()
@@ -229,7 +232,7 @@ class HardenedHTTPServer:
 
     def serve_forever(self) -> None:
         try:
-            while not self._stopping.is_set():
+            while not self._stopping.is_set() or self._draining():
                 for key, events in self._selector.select(self._wait()):
                     self._on_event(key, events)
                 self._tick(self._clock())
@@ -237,10 +240,20 @@ class HardenedHTTPServer:
             self._stopped.set()
 
     def shutdown(self) -> None:
-        """Stop the loop; returns once it has stopped (or after 5 s)."""
+        """Stop the loop; returns once it has stopped (or after 5 s). A route
+        still running on its thread (a POST) gets up to ``SHUTDOWN_DRAIN_S``
+        to finish and its answer to leave: the page's step-down ends the lease
+        that this server goes down with, and its caller should hear so."""
+        self._drain_until = self._clock() + SHUTDOWN_DRAIN_S
         self._stopping.set()
         self._wake()
         self._stopped.wait(5.0)
+
+    def _draining(self) -> bool:
+        """After shutdown: routes still running or answers still leaving, within the drain."""
+        if self._clock() >= self._drain_until:
+            return False
+        return self._running > 0 or bool(self._phases[_Phase.WRITING])
 
     def server_close(self) -> None:
         """Close the port and every connection: a kept-alive one would otherwise

@@ -3,17 +3,19 @@ the full request handler does, and leaves every other request to it."""
 
 from __future__ import annotations
 
+import contextlib
 import random
 import re
 import socket
 import threading
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
 from spark_watchdog.http_handler import Exchange, Routes, json_response
 from spark_watchdog.http_lean import lean_get
-from spark_watchdog.http_server import HardenedHTTPServer
+from spark_watchdog.http_server import HardenedHTTPServer, PostRoute
 
 CALLS: list[str] = []
 
@@ -139,3 +141,46 @@ def test_pipelined_plain_and_full_requests_are_answered_in_order(
         answers = _read_answers(sock, 3)
     assert answers.count(b"HTTP/1.1 200 OK") == 3
     assert CALLS == ["pulse"] * 3
+
+
+def _slow_post(started: threading.Event) -> PostRoute:
+    def route(body: dict[str, Any]) -> tuple[int, str, bytes]:
+        started.set()
+        import time
+
+        time.sleep(0.5)
+        return json_response({"ended": True})
+
+    return route
+
+
+@pytest.mark.parametrize("drain", [True, False])
+def test_a_post_running_when_the_server_shuts_down_is_still_answered(
+    drain: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The page's step-down ends the lease the controller's server goes down
+    with: the person who pressed it hears the answer. Without the drain, the
+    connection is cut unanswered."""
+    from spark_watchdog import http_server
+
+    if not drain:
+        monkeypatch.setattr(http_server, "SHUTDOWN_DRAIN_S", 0.0)
+    started = threading.Event()
+    http = HardenedHTTPServer(("127.0.0.1", 0), {}, {"/v1/step": _slow_post(started)})
+    thread = threading.Thread(target=http.serve_forever, daemon=True)
+    thread.start()
+    with socket.create_connection(http.server_address[:2], timeout=10) as sock:
+        sock.sendall(b"POST /v1/step HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}")
+        assert started.wait(10)
+        # As the endpoint stops: the loop ends, then every connection is closed.
+        http.shutdown()
+        thread.join(10)
+        http.server_close()
+        answer = b""
+        with contextlib.suppress(OSError):
+            while chunk := sock.recv(65536):
+                answer += chunk
+    if drain:
+        assert answer.startswith(b"HTTP/1.1 200 OK") and b'"ended":true' in answer
+    else:
+        assert answer == b""
