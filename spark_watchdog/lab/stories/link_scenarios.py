@@ -26,6 +26,7 @@ from spark_watchdog.lab.stories.scenario_kit import (
     expect_no_incident,
     expect_no_power,
     expect_safe_restart,
+    expect_verdict_holds,
     incidents_of,
     judge_incidents,
     pick_target,
@@ -95,29 +96,13 @@ def partition(run: Run) -> None:
 
 def mgmt_partition(run: Run) -> None:
     node = pick_target(run, None, 2)
-    receiver = run.session.receiver
-    assert receiver is not None
     verdicts = Verdicts(run, node)
     verdicts.poll()
     if not _pulsed_by_peers(run, node):
         return
     run.inject("mgmt-partition", node)
     try:
-        verdicts.wait(lambda v: v == "unreachable", 30, f"{node.name} called unreachable")
-    except LabTimeout as exc:
-        run.result.problems.append(str(exc))
-        verdicts.watch(QUIET_WATCH_S)  # what it does instead, for the record
-    else:
-        try:
-            run.session.wait_for(lambda: "unreachable" in receiver.kinds(), 10, "an alert")
-        except LabTimeout:
-            run.result.problems.append("no unreachable notification")
-        # Twice freeze_after: a controller taking the silence for a freeze would fence.
-        verdicts.watch(QUIET_WATCH_S)
-        if (final := verdicts.poll()) != "unreachable":
-            run.result.problems.append(
-                f"{node.name} is {final} after {QUIET_WATCH_S:g}s more; unreachable expected"
-            )
+        expect_verdict_holds(run, verdicts, "unreachable", alert_within=10)
     finally:
         run.lab.partition(node, cut=False)
         run.session.say(f"{node.name}'s management link is up again")

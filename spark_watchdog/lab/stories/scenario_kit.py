@@ -15,7 +15,7 @@ from spark_watchdog.lab.cluster import (
     LabCluster,
 )
 from spark_watchdog.lab.node import LabNode
-from spark_watchdog.lab.session import ControllerMode, LabSession
+from spark_watchdog.lab.session import ControllerMode, LabSession, LabTimeout
 
 # After detection, how long a no-rule scenario watches for a wrong action:
 # twice the lab's freeze_after, so a mistaken freeze verdict would have fired.
@@ -304,3 +304,27 @@ def controller_boot_id(run: Run, node: LabNode) -> str | None:
 
 
 # -- scenarios --------------------------------------------------------------------
+
+
+def expect_verdict_holds(run: Run, verdicts: Verdicts, verdict: str, alert_within: float) -> None:
+    """The node is called ``verdict`` within 30 s, an alert of that kind comes
+    within ``alert_within``, and the verdict still stands QUIET_WATCH_S later
+    (twice freeze_after: a controller that took it for a freeze would fence)."""
+    receiver = run.session.receiver
+    assert receiver is not None
+    name = verdicts.node.name
+    try:
+        verdicts.wait(lambda v: v == verdict, 30, f"{name} called {verdict}")
+    except LabTimeout as exc:
+        run.result.problems.append(str(exc))
+        verdicts.watch(QUIET_WATCH_S)  # what it does instead, for the record
+        return
+    try:
+        run.session.wait_for(lambda: verdict in receiver.kinds(), alert_within, "an alert")
+    except LabTimeout:
+        run.result.problems.append(f"no {verdict} notification")
+    verdicts.watch(QUIET_WATCH_S)
+    if (final := verdicts.poll()) != verdict:
+        run.result.problems.append(
+            f"{name} is {final} after {QUIET_WATCH_S:g}s more; {verdict} expected"
+        )

@@ -62,6 +62,7 @@ from spark_watchdog.lab.stories.scenario_kit import (
     expect_no_incident,
     expect_no_power,
     expect_safe_restart,
+    expect_verdict_holds,
     incidents_of,
     judge_incidents,
     pick_target,
@@ -369,8 +370,6 @@ def _reboot(run: Run) -> None:
 
 def _stuck_agent(run: Run) -> None:
     node = pick_target(run, None, 1)
-    receiver = run.session.receiver
-    assert receiver is not None
     verdicts = Verdicts(run, node)
     verdicts.poll()
     snapshot = run.lab.wedge_agent(node)
@@ -382,22 +381,7 @@ def _stuck_agent(run: Run) -> None:
         "frozen); the host and its SSH answer as ever",
     )
     try:
-        verdicts.wait(lambda v: v == "agent_down", 30, f"{node.name} called agent_down")
-    except LabTimeout as exc:
-        run.result.problems.append(str(exc))
-        verdicts.watch(QUIET_WATCH_S)  # what it does instead, for the record
-    else:
-        try:
-            run.session.wait_for(lambda: "agent_down" in receiver.kinds(), 15, "an alert")
-        except LabTimeout:
-            run.result.problems.append("no agent_down notification")
-        # Twice freeze_after: a controller taking the stuck seq for silence would fence.
-        verdicts.watch(QUIET_WATCH_S)
-        final = verdicts.poll()
-        if final != "agent_down":
-            run.result.problems.append(
-                f"{node.name} is {final} after {QUIET_WATCH_S:g}s more; agent_down expected"
-            )
+        expect_verdict_holds(run, verdicts, "agent_down", alert_within=15)
     finally:
         run.lab.unwedge_agent(node)
         verdicts.note()
