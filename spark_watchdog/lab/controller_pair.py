@@ -29,10 +29,10 @@ from spark_watchdog.lab.hardware.tcp_proxy import TcpProxy
 
 # Short, and holding together: give_up_after + 2 x send_deadline + 1 <= lease. The
 # lab's SNMP timeout (1 s, one retry) and SSH connect timeout (2 s) are within
-# the send deadline. give_up_after leaves a loaded 2-core machine room: a new
-# leader's renewals are relayed by the test's own proxy, in a test process that
-# shares two cores with the whole suite; at 1.5 s, and once at 3 s, a leader on a
-# healthy link gave up while the suite ran beside it.
+# the send deadline. give_up_after leaves a loaded 2-core machine room: when a
+# leader's renewals were relayed by a proxy in the test's own process, sharing
+# two cores with the whole suite, a leader on a healthy link gave up at 1.5 s,
+# and once at 3 s; the proxy is a process of its own now (tcp_proxy.py).
 LEADERSHIP: dict[str, float] = {
     "lease": 12.0,
     "renew_every": 0.5,

@@ -5,6 +5,7 @@ links with an RST, delays each chunk."""
 from __future__ import annotations
 
 import contextlib
+import os
 import socket
 import threading
 import time
@@ -81,3 +82,21 @@ def test_a_delay_holds_each_chunk(echo: int) -> None:
         client.sendall(b"slow")
         assert client.recv(16) == b"slow"
         assert time.monotonic() - started >= 0.6  # once each way
+
+
+def test_a_command_the_relay_does_not_know_is_refused_by_name(echo: int) -> None:
+    with TcpProxy(echo) as proxy, _client(proxy) as client:
+        with pytest.raises(RuntimeError, match="unknown command 'delay -1'"):
+            proxy.delay(-1)
+        client.sendall(b"still")  # the link is as it was
+        assert client.recv(16) == b"still"
+
+
+def test_the_relay_is_a_process_of_its_own_and_ends_with_stop(echo: int) -> None:
+    proxy = TcpProxy(echo).start()
+    process = proxy._process
+    assert process is not None and process.pid != os.getpid()
+    proxy.stop()
+    assert process.returncode == 0
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(("127.0.0.1", proxy.port), timeout=10)

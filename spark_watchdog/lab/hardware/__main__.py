@@ -54,6 +54,12 @@ def _real_vllm(argv: list[str]) -> int:
     return main(argv)
 
 
+def _tcp_proxy(argv: list[str]) -> int:
+    from spark_watchdog.lab.hardware.tcp_proxy import main
+
+    return main(argv)
+
+
 # Each device imports its module only when it runs (pysnmp for the PDU alone).
 DEVICES: dict[str, tuple[Callable[[list[str]], int], str]] = {
     "pdu": (_pdu, "a switched PDU on loopback SNMP"),
@@ -63,6 +69,7 @@ DEVICES: dict[str, tuple[Callable[[list[str]], int], str]] = {
     "ssh-command": (_ssh_command, "the lab host's forced SSH command"),
     "launch-cluster": (_launch_cluster, "the lab's cluster launcher (launch-cluster.sh's part)"),
     "real-vllm": (_real_vllm, "where the real vLLM CPU build is, or why not"),
+    "tcp-proxy": (_tcp_proxy, "a TCP relay on loopback whose link a test can fail"),
 }
 
 

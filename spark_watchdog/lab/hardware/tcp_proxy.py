@@ -11,23 +11,32 @@ can cut one controller off its history and not the other:
 - ``delay(seconds)``: every chunk arrives that much later, in order;
 - ``heal()``: back to passing everything at once.
 
-It runs its own event loop in a thread; ``start()`` and ``stop()`` (or
-``with``) bound it.
+The relay runs in a process of its own (``python -m spark_watchdog.lab.hardware
+tcp-proxy TARGET_PORT PORT``), told what to do a line at a time on its
+standard input: a healthy link must not stall while the test process that
+owns it is busy. In a thread of the test's process it did: a leader's lease
+renewals, relayed there, waited seconds behind the test's own threads on a
+loaded 2-core machine, and the leader gave its lease up on a healthy link.
+``start()`` and ``stop()`` (or ``with``) bound it.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
+import select
 import socket
 import struct
-import threading
+import subprocess
+import sys
 from types import TracebackType
 
 from spark_watchdog.lab.ports import free_port
 
 LOOPBACK = "127.0.0.1"
 _CHUNK = 65536
+ANSWER_WITHIN_S = 10.0  # for the relay to start, and to carry out each command
 
 
 class TcpProxy:
@@ -36,52 +45,55 @@ class TcpProxy:
     def __init__(self, target_port: int, *, port: int | None = None) -> None:
         self.target_port = target_port
         self.port = port or free_port()
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
-        self._server: asyncio.base_events.Server | None = None
-        self._passing = asyncio.Event()
-        self._delay_s = 0.0
-        self._links: set[tuple[asyncio.StreamWriter, asyncio.StreamWriter]] = set()
-        self._tasks: set[asyncio.Task[None]] = set()
-        self.connections = 0  # accepted so far
+        self._process: subprocess.Popen[str] | None = None
 
-    # -- the faults (any thread) -----------------------------------------------------
+    # -- the faults ------------------------------------------------------------------
 
     def blackhole(self) -> None:
-        self._call(self._passing.clear)
+        self._tell("blackhole")
 
     def heal(self) -> None:
-        def _heal() -> None:
-            self._delay_s = 0.0
-            self._passing.set()
-
-        self._call(_heal)
+        self._tell("heal")
 
     def delay(self, seconds: float) -> None:
-        def _delay() -> None:
-            self._delay_s = seconds
-            self._passing.set()
-
-        self._call(_delay)
+        self._tell(f"delay {seconds!r}")
 
     def reset(self) -> int:
         """Reset every open connection; how many there were."""
-        return asyncio.run_coroutine_threadsafe(self._reset(), self._loop).result(10)
+        return int(self._tell("reset"))
 
     # -- life ------------------------------------------------------------------------
 
     def start(self) -> TcpProxy:
-        self._thread.start()
-        asyncio.run_coroutine_threadsafe(self._listen(), self._loop).result(10)
+        self._process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "spark_watchdog.lab.hardware",
+                "tcp-proxy",
+                str(self.target_port),
+                str(self.port),
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        self._answer("starting")
         return self
 
     def stop(self) -> None:
-        if not self._thread.is_alive():
+        process, self._process = self._process, None
+        if process is None:
             return
-        asyncio.run_coroutine_threadsafe(self._close(), self._loop).result(10)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(10)
-        self._loop.close()
+        assert process.stdin is not None and process.stdout is not None
+        with contextlib.suppress(OSError):
+            process.stdin.close()  # the relay resets its links and exits
+        try:
+            process.wait(ANSWER_WITHIN_S)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(ANSWER_WITHIN_S)
+        process.stdout.close()
 
     def __enter__(self) -> TcpProxy:
         return self.start()
@@ -94,30 +106,67 @@ class TcpProxy:
     ) -> None:
         self.stop()
 
-    # -- inside the loop ----------------------------------------------------------------
+    def _tell(self, command: str) -> str:
+        process = self._process
+        if process is None or process.stdin is None:
+            raise RuntimeError("the proxy is not running: start() it first")
+        try:
+            process.stdin.write(command + "\n")
+            process.stdin.flush()
+        except OSError as exc:
+            raise RuntimeError(f"the proxy's relay is gone ({exc})") from exc
+        return self._answer(command)
 
-    def _call(self, fn: object) -> None:
-        assert callable(fn)
-        done = threading.Event()
+    def _answer(self, doing: str) -> str:
+        """The relay's answer to what it was told: ``ok [VALUE]``; VALUE or ""."""
+        process = self._process
+        assert process is not None and process.stdout is not None
+        ready, _, _ = select.select([process.stdout], [], [], ANSWER_WITHIN_S)
+        line = process.stdout.readline() if ready else ""
+        if not line.startswith("ok"):
+            raise RuntimeError(
+                f"the proxy's relay did not answer {doing!r} within {ANSWER_WITHIN_S:g}s "
+                f"(it said {line.strip()!r}; exit status {process.poll()})"
+            )
+        return line[2:].strip()
 
-        def run() -> None:
-            fn()
-            done.set()
 
-        self._loop.call_soon_threadsafe(run)
-        if not done.wait(10):
-            raise RuntimeError("the proxy's loop did not answer")
+# -- the relay, in its own process ------------------------------------------------------
 
-    async def _listen(self) -> None:
+
+class _Relay:
+    def __init__(self, target_port: int) -> None:
+        self.target_port = target_port
+        self._passing = asyncio.Event()
         self._passing.set()
-        self._server = await asyncio.start_server(self._accept, LOOPBACK, self.port)
+        self._delay_s = 0.0
+        self._links: set[tuple[asyncio.StreamWriter, asyncio.StreamWriter]] = set()
 
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.connections += 1
-        task = asyncio.current_task()
-        assert task is not None
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+    def command(self, line: str) -> str:
+        """Carry out one line of the parent's; what to answer."""
+        word, *args = line.split() or [""]
+        if word == "blackhole":
+            self._passing.clear()
+        elif word == "heal":
+            self._delay_s = 0.0
+            self._passing.set()
+        elif word == "delay" and len(args) == 1 and _seconds(args[0]) is not None:
+            self._delay_s = _seconds(args[0]) or 0.0
+            self._passing.set()
+        elif word == "reset":
+            return f"ok {self.reset()}"
+        else:
+            return f"unknown command {line.strip()!r}"
+        return "ok"
+
+    def reset(self) -> int:
+        links = list(self._links)
+        for client, upstream in links:
+            _abort(client)
+            _abort(upstream)
+        return len(links)
+
+    async def accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             up_reader, up_writer = await asyncio.open_connection(LOOPBACK, self.target_port)
         except OSError:
@@ -148,20 +197,13 @@ class TcpProxy:
             writer.write(chunk)
             await writer.drain()
 
-    async def _reset(self) -> int:
-        links = list(self._links)
-        for client, upstream in links:
-            _abort(client)
-            _abort(upstream)
-        return len(links)
 
-    async def _close(self) -> None:
-        if self._server is not None:
-            self._server.close()
-        await self._reset()
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+def _seconds(text: str) -> float | None:
+    with contextlib.suppress(ValueError):
+        seconds = float(text)
+        if seconds >= 0:
+            return seconds
+    return None
 
 
 def _abort(writer: asyncio.StreamWriter) -> None:
@@ -171,3 +213,30 @@ def _abort(writer: asyncio.StreamWriter) -> None:
         with contextlib.suppress(OSError):
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
     writer.transport.abort()
+
+
+async def _relay(target_port: int, port: int) -> None:
+    loop = asyncio.get_running_loop()
+    relay = _Relay(target_port)
+    server = await asyncio.start_server(relay.accept, LOOPBACK, port)
+    orders = asyncio.StreamReader()
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(orders), sys.stdin)
+    print("ok", flush=True)
+    while line := (await orders.readline()).decode():
+        print(relay.command(line), flush=True)
+    server.close()  # the parent closed our input: it is done with the link
+    relay.reset()
+    await asyncio.sleep(0)  # the aborts' callbacks run before the loop closes
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="tcp-proxy",
+        description="relay PORT on loopback to TARGET_PORT; read blackhole, heal, "
+        "delay SECONDS and reset a line at a time on standard input",
+    )
+    parser.add_argument("target_port", type=int)
+    parser.add_argument("port", type=int)
+    args = parser.parse_args(argv)
+    asyncio.run(_relay(args.target_port, args.port))
+    return 0
