@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import faulthandler
+import io
 import json
 import re
 import socket
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -140,7 +143,19 @@ class RunningAgent:
         # Generous: the suite runs beside the simulation's pool on a loaded
         # 2-core machine, and a stop kills and reaps a hung NVML worker.
         self.thread.join(90)
-        assert not self.thread.is_alive(), "agent did not stop"
+        assert not self.thread.is_alive(), "agent did not stop:\n" + self._where()
+
+    def _where(self) -> str:
+        """Where every thread and every task of the agent's loop stands (a stop that hangs)."""
+        with tempfile.TemporaryFile("w+") as threads:
+            faulthandler.dump_traceback(threads)
+            threads.seek(0)
+            out = [threads.read()]
+        for task in asyncio.all_tasks(self.loop):
+            stack = io.StringIO()
+            task.print_stack(file=stack)
+            out.append(f"{task!r}\n{stack.getvalue()}")
+        return "\n".join(out)
         assert self.error is None, self.error
 
 
