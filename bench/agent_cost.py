@@ -15,10 +15,14 @@ adopted (``sleep`` in IMAGE, started here and removed at the end): its event
 stream, its log follower and the launcher's arrivals stream.
 
 ``--peers N`` gives the agent N peers at the default pulse interval and
-timeout (``peers:``): loopback stubs that answer ``/v1/pulse`` with an
-advancing ``seq``, and that ask the agent's own ``/v1/pulse`` every second
-each, as N real peers would. Run it beside a run without, on the same machine
-at the same time, to read the peers' cost as the difference.
+timeout (``peers:``): loopback stubs that pulse as real peers' agents do
+(agent/peers.py): each answers ``/v1/pulse`` with an advancing ``seq`` and
+hears the agent's pulse carried in its requests, and each asks the agent's
+pulse, carrying its own, unless it just heard the agent's. Of each pair one
+side asks: ``--lead peers`` (the default) has the peers ask, so the agent
+answers every pulse and asks none (its dearest case); ``--lead agent`` the
+reverse. Run it beside a run without, on the same machine at the same time,
+to read the peers' cost as the difference.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -45,8 +50,9 @@ import requests
 import yaml
 
 from spark_watchdog import __version__
+from spark_watchdog.agent.peers import HEARD_FRESH
 from spark_watchdog.lab.hardware.vllm_standin import VllmStandin
-from spark_watchdog.probes.pulse import PulseClient
+from spark_watchdog.probes.pulse import PulseClient, pulse_bytes
 
 GOAL_RSS_MB = 40.0
 GOAL_CPU_PCT = 1.0
@@ -110,21 +116,37 @@ def _start_peer(port: int) -> subprocess.Popen[bytes] | None:
     )
 
 
-class _PulseStubs:
-    """N peers on loopback: each answers ``/v1/pulse`` with its own advancing seq, and
-    asks the agent's pulse once a second, as a peer's agent does."""
+# Where the peers' rounds fall after the agent's (``--lead``): both are
+# steady states of the agent's own rule (agent/peers.py, HEARD_FRESH). "peers":
+# they ask 0.2 s before the agent's round, so it hears them and never asks
+# (it answers every pulse: its dearest case); "agent": they come 0.25 s after
+# it, have just heard it, and never ask (it asks every pulse).
+LEAD_PHASE_S = {"peers": 0.8, "agent": 0.25}
 
-    def __init__(self, count: int, agent_port: int, node: str, ask_agent: bool = True) -> None:
+
+class _PulseStubs:
+    """N peers on loopback that pulse as a peer's agent does: each answers
+    ``/v1/pulse`` with its own advancing seq and hears the agent's pulse in
+    its requests; each asks the agent's pulse once a second, carrying its own,
+    unless it heard the agent's within the share of a second the agent's own
+    rule allows (agent/peers.py). ``lead`` says which side asks."""
+
+    def __init__(self, count: int, agent_port: int, node: str, lead: str = "peers") -> None:
+        if lead not in LEAD_PHASE_S:
+            raise ValueError(f"lead: expected one of {sorted(LEAD_PHASE_S)}, got {lead!r}")
         self.count = count
-        self.ask_agent = ask_agent
+        self.lead = lead
         self.servers: list[ThreadingHTTPServer] = []
-        self.asked = self.failed = 0
+        self.asked = self.failed = self.skipped = 0
+        self.heard_at: list[float | None] = [None] * count  # the agent's pulse, per stub
+        self.asked_by_agent = [0] * count
+        self.seqs = [0] * count
         self._agent = f"http://127.0.0.1:{agent_port}"
         self.node = node
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         for n in range(count):
-            self.servers.append(ThreadingHTTPServer(("127.0.0.1", 0), _pulse_handler(f"peer-{n}")))
+            self.servers.append(ThreadingHTTPServer(("127.0.0.1", 0), _pulse_handler(self, n)))
 
     def peers_config(self) -> list[dict[str, str]]:
         return [
@@ -137,22 +159,39 @@ class _PulseStubs:
             thread = threading.Thread(target=server.serve_forever, daemon=True)
             thread.start()
             self._threads.append(thread)
-        if self.count and self.ask_agent:
+        if self.count:
             asker = threading.Thread(target=self._ask_agent, daemon=True)
             asker.start()
             self._threads.append(asker)
 
     def _ask_agent(self) -> None:
         # Each peer asks as a real peer's agent does: its own kept-alive connection.
-        clients = [PulseClient(self.node, self._agent, 0.5) for _ in range(self.count)]
-        while not self._stop.wait(1.0):
-            for client in clients:
+        clients = [
+            PulseClient(self.node, self._agent, 0.5, carry=self._carry(n))
+            for n in range(self.count)
+        ]
+        # The agent's first round (it asks before it has heard anyone) sets the phase.
+        while not self._stop.wait(0.05) and self.heard_at[0] is None:
+            pass
+        first = self.heard_at[0]
+        due = (first or time.monotonic()) + LEAD_PHASE_S[self.lead]
+        while not self._stop.wait(max(0.0, due - time.monotonic())):
+            for n, client in enumerate(clients):
+                heard = self.heard_at[n]
+                if heard is not None and time.monotonic() - heard < HEARD_FRESH:
+                    self.skipped += 1
+                    continue
+                self.seqs[n] += 1
                 if client.ask().state == "ok":
                     self.asked += 1
                 else:
                     self.failed += 1
+            due += 1.0
         for client in clients:
             client.close()
+
+    def _carry(self, n: int) -> Callable[[], bytes]:
+        return lambda: pulse_bytes(f"peer-{n}", self.seqs[n], "0" * 32)
 
     def stop(self) -> None:
         self._stop.set()
@@ -161,15 +200,16 @@ class _PulseStubs:
             server.server_close()
 
 
-def _pulse_handler(node: str) -> type[BaseHTTPRequestHandler]:
-    seq = [0]
-
+def _pulse_handler(stubs: _PulseStubs, n: int) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"  # keep-alive, as the agent's own server
 
         def do_GET(self) -> None:
-            seq[0] += 1
-            body = json.dumps({"node": node, "seq": seq[0], "boot_id": "0" * 32}).encode()
+            if self.headers.get("Pulse") is not None:
+                stubs.heard_at[n] = time.monotonic()
+            stubs.asked_by_agent[n] += 1
+            stubs.seqs[n] += 1
+            body = pulse_bytes(f"peer-{n}", stubs.seqs[n], "0" * 32)
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(body)))
@@ -226,13 +266,13 @@ def run(
     docker_socket: str | None = None,
     docker_image: str | None = None,
     peers: int = 0,
-    pulses_in: bool = True,
+    lead: str = "peers",
 ) -> dict[str, Any]:
     workdir = Path(tempfile.mkdtemp(prefix="spark-watchdog-bench-"))
     journal_dir = _write_journal(workdir / "journal", boots=10, lines_per_boot=500)
     port = _free_port()
     container = None
-    stubs = _PulseStubs(peers, port, "bench-1", ask_agent=pulses_in)
+    stubs = _PulseStubs(peers, port, "bench-1", lead=lead)
     with VllmStandin(model="bench-model") as vllm:
         config = _agent_config(port, vllm.url, journal_dir, stubs)
         if docker_socket is not None and docker_image is not None:
@@ -258,9 +298,11 @@ def run(
             result["serving_runtime"] = "docker" if container is not None else None
             result["peers"] = {
                 "count": peers,
-                "pulses_in": pulses_in,
+                "lead": lead,
                 "pulses_asked_of_the_agent": stubs.asked,
                 "pulses_failed": stubs.failed,
+                "pulses_not_asked_of_the_agent": stubs.skipped,
+                "pulses_the_agent_asked": sum(stubs.asked_by_agent),
             }
             return result
         finally:
@@ -405,9 +447,10 @@ def render(result: dict[str, Any]) -> str:
     if peers.get("count"):
         rows.append(
             (
-                "peers (their pulses asked, failed)",
-                f"{peers['count']} "
-                f"({peers['pulses_asked_of_the_agent']}, {peers['pulses_failed']})",
+                "peers, lead (pulses asked of the agent, failed; asked by it)",
+                f"{peers['count']}, {peers['lead']} "
+                f"({peers['pulses_asked_of_the_agent']}, {peers['pulses_failed']}; "
+                f"{peers['pulses_the_agent_asked']})",
             )
         )
     peer = result.get("peer")
@@ -444,9 +487,11 @@ def main(argv: list[str] | None = None) -> int:
         "--peers", type=int, default=0, help="give the agent this many loopback peers"
     )
     parser.add_argument(
-        "--no-pulses-in",
-        action="store_true",
-        help="the peers do not ask the agent's pulse (its outgoing pulses alone)",
+        "--lead",
+        choices=sorted(LEAD_PHASE_S),
+        default="peers",
+        help="which side asks, each pair making one exchange a second: the peers "
+        "(the agent answers every pulse, its dearest case; the default) or the agent",
     )
     args = parser.parse_args(argv)
     if (args.docker_socket is None) != (args.docker_image is None):
@@ -458,7 +503,7 @@ def main(argv: list[str] | None = None) -> int:
         args.docker_socket,
         args.docker_image,
         peers=args.peers,
-        pulses_in=not args.no_pulses_in,
+        lead=args.lead,
     )
     print(render(result))
     if args.json_out:

@@ -39,6 +39,9 @@ Route = Callable[[], Response]
 PostRoute = Callable[[dict[str, Any]], Response]
 # Checks an Authorization header value: None to let the request in, else why not.
 Authorize = Callable[[str | None], str | None]
+# Told a peer's own pulse, carried in its request (the ``Pulse`` header's value,
+# probes/pulse.py), and the address the request came from.
+PulseIn = Callable[[bytes, Any], None]
 
 # An answer with headers of its own (a page's security headers, a 401's scheme).
 Reply = tuple[int, str, bytes, dict[str, str]]
@@ -135,6 +138,8 @@ class Routes:
     authorize: Authorize | None = None
     # Routes that match their paths themselves (None: none).
     paths_of: PathRoutes | None = None
+    # Where a plain GET's ``Pulse`` header goes (http_lean.py; None: ignored).
+    pulse_in: PulseIn | None = None
 
     def own(self, path: str) -> tuple[str, ...]:
         """The methods ``paths_of`` answers at ``path`` (() where it has none)."""

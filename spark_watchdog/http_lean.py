@@ -12,6 +12,11 @@ is plainly such a request is answered here with the same bytes
 header line; a server whose ``paths_of`` screens requests) returns None and
 takes the full path, which stays the one place for every rule and error.
 See docs/design.md, "The HTTP servers".
+
+A ``Pulse`` header (a peer agent's own pulse, carried in its request for
+this one's: docs/design.md, "Peers") goes to ``routes.pulse_in`` with the
+client's address, once the request is answered here; a request that takes
+the full path carries none (the peer is then asked in turn).
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import time
 from email.utils import formatdate
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler
+from typing import Any
 
 from spark_watchdog.http_handler import Routes, json_response
 
@@ -29,6 +35,7 @@ log = logging.getLogger("spark_watchdog.http")
 # Header names whose presence can change how a GET is answered or framed;
 # ``Connection: keep-alive`` (what requests sends) changes nothing in HTTP/1.1.
 _STEERING = frozenset({b"connection", b"expect"})
+_PULSE = b"pulse"
 _KEEP = b"keep-alive"
 _SERVER = BaseHTTPRequestHandler.server_version + " " + BaseHTTPRequestHandler.sys_version
 
@@ -51,10 +58,11 @@ class _DateLine:
 _date_line = _DateLine()
 
 
-def lean_get(head: bytes, routes: Routes) -> bytes | None:
+def lean_get(head: bytes, routes: Routes, address: Any = None) -> bytes | None:
     """The answer to ``head`` (a whole request head, as framed by
     :func:`~spark_watchdog.http_framing.scan_head`) when it is a plain
-    ``GET <route> HTTP/1.1`` that keeps its connection; None for the full path."""
+    ``GET <route> HTTP/1.1`` that keeps its connection; None for the full path.
+    ``address``: the client's, for ``routes.pulse_in``."""
     if routes.paths_of is not None:
         return None
     lines = head.split(b"\n")
@@ -64,6 +72,7 @@ def lean_get(head: bytes, routes: Routes) -> bytes | None:
     route = routes.get.get(words[1].decode("latin-1"))
     if route is None:
         return None
+    carried: bytes | None = None
     for line in lines[1:]:
         if line[:1] in (b" ", b"\t"):
             return None  # a folded line continues the header before it
@@ -75,6 +84,13 @@ def lean_get(head: bytes, routes: Routes) -> bytes | None:
         name = name.strip().lower()
         if name in _STEERING and not (name == b"connection" and value.strip().lower() == _KEEP):
             return None
+        if name == _PULSE:
+            carried = value.strip()
+    if carried is not None and routes.pulse_in is not None:
+        try:
+            routes.pulse_in(carried, address)
+        except Exception:
+            log.exception("taking the pulse carried by a request failed")
     try:
         status, content_type, body = route()
     except Exception as exc:
@@ -89,3 +105,12 @@ def lean_get(head: bytes, routes: Routes) -> bytes | None:
         ).encode("latin-1")
         + body
     )
+
+
+def lean_answer(head: bytes, routes: Routes, address: Any) -> bytes | None:
+    """:func:`lean_get`, where a failure of its own leaves the request to the full path."""
+    try:
+        return lean_get(head, routes, address)
+    except Exception:
+        log.exception("answering a plain GET failed; it takes the full path")
+        return None

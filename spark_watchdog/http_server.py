@@ -66,6 +66,7 @@ from spark_watchdog.http_handler import (
     Exchange,
     PathRoutes,
     PostRoute,
+    PulseIn,
     Reply,
     Request,
     Response,
@@ -75,7 +76,7 @@ from spark_watchdog.http_handler import (
     json_nesting,
     json_response,
 )
-from spark_watchdog.http_lean import lean_get
+from spark_watchdog.http_lean import lean_answer
 
 __all__ = [
     "JSON",
@@ -188,10 +189,11 @@ class HardenedHTTPServer:
         max_connections: int = MAX_CONNECTIONS,
         clock: Callable[[], float] = time.monotonic,
         paths_of: PathRoutes | None = None,
+        pulse_in: PulseIn | None = None,
     ) -> None:
         if max_connections < 1:
             raise ValueError(f"max_connections: expected ≥ 1, got {max_connections!r}")
-        self.routes = Routes(routes, post_routes or {}, authorize, paths_of)
+        self.routes = Routes(routes, post_routes or {}, authorize, paths_of, pulse_in)
         self.max_connections = max_connections
         self._clock = clock
         family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
@@ -472,7 +474,7 @@ class HardenedHTTPServer:
                         return  # the body is on its way
                 else:
                     end = scan.end
-                    answer = self._lean(bytes(conn.inbox[:end]))
+                    answer = lean_answer(bytes(conn.inbox[:end]), self.routes, conn.address)
                     if answer is not None:
                         self._take(conn, end)
                         self._answer(conn, answer, keep_alive=True)
@@ -482,13 +484,6 @@ class HardenedHTTPServer:
                 self._run_route(conn, request)
             else:
                 self._exchange(conn, request)
-
-    def _lean(self, head: bytes) -> bytes | None:
-        try:
-            return lean_get(head, self.routes)
-        except Exception:
-            log.exception("answering a plain GET failed; it takes the full path")
-            return None
 
     def _take(self, conn: _Connection, end: int) -> bytes:
         request = bytes(conn.inbox[:end])
@@ -592,9 +587,11 @@ class HttpEndpoint:
         *,
         max_connections: int = MAX_CONNECTIONS,
         paths_of: PathRoutes | None = None,
+        pulse_in: PulseIn | None = None,
     ) -> None:
         self._address = address
         self._paths_of = paths_of
+        self._pulse_in = pulse_in
         self._port = port
         self._routes = routes
         self._post_routes = post_routes or {}
@@ -645,6 +642,7 @@ class HttpEndpoint:
                 self._authorize,
                 max_connections=cap,
                 paths_of=self._paths_of,
+                pulse_in=self._pulse_in,
             )
         except OSError as exc:
             raise WatchdogError(

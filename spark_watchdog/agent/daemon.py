@@ -33,7 +33,7 @@ import logging
 import signal
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from spark_watchdog import __version__
@@ -65,7 +65,7 @@ from spark_watchdog.probes.base import ProbeReport
 from spark_watchdog.probes.gpu import GpuProbe, GpuReading
 from spark_watchdog.probes.host import HostProbe, read_boot_id
 from spark_watchdog.probes.journal import JournalProbe, JournalReport
-from spark_watchdog.probes.pulse import pulse_json
+from spark_watchdog.probes.pulse import pulse_bytes, pulse_json
 from spark_watchdog.sdnotify import SystemdNotifier
 
 log = logging.getLogger("spark_watchdog.agent")
@@ -151,7 +151,7 @@ class Agent:
         self.memory = _memory_watch(config, self.serving)
 
         self.vllm: VllmWatch | None = None
-        self.peers = PeerWatch(config.peers, config.peering)
+        self.peers = PeerWatch(config.peers, config.peering, carry=_own_pulse(self))
         # Live GPU faults of this boot; one that ends the rank's context stops it.
         self.gpu_faults = GpuFaultLog(rank_stopper(self.serving))
         self._gpu: GpuProbe | None = None
@@ -419,6 +419,7 @@ class Agent:
             self.routes(),
             self.post_routes(),
             None if self._auth is None else self._auth.check,
+            pulse_in=self.peers.heard if self.config.peers else None,
         )
         self._publish()
         self.http.start()
@@ -508,6 +509,12 @@ class Agent:
     def cut_linger(self) -> None:
         """End the shutdown linger now (a second SIGTERM or SIGINT)."""
         self._linger_cut.set()
+
+
+def _own_pulse(agent: Agent) -> Callable[[], bytes]:
+    """The agent's pulse as of each call: what each pulse it asks of a peer
+    carries (agent/peers.py)."""
+    return lambda: pulse_bytes(agent.config.node, agent.seq, agent._boot_id)
 
 
 async def serve(config: AgentConfig, *, system_stopping: SystemStopping | None = None) -> None:

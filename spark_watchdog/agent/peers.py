@@ -8,24 +8,45 @@ agent's monotonic clock, it last saw the peer's ``seq`` advance (or its boot
 id change) in a well-formed pulse of the right node: the only thing the
 controller believes (``progress_ago_s`` in ``/v1/state``'s ``peers``).
 Garbage and another node's identity never move it.
+
+Each request carries this agent's own pulse (probes/pulse.py), and a peer's
+request carries the peer's: a well-formed pulse of a configured peer, from
+an address that peer's URL names, is taken as if this agent had asked for
+it, and that peer is not asked in a round that comes within
+``HEARD_FRESH`` of an interval after it. So of each pair of agents one asks
+and the other hears, and a pair makes one exchange a second, not two. A
+peer that stops asking is asked again at the next round after that.
 """
 
 from __future__ import annotations
 
+import contextlib
+import ipaddress
 import logging
+import socket
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 from spark_watchdog.config.agent import PeerConfig, PeeringConfig
-from spark_watchdog.probes.pulse import PulseAnswer, PulseClient
+from spark_watchdog.probes.pulse import PulseAnswer, PulseClient, parse_pulse
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 log = logging.getLogger("spark_watchdog.agent.peers")
 
 # A peer failing on every pulse logs at most one line this often.
 LOG_EVERY_S = 60.0
+# A peer whose own pulse was heard within this share of the interval is not
+# asked this round. Above one half: of two agents on the same interval, at
+# most one asks the other in each round (the other heard it within the share).
+HEARD_FRESH = 0.75
+# Carried pulses that are taken for nothing are logged once per source, for
+# this many sources at most.
+MAX_LOGGED_SOURCES = 64
 
 
 @dataclass
@@ -39,6 +60,8 @@ class PeerView:
     boot_id: str | None = None
     progress_at: float | None = None  # monotonic: seq advanced or boot id changed
     answer_at: float | None = None  # monotonic: the last well-formed answer (ok or wrong_node)
+    heard_at: float | None = None  # monotonic: its own pulse last carried in its request
+    addresses: frozenset[IPAddress] | None = None  # what ``via`` names (None: not resolved)
     error: str | None = None
     wrong_node_logged: bool = False
     logged_at: float | None = None
@@ -58,7 +81,10 @@ class PeerView:
         advanced = self.seq is not None and pulse.seq > self.seq
         if rebooted or advanced:
             self.progress_at = now
-        self.seq = pulse.seq
+        # Within a boot the seq never goes back: a carried pulse read before an
+        # answer may arrive after it, and the answer's seq seen again is no progress.
+        if rebooted or self.seq is None or advanced:
+            self.seq = pulse.seq
         self.boot_id = pulse.boot_id or self.boot_id
 
     def to_json(self, now: float) -> dict[str, Any]:
@@ -69,6 +95,7 @@ class PeerView:
             "boot_id": self.boot_id,
             "progress_ago_s": _ago(self.progress_at, now),
             "answer_ago_s": _ago(self.answer_at, now),
+            "heard_ago_s": _ago(self.heard_at, now),
             "error": self.error,
         }
 
@@ -85,11 +112,22 @@ class PeerWatch:
         peers: tuple[PeerConfig, ...],
         peering: PeeringConfig,
         clock: Callable[[], float] = time.monotonic,
+        carry: Callable[[], bytes] | None = None,
+        resolve: Callable[[str], frozenset[IPAddress]] | None = None,
     ) -> None:
+        """``carry``: this agent's own pulse, sent with each request; ``resolve``:
+        the addresses a peer URL's host names (default: the system's resolver)."""
         self.interval = peering.interval
         self._clock = clock
-        self._clients = [PulseClient(p.name, p.url, peering.timeout) for p in peers]
+        self._clients = [PulseClient(p.name, p.url, peering.timeout, carry) for p in peers]
         self._views = {p.name: PeerView(p.name, p.url) for p in peers}
+        self._hosts = {p.name: urlsplit(p.url).hostname or "" for p in peers}
+        self._resolve = resolve or _resolve
+        for name, host in self._hosts.items():
+            with contextlib.suppress(ValueError):  # a name: resolved by the pulse thread
+                self._views[name].addresses = frozenset({ipaddress.ip_address(host)})
+        self._resolved_at: float | None = None
+        self._logged_sources: set[str] = set()
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -117,10 +155,15 @@ class PeerWatch:
             self._stop.wait(max(0.0, due - self._clock()))
 
     def pulse_all(self) -> None:
-        """Ask every peer once, one after the other."""
+        """Ask every peer once, one after the other, but those just heard."""
+        self._resolve_peers()
         for client in self._clients:
             if self._stop.is_set():
                 return
+            with self._lock:
+                heard_at = self._views[client.name].heard_at
+            if heard_at is not None and self._clock() - heard_at < HEARD_FRESH * self.interval:
+                continue  # it asked us: its own pulse came with that
             try:
                 answer = client.ask()
             except Exception as exc:  # never let one odd answer end the thread
@@ -133,11 +176,73 @@ class PeerWatch:
                 view.note(answer, now)
             _log_answer(view, before, now)
 
+    def heard(self, carried: bytes, address: Any) -> None:
+        """A peer's own pulse, carried in its request from ``address`` (the HTTP
+        server's thread): taken as an answer of that peer's, if it is one."""
+        pulse = parse_pulse(carried)
+        source = _ip(address)
+        with self._lock:
+            view = None if pulse is None else self._views.get(pulse.node)
+            if pulse is None or view is None or source is None:
+                why = "not a pulse" if pulse is None else f"node {pulse.node[:64]!r}"
+                self._log_source(source, f"{why}: not a peer of this agent's")
+                return
+            if view.addresses is None:
+                return  # its name not resolved yet: it is asked in turn meanwhile
+            if source not in view.addresses:
+                self._log_source(source, f"a pulse of {view.name}, not from its address {view.via}")
+                return
+            now = self._clock()
+            view.heard_at = now
+            view.note(PulseAnswer("ok", pulse), now)
+
+    def _log_source(self, source: IPAddress | None, why: str) -> None:
+        key = str(source)
+        if key in self._logged_sources or len(self._logged_sources) >= MAX_LOGGED_SOURCES:
+            return
+        self._logged_sources.add(key)
+        log.warning("a request from %s carried %s; not evidence of anything", key, why)
+
+    def _resolve_peers(self) -> None:
+        """Each peer's addresses, once a minute (a name may move)."""
+        now = self._clock()
+        if self._resolved_at is not None and now - self._resolved_at < LOG_EVERY_S:
+            return
+        self._resolved_at = now
+        for name, host in self._hosts.items():
+            addresses = self._resolve(host)
+            with self._lock:
+                self._views[name].addresses = addresses
+
     def to_json(self, now: float | None = None) -> dict[str, Any]:
         """``/v1/state``'s ``peers``: ages as of ``now`` (default: this moment)."""
         at = self._clock() if now is None else now
         with self._lock:
             return {name: view.to_json(at) for name, view in self._views.items()}
+
+
+def _resolve(host: str) -> frozenset[IPAddress]:
+    """The addresses ``host`` names; none where it cannot be resolved now."""
+    try:
+        return frozenset({ipaddress.ip_address(host)})
+    except ValueError:
+        pass
+    try:
+        found = socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)
+    except OSError:
+        return frozenset()
+    return frozenset(a for a in (_ip(info[4]) for info in found) if a is not None)
+
+
+def _ip(address: Any) -> IPAddress | None:
+    """The IP address of a socket address, an IPv4-mapped IPv6 one as IPv4."""
+    try:
+        ip = ipaddress.ip_address(str(address[0]).split("%", 1)[0])
+    except (ValueError, TypeError, IndexError):
+        return None
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        return ip.ipv4_mapped
+    return ip
 
 
 def _log_answer(view: PeerView, before: str, now: float) -> None:

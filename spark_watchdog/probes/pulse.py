@@ -12,6 +12,10 @@ few dozen bytes. A peer's answer is one of:
 
 Only ``ok`` carries a seq and a boot id; nothing else is evidence of anything
 (docs/design.md, "Peers"). Used by the agent's pulse thread and by doctor.
+
+An agent's request carries its own pulse, the same JSON in a ``Pulse``
+header: the peer it asks hears it without asking back, so each pair of
+agents makes one exchange a second, not two.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import json
 import socket
 import ssl
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -28,6 +33,8 @@ from urllib.parse import urlsplit
 PulseState = Literal["ok", "silent", "garbage", "wrong_node"]
 
 PULSE_PATH = "/v1/pulse"
+# The request header that carries the asking agent's own pulse.
+PULSE_HEADER = "Pulse"
 # A pulse is about 80 bytes; anything much longer is not one.
 MAX_PULSE_BYTES = 1024
 _MAX_BOOT_ID = 64
@@ -50,6 +57,11 @@ class PulseAnswer:
 def pulse_json(node: str, seq: int, boot_id: str | None) -> dict[str, Any]:
     """The body of ``GET /v1/pulse``."""
     return {"node": node, "seq": seq, "boot_id": boot_id}
+
+
+def pulse_bytes(node: str, seq: int, boot_id: str | None) -> bytes:
+    """The pulse as one line of JSON: the ``Pulse`` header's value."""
+    return json.dumps(pulse_json(node, seq, boot_id), separators=(",", ":")).encode()
 
 
 def parse_pulse(body: bytes) -> Pulse | None:
@@ -103,7 +115,14 @@ class PulseClient:
     so the request is built once and the answer read off the socket directly
     (http.client's header parsing costs more than the whole exchange)."""
 
-    def __init__(self, name: str, url: str, timeout: float) -> None:
+    def __init__(
+        self,
+        name: str,
+        url: str,
+        timeout: float,
+        carry: Callable[[], bytes] | None = None,
+    ) -> None:
+        """``carry``: this agent's own pulse (:func:`pulse_bytes`), sent with each request."""
         self.name = name
         self.url = url
         self.timeout = timeout
@@ -112,10 +131,16 @@ class PulseClient:
         self._host = parts.hostname or ""
         self._port = parts.port or (443 if self._https else 80)
         path = parts.path.rstrip("/") + PULSE_PATH
-        self._request = (
-            f"GET {path} HTTP/1.1\r\nHost: {parts.netloc}\r\nAccept: application/json\r\n\r\n"
+        self._head = (
+            f"GET {path} HTTP/1.1\r\nHost: {parts.netloc}\r\nAccept: application/json\r\n"
         ).encode()
+        self._carry = carry
         self._sock: socket.socket | None = None
+
+    def _request(self) -> bytes:
+        if self._carry is None:
+            return self._head + b"\r\n"
+        return self._head + PULSE_HEADER.encode() + b": " + self._carry() + b"\r\n\r\n"
 
     def ask(self) -> PulseAnswer:
         reused = self._sock is not None
@@ -149,7 +174,7 @@ class PulseClient:
         deadline = time.monotonic() + self.timeout
         sock.settimeout(self.timeout)
         try:
-            sock.sendall(self._request)
+            sock.sendall(self._request())
         except (BrokenPipeError, ConnectionResetError) as exc:
             raise _Closed(str(exc)) from None
         data = b""

@@ -21,11 +21,20 @@ import pytest
 import requests
 
 from spark_watchdog.agent.daemon import Agent
-from spark_watchdog.agent.peers import PeerWatch
+from spark_watchdog.agent.peers import PeerView, PeerWatch
 from spark_watchdog.config.agent import AgentConfig, PeerConfig, PeeringConfig, parse_agent_config
+from spark_watchdog.http_handler import json_response
+from spark_watchdog.http_server import HttpEndpoint
 from spark_watchdog.lab.hardware.vllm_standin import VllmStandin
 from spark_watchdog.lab.ports import free_port
-from spark_watchdog.probes.pulse import ask_once, parse_pulse
+from spark_watchdog.probes.pulse import (
+    Pulse,
+    PulseAnswer,
+    PulseClient,
+    ask_once,
+    parse_pulse,
+    pulse_bytes,
+)
 from spark_watchdog.sdnotify import SystemdNotifier
 
 pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("agent-peers")]
@@ -525,3 +534,136 @@ def test_a_kept_alive_connection_the_peer_reset_is_renewed() -> None:
     finally:
         client.close()
         listener.close()
+
+
+# -- a pulse carried in the asking agent's request ------------------------------------
+
+
+class PulsingNode:
+    """A peer watch behind a real HTTP server that answers its node's pulse and
+    hears the pulses its peers' requests carry; it counts the pulses asked of it."""
+
+    def __init__(self, node: str, clock: FakeClock) -> None:
+        self.node = node
+        self.seq = 0
+        self.asked = 0
+        self.clock = clock
+        self.watch: PeerWatch | None = None
+
+        def pulse() -> tuple[int, str, bytes]:
+            self.asked += 1
+            return json_response({"node": node, "seq": self.seq, "boot_id": BOOT})
+
+        def heard(value: bytes, address: Any) -> None:
+            if self.watch is not None:
+                self.watch.heard(value, address)
+
+        self.endpoint = HttpEndpoint("127.0.0.1", 0, {"/v1/pulse": pulse}, pulse_in=heard)
+        self.endpoint.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.endpoint.port}"
+
+    def peer_with(self, other: PulsingNode, host: str = "127.0.0.1") -> None:
+        url = other.url.replace("127.0.0.1", host)
+        self.watch = PeerWatch(
+            (PeerConfig(other.node, url),),
+            PeeringConfig(1.0, 0.5),
+            clock=self.clock,
+            carry=lambda: pulse_bytes(self.node, self.seq, BOOT),
+        )
+
+    def sees(self, other: PulsingNode) -> dict[str, Any]:
+        assert self.watch is not None
+        seen: dict[str, Any] = self.watch.to_json()[other.node]
+        return seen
+
+    def close(self) -> None:
+        if self.watch is not None:
+            self.watch.stop()
+        self.endpoint.stop()
+
+
+@pytest.fixture
+def pair_of_nodes() -> Iterator[tuple[PulsingNode, PulsingNode]]:
+    clock = FakeClock()
+    one, two = PulsingNode("spark-1", clock), PulsingNode("spark-2", clock)
+    one.peer_with(two)
+    two.peer_with(one)
+    yield one, two
+    one.close()
+    two.close()
+
+
+def test_of_two_agents_one_asks_and_the_other_hears_its_pulse_in_the_request(
+    pair_of_nodes: tuple[PulsingNode, PulsingNode],
+) -> None:
+    one, two = pair_of_nodes
+    assert one.watch is not None and two.watch is not None
+    clock = one.clock
+    one.watch.pulse_all()  # asks spark-2, carrying its own pulse
+    assert two.asked == 1
+    heard = two.sees(one)
+    assert heard["state"] == "ok" and heard["seq"] == 0 and heard["heard_ago_s"] == 0.0
+    assert one.sees(two)["state"] == "ok" and one.sees(two)["heard_ago_s"] is None
+    # Half an interval later spark-2's round does not ask: it just heard spark-1.
+    clock.now += 0.5
+    two.watch.pulse_all()
+    assert one.asked == 0
+    # spark-1 asks again with an advanced seq: spark-2 sees it progress.
+    clock.now += 0.5
+    one.seq = 1
+    one.watch.pulse_all()
+    assert two.asked == 2 and two.sees(one)["progress_ago_s"] == 0.0
+    # Then spark-1 falls quiet: spark-2's next round past the share asks it itself.
+    clock.now += 0.8
+    two.watch.pulse_all()
+    assert one.asked == 1
+    assert one.sees(two)["heard_ago_s"] == 0.0  # and spark-1 heard spark-2's pulse in it
+    assert two.sees(one)["heard_ago_s"] == 0.8 and two.sees(one)["answer_ago_s"] == 0.0
+
+
+def test_a_carried_pulse_from_another_address_or_not_a_peer_s_is_not_evidence(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    clock = FakeClock()
+    one, two = PulsingNode("spark-1", clock), PulsingNode("spark-2", clock)
+    caplog.set_level("INFO", logger="spark_watchdog.agent.peers")
+    try:
+        one.peer_with(two)
+        two.peer_with(one, host="127.0.0.2")  # spark-2 knows spark-1 by another address
+        assert one.watch is not None and two.watch is not None
+        for _ in range(3):
+            one.watch.pulse_all()
+            clock.now += 1.0
+        assert two.asked == 3
+        seen = two.sees(one)
+        assert seen["heard_ago_s"] is None and seen["seq"] is None and seen["state"] == "pending"
+        # Not a peer's pulse, and not a pulse: heard, taken for nothing.
+        client = PulseClient("spark-2", two.url, 5.0, carry=lambda: pulse_bytes("spark-7", 1, BOOT))
+        assert client.ask().state == "ok"
+        client.close()
+        client = PulseClient("spark-2", two.url, 5.0, carry=lambda: b"not a pulse")
+        assert client.ask().state == "ok"
+        client.close()
+        assert two.sees(one)["heard_ago_s"] is None
+        lines = [r.getMessage() for r in caplog.records]
+        # One line per source address: 127.0.0.1 sent all five.
+        assert sum("not evidence of anything" in line for line in lines) == 1, lines
+        assert "a pulse of spark-1, not from its address" in lines[0]
+    finally:
+        one.close()
+        two.close()
+
+
+def test_within_a_boot_the_seq_seen_never_goes_back() -> None:
+    view = PeerView("spark-1", "http://127.0.0.1:1")
+    view.note(PulseAnswer("ok", Pulse("spark-1", 100, BOOT)), 1.0)
+    # A pulse read before that answer but arriving after it.
+    view.note(PulseAnswer("ok", Pulse("spark-1", 99, BOOT)), 2.0)
+    assert view.seq == 100
+    view.note(PulseAnswer("ok", Pulse("spark-1", 100, BOOT)), 3.0)
+    assert view.progress_at is None  # 100 again is no progress
+    view.note(PulseAnswer("ok", Pulse("spark-1", 3, "f" * 32)), 4.0)
+    assert view.seq == 3 and view.progress_at == 4.0  # a new boot starts over

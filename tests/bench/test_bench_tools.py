@@ -3,6 +3,7 @@ rule, and the recovery split read from recorded steps."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 import threading
@@ -234,5 +235,50 @@ def test_the_cost_bench_s_peers_answer_pulses_that_advance() -> None:
         assert first.state == second.state == "ok"
         assert first.pulse is not None and second.pulse is not None
         assert second.pulse.seq > first.pulse.seq
+        assert stubs.heard_at[1] is None  # doctor's pulse carries none of its own
     finally:
         stubs.stop()
+
+
+@pytest.mark.parametrize("lead", ["peers", "agent"])
+def test_the_cost_bench_s_peers_and_a_real_agent_make_one_exchange_a_second_per_pair(
+    lead: str,
+) -> None:
+    """The stubs pulse by the agent's own rule: with a real agent, each pair
+    settles on one side asking, the one ``lead`` names."""
+    from bench.agent_cost import _PulseStubs
+    from spark_watchdog.agent.daemon import Agent
+    from spark_watchdog.config.agent import parse_agent_config
+    from spark_watchdog.lab.ports import free_port
+    from spark_watchdog.sdnotify import SystemdNotifier
+
+    port = free_port()
+    stubs = _PulseStubs(2, agent_port=port, node="bench-1", lead=lead)
+    config = parse_agent_config(
+        {
+            "node": "bench-1",
+            "listen": {"address": "127.0.0.1", "port": port},
+            "probes": {name: {"enabled": False} for name in ("vllm", "gpu", "journal")},
+            "peers": stubs.peers_config(),
+        }
+    )
+    agent = Agent(config, notifier=SystemdNotifier({}))
+    loop = asyncio.new_event_loop()
+    stop = asyncio.Event()
+    thread = threading.Thread(target=lambda: loop.run_until_complete(agent.run(stop)), daemon=True)
+    thread.start()
+    stubs.start()
+    try:
+        time.sleep(3.5)  # the first round sets the phase; then two or three settled rounds
+        by_agent, of_agent = sum(stubs.asked_by_agent), stubs.asked
+        time.sleep(5.0)
+        by_agent, of_agent = sum(stubs.asked_by_agent) - by_agent, stubs.asked - of_agent
+        # Five seconds, two peers: about ten exchanges, not twenty (both asking).
+        # Which side asks is the lead's on an idle machine; a round a loaded
+        # machine delays past the other's may hand it over, and that is no fault.
+        assert 5 <= by_agent + of_agent <= 14, (lead, by_agent, of_agent)
+        assert stubs.failed == 0
+    finally:
+        stubs.stop()
+        loop.call_soon_threadsafe(stop.set)
+        thread.join(30)

@@ -184,3 +184,27 @@ def test_a_post_running_when_the_server_shuts_down_is_still_answered(
         assert answer.startswith(b"HTTP/1.1 200 OK") and b'"ended":true' in answer
     else:
         assert answer == b""
+
+
+def test_a_carried_pulse_goes_to_pulse_in_with_the_address_on_the_plain_path_only() -> None:
+    heard: list[tuple[bytes, Any]] = []
+    routes = Routes(
+        {"/v1/pulse": _pulse}, pulse_in=lambda value, address: heard.append((value, address))
+    )
+    carried = b'{"node":"spark-1","seq":7,"boot_id":null}'
+    head = b"GET /v1/pulse HTTP/1.1\r\nHost: x\r\nPulse: " + carried + b"\r\n\r\n"
+    assert lean_get(head, routes, ("10.0.0.1", 4000)) is not None
+    assert heard == [(carried, ("10.0.0.1", 4000))]
+    # Left to the full path: nothing is heard from it.
+    closing = head.replace(b"\r\n\r\n", b"\r\nConnection: close\r\n\r\n")
+    assert lean_get(closing, routes, ("10.0.0.1", 4000)) is None
+    assert len(heard) == 1
+
+    # A pulse_in that fails does not fail the answer.
+    def failing_pulse_in(value: bytes, address: Any) -> None:
+        raise RuntimeError("a broken pulse_in")
+
+    failing = Routes({"/v1/pulse": _pulse}, pulse_in=failing_pulse_in)
+    answered, plain = lean_get(head, failing, ("10.0.0.1", 4000)), lean_get(head, ROUTES)
+    assert answered is not None and plain is not None
+    assert _DATE.sub(b"", answered) == _DATE.sub(b"", plain)
