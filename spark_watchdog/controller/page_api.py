@@ -54,6 +54,7 @@ _TYPES = {
     ".js": "text/javascript; charset=utf-8",
 }
 STATIC_PREFIX = "/static/"
+PAGE_FILE = "index.html"  # served at / only, as the schema says of /static/{name}
 INCIDENT_PREFIX = "/v1/incidents/"
 # How long GET /v1/nodes waits for the controller's loop: the page asks again in a second.
 NODES_TIMEOUT_S = 2.0
@@ -160,12 +161,14 @@ class PageRoutes:
     # -- the page's files ---------------------------------------------------------
 
     def _index(self, request: Request) -> Reply:
-        return self._static("index.html")
+        content_type, body = self._files[PAGE_FILE]
+        return 200, content_type, body, dict(SECURITY_HEADERS)
 
     def _static(self, name: str) -> Reply:
-        found = self._files.get(name)
+        """The page's CSS and JavaScript; the page itself is ``/`` alone."""
+        found = self._files.get(name) if name != PAGE_FILE else None
         if found is None:
-            known = ", ".join(sorted(n for n in self._files if n != "index.html"))
+            known = ", ".join(sorted(n for n in self._files if n != PAGE_FILE))
             return _error(404, f"no such file {STATIC_PREFIX}{name}; files: {known}")
         content_type, body = found
         return 200, content_type, body, dict(SECURITY_HEADERS)

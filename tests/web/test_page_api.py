@@ -48,7 +48,14 @@ def test_the_page_and_its_files_come_with_a_strict_policy(page_controller: PageC
     assert "sessionStorage" in script.text and "localStorage" not in script.text
     css = requests.get(page_controller.url + "/static/page.css", timeout=10)
     assert css.headers["Content-Type"] == "text/css; charset=utf-8"
-    for name in ("missing.js", "..%2Fpage_api.py", "web/page.js", "%2e%2e/index.html"):
+    # The page itself is / alone: /static/ has its CSS and JavaScript, as documented.
+    for name in (
+        "missing.js",
+        "..%2Fpage_api.py",
+        "web/page.js",
+        "%2e%2e/index.html",
+        "index.html",
+    ):
         _error(
             requests.get(f"{page_controller.url}/static/{name}", timeout=10), 404, "no such file"
         )
