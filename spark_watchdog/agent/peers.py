@@ -44,6 +44,8 @@ LOG_EVERY_S = 60.0
 # asked this round. Above one half: of two agents on the same interval, at
 # most one asks the other in each round (the other heard it within the share).
 HEARD_FRESH = 0.75
+# A peer URL's host name is looked up again this often (the name may move).
+RESOLVE_EVERY_S = 60.0
 # Carried pulses that are taken for nothing are logged once per source, for
 # this many sources at most.
 MAX_LOGGED_SOURCES = 64
@@ -206,7 +208,7 @@ class PeerWatch:
     def _resolve_peers(self) -> None:
         """Each peer's addresses, once a minute (a name may move)."""
         now = self._clock()
-        if self._resolved_at is not None and now - self._resolved_at < LOG_EVERY_S:
+        if self._resolved_at is not None and now - self._resolved_at < RESOLVE_EVERY_S:
             return
         self._resolved_at = now
         for name, host in self._hosts.items():
