@@ -159,6 +159,14 @@ class _Phase:
     CLOSED = "closed"
 
 
+# What the selector watches a connection for, by phase (none while a route runs).
+_EVENTS = {
+    _Phase.READING: selectors.EVENT_READ,
+    _Phase.CLOSING: selectors.EVENT_READ,
+    _Phase.WRITING: selectors.EVENT_WRITE,
+}
+
+
 class _Connection:
     __slots__ = ("address", "due", "events", "inbox", "keep_alive", "outbox", "phase", "since")
 
@@ -221,6 +229,7 @@ class HardenedHTTPServer:
         self._stopping = threading.Event()
         self._stopped = threading.Event()
         self._log = ConnectionLog()
+        self._log_due = float("-inf")
 
     @property
     def open_connections(self) -> int:
@@ -311,7 +320,9 @@ class HardenedHTTPServer:
         if self._accept_paused_until is not None and self._accept_paused_until <= now:
             self._accept_paused_until = None
             self._selector.register(self._listener, selectors.EVENT_READ)
-        self._log.flush()
+        if now >= self._log_due:  # not on every turn: an answered pulse is a turn
+            self._log_due = now + _TICK_S
+            self._log.flush()
 
     # -- connections come and go --------------------------------------------------
 
@@ -415,11 +426,7 @@ class HardenedHTTPServer:
         elif phase == _Phase.CLOSING:
             conn.due = now + CLOSING_LINGER_S
         self._phases[phase][conn] = None
-        events = {
-            _Phase.READING: selectors.EVENT_READ,
-            _Phase.CLOSING: selectors.EVENT_READ,
-            _Phase.WRITING: selectors.EVENT_WRITE,
-        }.get(phase, 0)
+        events = _EVENTS.get(phase, 0)
         sock = self._sockets[conn]
         if events == conn.events:
             return

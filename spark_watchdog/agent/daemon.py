@@ -33,7 +33,7 @@ import logging
 import signal
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from spark_watchdog import __version__
@@ -65,7 +65,7 @@ from spark_watchdog.probes.base import ProbeReport
 from spark_watchdog.probes.gpu import GpuProbe, GpuReading
 from spark_watchdog.probes.host import HostProbe, read_boot_id
 from spark_watchdog.probes.journal import JournalProbe, JournalReport
-from spark_watchdog.probes.pulse import pulse_bytes, pulse_json
+from spark_watchdog.probes.pulse import OwnPulse
 from spark_watchdog.sdnotify import SystemdNotifier
 
 log = logging.getLogger("spark_watchdog.agent")
@@ -151,7 +151,8 @@ class Agent:
         self.memory = _memory_watch(config, self.serving)
 
         self.vllm: VllmWatch | None = None
-        self.peers = PeerWatch(config.peers, config.peering, carry=_own_pulse(self))
+        self.own_pulse = OwnPulse(config.node, lambda: (self.seq, self._boot_id))
+        self.peers = PeerWatch(config.peers, config.peering, carry=self.own_pulse.encoded)
         # Live GPU faults of this boot; one that ends the rank's context stops it.
         self.gpu_faults = GpuFaultLog(rank_stopper(self.serving))
         self._gpu: GpuProbe | None = None
@@ -326,7 +327,7 @@ class Agent:
 
         def pulse() -> Response:
             # Cheap and history-free: what a peer asks every second over the fabric.
-            return json_response(pulse_json(self.config.node, self.seq, self._boot_id))
+            return 200, JSON, self.own_pulse.encoded() + b"\n"
 
         def boots() -> Response:
             with self._lock:
@@ -509,12 +510,6 @@ class Agent:
     def cut_linger(self) -> None:
         """End the shutdown linger now (a second SIGTERM or SIGINT)."""
         self._linger_cut.set()
-
-
-def _own_pulse(agent: Agent) -> Callable[[], bytes]:
-    """The agent's pulse as of each call: what each pulse it asks of a peer
-    carries (agent/peers.py)."""
-    return lambda: pulse_bytes(agent.config.node, agent.seq, agent._boot_id)
 
 
 async def serve(config: AgentConfig, *, system_stopping: SystemStopping | None = None) -> None:

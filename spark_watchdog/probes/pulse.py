@@ -64,6 +64,26 @@ def pulse_bytes(node: str, seq: int, boot_id: str | None) -> bytes:
     return json.dumps(pulse_json(node, seq, boot_id), separators=(",", ":")).encode()
 
 
+class OwnPulse:
+    """An agent's own pulse, encoded once per new ``seq`` or boot id, not once
+    per use: the body of its ``GET /v1/pulse`` and the ``Pulse`` header its
+    own requests carry. ``read`` gives the current ``(seq, boot_id)``."""
+
+    def __init__(self, node: str, read: Callable[[], tuple[int, str | None]]) -> None:
+        self.node = node
+        self._read = read
+        self._encoded: tuple[tuple[int, str | None], bytes] | None = None
+
+    def encoded(self) -> bytes:
+        """The pulse as one line of JSON (no newline)."""
+        now = self._read()
+        cached = self._encoded  # one attribute, swapped whole: any thread may ask
+        if cached is None or cached[0] != now:
+            cached = (now, pulse_bytes(self.node, *now))
+            self._encoded = cached
+        return cached[1]
+
+
 def parse_pulse(body: bytes) -> Pulse | None:
     """A well-formed pulse, or None: an object with a node name, a whole ``seq``
     ≥ 0 and a boot id (a short non-empty string)."""

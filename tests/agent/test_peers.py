@@ -28,6 +28,7 @@ from spark_watchdog.http_server import HttpEndpoint
 from spark_watchdog.lab.hardware.vllm_standin import VllmStandin
 from spark_watchdog.lab.ports import free_port
 from spark_watchdog.probes.pulse import (
+    OwnPulse,
     Pulse,
     PulseAnswer,
     PulseClient,
@@ -667,3 +668,15 @@ def test_within_a_boot_the_seq_seen_never_goes_back() -> None:
     assert view.progress_at is None  # 100 again is no progress
     view.note(PulseAnswer("ok", Pulse("spark-1", 3, "f" * 32)), 4.0)
     assert view.seq == 3 and view.progress_at == 4.0  # a new boot starts over
+
+
+def test_an_agent_s_own_pulse_is_encoded_once_per_seq() -> None:
+    now: list[Any] = [1, BOOT]
+    own = OwnPulse("spark-1", lambda: (now[0], now[1]))
+    first = own.encoded()
+    assert own.encoded() is first  # the same bytes while nothing changed
+    assert parse_pulse(first) == Pulse("spark-1", 1, BOOT)
+    now[0] = 2
+    assert parse_pulse(own.encoded()) == Pulse("spark-1", 2, BOOT)
+    now[1] = None
+    assert parse_pulse(own.encoded()) == Pulse("spark-1", 2, None)
