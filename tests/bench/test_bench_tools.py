@@ -282,3 +282,18 @@ def test_the_cost_bench_s_peers_and_a_real_agent_make_one_exchange_a_second_per_
         stubs.stop()
         loop.call_soon_threadsafe(stop.set)
         thread.join(30)
+
+
+def test_the_pulse_cost_bench_measures_both_halves_of_an_exchange() -> None:
+    from bench.pulse_cost import render, run
+
+    result = run(rate=10.0, duration=1.0)
+    for side in ("answered", "asked"):
+        figures = result[side]
+        assert figures["pulses"] >= 5, figures
+        # CPU time comes in 10 ms ticks: a second of pulses may read as none.
+        assert figures["us_per_pulse"] >= 0 and figures["cpu_s"] >= 0, figures
+        # Every pulse answered was a well-formed pulse of the peer asked.
+        assert set(figures["states"]) == {"ok"}, figures
+    assert result["mixed_pct_of_a_core"] >= 0
+    assert "half asked and half answered" in render(result)
