@@ -52,7 +52,7 @@ import yaml
 from spark_watchdog import __version__
 from spark_watchdog.agent.peers import HEARD_FRESH
 from spark_watchdog.lab.hardware.vllm_standin import VllmStandin
-from spark_watchdog.probes.pulse import PulseClient, pulse_bytes
+from spark_watchdog.probes.pulse import PULSE_HEADER, PulseClient, pulse_bytes
 
 GOAL_RSS_MB = 40.0
 GOAL_CPU_PCT = 1.0
@@ -205,7 +205,7 @@ def _pulse_handler(stubs: _PulseStubs, n: int) -> type[BaseHTTPRequestHandler]:
         protocol_version = "HTTP/1.1"  # keep-alive, as the agent's own server
 
         def do_GET(self) -> None:
-            if self.headers.get("Pulse") is not None:
+            if self.headers.get(PULSE_HEADER) is not None:
                 stubs.heard_at[n] = time.monotonic()
             stubs.asked_by_agent[n] += 1
             stubs.seqs[n] += 1

@@ -42,6 +42,7 @@ import psutil
 
 from spark_watchdog.agent.peers import PeerWatch
 from spark_watchdog.config.agent import PeerConfig, PeeringConfig
+from spark_watchdog.lab.ports import free_port
 from spark_watchdog.probes.pulse import PulseClient, pulse_bytes
 
 PEERS = 3
@@ -92,7 +93,7 @@ def serve(port: int, asker_port: int) -> None:
 
 
 def answered(rate: float, duration: float) -> dict[str, Any]:
-    port = _free_port()
+    port = free_port()
     server = subprocess.Popen(
         [sys.executable, "-m", "bench.pulse_cost", "--serve", str(port)],
         stdout=subprocess.PIPE,
@@ -235,12 +236,6 @@ def _figures(count: int, cpu_s: float, states: dict[str, int]) -> dict[str, Any]
     }
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def run(rate: float, duration: float) -> dict[str, Any]:
     answer, ask = answered(rate, duration), asked(rate, duration)
     mixed = (answer["pct_of_a_core_for_3_a_second"] + ask["pct_of_a_core_for_3_a_second"]) / 2
@@ -283,7 +278,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.rate <= 0 or args.duration <= 0:
         parser.error("--rate and --duration must be above 0")
     if args.serve is not None:
-        serve(args.serve, _free_port())
+        serve(args.serve, free_port())
         return 0
     if args.ask is not None:
         ask_peers([int(p) for p in args.ask.split(",")], args.rate, args.duration)

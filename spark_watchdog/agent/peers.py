@@ -20,7 +20,6 @@ peer that stops asking is asked again at the next round after that.
 
 from __future__ import annotations
 
-import contextlib
 import ipaddress
 import logging
 import socket
@@ -126,8 +125,8 @@ class PeerWatch:
         self._hosts = {p.name: urlsplit(p.url).hostname or "" for p in peers}
         self._resolve = resolve or _resolve
         for name, host in self._hosts.items():
-            with contextlib.suppress(ValueError):  # a name: resolved by the pulse thread
-                self._views[name].addresses = frozenset({ipaddress.ip_address(host)})
+            # A name (None here) is resolved by the pulse thread.
+            self._views[name].addresses = _literal(host)
         self._resolved_at: float | None = None
         self._logged_sources: set[str] = set()
         self._lock = threading.Lock()
@@ -223,12 +222,19 @@ class PeerWatch:
             return {name: view.to_json(at) for name, view in self._views.items()}
 
 
-def _resolve(host: str) -> frozenset[IPAddress]:
-    """The addresses ``host`` names; none where it cannot be resolved now."""
+def _literal(host: str) -> frozenset[IPAddress] | None:
+    """The address ``host`` is, if it is one (not a name)."""
     try:
         return frozenset({ipaddress.ip_address(host)})
     except ValueError:
-        pass
+        return None
+
+
+def _resolve(host: str) -> frozenset[IPAddress]:
+    """The addresses ``host`` names; none where it cannot be resolved now."""
+    literal = _literal(host)
+    if literal is not None:
+        return literal
     try:
         found = socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)
     except OSError:

@@ -151,16 +151,16 @@ class PulseClient:
         self._host = parts.hostname or ""
         self._port = parts.port or (443 if self._https else 80)
         path = parts.path.rstrip("/") + PULSE_PATH
-        self._head = (
-            f"GET {path} HTTP/1.1\r\nHost: {parts.netloc}\r\nAccept: application/json\r\n"
-        ).encode()
+        head = f"GET {path} HTTP/1.1\r\nHost: {parts.netloc}\r\nAccept: application/json\r\n"
+        # Without a pulse to carry the request is the same bytes every time.
+        self._head = (head + (f"{PULSE_HEADER}: " if carry is not None else "\r\n")).encode()
         self._carry = carry
         self._sock: socket.socket | None = None
 
     def _request(self) -> bytes:
         if self._carry is None:
-            return self._head + b"\r\n"
-        return self._head + PULSE_HEADER.encode() + b": " + self._carry() + b"\r\n\r\n"
+            return self._head
+        return self._head + self._carry() + b"\r\n\r\n"
 
     def ask(self) -> PulseAnswer:
         reused = self._sock is not None
