@@ -240,6 +240,7 @@ def test_the_cost_bench_s_peers_answer_pulses_that_advance() -> None:
         stubs.stop()
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("lead", ["peers", "agent"])
 def test_the_cost_bench_s_peers_and_a_real_agent_make_one_exchange_a_second_per_pair(
     lead: str,
@@ -284,6 +285,7 @@ def test_the_cost_bench_s_peers_and_a_real_agent_make_one_exchange_a_second_per_
         thread.join(30)
 
 
+@pytest.mark.integration
 def test_the_pulse_cost_bench_measures_both_halves_of_an_exchange() -> None:
     from bench.pulse_cost import render, run
 
