@@ -76,7 +76,7 @@ from spark_watchdog.http_handler import (
     json_nesting,
     json_response,
 )
-from spark_watchdog.http_lean import lean_answer
+from spark_watchdog.http_lean import exact_get, lean_answer
 
 __all__ = [
     "JSON",
@@ -453,9 +453,14 @@ class HardenedHTTPServer:
             return
         if conn.phase != _Phase.READING:
             return  # closing: input is discarded
-        conn.inbox += data
-        self._held += len(data)
-        self._serve(conn)
+        # A peer's pulse request comes whole, in one read.
+        answer = None if conn.inbox else exact_get(data, self.routes, conn.address)
+        if answer is not None:
+            self._answer(conn, answer, keep_alive=True)
+        else:
+            conn.inbox += data
+            self._held += len(data)
+            self._serve(conn)
         if self._held > MAX_HELD_BYTES:
             self._shed()
 

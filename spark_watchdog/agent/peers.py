@@ -12,8 +12,9 @@ Garbage and another node's identity never move it.
 Each request carries this agent's own pulse (probes/pulse.py), and a peer's
 request carries the peer's: a well-formed pulse of a configured peer, from
 an address that peer's URL names, is taken as if this agent had asked for
-it, and that peer is not asked in a round that comes within
-``HEARD_FRESH`` of an interval after it. So of each pair of agents one asks
+it (as of when it came, by the next round or ``/v1/state`` read: the answer
+to the request waits for no parsing), and that peer is not asked in a round
+that comes within ``HEARD_FRESH`` of an interval after it. So of each pair of agents one asks
 and the other hears, and a pair makes one exchange a second, not two. A
 peer that stops asking is asked again at the next round after that.
 """
@@ -48,6 +49,8 @@ RESOLVE_EVERY_S = 60.0
 # Carried pulses that are taken for nothing are logged once per source, for
 # this many sources at most.
 MAX_LOGGED_SOURCES = 64
+# Source addresses whose parsed form is kept; past this the memory starts over.
+MAX_REMEMBERED_SOURCES = 256
 
 
 @dataclass
@@ -71,8 +74,8 @@ class PeerView:
         """Take one pulse's answer, received at ``now``."""
         self.state = answer.state
         self.error = answer.error
-        if answer.pulse is not None:
-            self.answer_at = now
+        if answer.pulse is not None and (self.answer_at is None or now > self.answer_at):
+            self.answer_at = now  # a carried pulse is taken after it came (PeerWatch.heard)
         if answer.state != "ok" or answer.pulse is None:
             return
         pulse = answer.pulse
@@ -129,8 +132,15 @@ class PeerWatch:
             self._views[name].addresses = _literal(host)
         self._resolved_at: float | None = None
         self._logged_sources: set[str] = set()
+        self._sources: dict[str, IPAddress | None] = {}  # _source's
+        # Carried pulses not taken yet, by connection: (pulse, address, received at).
+        self._carried: dict[Any, tuple[bytes, Any, float]] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
+        # Held until stop(): the pulse thread sleeps in a timed acquire of it
+        # (one call, where Event.wait is a dozen steps each round).
+        self._sleep = threading.Lock()
+        self._sleep.acquire()
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
@@ -140,7 +150,9 @@ class PeerWatch:
         self._thread.start()
 
     def stop(self) -> None:
-        self._stop.set()
+        if not self._stop.is_set():
+            self._stop.set()
+            self._sleep.release()
         if self._thread is not None:
             self._thread.join(10)
             self._thread = None
@@ -153,11 +165,13 @@ class PeerWatch:
             self.pulse_all()
             # A fixed rate; a round slower than the interval starts the next at once.
             due = max(due + self.interval, self._clock())
-            self._stop.wait(max(0.0, due - self._clock()))
+            if self._sleep.acquire(timeout=max(0.0, due - self._clock())):
+                return  # stopped
 
     def pulse_all(self) -> None:
         """Ask every peer once, one after the other, but those just heard."""
         self._resolve_peers()
+        self._take_carried()
         for client in self._clients:
             if self._stop.is_set():
                 return
@@ -179,9 +193,27 @@ class PeerWatch:
 
     def heard(self, carried: bytes, address: Any) -> None:
         """A peer's own pulse, carried in its request from ``address`` (the HTTP
-        server's thread): taken as an answer of that peer's, if it is one."""
+        server's thread): kept as it came, the latest per connection, and taken by
+        the next round or the next :meth:`to_json`, whichever comes first. The
+        answer to the request waits for neither."""
+        # By connection (address and port): peers may share an address (a lab's loopback).
+        if address in self._carried or len(self._carried) < MAX_REMEMBERED_SOURCES:
+            self._carried[address] = (carried, address, self._clock())
+
+    def _take_carried(self) -> None:
+        """Take the carried pulses kept since the last time (any thread)."""
+        while self._carried:
+            try:
+                _, (carried, address, at) = self._carried.popitem()
+            except KeyError:  # another thread took the last one
+                return
+            self._take(carried, address, at)
+
+    def _take(self, carried: bytes, address: Any, at: float) -> None:
+        """A carried pulse, received at ``at``: an answer of the peer it names,
+        if it is one, from an address that peer's URL names."""
         pulse = parse_pulse(carried)
-        source = _ip(address)
+        source = self._source(address)
         with self._lock:
             view = None if pulse is None else self._views.get(pulse.node)
             if pulse is None or view is None or source is None:
@@ -193,9 +225,23 @@ class PeerWatch:
             if source not in view.addresses:
                 self._log_source(source, f"a pulse of {view.name}, not from its address {view.via}")
                 return
-            now = self._clock()
-            view.heard_at = now
-            view.note(PulseAnswer("ok", pulse), now)
+            if view.heard_at is None or at > view.heard_at:
+                view.heard_at = at
+            view.note(PulseAnswer("ok", pulse), at)
+
+    def _source(self, address: Any) -> IPAddress | None:
+        """:func:`_ip`, remembered for the few addresses peers ask from."""
+        host = address[0] if isinstance(address, tuple) and address else None
+        if not isinstance(host, str):
+            return _ip(address)
+        try:
+            return self._sources[host]
+        except KeyError:
+            pass
+        if len(self._sources) >= MAX_REMEMBERED_SOURCES:
+            self._sources.clear()
+        ip = self._sources[host] = _ip(address)
+        return ip
 
     def _log_source(self, source: IPAddress | None, why: str) -> None:
         key = str(source)
@@ -217,6 +263,7 @@ class PeerWatch:
 
     def to_json(self, now: float | None = None) -> dict[str, Any]:
         """``/v1/state``'s ``peers``: ages as of ``now`` (default: this moment)."""
+        self._take_carried()
         at = self._clock() if now is None else now
         with self._lock:
             return {name: view.to_json(at) for name, view in self._views.items()}

@@ -22,12 +22,13 @@ from __future__ import annotations
 
 import http.client
 import json
+import re
 import socket
 import ssl
+import struct
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 from urllib.parse import urlsplit
 
 PulseState = Literal["ok", "silent", "garbage", "wrong_node"]
@@ -40,15 +41,15 @@ MAX_PULSE_BYTES = 1024
 _MAX_BOOT_ID = 64
 
 
-@dataclass(frozen=True)
-class Pulse:
+# Named tuples: made for every pulse heard or answered, where a frozen
+# dataclass's construction costs several times as much.
+class Pulse(NamedTuple):
     node: str
     seq: int
     boot_id: str | None
 
 
-@dataclass(frozen=True)
-class PulseAnswer:
+class PulseAnswer(NamedTuple):
     state: PulseState
     pulse: Pulse | None = None  # the pulse read (ok, wrong_node)
     error: str | None = None
@@ -84,9 +85,30 @@ class OwnPulse:
         return cached[1]
 
 
+# A pulse exactly as :func:`pulse_bytes` writes it, with no escapes in its
+# strings: read by one match. Whatever else JSON allows goes through json.loads.
+_WRITTEN = re.compile(
+    rb'\{"node":"([ !#-\[\]-~]{1,253})","seq":(0|[1-9][0-9]{0,17}),'
+    rb'"boot_id":(?:"([ !#-\[\]-~]{1,64})"|null)\}'
+)
+
+
 def parse_pulse(body: bytes) -> Pulse | None:
     """A well-formed pulse, or None: an object with a node name, a whole ``seq``
     ≥ 0 and a boot id (a short non-empty string)."""
+    written = _WRITTEN.fullmatch(body)
+    if written is not None:
+        boot_id = written[3]
+        return Pulse(
+            written[1].decode("ascii"),
+            int(written[2]),
+            None if boot_id is None else boot_id.decode("ascii"),
+        )
+    return _parse_any_pulse(body)
+
+
+def _parse_any_pulse(body: bytes) -> Pulse | None:
+    """:func:`parse_pulse` of any JSON form."""
     if len(body) > MAX_PULSE_BYTES:
         return None
     try:
@@ -156,6 +178,7 @@ class PulseClient:
         self._head = (head + (f"{PULSE_HEADER}: " if carry is not None else "\r\n")).encode()
         self._carry = carry
         self._sock: socket.socket | None = None
+        self._waits = timeout  # what a send or receive on _sock waits at most
 
     def _request(self) -> bytes:
         if self._carry is None:
@@ -182,25 +205,43 @@ class PulseClient:
 
     def _connect(self) -> socket.socket:
         sock = socket.create_connection((self._host, self._port), self.timeout)
+        self._waits = self.timeout
         if self._https:
             context = ssl.create_default_context()
-            sock = context.wrap_socket(sock, server_hostname=self._host)
+            return context.wrap_socket(sock, server_hostname=self._host)
+        # A Python socket timeout polls before every send and receive; the
+        # kernel's own timeouts make a pulse one send and one receive.
+        sock.settimeout(None)
+        _kernel_timeouts(sock, self.timeout)
         return sock
+
+    def _wait_at_most(self, sock: socket.socket, seconds: float) -> None:
+        """Each send and receive on ``sock`` waits at most ``seconds`` from now on."""
+        if self._https:
+            sock.settimeout(seconds)
+        else:
+            _kernel_timeouts(sock, seconds)
+        self._waits = seconds
 
     def _ask_once(self) -> PulseAnswer:
         if self._sock is None:
             self._sock = self._connect()
         sock = self._sock
         deadline = time.monotonic() + self.timeout
-        sock.settimeout(self.timeout)
+        if self._waits != self.timeout:  # shortened by the last answer's wait
+            self._wait_at_most(sock, self.timeout)
         try:
             sock.sendall(self._request())
         except (BrokenPipeError, ConnectionResetError) as exc:
             raise _Closed(str(exc)) from None
+        except BlockingIOError:  # the kernel's send timeout
+            raise TimeoutError("no answer within the timeout") from None
         data = b""
         while True:
             try:
                 chunk = sock.recv(4096)
+            except BlockingIOError:  # the kernel's receive timeout
+                raise TimeoutError("no answer within the timeout") from None
             except ConnectionResetError as exc:
                 # A request that reached a connection the peer had already
                 # closed is answered by a reset, not by an end of stream.
@@ -212,7 +253,7 @@ class PulseClient:
                     return self._garbage("closed the connection mid-answer")
                 raise _Closed("closed the connection without an answer")
             data += chunk
-            answer = _complete(self.name, data)
+            answer = _complete(data)
             if answer is not None:
                 status, body, close = answer
                 if close:
@@ -223,7 +264,7 @@ class PulseClient:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise TimeoutError("no answer within the timeout")
-            sock.settimeout(remaining)
+            self._wait_at_most(sock, remaining)
 
     def _garbage(self, error: str) -> PulseAnswer:
         self.close()
@@ -235,16 +276,45 @@ class PulseClient:
             self._sock = None
 
 
+def _kernel_timeouts(sock: socket.socket, seconds: float) -> None:
+    """SO_RCVTIMEO and SO_SNDTIMEO of a blocking socket: a receive or send
+    waiting longer fails with EAGAIN (BlockingIOError)."""
+    micro = max(1, round(seconds * 1e6))  # a zero timeval would wait forever
+    timeval = struct.pack("@ll", *divmod(micro, 1_000_000))
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, timeval)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, timeval)
+
+
 class _Closed(ConnectionResetError):
     """The peer closed the connection before answering."""
 
 
-def _complete(name: str, data: bytes) -> tuple[int, bytes, bool] | None:
+# The head an agent's server writes before a pulse (http_lean.py), read by one
+# match; any other answer is read header by header.
+_AGENT_HEAD = re.compile(
+    rb"HTTP/1\.1 200 OK\r\nServer: [ -~]*\r\nDate: [ -~]*\r\n"
+    rb"Content-Type: application/json\r\nContent-Length: ([0-9]{1,4})\r\n"
+    rb"Cache-Control: no-store\r\n\r\n"
+)
+
+
+def _complete(data: bytes) -> tuple[int, bytes, bool] | None:
     """The status, body and whether the peer closes, once ``data`` holds a whole
     answer; None while more is to come.
 
     :raises http.client.HTTPException: not an HTTP answer, or one a pulse never is.
     """
+    agent = _AGENT_HEAD.match(data)
+    if agent is not None and int(agent[1]) <= MAX_PULSE_BYTES:
+        length, start = int(agent[1]), agent.end()
+        if len(data) - start < length:
+            return None
+        return 200, data[start : start + length], len(data) - start > length
+    return _complete_any(data)
+
+
+def _complete_any(data: bytes) -> tuple[int, bytes, bool] | None:
+    """:func:`_complete` of any HTTP/1 answer."""
     head, found, rest = data.partition(b"\r\n\r\n")
     if not found:
         if not data.startswith(b"HTTP/"[: len(data)]):

@@ -480,6 +480,69 @@ def test_what_a_raw_answer_is(reply: bytes, state: str) -> None:
         peer.stop()
 
 
+class TricklingPeer:
+    """Answers each request in two pieces, ``gap`` seconds apart, after ``delays[i]``
+    seconds for the i-th request on a connection."""
+
+    def __init__(self, reply: bytes, delays: list[float], gap: float) -> None:
+        self.reply, self.delays, self.gap = reply, delays, gap
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(8)
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        self.stopped = threading.Event()
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        try:
+            conn, _ = self.sock.accept()
+        except OSError:
+            return
+        with conn:
+            conn.settimeout(30)
+            try:
+                for delay in self.delays:
+                    if not conn.recv(4096) or self.stopped.wait(delay):
+                        return
+                    conn.sendall(self.reply[:20])
+                    if self.stopped.wait(self.gap):
+                        return
+                    conn.sendall(self.reply[20:])
+            except OSError:
+                pass
+
+    def stop(self) -> None:
+        self.stopped.set()
+        self.sock.close()
+
+
+def test_an_answer_trickling_past_the_timeout_is_silence() -> None:
+    """The timeout bounds the whole answer, not each piece of it."""
+    peer = TricklingPeer(_http(PULSE), delays=[0.0], gap=30.0)
+    try:
+        started = time.monotonic()
+        answer = ask_once("spark-2", peer.url, 0.5)
+        took = time.monotonic() - started
+    finally:
+        peer.stop()
+    assert answer.state == "silent" and answer.error is not None and "timeout" in answer.error
+    assert took < 10.0, took  # the peer would hold it for 30 s
+
+
+def test_a_wait_shortened_for_one_answer_is_whole_again_for_the_next() -> None:
+    """The first answer's second piece comes 3 s in, so its wait was cut to
+    what was left of 4 s; the second answer, 2 s in, gets the whole 4 s."""
+    peer = TricklingPeer(_http(PULSE, "Connection: keep-alive\r\n"), delays=[2.9, 2.0], gap=0.1)
+    client = PulseClient("spark-2", peer.url, 4.0)
+    try:
+        assert client.ask().state == "ok"
+        second = client.ask()
+        assert second.state == "ok", second
+    finally:
+        client.close()
+        peer.stop()
+
+
 def test_a_kept_alive_connection_is_reused_and_renewed_when_the_peer_closed_it() -> None:
     from spark_watchdog.probes.pulse import PulseClient
 
@@ -680,3 +743,44 @@ def test_an_agent_s_own_pulse_is_encoded_once_per_seq() -> None:
     assert parse_pulse(own.encoded()) == Pulse("spark-1", 2, BOOT)
     now[1] = None
     assert parse_pulse(own.encoded()) == Pulse("spark-1", 2, None)
+
+
+def test_the_source_addresses_remembered_are_bounded_and_a_peer_is_still_known() -> None:
+    from spark_watchdog.agent.peers import MAX_REMEMBERED_SOURCES
+
+    watch = _watch("http://127.0.0.1:9", time.monotonic)
+    carried = pulse_bytes("spark-2", 3, BOOT)
+    for i in range(3 * MAX_REMEMBERED_SOURCES):
+        watch.heard(carried, (f"10.0.{i // 250}.{i % 250}", 4000))
+        assert len(watch._sources) <= MAX_REMEMBERED_SOURCES
+    assert watch.to_json()["spark-2"]["heard_ago_s"] is None  # none of them its address
+    watch.heard(carried, ("127.0.0.1", 4000))
+    assert watch.to_json()["spark-2"]["heard_ago_s"] is not None
+
+
+def test_a_carried_pulse_is_taken_later_as_of_when_it_came() -> None:
+    """The server keeps a carried pulse (the latest per connection) for the
+    next round or /v1/state read, which take it with the time it came."""
+    clock = FakeClock()
+    watch = PeerWatch(
+        (PeerConfig("spark-2", "http://127.0.0.1:9"), PeerConfig("spark-3", "http://127.0.0.1:10")),
+        PeeringConfig(1.0, 0.5),
+        clock=clock,
+    )
+    # Two peers on one address (a lab's loopback), each on its own connection.
+    watch.heard(pulse_bytes("spark-3", 8, BOOT), ("127.0.0.1", 4001))
+    watch.heard(pulse_bytes("spark-2", 3, BOOT), ("127.0.0.1", 4000))
+    clock.now += 0.4
+    watch.heard(pulse_bytes("spark-2", 5, BOOT), ("127.0.0.1", 4000))
+    clock.now += 0.3
+    seen = watch.to_json()["spark-2"]
+    assert (seen["seq"], seen["heard_ago_s"], seen["answer_ago_s"]) == (5, 0.3, 0.3)
+    assert watch.to_json()["spark-3"]["heard_ago_s"] == 0.7
+    assert seen["progress_ago_s"] is None  # the first pulse taken is a baseline
+    watch.heard(pulse_bytes("spark-2", 6, BOOT), ("127.0.0.1", 4000))
+    clock.now += 0.2
+    watch.heard(pulse_bytes("spark-3", 9, BOOT), ("127.0.0.1", 4001))
+    watch.pulse_all()  # takes them, and does not ask: heard within the share
+    clock.now += 0.1
+    seen = watch.to_json()["spark-2"]
+    assert (seen["seq"], seen["progress_ago_s"], seen["state"]) == (6, 0.3, "ok")

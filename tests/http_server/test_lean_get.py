@@ -8,6 +8,7 @@ import random
 import re
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -146,8 +147,6 @@ def test_pipelined_plain_and_full_requests_are_answered_in_order(
 def _slow_post(started: threading.Event) -> PostRoute:
     def route(body: dict[str, Any]) -> tuple[int, str, bytes]:
         started.set()
-        import time
-
         time.sleep(0.5)
         return json_response({"ended": True})
 
@@ -208,3 +207,49 @@ def test_a_carried_pulse_goes_to_pulse_in_with_the_address_on_the_plain_path_onl
     answered, plain = lean_get(head, failing, ("10.0.0.1", 4000)), lean_get(head, ROUTES)
     assert answered is not None and plain is not None
     assert _DATE.sub(b"", answered) == _DATE.sub(b"", plain)
+
+
+def test_a_long_answer_to_a_peer_shaped_request_is_written_in_pieces_and_read_on() -> None:
+    """A request of a peer's shape, answered with more than the socket takes
+    at once (2 MB through a 64 KB send buffer), is written piece by piece as
+    any long answer is, and the connection is kept for the next request."""
+    body = b"x" * (2 * 1024 * 1024)
+
+    def big() -> tuple[int, str, bytes]:
+        return 200, "application/json", body
+
+    http = HardenedHTTPServer(("127.0.0.1", 0), {"/v1/pulse": big})
+    # Accepted sockets take the listener's: a send buffer far short of the answer.
+    http._listener.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 65536)
+    thread = threading.Thread(target=http.serve_forever, daemon=True)
+    thread.start()
+    request = b"GET /v1/pulse HTTP/1.1\r\nHost: x\r\nAccept: application/json\r\n\r\n"
+    try:
+        with socket.socket() as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)  # before connecting
+            sock.settimeout(10)
+            sock.connect(http.server_address[:2])
+            for _ in range(2):
+                sock.sendall(request)
+                chunks: list[bytes] = []
+                left = None
+                while left is None or left > 0:
+                    chunk = sock.recv(65536)
+                    assert chunk, "the connection closed mid-answer"
+                    chunks.append(chunk)
+                    if left is not None:
+                        left -= len(chunk)
+                    elif b"\r\n\r\n" in b"".join(chunks):
+                        left = len(body) - len(b"".join(chunks).partition(b"\r\n\r\n")[2])
+                head, _, got = b"".join(chunks).partition(b"\r\n\r\n")
+                assert head.startswith(b"HTTP/1.1 200 OK")
+                assert b"Content-Length: %d" % len(body) in head
+                assert got == body
+        deadline = time.monotonic() + 10  # the server counts its last send after the client read it
+        while http.held_bytes and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert http.held_bytes == 0
+    finally:
+        http.shutdown()
+        thread.join(10)
+        http.server_close()
