@@ -10,8 +10,9 @@ does), and gives the CPU of one:
 
 - answered: the agent's own HTTP server (``HttpEndpoint``) with its
   ``/v1/pulse`` answer (``OwnPulse``) and its peer watch hearing the pulse
-  each request carries (``PeerWatch.heard``), asked by this process over
-  kept-alive connections from 3 peers;
+  each request carries (``PeerWatch.heard``, taken by a ``/v1/state``-like
+  read a second), asked by this process over kept-alive connections from 3
+  peers;
 - asked: the agent's ``PeerWatch`` asking 3 peers a round, carrying its own
   pulse, against minimal responders in this process.
 
@@ -43,7 +44,7 @@ import psutil
 from spark_watchdog.agent.peers import PeerWatch
 from spark_watchdog.config.agent import PeerConfig, PeeringConfig
 from spark_watchdog.lab.ports import free_port
-from spark_watchdog.probes.pulse import PulseClient, pulse_bytes
+from spark_watchdog.probes.pulse import OwnPulse, PulseClient, pulse_bytes
 
 PEERS = 3
 BOOT = "0" * 32
@@ -73,7 +74,6 @@ def _paced(rate: float, duration: float, step: Any) -> int:
 def serve(port: int, asker_port: int) -> None:
     """The agent's pulse answer and peer watch behind its HTTP server, until killed."""
     from spark_watchdog.http_server import HttpEndpoint
-    from spark_watchdog.probes.pulse import OwnPulse
 
     own = OwnPulse("spark-1", lambda: (int(time.monotonic()), BOOT))
     # The asker is a configured peer at 127.0.0.1: each carried pulse is taken.
@@ -89,7 +89,12 @@ def serve(port: int, asker_port: int) -> None:
     endpoint = HttpEndpoint("127.0.0.1", port, {"/v1/pulse": pulse}, pulse_in=watch.heard)
     endpoint.start()
     print("ready", flush=True)
-    threading.Event().wait()
+    # The server keeps each carried pulse for the pulse thread's next round or
+    # the next /v1/state read to take: here a read a second, as the
+    # controller's poll makes, so their taking is counted too.
+    while True:
+        time.sleep(1.0)
+        watch.to_json()
 
 
 def answered(rate: float, duration: float) -> dict[str, Any]:
@@ -184,7 +189,7 @@ def ask_peers(ports: list[int], rate: float, duration: float) -> None:
     watch = PeerWatch(
         tuple(PeerConfig(f"spark-{i + 2}", f"http://127.0.0.1:{p}") for i, p in enumerate(ports)),
         PeeringConfig(1.0, 0.5),
-        carry=lambda: pulse_bytes("spark-1", int(time.monotonic()), BOOT),
+        carry=OwnPulse("spark-1", lambda: (int(time.monotonic()), BOOT)).encoded,  # as the agent's
     )
     watch.pulse_all()  # connected before measuring
     before = _cpu_self()
