@@ -16,7 +16,8 @@ stream, its log follower and the launcher's arrivals stream.
 
 ``--peers N`` gives the agent N peers at the default pulse interval and
 timeout (``peers:``): loopback stubs that pulse as real peers' agents do
-(agent/peers.py): each answers ``/v1/pulse`` with an advancing ``seq`` and
+(agent/peers.py): each answers ``/v1/pulse`` through the agent's own HTTP
+server (as quickly as a real peer answers) with an advancing ``seq`` and
 hears the agent's pulse carried in its requests, and each asks the agent's
 pulse, carrying its own, unless it just heard the agent's. Of each pair one
 side asks: ``--lead peers`` (the default) has the peers ask, so the agent
@@ -41,7 +42,6 @@ import time
 import uuid
 from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -51,8 +51,9 @@ import yaml
 
 from spark_watchdog import __version__
 from spark_watchdog.agent.peers import HEARD_FRESH
+from spark_watchdog.http_server import HttpEndpoint
 from spark_watchdog.lab.hardware.vllm_standin import VllmStandin
-from spark_watchdog.probes.pulse import PULSE_HEADER, PulseClient, pulse_bytes
+from spark_watchdog.probes.pulse import PulseClient, pulse_bytes
 
 GOAL_RSS_MB = 40.0
 GOAL_CPU_PCT = 1.0
@@ -136,7 +137,7 @@ class _PulseStubs:
             raise ValueError(f"lead: expected one of {sorted(LEAD_PHASE_S)}, got {lead!r}")
         self.count = count
         self.lead = lead
-        self.servers: list[ThreadingHTTPServer] = []
+        self.servers: list[HttpEndpoint] = []
         self.asked = self.failed = self.skipped = 0
         self.heard_at: list[float | None] = [None] * count  # the agent's pulse, per stub
         self.asked_by_agent = [0] * count
@@ -146,19 +147,17 @@ class _PulseStubs:
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         for n in range(count):
-            self.servers.append(ThreadingHTTPServer(("127.0.0.1", 0), _pulse_handler(self, n)))
+            server = _pulse_server(self, n)
+            server.start()
+            self.servers.append(server)
 
     def peers_config(self) -> list[dict[str, str]]:
         return [
-            {"name": f"peer-{n}", "url": f"http://127.0.0.1:{server.server_address[1]}"}
+            {"name": f"peer-{n}", "url": f"http://127.0.0.1:{server.port}"}
             for n, server in enumerate(self.servers)
         ]
 
     def start(self) -> None:
-        for server in self.servers:
-            thread = threading.Thread(target=server.serve_forever, daemon=True)
-            thread.start()
-            self._threads.append(thread)
         if self.count:
             asker = threading.Thread(target=self._ask_agent, daemon=True)
             asker.start()
@@ -196,30 +195,22 @@ class _PulseStubs:
     def stop(self) -> None:
         self._stop.set()
         for server in self.servers:
-            server.shutdown()
-            server.server_close()
+            server.stop()
 
 
-def _pulse_handler(stubs: _PulseStubs, n: int) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"  # keep-alive, as the agent's own server
+def _pulse_server(stubs: _PulseStubs, n: int) -> HttpEndpoint:
+    """Peer ``n``'s agent server: the agent's own (http_server.py), so the
+    agent's asks are answered as fast as a real peer answers them."""
 
-        def do_GET(self) -> None:
-            if self.headers.get(PULSE_HEADER) is not None:
-                stubs.heard_at[n] = time.monotonic()
-            stubs.asked_by_agent[n] += 1
-            stubs.seqs[n] += 1
-            body = pulse_bytes(f"peer-{n}", stubs.seqs[n], "0" * 32)
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+    def pulse() -> tuple[int, str, bytes]:
+        stubs.asked_by_agent[n] += 1
+        stubs.seqs[n] += 1
+        return 200, "application/json", pulse_bytes(f"peer-{n}", stubs.seqs[n], "0" * 32)
 
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
+    def heard(carried: bytes, address: Any) -> None:
+        stubs.heard_at[n] = time.monotonic()
 
-    return Handler
+    return HttpEndpoint("127.0.0.1", 0, {"/v1/pulse": pulse}, pulse_in=heard)
 
 
 def _docker_serving(workdir: Path, socket_path: str, image: str) -> tuple[dict[str, Any], Any]:
