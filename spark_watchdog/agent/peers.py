@@ -14,9 +14,10 @@ request carries the peer's: a well-formed pulse of a configured peer, from
 an address that peer's URL names, is taken as if this agent had asked for
 it (as of when it came, by the next round or ``/v1/state`` read: the answer
 to the request waits for no parsing), and that peer is not asked in a round
-that comes within ``HEARD_FRESH`` of an interval after it. So of each pair of agents one asks
-and the other hears, and a pair makes one exchange a second, not two. A
-peer that stops asking is asked again at the next round after that.
+that comes within ``HEARD_FRESH`` of an interval after it. So of each pair
+of agents one asks and the other hears, and a pair makes one exchange a
+second, not two. A peer that stops asking is asked again at the next round
+after that.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from spark_watchdog.config.agent import PeerConfig, PeeringConfig
-from spark_watchdog.probes.pulse import PulseAnswer, PulseClient, parse_pulse
+from spark_watchdog.probes.pulse import MAX_PULSE_BYTES, PulseAnswer, PulseClient, parse_pulse
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
@@ -196,6 +197,8 @@ class PeerWatch:
         server's thread): kept as it came, the latest per connection, and taken by
         the next round or the next :meth:`to_json`, whichever comes first. The
         answer to the request waits for neither."""
+        if len(carried) > MAX_PULSE_BYTES:
+            carried = b""  # not a pulse (logged as such when taken); not kept whole
         # By connection (address and port): peers may share an address (a lab's loopback).
         if address in self._carried or len(self._carried) < MAX_REMEMBERED_SOURCES:
             self._carried[address] = (carried, address, self._clock())

@@ -751,8 +751,14 @@ def test_the_source_addresses_remembered_are_bounded_and_a_peer_is_still_known()
     watch = _watch("http://127.0.0.1:9", time.monotonic)
     carried = pulse_bytes("spark-2", 3, BOOT)
     for i in range(3 * MAX_REMEMBERED_SOURCES):
-        watch.heard(carried, (f"10.0.{i // 250}.{i % 250}", 4000))
+        watch.heard(carried + b" " * 4096, (f"10.0.{i // 250}.{i % 250}", 4000))  # too long
+        watch.heard(carried, (f"10.1.{i // 250}.{i % 250}", 4000))
+        watch.to_json()
         assert len(watch._sources) <= MAX_REMEMBERED_SOURCES
+    for i in range(3 * MAX_REMEMBERED_SOURCES):  # kept, not taken yet: bounded too, and short
+        watch.heard(carried + b" " * 4096, (f"10.2.{i // 250}.{i % 250}", 4000))
+    assert len(watch._carried) == MAX_REMEMBERED_SOURCES
+    assert all(len(kept[0]) <= 1024 for kept in watch._carried.values())
     assert watch.to_json()["spark-2"]["heard_ago_s"] is None  # none of them its address
     watch.heard(carried, ("127.0.0.1", 4000))
     assert watch.to_json()["spark-2"]["heard_ago_s"] is not None
