@@ -480,18 +480,14 @@ def test_what_a_raw_answer_is(reply: bytes, state: str) -> None:
         peer.stop()
 
 
-class TricklingPeer:
+class TricklingPeer(RawPeer):
     """Answers each request in two pieces, ``gap`` seconds apart, after ``delays[i]``
-    seconds for the i-th request on a connection."""
+    seconds for the i-th request on its one connection."""
 
     def __init__(self, reply: bytes, delays: list[float], gap: float) -> None:
-        self.reply, self.delays, self.gap = reply, delays, gap
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(8)
-        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        self.delays, self.gap = delays, gap
         self.stopped = threading.Event()
-        threading.Thread(target=self._serve, daemon=True).start()
+        super().__init__(reply)
 
     def _serve(self) -> None:
         try:
@@ -513,7 +509,7 @@ class TricklingPeer:
 
     def stop(self) -> None:
         self.stopped.set()
-        self.sock.close()
+        super().stop()
 
 
 def test_an_answer_trickling_past_the_timeout_is_silence() -> None:
