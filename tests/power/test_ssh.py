@@ -311,15 +311,15 @@ def check(port: int, timeout: float, host: str = "127.0.0.1") -> tuple[BannerRes
 
 
 def test_banner_from_a_real_sshd(sshd: Sshd) -> None:
-    result, elapsed = check(sshd.port, 2.0)
+    result, elapsed = check(sshd.port, 10.0)
 
     assert result.outcome == "banner", result
     assert result.ok
     assert result.banner is not None and result.banner.startswith("SSH-2.0-OpenSSH")
     assert not result.banner.endswith(("\r", "\n"))
     assert result.error is None
-    assert result.connect_s is not None and 0 <= result.connect_s <= result.total_s < 2.0
-    assert elapsed < 2.0
+    assert result.connect_s is not None and 0 <= result.connect_s <= result.total_s < 10.0
+    assert elapsed < 10.0
     assert result.to_json()["outcome"] == "banner"
     # We said our own version line before hanging up, so sshd logs a plain
     # preauth close, not the kex_exchange_identification error a mute client gets.
@@ -343,8 +343,8 @@ def test_frozen_sshd_connects_but_gives_no_banner(sshd: Sshd) -> None:
     assert result.connect_s is not None and result.connect_s < 0.5
     assert result.banner is None
     assert result.error is not None and "no SSH banner" in result.error
-    assert 0.9 <= elapsed < 2.5
-    thawed, _ = check(sshd.port, 2.0)
+    assert 0.9 <= elapsed < 5.0
+    thawed, _ = check(sshd.port, 10.0)
     assert thawed.outcome == "banner", thawed
 
 
@@ -361,10 +361,10 @@ def test_listener_that_never_speaks_is_no_banner() -> None:
 
 def test_listener_that_closes_at_once_is_closed() -> None:
     with FakeServer(lambda conn: None) as server:
-        result, elapsed = check(server.port, 2.0)
+        result, elapsed = check(server.port, 10.0)
     assert result.outcome == "closed", result
     assert result.connect_s is not None
-    assert elapsed < 1.0
+    assert elapsed < 5.0  # at once, not at the deadline
 
 
 def test_listener_that_resets_is_closed() -> None:
@@ -373,9 +373,9 @@ def test_listener_that_resets_is_closed() -> None:
         conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
 
     with FakeServer(reset) as server:
-        result, elapsed = check(server.port, 2.0)
+        result, elapsed = check(server.port, 10.0)
     assert result.outcome == "closed", result
-    assert elapsed < 1.0
+    assert elapsed < 5.0  # at once, not at the deadline
 
 
 @pytest.mark.parametrize(
@@ -396,12 +396,12 @@ def test_listener_that_sends_garbage(sent: bytes, stays_open: bool) -> None:
             conn.recv(100)  # until the checker hangs up
 
     with FakeServer(speak) as server:
-        result, elapsed = check(server.port, 2.0)
+        result, elapsed = check(server.port, 10.0)
     assert result.outcome == "garbage", result
     assert result.banner is None
     assert result.error is not None
     # Decided from the bytes, not by waiting out the timeout.
-    assert elapsed < 1.5
+    assert elapsed < 5.0
 
 
 def test_text_without_a_version_line_is_garbage_at_the_timeout() -> None:
@@ -426,10 +426,10 @@ def test_endless_text_is_cut_at_the_read_limit() -> None:
         conn.recv(100)
 
     with FakeServer(flood) as server:
-        result, elapsed = check(server.port, 2.0)
+        result, elapsed = check(server.port, 10.0)
     assert result.outcome == "garbage", result
     assert f"{MAX_READ_BYTES} bytes" in (result.error or "")
-    assert elapsed < 1.5
+    assert elapsed < 5.0  # at the limit, not at the deadline
 
 
 def test_lines_before_the_version_line_and_split_packets() -> None:
@@ -453,10 +453,10 @@ def test_lines_before_the_version_line_and_split_packets() -> None:
 
 
 def test_closed_port_is_refused() -> None:
-    result, elapsed = check(free_port(), 2.0)
+    result, elapsed = check(free_port(), 10.0)
     assert result.outcome == "refused", result
     assert result.connect_s is None
-    assert elapsed < 1.0
+    assert elapsed < 5.0  # at once, not at the deadline
 
 
 def test_full_backlog_is_connect_timeout() -> None:
