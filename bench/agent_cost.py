@@ -308,6 +308,18 @@ def run(
             log.close()
 
 
+def _check_listening(proc: psutil.Process, port: int) -> None:
+    """The answers come from this agent: benches run side by side may race for a
+    free port, and another's agent would be measured as a dead one."""
+    if proc.status() == psutil.STATUS_ZOMBIE or not proc.is_running():
+        raise SystemExit(f"bench: the agent exited before answering on port {port}; see its log")
+    ports = {c.laddr.port for c in proc.net_connections("tcp") if c.status == psutil.CONN_LISTEN}
+    if port not in ports:
+        raise SystemExit(
+            f"bench: port {port} is not the agent's (it listens on {sorted(ports)}); run again"
+        )
+
+
 def _measure(
     agent: subprocess.Popen[bytes],
     port: int,
@@ -328,6 +340,7 @@ def _measure(
         except requests.RequestException:
             time.sleep(0.2)
     proc = psutil.Process(agent.pid)
+    _check_listening(proc, port)
     time.sleep(warmup)
 
     def children_cpu() -> float:

@@ -6,11 +6,14 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 
 from bench import flight_recorder, memory_guard, power_paths
@@ -299,3 +302,22 @@ def test_the_pulse_cost_bench_measures_both_halves_of_an_exchange() -> None:
         assert set(figures["states"]) == {"ok"}, figures
     assert result["mixed_pct_of_a_core"] >= 0
     assert "half asked and half answered" in render(result)
+
+
+def test_the_cost_bench_measures_only_an_agent_listening_on_its_port() -> None:
+    """Benches side by side may race for a free port: the one whose agent lost
+    it must stop, not measure another's agent as its own."""
+    from bench.agent_cost import _check_listening
+
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        _check_listening(psutil.Process(), port)  # this process listens on it
+        other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+        try:
+            with pytest.raises(SystemExit, match=f"port {port} is not the agent's"):
+                _check_listening(psutil.Process(other.pid), port)
+        finally:
+            other.kill()
+            other.wait()
