@@ -332,8 +332,8 @@ def test_wrong_password_is_refused_at_once_and_never_quoted(sim_off: IpmiSim) ->
         asyncio.run(bmc.read_state())
     with pytest.raises(Refused) as command_error:
         asyncio.run(bmc.command(ON))
-    # The BMC answers a bad password straight away; well inside the timeout.
-    assert time.monotonic() - started < 3.0
+    # The BMC answers a bad password straight away: both together inside one timeout.
+    assert time.monotonic() - started < 5.0
     for error in (read_error.value, command_error.value):
         assert "wrong password" in error.message
         assert "RAKP 2 HMAC is invalid" in error.message
@@ -380,7 +380,8 @@ def test_no_bmc_listening_is_unreachable_within_the_timeout() -> None:
     started = time.monotonic()
     with pytest.raises(Unreachable, match="within 1s"):
         asyncio.run(bmc.read_state())
-    assert time.monotonic() - started < 1.8
+    # Our 1 s, not ipmitool's own retries (several seconds); room for a loaded machine.
+    assert time.monotonic() - started < 3.5
     assert ipmitool_children() == set()
 
 
