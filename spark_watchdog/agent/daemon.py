@@ -406,10 +406,6 @@ class Agent:
     async def _first_round(self) -> None:
         await asyncio.gather(*(r.run_once() for r in self._runners.values()))
 
-    async def _run_probe(self, runner: ProbeRunner) -> None:
-        await asyncio.sleep(runner.interval)
-        await runner.run_forever()
-
     async def run(self, stop: asyncio.Event) -> None:
         """Run until ``stop`` is set. Raises WatchdogError if it cannot listen."""
         listen = self.config.listen
@@ -443,7 +439,7 @@ class Agent:
             self.ready.set()
             self.notifier.ready(self.status_line())
             self._tasks = [
-                asyncio.create_task(self._run_probe(r), name=f"probe-{r.name}")
+                asyncio.create_task(r.run_forever(first_wait=True), name=f"probe-{r.name}")
                 for r in self._runners.values()
             ]
             await stop.wait()
@@ -454,6 +450,8 @@ class Agent:
             if not told_systemd:
                 self.notifier.stopping()
             heartbeat_done.set()
+            for runner in self._runners.values():
+                runner.stop()  # where a cancellation below is lost (ProbeRunner.stop)
             for task in [*self._tasks, heartbeat]:
                 task.cancel()
             await asyncio.gather(*self._tasks, heartbeat, return_exceptions=True)

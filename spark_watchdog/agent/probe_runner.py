@@ -65,6 +65,17 @@ class ProbeRunner:
     latest: Observation | None = None
     completed: int = 0
     _inflight: asyncio.Future[ProbeReport] | None = field(default=None, repr=False)
+    _stopped: bool = field(default=False, repr=False)
+
+    def stop(self) -> None:
+        """End :meth:`run_forever` at its next step. Cancelling its task is not
+        enough on its own: before Python 3.12, ``asyncio.wait_for`` drops a
+        cancellation that comes in the same turn of the loop as the probe's
+        answer, and the runner would go on probing with its agent stopped."""
+        self._stopped = True
+
+    def stopped(self) -> bool:
+        return self._stopped
 
     async def run_once(self) -> Observation:
         started = time.monotonic()
@@ -104,9 +115,15 @@ class ProbeRunner:
         # round waits on the same call instead of starting a second one.
         return asyncio.shield(self._inflight)
 
-    async def run_forever(self) -> None:
-        while True:
+    async def run_forever(self, first_wait: bool = False) -> None:
+        """Run the probe every ``interval`` until stopped; ``first_wait``: one
+        interval before the first round (the agent's first round ran already)."""
+        if first_wait:
+            await asyncio.sleep(self.interval)
+        while not self.stopped():
             started = time.monotonic()
             await self.run_once()
+            if self.stopped():
+                return
             elapsed = time.monotonic() - started
             await asyncio.sleep(max(0.0, self.interval - elapsed))
