@@ -313,7 +313,9 @@ def _check_listening(proc: psutil.Process, port: int) -> None:
     free port, and another's agent would be measured as a dead one."""
     if proc.status() == psutil.STATUS_ZOMBIE or not proc.is_running():
         raise SystemExit(f"bench: the agent exited before answering on port {port}; see its log")
-    ports = {c.laddr.port for c in proc.net_connections("tcp") if c.status == psutil.CONN_LISTEN}
+    # net_connections since psutil 6; connections before (Debian 12 ships 5.9).
+    listing = getattr(proc, "net_connections", None) or proc.connections
+    ports = {c.laddr.port for c in listing("tcp") if c.status == psutil.CONN_LISTEN}
     if port not in ports:
         raise SystemExit(
             f"bench: port {port} is not the agent's (it listens on {sorted(ports)}); run again"
