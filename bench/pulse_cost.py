@@ -84,7 +84,7 @@ def serve(port: int, asker_port: int) -> None:
     )
 
     def pulse() -> tuple[int, str, bytes]:
-        return 200, "application/json", own.encoded() + b"\n"
+        return 200, "application/json", own.line()
 
     endpoint = HttpEndpoint("127.0.0.1", port, {"/v1/pulse": pulse}, pulse_in=watch.heard)
     endpoint.start()

@@ -140,6 +140,10 @@ class Routes:
     paths_of: PathRoutes | None = None
     # Where a plain GET's ``Pulse`` header goes (http_lean.py; None: ignored).
     pulse_in: PulseIn | None = None
+    # The last small answer of each path, kept by http_lean.py to send again.
+    answered: dict[str, tuple[bytes, bytes, int, str, bytes]] = field(
+        default_factory=dict, compare=False, repr=False
+    )
 
     def own(self, path: str) -> tuple[str, ...]:
         """The methods ``paths_of`` answers at ``path`` (() where it has none)."""

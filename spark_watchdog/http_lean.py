@@ -40,6 +40,9 @@ _STEERING = frozenset({b"connection", b"expect"})
 _PULSE = b"pulse"
 _KEEP = b"keep-alive"
 _SERVER = BaseHTTPRequestHandler.server_version + " " + BaseHTTPRequestHandler.sys_version
+# Answers with a body up to this long are kept to be sent again (a pulse's is
+# about 80 bytes); a scrape's or a state's are built each time.
+_KEPT_BODY_BYTES = 1024
 
 
 class _DateLine:
@@ -135,16 +138,31 @@ def _answered(
     except Exception as exc:
         log.exception("GET %s failed", path)
         status, content_type, body = json_response({"error": f"{type(exc).__name__}: {exc}"}, 500)
-    return b"".join(
+    date = _date_line()
+    # The same body (the same object: a pulse between two loops) within the
+    # same second is the same answer; a pulse is asked 3 times a second.
+    last = routes.answered.get(path)
+    if (
+        last is not None
+        and last[0] is body
+        and last[1] is date
+        and last[2] == status
+        and last[3] == content_type
+    ):
+        return last[4]
+    answer = b"".join(
         (
             _status_lines(status),
-            _date_line(),
+            date,
             _type_line(content_type),
             str(len(body)).encode(),
             b"\r\nCache-Control: no-store\r\n\r\n",
             body,
         )
     )
+    if len(body) <= _KEPT_BODY_BYTES:
+        routes.answered[path] = (body, date, status, content_type, answer)
+    return answer
 
 
 @functools.lru_cache(maxsize=32)

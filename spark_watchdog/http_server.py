@@ -3,8 +3,8 @@ caller (the agent's ``/v1/state``, ``/v1/boots``, ``/metrics`` and serving
 controls, :mod:`spark_watchdog.agent.daemon`; the controller's ``/v1/status``,
 :mod:`spark_watchdog.controller.status_api`; the lab's control endpoint).
 
-One thread serves every connection, event-driven (``selectors``: epoll on
-Linux): a connection that is open and silent, or sends a byte a second, or
+One thread serves every connection, event-driven (epoll:
+:mod:`spark_watchdog.http_poll`): a connection that is open and silent, or sends a byte a second, or
 reads its answer a byte a second, costs a socket and a few hundred bytes,
 never a thread, so a thousand of them do not keep the controller's poll
 waiting (docs/design.md, "The HTTP servers"). The routes only read snapshots
@@ -45,7 +45,6 @@ import io
 import logging
 import queue
 import resource
-import selectors
 import socket
 import threading
 import time
@@ -77,6 +76,7 @@ from spark_watchdog.http_handler import (
     json_response,
 )
 from spark_watchdog.http_lean import exact_get, lean_answer
+from spark_watchdog.http_poll import READ, WRITE, Poller
 
 __all__ = [
     "JSON",
@@ -149,6 +149,9 @@ def open_files_limit() -> int:
 
 
 _NOTHING = memoryview(b"")
+# What the poller hands back for the listening socket and the wake-up socket.
+_LISTENER = object()
+_WAKE = object()
 
 
 class _Phase:
@@ -159,11 +162,11 @@ class _Phase:
     CLOSED = "closed"
 
 
-# What the selector watches a connection for, by phase (none while a route runs).
+# What the poller watches a connection for, by phase (none while a route runs).
 _EVENTS = {
-    _Phase.READING: selectors.EVENT_READ,
-    _Phase.CLOSING: selectors.EVENT_READ,
-    _Phase.WRITING: selectors.EVENT_WRITE,
+    _Phase.READING: READ,
+    _Phase.CLOSING: READ,
+    _Phase.WRITING: WRITE,
 }
 
 
@@ -178,7 +181,7 @@ class _Connection:
         self.phase = _Phase.READING
         self.since = 0.0
         self.due = 0.0
-        # What the selector watches for (0: not registered).
+        # What the poller watches for (0: not registered).
         self.events = 0
 
 
@@ -209,13 +212,13 @@ class HardenedHTTPServer:
         self._listener = socket.create_server(address, family=family, backlog=1024)
         self._listener.setblocking(False)
         self.server_address: tuple[Any, ...] = self._listener.getsockname()
-        self._selector = selectors.DefaultSelector()
-        self._selector.register(self._listener, selectors.EVENT_READ)
+        self._poller = Poller()
+        self._poller.register(self._listener, READ, _LISTENER)
         self._accept_paused_until: float | None = None
         self._wake_in, self._wake_out = socket.socketpair()
         self._wake_in.setblocking(False)
         self._wake_out.setblocking(False)
-        self._selector.register(self._wake_in, selectors.EVENT_READ)
+        self._poller.register(self._wake_in, READ, _WAKE)
         self._sockets: dict[_Connection, socket.socket] = {}
         # Connections by phase, oldest first (each phase has one deadline).
         self._phases: dict[str, collections.OrderedDict[_Connection, None]] = {
@@ -244,8 +247,8 @@ class HardenedHTTPServer:
     def serve_forever(self) -> None:
         try:
             while not self._stopping.is_set() or self._draining():
-                for key, events in self._selector.select(self._wait()):
-                    self._on_event(key, events)
+                for data, events in self._poller.poll(self._wait()):
+                    self._on_event(data, events)
                 self._tick(self._clock())
         finally:
             self._stopped.set()
@@ -272,9 +275,9 @@ class HardenedHTTPServer:
         for conn in list(self._sockets):
             self._close(conn)
         with contextlib.suppress(KeyError, ValueError):
-            self._selector.unregister(self._listener)
+            self._poller.unregister(self._listener)
         self._listener.close()
-        self._selector.close()
+        self._poller.close()
         self._wake_in.close()
         self._wake_out.close()
 
@@ -293,20 +296,20 @@ class HardenedHTTPServer:
             due = min(due, self._accept_paused_until)
         return max(0.0, due - now)
 
-    def _on_event(self, key: selectors.SelectorKey, events: int) -> None:
-        if key.fileobj is self._listener:
+    def _on_event(self, data: Any, events: int) -> None:
+        if data is _LISTENER:
             self._accept()
-        elif key.fileobj is self._wake_in:
+        elif data is _WAKE:
             with contextlib.suppress(OSError):
                 self._wake_in.recv(4096)
             self._answer_finished_routes()
         else:
-            conn: _Connection = key.data
+            conn: _Connection = data
             if conn.phase == _Phase.CLOSED:
                 return  # closed earlier in this turn
-            if events & selectors.EVENT_READ:
+            if events & READ:
                 self._on_readable(conn)
-            if events & selectors.EVENT_WRITE and conn.phase == _Phase.WRITING:
+            if events & WRITE and conn.phase == _Phase.WRITING:
                 self._flush(conn)
 
     def _tick(self, now: float) -> None:
@@ -319,7 +322,7 @@ class HardenedHTTPServer:
                 self._expire(conn)
         if self._accept_paused_until is not None and self._accept_paused_until <= now:
             self._accept_paused_until = None
-            self._selector.register(self._listener, selectors.EVENT_READ)
+            self._poller.register(self._listener, READ, _LISTENER)
         if now >= self._log_due:  # not on every turn: an answered pulse is a turn
             self._log_due = now + _TICK_S
             self._log.flush()
@@ -336,13 +339,14 @@ class HardenedHTTPServer:
                 if exc.errno in _OUT_OF_FILES and self._evict_oldest("no file descriptor left"):
                     continue
                 self._log.cannot_accept(_ACCEPT_PAUSE_S, exc)
-                self._selector.unregister(self._listener)
+                self._poller.unregister(self._listener)
                 self._accept_paused_until = self._clock() + _ACCEPT_PAUSE_S
                 return
             if len(self._sockets) >= self.max_connections and not self._evict_oldest(
                 f"{len(self._sockets)} connections open, the most served at once"
             ):
-                self._refuse(sock, address)
+                _refuse(sock, self.max_connections)  # every open one is running a route
+                self._log.refused(address, self.max_connections)
                 continue
             self._open(sock, address)
 
@@ -351,19 +355,6 @@ class HardenedHTTPServer:
         conn = _Connection(address)
         self._sockets[conn] = sock
         self._enter(conn, _Phase.READING)
-
-    def _refuse(self, sock: socket.socket, address: Any) -> None:
-        """Every open connection is running a route: nothing to evict."""
-        answer = error_answer(
-            503,
-            f"too many connections: {self.max_connections} already open; retry shortly",
-            **{"Retry-After": "1"},
-        )
-        with contextlib.suppress(OSError):
-            sock.setblocking(False)
-            sock.send(answer)  # a fresh socket's send buffer takes it whole
-        sock.close()
-        self._log.refused(address, self.max_connections)
 
     def _evict_oldest(self, why: str) -> bool:
         """Close the connection that has waited longest (never one running a route)."""
@@ -400,7 +391,7 @@ class HardenedHTTPServer:
         if sock is None:
             return
         if conn.events:
-            self._selector.unregister(sock)
+            self._poller.unregister(sock)
         self._phases[conn.phase].pop(conn, None)
         self._held -= _holding(conn)
         conn.inbox = bytearray()
@@ -414,7 +405,7 @@ class HardenedHTTPServer:
         self._close(conn)
 
     def _enter(self, conn: _Connection, phase: str) -> None:
-        """``conn`` moves to ``phase``: its clock starts and the selector
+        """``conn`` moves to ``phase``: its clock starts and the poller
         watches what that phase waits for."""
         self._phases[conn.phase].pop(conn, None)
         now = self._clock()
@@ -427,22 +418,16 @@ class HardenedHTTPServer:
             conn.due = now + CLOSING_LINGER_S
         self._phases[phase][conn] = None
         events = _EVENTS.get(phase, 0)
-        sock = self._sockets[conn]
-        if events == conn.events:
-            return
-        if not conn.events:
-            self._selector.register(sock, events, conn)
-        elif not events:
-            self._selector.unregister(sock)
-        else:
-            self._selector.modify(sock, events, conn)
-        conn.events = events
+        if events != conn.events:
+            self._poller.change(self._sockets[conn], conn.events, events, conn)
+            conn.events = events
 
     # -- requests in ---------------------------------------------------------------
 
     def _on_readable(self, conn: _Connection) -> None:
+        sock = self._sockets[conn]
         try:
-            data = self._sockets[conn].recv(_RECV_BYTES)
+            data = sock.recv(_RECV_BYTES)
         except (BlockingIOError, InterruptedError):
             return
         except OSError as exc:
@@ -453,10 +438,23 @@ class HardenedHTTPServer:
             return
         if conn.phase != _Phase.READING:
             return  # closing: input is discarded
-        # A peer's pulse request comes whole, in one read.
+        # A peer's pulse request comes whole, in one read, and its answer
+        # leaves in one send: then the connection reads on, its deadline anew.
         answer = None if conn.inbox else exact_get(data, self.routes, conn.address)
         if answer is not None:
-            self._answer(conn, answer, keep_alive=True)
+            try:
+                sent = sock.send(answer)
+            except (BlockingIOError, InterruptedError):
+                sent = 0
+            except OSError as exc:
+                self._broken(conn, exc)
+                return
+            if sent == len(answer):
+                conn.since = self._clock()
+                conn.due = conn.since + REQUEST_DEADLINE_S
+                self._phases[_Phase.READING].move_to_end(conn)
+                return
+            self._answer(conn, answer[sent:], keep_alive=True)
         else:
             conn.inbox += data
             self._held += len(data)
@@ -580,6 +578,19 @@ class HardenedHTTPServer:
         with contextlib.suppress(OSError):
             sock.shutdown(socket.SHUT_WR)
         self._enter(conn, _Phase.CLOSING)
+
+
+def _refuse(sock: socket.socket, max_connections: int) -> None:
+    """Answer a new connection 503 and close it: nothing to evict."""
+    answer = error_answer(
+        503,
+        f"too many connections: {max_connections} already open; retry shortly",
+        **{"Retry-After": "1"},
+    )
+    with contextlib.suppress(OSError):
+        sock.setblocking(False)
+        sock.send(answer)  # a fresh socket's send buffer takes it whole
+    sock.close()
 
 
 def _holding(conn: _Connection) -> int:

@@ -327,7 +327,7 @@ class Agent:
 
         def pulse() -> Response:
             # Cheap and history-free: what a peer asks every second over the fabric.
-            return 200, JSON, self.own_pulse.encoded() + b"\n"
+            return 200, JSON, self.own_pulse.line()
 
         def boots() -> Response:
             with self._lock:

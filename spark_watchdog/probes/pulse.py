@@ -73,16 +73,25 @@ class OwnPulse:
     def __init__(self, node: str, read: Callable[[], tuple[int, str | None]]) -> None:
         self.node = node
         self._read = read
-        self._encoded: tuple[tuple[int, str | None], bytes] | None = None
+        self._encoded: tuple[tuple[int, str | None], bytes, bytes] | None = None
 
-    def encoded(self) -> bytes:
-        """The pulse as one line of JSON (no newline)."""
+    def _current(self) -> tuple[tuple[int, str | None], bytes, bytes]:
         now = self._read()
         cached = self._encoded  # one attribute, swapped whole: any thread may ask
         if cached is None or cached[0] != now:
-            cached = (now, pulse_bytes(self.node, *now))
+            encoded = pulse_bytes(self.node, *now)
+            cached = (now, encoded, encoded + b"\n")
             self._encoded = cached
-        return cached[1]
+        return cached
+
+    def encoded(self) -> bytes:
+        """The pulse as one line of JSON (no newline)."""
+        return self._current()[1]
+
+    def line(self) -> bytes:
+        """The pulse as one line of JSON with its newline: the body of
+        ``GET /v1/pulse``, the same object while the pulse is the same."""
+        return self._current()[2]
 
 
 # A pulse exactly as :func:`pulse_bytes` writes it, with no escapes in its

@@ -253,3 +253,27 @@ def test_a_long_answer_to_a_peer_shaped_request_is_written_in_pieces_and_read_on
         http.shutdown()
         thread.join(10)
         http.server_close()
+
+
+def test_a_kept_answer_is_sent_again_only_for_the_same_body_and_status() -> None:
+    """A pulse asked three times a second is built once a pulse: the same
+    body object within the same second is the same answer; a new body, or
+    the same body with another status, is built anew."""
+    answer: list[tuple[int, str, bytes]] = [(200, "application/json", b'{"seq":1}\n')]
+    routes = Routes({"/v1/pulse": lambda: answer[-1]})
+    request = PLAIN[0]
+    for _ in range(3):  # the same second for both, unless a second ends between them
+        first, again = lean_get(request, routes), lean_get(request, routes)
+        if first is again:
+            break
+    assert first is not None and first is again
+    answer.append((200, "application/json", b'{"seq":2}\n'))
+    second = lean_get(request, routes)
+    assert second is not None and second.endswith(b'{"seq":2}\n')
+    answer.append((503, "application/json", answer[-1][2]))
+    unready = lean_get(request, routes)
+    assert unready is not None and unready.startswith(b"HTTP/1.1 503 ")
+    assert unready.endswith(b'{"seq":2}\n')
+    big = b"x" * 4096  # past what is kept: a scrape is built each time
+    answer.append((200, "text/plain", big))
+    assert lean_get(request, routes) is not lean_get(request, routes)
