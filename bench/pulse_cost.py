@@ -139,7 +139,8 @@ def answered(rate: float, duration: float) -> dict[str, Any]:
 
 
 class _Responders:
-    """Minimal pulse answers on loopback (one selectors loop in a thread)."""
+    """Minimal pulse answers on loopback (one selectors loop in a thread), in
+    the bytes an agent answers."""
 
     def __init__(self, count: int) -> None:
         self.sockets = [socket.create_server(("127.0.0.1", 0)) for _ in range(count)]
@@ -153,9 +154,14 @@ class _Responders:
         self._thread.start()
 
     def _answer(self, index: int) -> bytes:
-        body = pulse_bytes(f"spark-{index + 2}", int(time.monotonic() * 10), BOOT)
-        head = f"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {len(body)}"
-        return head.encode() + b"\r\n\r\n" + body
+        """The bytes an agent's server answers (http_lean.py), as the asker reads them."""
+        body = pulse_bytes(f"spark-{index + 2}", int(time.monotonic() * 10), BOOT) + b"\n"
+        return (
+            b"HTTP/1.1 200 OK\r\nServer: BaseHTTP/0.6 Python/3\r\n"
+            + b"Date: Sun, 06 Dec 2026 03:00:00 GMT\r\nContent-Type: application/json\r\n"
+            + b"Content-Length: %d\r\nCache-Control: no-store\r\n\r\n" % len(body)
+            + body
+        )
 
     def _run(self) -> None:
         while not self._stop.is_set():

@@ -126,6 +126,7 @@ class PeerWatch:
         self._clock = clock
         self._clients = [PulseClient(p.name, p.url, peering.timeout, carry) for p in peers]
         self._views = {p.name: PeerView(p.name, p.url) for p in peers}
+        self._asked = [(client, self._views[client.name]) for client in self._clients]
         self._hosts = {p.name: urlsplit(p.url).hostname or "" for p in peers}
         self._resolve = resolve or _resolve
         for name, host in self._hosts.items():
@@ -137,7 +138,7 @@ class PeerWatch:
         # Carried pulses not taken yet, by connection: (pulse, address, received at).
         self._carried: dict[Any, tuple[bytes, Any, float]] = {}
         self._lock = threading.Lock()
-        self._stop = threading.Event()
+        self._stopping = False  # read before each ask: a plain flag, not an Event's call
         # Held until stop(): the pulse thread sleeps in a timed acquire of it
         # (one call, where Event.wait is a dozen steps each round).
         self._sleep = threading.Lock()
@@ -151,8 +152,8 @@ class PeerWatch:
         self._thread.start()
 
     def stop(self) -> None:
-        if not self._stop.is_set():
-            self._stop.set()
+        if not self._stopping:
+            self._stopping = True
             self._sleep.release()
         if self._thread is not None:
             self._thread.join(10)
@@ -162,7 +163,7 @@ class PeerWatch:
 
     def _run(self) -> None:
         due = self._clock()
-        while not self._stop.is_set():
+        while not self._stopping:
             self.pulse_all()
             # A fixed rate; a round slower than the interval starts the next at once.
             due = max(due + self.interval, self._clock())
@@ -173,12 +174,12 @@ class PeerWatch:
         """Ask every peer once, one after the other, but those just heard."""
         self._resolve_peers()
         self._take_carried()
-        for client in self._clients:
-            if self._stop.is_set():
+        fresh = HEARD_FRESH * self.interval
+        for client, view in self._asked:
+            if self._stopping:
                 return
-            with self._lock:
-                heard_at = self._views[client.name].heard_at
-            if heard_at is not None and self._clock() - heard_at < HEARD_FRESH * self.interval:
+            heard_at = view.heard_at  # one attribute: no lock needed to read it
+            if heard_at is not None and self._clock() - heard_at < fresh:
                 continue  # it asked us: its own pulse came with that
             try:
                 answer = client.ask()
@@ -187,10 +188,10 @@ class PeerWatch:
                 answer = PulseAnswer("silent", error=f"{type(exc).__name__}: {exc}"[:200])
             now = self._clock()
             with self._lock:
-                view = self._views[client.name]
                 before = view.state
                 view.note(answer, now)
-            _log_answer(view, before, now)
+            if answer.state != "ok" or before != "ok":
+                _log_answer(view, before, now)
 
     def heard(self, carried: bytes, address: Any) -> None:
         """A peer's own pulse, carried in its request from ``address`` (the HTTP

@@ -203,12 +203,12 @@ class PulseClient:
             self.close()
             if not reused:
                 return _failure(exc)
-        except (OSError, http.client.HTTPException) as exc:
+        except (OSError, http.client.HTTPException, _Garbage) as exc:
             self.close()
             return _failure(exc)
         try:
             return self._ask_once()
-        except (OSError, http.client.HTTPException) as exc:
+        except (OSError, http.client.HTTPException, _Garbage) as exc:
             self.close()
             return _failure(exc)
 
@@ -245,23 +245,12 @@ class PulseClient:
             raise _Closed(str(exc)) from None
         except BlockingIOError:  # the kernel's send timeout
             raise TimeoutError("no answer within the timeout") from None
-        data = b""
+        data = self._receive(sock, b"")
+        # An agent's answer nearly always comes whole in one read: one match.
+        pulse = _agent_pulse(data)
+        if pulse is not None and pulse.node == self.name:
+            return PulseAnswer("ok", pulse)
         while True:
-            try:
-                chunk = sock.recv(4096)
-            except BlockingIOError:  # the kernel's receive timeout
-                raise TimeoutError("no answer within the timeout") from None
-            except ConnectionResetError as exc:
-                # A request that reached a connection the peer had already
-                # closed is answered by a reset, not by an end of stream.
-                if data:
-                    return self._garbage("reset the connection mid-answer")
-                raise _Closed(str(exc)) from None
-            if not chunk:
-                if data:
-                    return self._garbage("closed the connection mid-answer")
-                raise _Closed("closed the connection without an answer")
-            data += chunk
             answer = _complete(data)
             if answer is not None:
                 status, body, close = answer
@@ -274,6 +263,26 @@ class PulseClient:
             if remaining <= 0:
                 raise TimeoutError("no answer within the timeout")
             self._wait_at_most(sock, remaining)
+            data = self._receive(sock, data)
+
+    def _receive(self, sock: socket.socket, data: bytes) -> bytes:
+        """``data`` and what comes next on ``sock``; an end of the stream or a
+        reset raise :class:`_Closed` before any answer, and :class:`_Garbage` in one."""
+        try:
+            chunk = sock.recv(4096)
+        except BlockingIOError:  # the kernel's receive timeout
+            raise TimeoutError("no answer within the timeout") from None
+        except ConnectionResetError as exc:
+            # A request that reached a connection the peer had already
+            # closed is answered by a reset, not by an end of stream.
+            if data:
+                raise _Garbage("reset the connection mid-answer") from None
+            raise _Closed(str(exc)) from None
+        if not chunk:
+            if data:
+                raise _Garbage("closed the connection mid-answer")
+            raise _Closed("closed the connection without an answer")
+        return data + chunk
 
     def _garbage(self, error: str) -> PulseAnswer:
         self.close()
@@ -298,6 +307,10 @@ class _Closed(ConnectionResetError):
     """The peer closed the connection before answering."""
 
 
+class _Garbage(Exception):
+    """The peer broke off its answer: ``garbage``, with this error."""
+
+
 # The head an agent's server writes before a pulse (http_lean.py), read by one
 # match; any other answer is read header by header.
 _AGENT_HEAD = re.compile(
@@ -305,6 +318,25 @@ _AGENT_HEAD = re.compile(
     rb"Content-Type: application/json\r\nContent-Length: ([0-9]{1,4})\r\n"
     rb"Cache-Control: no-store\r\n\r\n"
 )
+
+
+# An agent's whole answer to a pulse: the head above and the pulse as
+# ``OwnPulse`` writes it, with its newline; the Content-Length is checked.
+_AGENT_ANSWER = re.compile(_AGENT_HEAD.pattern + rb"(" + _WRITTEN.pattern + rb")\n")
+
+
+def _agent_pulse(data: bytes) -> Pulse | None:
+    """The pulse in ``data`` when it is exactly one agent's answer (the common
+    case, read by one match); None for :func:`_complete`'s way."""
+    whole = _AGENT_ANSWER.fullmatch(data)
+    if whole is None or int(whole[1]) != len(whole[2]) + 1:
+        return None
+    boot_id = whole[5]
+    return Pulse(
+        whole[3].decode("ascii"),
+        int(whole[4]),
+        None if boot_id is None else boot_id.decode("ascii"),
+    )
 
 
 def _complete(data: bytes) -> tuple[int, bytes, bool] | None:
@@ -361,6 +393,8 @@ def _complete_any(data: bytes) -> tuple[int, bytes, bool] | None:
 
 
 def _failure(exc: BaseException) -> PulseAnswer:
+    if isinstance(exc, _Garbage):
+        return PulseAnswer("garbage", error=str(exc))
     if isinstance(exc, _Closed):
         return PulseAnswer("silent", error=str(exc))
     if isinstance(exc, (socket.timeout, TimeoutError)):

@@ -171,3 +171,42 @@ def test_the_agent_s_answer_is_read_by_one_match_as_header_by_header() -> None:
         assert _outcome(pulse_module._complete, data) == _outcome(
             pulse_module._complete_any, data
         ), data
+
+
+def _agent_answer(seq: int, boot_id: str | None = BOOT) -> bytes:
+    """What an agent's server answers to a pulse request: its own pulse, one line."""
+    own = OwnPulse("spark-1", lambda: (seq, boot_id))
+
+    def pulse() -> tuple[int, str, bytes]:
+        return 200, "application/json", own.line()
+
+    answer = exact_get(REQUESTS[0], Routes({"/v1/pulse": pulse}), ADDRESS)
+    assert answer is not None
+    return answer
+
+
+def _read_generally(data: bytes) -> Any:
+    """What the header-by-header reader and the pulse reader make of ``data``."""
+    complete = _outcome(pulse_module._complete_any, data)
+    if not isinstance(complete, tuple):
+        return complete
+    status, body, close = complete
+    return status, parse_pulse(body), close
+
+
+def test_the_agent_s_whole_answer_is_read_by_one_match_as_generally() -> None:
+    answers = [_agent_answer(9), _agent_answer(0, None), _agent_answer(10**17)]
+    for answer in answers:
+        pulse = pulse_module._agent_pulse(answer)
+        assert pulse is not None
+        assert _read_generally(answer) == (200, pulse, False)
+    matched = 0
+    candidates = [answers[0][:cut] for cut in range(len(answers[0]))]
+    candidates += [answers[0] + b"HTTP/1.1 2", answers[0][:-1] + b" \n"]
+    for data in candidates + _mutations(12, answers[0], 3000):
+        pulse = pulse_module._agent_pulse(data)
+        if pulse is None:
+            continue  # left to the general reader
+        matched += 1
+        assert _read_generally(data) == (200, pulse, False), data
+    assert 0 < matched < 3000  # a digit of the seq or the date may change; most else not
