@@ -145,14 +145,15 @@ class Agent:
         self.ready = asyncio.Event()
         self.http: HttpEndpoint | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-
         self._auth, self.serving = _serving_control(config)
         self.clock_check = _clock_check(config)
         self.memory = _memory_watch(config, self.serving)
 
         self.vllm: VllmWatch | None = None
         self.own_pulse = OwnPulse(config.node, lambda: (self.seq, self._boot_id))
-        self.peers = PeerWatch(config.peers, config.peering, carry=self.own_pulse.encoded)
+        self.peers = PeerWatch(
+            config.peers, config.peering, carry=self.own_pulse.encoded, beat=config.loop_interval
+        )
         # Live GPU faults of this boot; one that ends the rank's context stops it.
         self.gpu_faults = GpuFaultLog(rank_stopper(self.serving))
         self._gpu: GpuProbe | None = None
@@ -384,6 +385,9 @@ class Agent:
             self._publish()
             self._talk_to_systemd()
             expected = time.monotonic() + interval
+            # Last, as the loop goes to sleep: a pulse thread woken for a round
+            # finds the interpreter free.
+            self.peers.beat()
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(done.wait(), interval)
 
@@ -402,9 +406,6 @@ class Agent:
         if now - self._last_pet >= pet_every and self.loop_healthy():
             self.notifier.watchdog()
             self._last_pet = now
-
-    async def _first_round(self) -> None:
-        await asyncio.gather(*(r.run_once() for r in self._runners.values()))
 
     async def run(self, stop: asyncio.Event) -> None:
         """Run until ``stop`` is set. Raises WatchdogError if it cannot listen."""
@@ -434,7 +435,7 @@ class Agent:
         try:
             # READY=1 only after the first probe round: a unit that is
             # "active" then has a meaningful snapshot behind /v1/state.
-            await self._first_round()
+            await asyncio.gather(*(r.run_once() for r in self._runners.values()))
             self._publish()
             self.ready.set()
             self.notifier.ready(self.status_line())

@@ -3,9 +3,13 @@
 One thread asks each configured peer's ``GET /v1/pulse`` every
 ``peering.interval``, one peer after the other, each with ``peering.timeout``;
 it never touches the agent's event loop, so a dark fabric never delays the
-heartbeat. Per peer it keeps what the last pulse got and when, by this
-agent's monotonic clock, it last saw the peer's ``seq`` advance (or its boot
-id change) in a well-formed pulse of the right node: the only thing the
+heartbeat. Where the interval is a whole number of the agent's loops (the
+defaults: both 1 s), the heartbeat decides each round as it goes to sleep
+(:meth:`PeerWatch.beat`: no socket, no name lookup) and wakes the thread
+only when some peer is to be asked; otherwise the thread keeps its own
+clock. Per peer it keeps what the last pulse got and when, by this agent's
+monotonic clock, it last saw the peer's ``seq`` advance (or its boot id
+change) in a well-formed pulse of the right node: the only thing the
 controller believes (``progress_ago_s`` in ``/v1/state``'s ``peers``).
 Garbage and another node's identity never move it.
 
@@ -22,6 +26,7 @@ after that.
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import logging
 import socket
@@ -45,6 +50,8 @@ LOG_EVERY_S = 60.0
 # asked this round. Above one half: of two agents on the same interval, at
 # most one asks the other in each round (the other heard it within the share).
 HEARD_FRESH = 0.75
+# A heartbeat this share of an interval early still starts the round (paced).
+BEAT_EARLY = 0.1
 # A peer URL's host name is looked up again this often (the name may move).
 RESOLVE_EVERY_S = 60.0
 # Carried pulses that are taken for nothing are logged once per source, for
@@ -119,11 +126,17 @@ class PeerWatch:
         clock: Callable[[], float] = time.monotonic,
         carry: Callable[[], bytes] | None = None,
         resolve: Callable[[str], frozenset[IPAddress]] | None = None,
+        beat: float | None = None,
     ) -> None:
         """``carry``: this agent's own pulse, sent with each request; ``resolve``:
-        the addresses a peer URL's host names (default: the system's resolver)."""
+        the addresses a peer URL's host names (default: the system's resolver);
+        ``beat``: the agent's loop interval, whose heartbeat calls :meth:`beat`
+        (None: the pulse thread keeps its own clock)."""
         self.interval = peering.interval
         self._clock = clock
+        # Rounds on the heartbeat when the interval is a whole number of its loops.
+        self.paced = beat is not None and _whole_multiple(peering.interval, beat)
+        self._due = float("-inf")  # the next round's time, on the heartbeat (paced)
         self._clients = [PulseClient(p.name, p.url, peering.timeout, carry) for p in peers]
         self._views = {p.name: PeerView(p.name, p.url) for p in peers}
         self._asked = [(client, self._views[client.name]) for client in self._clients]
@@ -139,8 +152,8 @@ class PeerWatch:
         self._carried: dict[Any, tuple[bytes, Any, float]] = {}
         self._lock = threading.Lock()
         self._stopping = False  # read before each ask: a plain flag, not an Event's call
-        # Held until stop(): the pulse thread sleeps in a timed acquire of it
-        # (one call, where Event.wait is a dozen steps each round).
+        # Released to wake the pulse thread (a round to run, or stop()): it
+        # sleeps in an acquire of it (one call, where Event.wait is a dozen steps).
         self._sleep = threading.Lock()
         self._sleep.acquire()
         self._thread: threading.Thread | None = None
@@ -148,18 +161,25 @@ class PeerWatch:
     def start(self) -> None:
         if not self._clients or self._thread is not None:
             return
-        self._thread = threading.Thread(target=self._run, name="peer-pulse", daemon=True)
+        run = self._run_paced if self.paced else self._run
+        self._due = self._clock() + (1 - BEAT_EARLY) * self.interval  # after the first round
+        self._thread = threading.Thread(target=run, name="peer-pulse", daemon=True)
         self._thread.start()
 
     def stop(self) -> None:
         if not self._stopping:
             self._stopping = True
-            self._sleep.release()
+            self._wake()
         if self._thread is not None:
             self._thread.join(10)
             self._thread = None
         for client in self._clients:
             client.close()
+
+    def _wake(self) -> None:
+        # Released already: the thread goes on at its next acquire.
+        with contextlib.suppress(RuntimeError):
+            self._sleep.release()
 
     def _run(self) -> None:
         due = self._clock()
@@ -169,6 +189,32 @@ class PeerWatch:
             due = max(due + self.interval, self._clock())
             if self._sleep.acquire(timeout=max(0.0, due - self._clock())):
                 return  # stopped
+
+    def _run_paced(self) -> None:
+        """The first round at once, then one each time :meth:`beat` or stop() wakes it."""
+        while not self._stopping:
+            self.pulse_all()
+            self._sleep.acquire()
+
+    def beat(self) -> None:
+        """The heartbeat's turn, right after its work (paced only): when a round
+        is due, take the carried pulses and wake the pulse thread only if a
+        peer was not heard within the round's share. Never waits: no socket,
+        no name lookup (the thread does those), a lock held for a few steps.
+        An agent whose peers all ask it runs no pulse thread at all."""
+        if not self.paced or self._thread is None:
+            return
+        now = self._clock()
+        if now < self._due:
+            return
+        # A beat a little early (a tenth of a loop) counts as on time.
+        self._due = now + self.interval - BEAT_EARLY * self.interval
+        self._take_carried()
+        fresh = HEARD_FRESH * self.interval
+        for view in self._views.values():
+            if view.heard_at is None or now - view.heard_at >= fresh:
+                self._wake()
+                return
 
     def pulse_all(self) -> None:
         """Ask every peer once, one after the other, but those just heard."""
@@ -271,6 +317,12 @@ class PeerWatch:
         at = self._clock() if now is None else now
         with self._lock:
             return {name: view.to_json(at) for name, view in self._views.items()}
+
+
+def _whole_multiple(interval: float, beat: float) -> bool:
+    """Whether ``interval`` is a whole number (one or more) of ``beat``."""
+    loops = round(interval / beat)
+    return loops >= 1 and abs(interval - loops * beat) < 1e-6 * interval
 
 
 def _literal(host: str) -> frozenset[IPAddress] | None:

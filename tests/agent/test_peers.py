@@ -786,3 +786,62 @@ def test_a_carried_pulse_is_taken_later_as_of_when_it_came() -> None:
     clock.now += 0.1
     seen = watch.to_json()["spark-2"]
     assert (seen["seq"], seen["progress_ago_s"], seen["state"]) == (6, 0.3, "ok")
+
+
+def _paced_watch(url: str, clock: FakeClock, interval: float = 1.0) -> PeerWatch:
+    return PeerWatch(
+        (PeerConfig("spark-2", url),), PeeringConfig(interval, 0.5), clock=clock, beat=1.0
+    )
+
+
+def test_rounds_on_the_heartbeat_wake_the_pulse_thread_only_for_a_peer_to_ask(
+    stub: StubPeer,
+) -> None:
+    """With the interval a whole number of loops, the heartbeat decides each
+    round: a peer heard within the round's share is not asked and the pulse
+    thread is not even woken; a peer not heard is asked on the thread."""
+    clock = FakeClock()
+    watch = _paced_watch(stub.url, clock)
+    assert watch.paced
+    rounds: list[float] = []
+    real_round = watch.pulse_all
+
+    def counted() -> None:
+        rounds.append(clock.now)
+        real_round()
+
+    watch.pulse_all = counted  # type: ignore[method-assign]
+    carried = pulse_bytes("spark-2", 5, BOOT)
+    try:
+        watch.start()  # the first round at once
+        _wait(lambda: watch.to_json()["spark-2"]["state"] == "ok", "the first round")
+        assert rounds == [1000.0]
+        # Heard within the share before each beat: no round, however many beats.
+        for _ in range(3):
+            clock.now += 1.0
+            watch.heard(carried, ("127.0.0.1", 50000))
+            clock.now += 0.2
+            watch.beat()
+        time.sleep(0.5)  # a wrongly woken thread runs its round within milliseconds
+        assert rounds == [1000.0]
+        # Not heard for a whole interval: the beat wakes the thread, which asks.
+        clock.now += 1.0
+        assert watch.to_json()["spark-2"]["answer_ago_s"] == 1.2  # the last pulse heard
+        watch.beat()
+        _wait(lambda: watch.to_json()["spark-2"]["answer_ago_s"] == 0.0, "the peer asked")
+        assert rounds[1:] == [clock.now]
+        # A beat before the next round is due (a second one in the same loop) does nothing.
+        watch.beat()
+        time.sleep(0.5)
+        assert len(rounds) == 2
+    finally:
+        watch.stop()
+
+
+def test_an_interval_that_is_not_a_whole_number_of_loops_keeps_its_own_clock() -> None:
+    clock = FakeClock()
+    assert _paced_watch("http://127.0.0.1:1", clock, 2.0).paced
+    odd = _paced_watch("http://127.0.0.1:1", clock, 1.5)
+    assert not odd.paced
+    odd.beat()  # not paced: a no-op, and nothing started
+    assert not PeerWatch((), PeeringConfig(1.0, 0.5)).paced
