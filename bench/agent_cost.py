@@ -140,6 +140,7 @@ class _PulseStubs:
         self.servers: list[HttpEndpoint] = []
         self.asked = self.failed = self.skipped = 0
         self.heard_at: list[float | None] = [None] * count  # the agent's pulse, per stub
+        self.agent_round = 0.0  # monotonic: the agent's latest heartbeat seen (0: none yet)
         self.asked_by_agent = [0] * count
         self.seqs = [0] * count
         self._agent = f"http://127.0.0.1:{agent_port}"
@@ -169,12 +170,19 @@ class _PulseStubs:
             PulseClient(self.node, self._agent, 0.5, carry=self._carry(n))
             for n in range(self.count)
         ]
-        # The agent's first round (it asks before it has heard anyone) sets the phase.
+        # The agent's first round (it asks before it has heard anyone) sets the
+        # phase; then each heartbeat the bench's poll sees (saw_state) keeps it:
+        # the agent's rounds follow its heartbeat, a little over a second apart.
         while not self._stop.wait(0.05) and self.heard_at[0] is None:
             pass
-        first = self.heard_at[0]
-        due = (first or time.monotonic()) + LEAD_PHASE_S[self.lead]
-        while not self._stop.wait(max(0.0, due - time.monotonic())):
+        self.agent_round = self.agent_round or self.heard_at[0] or time.monotonic()
+        due = float("-inf")
+        while True:
+            after, due = due, self.agent_round + LEAD_PHASE_S[self.lead]
+            while due < after + 0.5:  # the next such moment after the last round
+                due += 1.0
+            if self._stop.wait(max(0.0, due - time.monotonic())):
+                break
             for n, client in enumerate(clients):
                 heard = self.heard_at[n]
                 if heard is not None and time.monotonic() - heard < HEARD_FRESH:
@@ -185,9 +193,16 @@ class _PulseStubs:
                     self.asked += 1
                 else:
                     self.failed += 1
-            due += 1.0
         for client in clients:
             client.close()
+
+    def saw_state(self, snap: dict[str, Any]) -> None:
+        """The agent's ``/v1/state``: its ``observed_at`` is its latest heartbeat."""
+        try:
+            at = datetime.fromisoformat(snap["observed_at"]).timestamp()
+        except (KeyError, TypeError, ValueError):
+            return
+        self.agent_round = time.monotonic() - (time.time() - at)
 
     def _carry(self, n: int) -> Callable[[], bytes]:
         return lambda: pulse_bytes(f"peer-{n}", self.seqs[n], "0" * 32)
@@ -284,7 +299,15 @@ def run(
         stubs.start()
         try:
             result = _measure(
-                agent, port, duration, poll_interval, warmup, journal_dir, peer, peer_port
+                agent,
+                port,
+                duration,
+                poll_interval,
+                warmup,
+                journal_dir,
+                peer,
+                peer_port,
+                stubs.saw_state,
             )
             result["serving_runtime"] = "docker" if container is not None else None
             result["peers"] = {
@@ -331,6 +354,7 @@ def _measure(
     journal_dir: str | None,
     peer: subprocess.Popen[bytes] | None = None,
     peer_port: int = 0,
+    on_state: Callable[[dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
     base = f"http://127.0.0.1:{port}"
     session = requests.Session()
@@ -365,6 +389,8 @@ def _measure(
         try:
             snap = session.get(f"{base}/v1/state", timeout=1).json()
             polls += 1
+            if on_state is not None:
+                on_state(snap)
             key = "/".join(f"{k}={v['state']}" for k, v in sorted(snap["probes"].items()))
             for name, seen in sorted(snap.get("peers", {}).items()):
                 key += f"/{name}={seen['state']}"
