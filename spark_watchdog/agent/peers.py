@@ -207,9 +207,14 @@ class PeerWatch:
         now = self._clock()
         if now < self._due:
             return
-        # A beat a little early (a tenth of a loop) counts as on time.
+        # A beat a little early (a tenth of an interval) counts as on time.
         self._due = now + self.interval - BEAT_EARLY * self.interval
-        self._take_carried()
+        try:
+            self._take_carried()
+        except Exception:  # the heartbeat must go on: the thread's round takes them
+            log.exception("taking the pulses peers' requests carried failed")
+            self._wake()
+            return
         fresh = HEARD_FRESH * self.interval
         for view in self._views.values():
             if view.heard_at is None or now - view.heard_at >= fresh:

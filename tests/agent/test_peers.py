@@ -845,3 +845,26 @@ def test_an_interval_that_is_not_a_whole_number_of_loops_keeps_its_own_clock() -
     assert not odd.paced
     odd.beat()  # not paced: a no-op, and nothing started
     assert not PeerWatch((), PeeringConfig(1.0, 0.5)).paced
+
+
+def test_a_failure_taking_carried_pulses_leaves_the_heartbeat_going(
+    stub: StubPeer, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """beat() runs on the agent's heartbeat: whatever goes wrong in it is
+    logged and handed to the pulse thread, never raised into the loop."""
+    clock = FakeClock()
+    watch = _paced_watch(stub.url, clock)
+    try:
+        watch.start()
+        _wait(lambda: watch.to_json()["spark-2"]["state"] == "ok", "the first round")
+
+        def broken() -> None:
+            raise RuntimeError("a carried pulse nobody expected")
+
+        monkeypatch.setattr(watch, "_take_carried", broken)
+        clock.now += 1.0
+        watch.beat()  # must not raise
+        assert "carried failed" in caplog.text
+    finally:
+        monkeypatch.undo()
+        watch.stop()
