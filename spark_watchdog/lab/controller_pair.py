@@ -5,6 +5,14 @@ a real ``spark-watchdog controller`` process with the lab's config, short
 leadership timings (``LEADERSHIP``) and the PostgreSQL history, reached
 directly or through a ``TcpProxy`` of its own (the chaos tier cuts one
 controller's link, not the other's). Its output goes to ``<name>.log``.
+
+A controller that stops leading exits, and its unit starts it again as a
+standby (``Restart=always``, ``RestartSec=5s`` in
+systemd/spark-watchdog-controller.service). ``start(..., restart=True)`` does
+the same here: a controller that exits is started again ``RESTART_S`` later,
+its output appended to the same log after a ``RESTARTED`` line. Without it a
+pair whose both controllers lose their leases in turn (a loaded machine, then
+a fault) has nobody left to finish a recovery, which production would have.
 """
 
 from __future__ import annotations
@@ -13,6 +21,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -42,6 +51,11 @@ LEADERSHIP: dict[str, float] = {
 }
 
 
+# The controller unit's RestartSec (systemd/spark-watchdog-controller.service).
+RESTART_S = 5.0
+RESTARTED = "--- the lab started this controller again (its unit's Restart=always) ---"
+
+
 def wait_for(check: Callable[[], object], timeout: float, what: str) -> float:
     """Poll ``check`` until it is true; the seconds it took (RuntimeError past ``timeout``)."""
     started = time.monotonic()
@@ -60,8 +74,12 @@ class ControllerPair:
         self.server = server
         self.url = url
         self.tmp = tmp
-        self.processes: dict[str, subprocess.Popen[bytes]] = {}
+        self.processes: dict[str, subprocess.Popen[bytes]] = {}  # each name's latest
         self.store = PostgresHistoryStore(url, password_file=str(server.password_file))
+        self._earlier: list[subprocess.Popen[bytes]] = []  # replaced by a restart
+        self._restarts: dict[str, tuple[list[str], dict[str, str] | None]] = {}
+        self._closing = threading.Event()
+        self._keeper: threading.Thread | None = None
 
     def config_path(self, name: str) -> Path:
         return self.tmp / f"{name}.yaml"
@@ -72,10 +90,13 @@ class ControllerPair:
         *,
         via: TcpProxy | None = None,
         env: Mapping[str, str] | None = None,
+        restart: bool = False,
         **overrides: Any,
     ) -> subprocess.Popen[bytes]:
         """Start controller ``name``; ``via``: its history link goes through that
-        proxy; ``env``: added to its environment; ``overrides``: of its config."""
+        proxy; ``env``: added to its environment; ``restart``: started again
+        ``RESTART_S`` after it exits, as its unit would; ``overrides``: of its
+        config."""
         config: dict[str, Any] = self.lab.controller_config(
             Path("unused"), leadership=LEADERSHIP, **overrides
         )
@@ -85,24 +106,45 @@ class ControllerPair:
         config["history"] = url
         config["history_password_file"] = str(self.server.password_file)
         self.config_path(name).write_text(yaml.safe_dump(config))
-        with (self.tmp / f"{name}.log").open("wb") as log:
-            process = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "spark_watchdog",
-                    "controller",
-                    "--config",
-                    str(self.config_path(name)),
-                ],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=None if env is None else {**os.environ, **env},
-            )
+        argv = [sys.executable, "-m", "spark_watchdog", "controller"]
+        argv += ["--config", str(self.config_path(name))]
+        environment = None if env is None else {**os.environ, **env}
+        (self.tmp / f"{name}.log").write_bytes(b"")
+        process = self._spawn(name, argv, environment)
+        if restart:
+            self._restarts[name] = (argv, environment)
+            if self._keeper is None:
+                self._keeper = threading.Thread(target=self._keep_running, daemon=True)
+                self._keeper.start()
+        return process
+
+    def _spawn(
+        self, name: str, argv: list[str], env: dict[str, str] | None
+    ) -> subprocess.Popen[bytes]:
+        with (self.tmp / f"{name}.log").open("ab") as log:
+            process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env)
         self.processes[name] = process
         return process
 
+    def _keep_running(self) -> None:
+        """Start each restarted controller again ``RESTART_S`` after it exits."""
+        exited: dict[str, float] = {}
+        while not self._closing.wait(0.2):
+            for name, (argv, env) in list(self._restarts.items()):
+                process = self.processes[name]
+                if process.poll() is None:
+                    continue
+                since = exited.setdefault(name, time.monotonic())
+                if time.monotonic() - since < RESTART_S:
+                    continue
+                del exited[name]
+                with (self.tmp / f"{name}.log").open("a") as log:
+                    log.write(f"{RESTARTED} (it exited with {process.returncode})\n")
+                self._earlier.append(process)
+                self._spawn(name, argv, env)
+
     def log(self, name: str) -> str:
+        """What ``name`` wrote, every start of it in turn."""
         return (self.tmp / f"{name}.log").read_text(errors="replace")
 
     def leader(self) -> Leader | None:
@@ -139,7 +181,8 @@ class ControllerPair:
         """The lines of ``name``'s log from offset ``since`` that a deposed
         leader must not write (docs/design.md, "Controller pair"): an alert about
         a node, an incident resumed, a second ``leadership_lost``."""
-        lines = self.log(name)[since:].splitlines()
+        said = self.log(name)[since:]
+        lines = said.split(RESTARTED)[0].splitlines()  # this start's, not the next's
         wrong = [
             line
             for line in lines
@@ -151,7 +194,10 @@ class ControllerPair:
 
     def close(self) -> None:
         """Every process still running is woken and killed; the store closed."""
-        for process in self.processes.values():
+        self._closing.set()
+        if self._keeper is not None:
+            self._keeper.join(30)
+        for process in [*self._earlier, *self.processes.values()]:
             if process.poll() is None:
                 for sig in (signal.SIGCONT, signal.SIGKILL):
                     os.kill(process.pid, sig)

@@ -29,7 +29,13 @@ import yaml
 from spark_watchdog.controller.pair import STOP_WITHIN_S
 from spark_watchdog.history.leadership import Lease
 from spark_watchdog.lab.cluster import LabCluster
-from spark_watchdog.lab.controller_pair import LEADERSHIP, ControllerPair, wait_for
+from spark_watchdog.lab.controller_pair import (
+    LEADERSHIP,
+    RESTART_S,
+    RESTARTED,
+    ControllerPair,
+    wait_for,
+)
 from spark_watchdog.lab.hardware.tcp_proxy import TcpProxy
 from spark_watchdog.lab.node import LabNode
 
@@ -38,9 +44,10 @@ pytestmark = pytest.mark.integration
 HA = [sys.executable, "-m", "spark_watchdog", "ha"]
 
 
-def _ha(pair: ControllerPair, *args: str) -> subprocess.CompletedProcess[str]:
+def _ha(pair: ControllerPair, *args: str, name: str = "b") -> subprocess.CompletedProcess[str]:
+    """``spark-watchdog ha`` with controller ``name``'s config."""
     return subprocess.run(
-        [*HA, args[0], "--config", str(pair.config_path("b")), *args[1:]],
+        [*HA, args[0], "--config", str(pair.config_path(name)), *args[1:]],
         capture_output=True,
         text=True,
         timeout=60,
@@ -104,6 +111,23 @@ def test_the_standby_takes_over_a_killed_leader_and_recovers_a_freeze(pair: Cont
     ended = _ha(pair, "step-down")
     assert "ended the lease of" in ended.stdout and "(epoch 2): it stops now" in ended.stdout
     assert b.wait(30) == 1 and "stopped leading" in pair.log("b")
+
+
+def test_a_controller_that_exits_is_started_again_as_its_unit_would(pair: ControllerPair) -> None:
+    """``restart=True``: the lab starts an exited controller again after
+    ``RESTART_S`` (the unit's RestartSec); the log keeps both starts."""
+    a = pair.start("a", restart=True)
+    wait_for(lambda: pair.leads("a", 1), 60, "controller a leading at epoch 1")
+    assert "ended the lease of" in _ha(pair, "step-down", name="a").stdout
+    assert a.wait(30) == 1
+    exited = time.monotonic()
+    wait_for(lambda: pair.leads("a", 2), 60, "controller a started again, leading at epoch 2")
+    assert time.monotonic() - exited >= RESTART_S - 0.5
+    again = pair.processes["a"]
+    assert again.pid != a.pid and again.poll() is None
+    first, second = pair.log("a").split(RESTARTED)
+    assert "stopped leading" in first and "(it exited with 1)" in second
+    assert "leading at epoch 2" in second
 
 
 def steps_of_freeze(pair: ControllerPair) -> list[str]:
