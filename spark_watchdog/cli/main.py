@@ -7,32 +7,38 @@ checked is unhealthy or the action failed, 2 usage or config error.
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from collections.abc import Sequence
 from typing import Any
 
 from spark_watchdog import __version__
-from spark_watchdog.cli import (
-    agent_cmd,
-    controller_cmd,
-    doctor_cmd,
-    examples,
-    ha_cmd,
-    history_cmd,
-    lab_cmd,
-    power_cmd,
-    probe_gpu,
-    probe_journal,
-    probe_vllm,
-    reference_cmd,
-    serving_cmd,
-)
+from spark_watchdog.cli import examples
 from spark_watchdog.cli.parser_tree import Command, tree
 from spark_watchdog.errors import ConfigError, WatchdogError
 
 EXIT_OK = 0
 EXIT_UNHEALTHY = 1
 EXIT_USAGE = 2
+
+# The commands that one module of this package registers by itself. A process
+# that runs one of them builds only that command's parser and imports only its
+# module: the agent, a long-lived process held to an RSS budget, loads no
+# controller, lab or doctor code (docs/benchmarks.md, "Agent cost"). Any other
+# first argument (help, a probe, the history commands) builds the whole tree.
+ALONE = {
+    "agent": "agent_cmd",
+    "controller": "controller_cmd",
+    "power": "power_cmd",
+    "serving": "serving_cmd",
+    "ha": "ha_cmd",
+    "lab": "lab_cmd",
+    "doctor": "doctor_cmd",
+}
+
+
+def _module(name: str) -> Any:
+    return importlib.import_module(f"spark_watchdog.cli.{name}")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -43,7 +49,9 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n(see {self.prog} --help)\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The command line's parser: every command, or only the command ``only``
+    (one of ``ALONE``), which parses its arguments exactly as the whole tree does."""
     parser = _Parser(
         prog="spark-watchdog",
         description="Freeze watchdog for vLLM on NVIDIA DGX Spark clusters.",
@@ -52,8 +60,20 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     commands.required = True
+    if only is not None:
+        _module(ALONE[only]).add_parser(commands)
+    else:
+        _add_every_command(commands)
+    examples.attach(parser)
+    # The man page and the completions are drawn from this very parser: handed
+    # to them here, so that no command module imports the one that builds it.
+    parser.set_defaults(root_parser=parser)
+    return parser
 
-    agent_cmd.add_parser(commands)
+
+def _add_every_command(commands: Any) -> None:
+    """Every command, in the order ``--help`` and the man page list them."""
+    _module("agent_cmd").add_parser(commands)
 
     probe = commands.add_parser(
         "probe",
@@ -62,23 +82,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     probes: Any = probe.add_subparsers(dest="probe", metavar="PROBE", parser_class=_Parser)
     probes.required = True
-    probe_journal.add_parser(probes)
-    probe_vllm.add_parser(probes)
-    probe_gpu.add_parser(probes)
+    for name in ("probe_journal", "probe_vllm", "probe_gpu"):
+        _module(name).add_parser(probes)
 
-    controller_cmd.add_parser(commands)
-    power_cmd.add_parser(commands)
-    history_cmd.add_parsers(commands)
-    serving_cmd.add_parser(commands)
-    ha_cmd.add_parser(commands)
-    lab_cmd.add_parser(commands)
-    doctor_cmd.add_parser(commands)
-    reference_cmd.add_parsers(commands)
-    examples.attach(parser)
-    # The man page and the completions are drawn from this very parser: handed
-    # to them here, so that no command module imports the one that builds it.
-    parser.set_defaults(root_parser=parser)
-    return parser
+    for name in ("controller_cmd", "power_cmd"):
+        _module(name).add_parser(commands)
+    _module("history_cmd").add_parsers(commands)
+    for name in ("serving_cmd", "ha_cmd", "lab_cmd", "doctor_cmd"):
+        _module(name).add_parser(commands)
+    _module("reference_cmd").add_parsers(commands)
 
 
 def program() -> Command:
@@ -87,8 +99,9 @@ def program() -> Command:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    given = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(given[0] if given and given[0] in ALONE else None)
+    args = parser.parse_args(given)
     try:
         code = int(args.func(args))
     except KeyboardInterrupt:
