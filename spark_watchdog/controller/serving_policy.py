@@ -105,6 +105,16 @@ class ServingRestarts:
             )
         ]
 
+    def held_down(self, among: Callable[[NodeWatch], bool]) -> list[str]:
+        """The nodes (of those ``among`` takes) held for a person and not
+        healthy: every rank restarts together, so serving cannot come back
+        without them; it restarts once a person releases them and they answer."""
+        return [
+            w.name
+            for w in self.host.watches.values()
+            if among(w) and w.state is NodeState.HELD and w.finding.verdict is not Verdict.HEALTHY
+        ]
+
     def _heard(self, node: str) -> None:
         """A node's agent answered a serving request: a sign of life."""
         watch = self.host.watches.get(node)
@@ -272,10 +282,15 @@ class ServingRestarts:
             return  # a host recovery or the wedged ladder ends with a serving restart anyway
         kills = watch.kills_of(watch.finding.verdict)
         killed = kills is not None and kills.pending is not None
-        if not killed and self.recovering(lambda w: w is not watch):
+
+        def others(w: NodeWatch) -> bool:
+            return w is not watch
+
+        if not killed and (self.recovering(others) or self.held_down(others)):
             # The group stalls because another node is down: its recovery
-            # restarts serving. An incident here would only be deferred (a
-            # rank the agent killed still gets one: the kill is recorded).
+            # restarts serving, or a person who releases it does. An incident
+            # here would only be deferred, or fail for want of that node's
+            # rank (a rank the agent killed still gets one: the kill is recorded).
             return
         if now - self._last_restart < host.config.serving.restart_cooldown:
             return

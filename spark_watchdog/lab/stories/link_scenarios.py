@@ -64,7 +64,10 @@ def partition(run: Run) -> None:
         # than freeze_after, which no alert may report as a broken path.
         run.result.problems.append(f"an unreachable alert for {node.name}, dark on both links")
     # While the node is frozen or held, the stalled group is its recovery's to
-    # restart: no serving incident of its own (one would only be deferred).
+    # restart, or the person's who releases it: no serving incident of its own
+    # (one would be deferred, or fail for want of its rank). Watched a while:
+    # one would open within a poll of the hold.
+    time.sleep(QUIET_WATCH_S / 2)
     frozen = [i for i in incidents_of(run) if i.kind == "host_frozen"]
     serving = [
         i.id

@@ -613,8 +613,9 @@ SCENARIOS: dict[str, Scenario] = {
             "fabric link (root only; elsewhere not_available, exit 3). With both dark nothing "
             "says the node lives, so it looks exactly like a silent freeze: expected "
             "host_frozen, one verified cycle (the PDU is on its own network), no new boot seen "
-            "within boot_timeout, gave up and held with an alert; when the links come back the "
-            "node answers and stays held for a person.",
+            "within boot_timeout, gave up and held with an alert, and no serving restart while "
+            "it is held and dark (serving cannot come back without its rank); when the links "
+            "come back the node answers and stays held for a person.",
         ),
         Scenario(
             "mgmt-partition",
