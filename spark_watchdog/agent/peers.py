@@ -162,7 +162,7 @@ class PeerWatch:
         if not self._clients or self._thread is not None:
             return
         run = self._run_paced if self.paced else self._run
-        self._due = self._clock() + (1 - BEAT_EARLY) * self.interval  # after the first round
+        self._due = self._next_round(self._clock())  # after the first round
         self._thread = threading.Thread(target=run, name="peer-pulse", daemon=True)
         self._thread.start()
 
@@ -207,8 +207,7 @@ class PeerWatch:
         now = self._clock()
         if now < self._due:
             return
-        # A beat a little early (a tenth of an interval) counts as on time.
-        self._due = now + self.interval - BEAT_EARLY * self.interval
+        self._due = self._next_round(now)
         try:
             self._take_carried()
         except Exception:  # the heartbeat must go on: the thread's round takes them
@@ -220,6 +219,11 @@ class PeerWatch:
             if view.heard_at is None or now - view.heard_at >= fresh:
                 self._wake()
                 return
+
+    def _next_round(self, now: float) -> float:
+        """When the next paced round is due: a beat a little early (a tenth of
+        an interval) counts as on time."""
+        return now + (1 - BEAT_EARLY) * self.interval
 
     def pulse_all(self) -> None:
         """Ask every peer once, one after the other, but those just heard."""
