@@ -28,7 +28,9 @@ from email.message import Message
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler
 from typing import Any, Protocol
-from urllib.parse import urlsplit
+from urllib.parse import urlencode, urlsplit
+
+from spark_watchdog.bearer import TOKEN_IN_URL, credential_in_target, decoded_target, target_parts
 
 log = logging.getLogger("spark_watchdog.http")
 
@@ -62,8 +64,9 @@ class Request:
 class PathRoutes(Protocol):
     """Routes that match paths themselves (templates such as
     ``/v1/incidents/{id}``, a folder of static files) and see the whole
-    request. Each request is first shown to ``screen`` whatever its path, so
-    a refusal (a secret in a query string) holds for every route."""
+    request. Each request line is first shown to ``screen`` whatever its
+    method and path, so a refusal (a secret in the URL) holds for every
+    route and every error."""
 
     def methods(self, path: str) -> tuple[str, ...]:
         """The methods ``path`` answers, in ``Allow`` order; () when not one of these."""
@@ -78,7 +81,11 @@ class PathRoutes(Protocol):
         ...
 
     def screen(self, request: Request) -> Reply | None:
-        """A refusal for any request before its route runs; None to let it through."""
+        """A refusal for any request before its route runs; None to let it through.
+        It sees the request line alone, before the headers are read: ``query``
+        holds every part of the target (path segments and parameters, query,
+        fragment), percent-decoded, as one query string
+        (:func:`spark_watchdog.bearer.target_parts`)."""
         ...
 
     def answer(self, request: Request) -> Reply: ...
@@ -229,8 +236,6 @@ class Exchange(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         path = self._path()
-        if self._screened(path):
-            return
         route = self.routes.post.get(path)
         if route is None:
             if "POST" in self.routes.own(path):
@@ -264,8 +269,6 @@ class Exchange(BaseHTTPRequestHandler):
 
     def _get(self) -> None:
         path = self._path()
-        if self._screened(path):
-            return
         route = self.routes.get.get(path)
         if route is None:
             if "GET" in self.routes.own(path):
@@ -287,18 +290,26 @@ class Exchange(BaseHTTPRequestHandler):
         query = urlsplit(self.path).query if "?" in self.path else ""
         return Request(self.command, path, query, self.headers, body or {})
 
-    def _screened(self, path: str) -> bool:
-        """True when ``paths_of`` refused the request (answered already)."""
-        routes = self.routes.paths_of
-        if routes is None:
-            return False
-        refusal = routes.screen(self._request(path))
-        if refusal is None:
-            return False
-        self.close_connection = True
-        status, content_type, body, headers = refusal
-        self._send(status, content_type, body, {"Connection": "close", **headers})
-        return True
+    def _credential_in(self, target: str) -> Reply | None:
+        """The refusal of a request target that carries a credential (the
+        server's own token included, under any name or none); None when it
+        carries none. docs/page.md, "The token"."""
+        authorize = self.routes.authorize
+        is_secret = None
+        if authorize is not None:
+            check = authorize
+
+            def is_secret(part: str) -> bool:
+                return bool(part.strip()) and check(f"Bearer {part.strip()}") is None
+
+        if credential_in_target(target, is_secret):
+            status, content_type, body = json_response({"error": TOKEN_IN_URL}, 400)
+            return status, content_type, body, {}
+        screen = self.routes.paths_of
+        text = decoded_target(target)
+        if screen is None or text is None:
+            return None
+        return screen.screen(Request("", "", urlencode(target_parts(text)), Message()))
 
     def _own_route(self, path: str) -> None:
         """A route of ``paths_of``: the whole request is its to answer."""
@@ -382,6 +393,8 @@ class Exchange(BaseHTTPRequestHandler):
     def parse_request(self) -> bool:
         raw: bytes = getattr(self, "raw_requestline", b"")  # set by handle_one_request
         words = raw.split()
+        if self._refused_target(words):
+            return False
         if len(words) == 2:
             # No HTTP version: HTTP/0.9 ("GET /path"), which has no headers and
             # no status line; http.server would wait for headers that never come.
@@ -397,6 +410,21 @@ class Exchange(BaseHTTPRequestHandler):
                 self.send_error(400, f"Bad request syntax ({self.requestline!r})")
             return False
         return bool(super().parse_request())
+
+    def _refused_target(self, words: list[bytes]) -> bool:
+        """True after refusing a request line whose target (or any word after
+        the method) carries a credential; before any other check, so no error
+        echoes it and no log line names it."""
+        for word in words[1:]:
+            refusal = self._credential_in(word.decode("latin-1"))
+            if refusal is not None:
+                self.command = ""
+                self.request_version = "HTTP/1.0"
+                self.close_connection = True
+                status, content_type, body, headers = refusal
+                self._send(status, content_type, body, {"Connection": "close", **headers})
+                return True
+        return False
 
     def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
         """Every error http.server raises itself (a malformed request line, an

@@ -6,24 +6,19 @@ name, :mod:`spark_watchdog.config.secrets`), read once at start. An action
 must carry it in ``Authorization: Bearer <token>`` (RFC 6750 §2.1), never in
 a cookie, which a browser would send with a request forged by another site;
 such a request also carries that site's ``Origin``, refused here. A token in
-a URL's query string is refused on every path: URLs end up in browser
-history, proxies' logs and ``Referer`` headers. The token is compared in
-constant time and never appears in an answer, a log line or a repr.
+a URL (any part of it, however encoded) is refused on every path: URLs end
+up in browser history, proxies' logs and ``Referer`` headers. The token is
+compared in constant time and never appears in an answer, a log line or a
+repr.
 """
 
 from __future__ import annotations
 
-import hmac
 from email.message import Message
-from urllib.parse import parse_qsl
 
-from spark_watchdog.bearer import bearer_problem
+from spark_watchdog.bearer import bearer_problem, credential_in_target, token_matcher
 from spark_watchdog.config.secrets import Secret
 
-# Query parameters that can only be someone putting a credential in a URL.
-_CREDENTIAL_PARAMETERS = frozenset(
-    {"token", "access_token", "auth", "authorization", "bearer", "api_key", "key"}
-)
 # Fetch metadata (sent by every current browser): a request another site made.
 _FOREIGN_SITES = frozenset({"cross-site", "same-site"})
 
@@ -42,16 +37,13 @@ class PageAuth:
         return self._token is not None
 
     def token_in_query(self, query: str) -> bool:
-        """True when the query string names a credential or holds the token."""
+        """True when the query string carries a credential (a parameter named
+        like one, ``Bearer …``, the token's value under any name), however
+        encoded: :func:`spark_watchdog.bearer.credential_in_target`."""
         if not query:
             return False
-        pairs = parse_qsl(query, keep_blank_values=True)
-        if any(name.strip().lower() in _CREDENTIAL_PARAMETERS for name, _ in pairs):
-            return True
         token = self._token
-        return token is not None and any(
-            hmac.compare_digest(text.strip().encode(), token) for pair in pairs for text in pair
-        )
+        return credential_in_target("?" + query, None if token is None else token_matcher(token))
 
     def foreign_origin(self, headers: Message) -> str | None:
         """Why the request comes from another origin than the page's; None when it does not."""
