@@ -19,11 +19,13 @@ API itself, through the Docker SDK (no parsing of CLI output):
   gone that was not seen gone) until it answers again.
 - Its output (``docker logs --follow``) is appended to
   ``serving.log_file``, where the effective config is read as for a process.
-- A container of that name (or with ``serving.docker.adopt_labels``) that
-  the agent finds at its start, or that starts later while no rank of the
-  agent's lives (the cluster's launcher brought it up: a ``start`` event), is
-  adopted: watched, stopped and killed like its own; a start after it creates
-  the rank anew from the config.
+- A container of exactly that name (or with every one of
+  ``serving.docker.adopt_labels``; :func:`rank_match`, never an id prefix as
+  ``docker inspect NAME`` would take) that the agent finds at its start, or
+  that starts later while no rank of the agent's lives (the cluster's
+  launcher brought it up: a ``start`` event), is adopted: watched, stopped
+  and killed like its own; a start after it creates the rank anew from the
+  config.
 - With neither ``serving.command`` nor ``serving.docker.image`` configured,
   the rank is the launcher's container, and a start re-creates it from its
   own spec as inspect read it (image, command, environment, labels, host
@@ -38,9 +40,9 @@ import logging
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import docker
 import docker.errors
@@ -67,6 +69,22 @@ _RECONNECT_S = (1.0, 2.0, 5.0, 10.0)
 
 class DockerUnavailable(LaunchFailed):
     """The Docker Engine cannot be asked (socket missing, refused, garbage)."""
+
+
+def rank_match(
+    name: str, adopt_labels: Mapping[str, str], names: Iterable[str], labels: Mapping[str, Any]
+) -> Literal["name", "labels"] | None:
+    """Whether a container (its ``names`` and ``labels``) is the rank's, and by
+    what: its exact name (``serving.docker.name``), else every one of
+    ``adopt_labels``. The one rule for a container listed or seen in the event
+    stream; never an id prefix, which ``docker inspect NAME`` also takes (a
+    hex-looking name would adopt, stop and kill another container;
+    docs/serving.md, "Which container is the rank")."""
+    if any(str(each).lstrip("/") == name for each in names):
+        return "name"
+    if adopt_labels and all(labels.get(key) == value for key, value in adopt_labels.items()):
+        return "labels"
+    return None
 
 
 def engine_error(socket: str, exc: Exception) -> str:
@@ -322,25 +340,46 @@ class ContainerRuntime:
             return self._client
 
     def inspect(self, ref: str, client: docker.DockerClient | None = None) -> dict[str, Any] | None:
-        """The container's inspect, or None when there is no such container."""
+        """The container's inspect, or None when there is no such container.
+        ``ref`` is a full container id (a name or a short id would be looked up
+        by prefix too: :meth:`found` finds the id first)."""
         try:
             attrs: dict[str, Any] = (client or self.client()).api.inspect_container(ref)
         except docker.errors.NotFound:
             return None
         return attrs
 
+    def _listed(
+        self, client: docker.DockerClient, how: Literal["name", "labels"], name: str
+    ) -> list[dict[str, Any]]:
+        """The containers that are the rank's by ``how`` (:func:`rank_match`):
+        the Engine's filters narrow the list (its name filter matches a part
+        of a name), the one rule decides."""
+        labels = self.docker.adopt_labels if how == "labels" else {}
+        filters: dict[str, Any] = (
+            {"label": [f"{k}={v}" for k, v in sorted(labels.items())]}
+            if how == "labels"
+            else {"name": name}
+        )
+        listed = client.api.containers(all=True, filters=filters)
+        return [
+            c
+            for c in listed
+            if rank_match(name, labels, c.get("Names") or [], c.get("Labels") or {}) == how
+        ]
+
     def found(self) -> dict[str, Any] | None:
-        """The rank's container if there is one: by name, else by the adopt labels.
+        """The rank's container if there is one: by exact name, else by the adopt
+        labels; inspected by its full id.
 
         :raises DockerUnavailable: the daemon cannot be asked.
         :raises LaunchFailed: the labels match more than one container.
         """
         try:
-            by_name = self.inspect(self.docker.name)
-            if by_name is not None or not self.docker.adopt_labels:
-                return by_name
-            filters = {"label": [f"{k}={v}" for k, v in sorted(self.docker.adopt_labels.items())]}
-            matches = self.client().api.containers(all=True, filters=filters)
+            client = self.client()
+            matches = self._listed(client, "name", self.docker.name)
+            if not matches and self.docker.adopt_labels:
+                matches = self._listed(client, "labels", self.docker.name)
         except docker.errors.DockerException as exc:
             raise DockerUnavailable(engine_error(self.socket, exc)) from None
         if len(matches) > 1:
@@ -351,7 +390,7 @@ class ContainerRuntime:
                 f"serving.docker.adopt_labels match {len(matches)} containers ({names}); "
                 "name one container (serving.docker.name) or narrow the labels"
             )
-        return self.inspect(matches[0]["Id"]) if matches else None
+        return self.inspect(str(matches[0]["Id"])) if matches else None
 
     def adopt(self, log_file: Path) -> tuple[ContainerRank, list[str], str | None] | None:
         """The running container of an earlier agent or of the operator: watched from
@@ -456,10 +495,11 @@ class ContainerRuntime:
         self._closed.set()
 
     def _matches(self, attributes: dict[str, Any]) -> bool:
-        if attributes.get("name") == self.docker.name:
-            return True
-        labels = self.docker.adopt_labels
-        return bool(labels) and all(attributes.get(k) == v for k, v in labels.items())
+        """A ``start`` event's container (its attributes: name and labels) is the rank's."""
+        name = attributes.get("name")
+        names = [name] if isinstance(name, str) else []
+        wanted = self.docker
+        return rank_match(wanted.name, wanted.adopt_labels, names, attributes) is not None
 
     @staticmethod
     def _tell(arrived: Callable[[], None]) -> None:
@@ -574,6 +614,7 @@ class ContainerRuntime:
         client = self.client()
         self._remove_old(client, name)
         since = time.time()
+        created: dict[str, Any] = {}
         try:
             created = client.api.create_container(
                 str(config.get("Image")),
@@ -595,23 +636,25 @@ class ContainerRuntime:
                 f"in the Docker Engine at {self.socket} (pull it again)"
             ) from None
         except docker.errors.DockerException as exc:
-            with contextlib.suppress(docker.errors.DockerException):
-                client.api.remove_container(name, force=True)
+            if created.get("Id"):  # only the one just made, by its id
+                with contextlib.suppress(docker.errors.DockerException):
+                    client.api.remove_container(str(created["Id"]), force=True)
             raise LaunchFailed(f"re-creating container {name}: {exc}") from None
         cid = str(created["Id"])
         self._spec = self.inspect(cid, client) or spec
         return ContainerRank(self, cid, adopted=False, log_file=log_file, since=since)
 
     def _remove_old(self, client: docker.DockerClient, name: str | None = None) -> None:
-        """The previous container (ended: leftover() refused a live one), so the name is free."""
+        """The previous container of exactly that name (ended: leftover() refused a
+        live one), removed by its id, so the name is free."""
+        name = name or self.docker.name
         try:
-            client.api.remove_container(name or self.docker.name, v=False, force=False)
+            for old in self._listed(client, "name", name):
+                client.api.remove_container(str(old["Id"]), v=False, force=False)
         except docker.errors.NotFound:
             return
         except docker.errors.DockerException as exc:
-            raise LaunchFailed(
-                f"removing the previous container {name or self.docker.name}: {exc}"
-            ) from None
+            raise LaunchFailed(f"removing the previous container {name}: {exc}") from None
 
 
 def _base_command(attrs: dict[str, Any]) -> tuple[list[str], list[str]]:
