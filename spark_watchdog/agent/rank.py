@@ -51,6 +51,11 @@ class Rank(Protocol):
     def exit_code(self) -> int | None:
         """Its main process's exit status once it ended (negative: the signal), else None."""
 
+    def ended_at(self) -> float | None:
+        """When (wall clock) its main process ended, as this runtime first knew it:
+        Docker's own record of the end (its ``die``), or the agent's first sight of
+        the forked process gone. None while it runs, or when the end is not known."""
+
     def pids(self) -> list[int]:
         """Its live processes, as this host numbers them (for stack dumps and reports)."""
 

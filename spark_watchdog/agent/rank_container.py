@@ -41,6 +41,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
@@ -101,6 +102,19 @@ def engine_error(socket: str, exc: Exception) -> str:
             "socket's group (the unit's docker drop-in, docs/serving.md)"
         )
     return f"Docker Engine at {socket}: {text[:300]}"
+
+
+def finished_at(state: dict[str, Any]) -> float | None:
+    """``State.FinishedAt`` as Unix seconds; None when absent, unreadable or
+    Docker's zero time (the container never ended)."""
+    text = state.get("FinishedAt")
+    if not isinstance(text, str) or len(text) > 64:
+        return None
+    try:
+        unix = datetime.fromisoformat(text).timestamp()
+    except (ValueError, OverflowError, OSError):
+        return None
+    return unix if unix > 0 else None
 
 
 class ContainerState:
@@ -198,6 +212,10 @@ class ContainerRank:
             # 128 + n: the main process ended on signal n (docker kill, OOM).
             return -(code - 128) if 128 < code < 160 else code
         return None
+
+    def ended_at(self) -> float | None:
+        """Docker's own time of the end (``State.FinishedAt``, the ``die`` event's)."""
+        return finished_at(self.state.state()) if self.exit_code() is not None else None
 
     def pids(self) -> list[int]:
         if self.state.status() not in _LIVE:

@@ -15,6 +15,7 @@ import contextlib
 import os
 import signal
 import subprocess
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -63,10 +64,15 @@ def group_members(pgid: int) -> list[int]:
 class ProcessRank:
     """A rank the agent forked: its process group."""
 
-    def __init__(self, process: subprocess.Popen[bytes]) -> None:
+    def __init__(
+        self, process: subprocess.Popen[bytes], clock: Callable[[], float] = time.time
+    ) -> None:
         self.process = process
+        self._clock = clock
         # Once the group is seen empty its id may be reused: never signal it again.
         self._group_gone = False
+        # When (wall clock) the agent first saw the leader ended: its first sign of death.
+        self._ended_at: float | None = None
 
     @property
     def pid(self) -> int:
@@ -80,13 +86,24 @@ class ProcessRank:
         return bool(self.pids())
 
     def exit_code(self) -> int | None:
-        return self.process.poll()
+        return self._poll()
+
+    def ended_at(self) -> float | None:
+        self._poll()
+        return self._ended_at
+
+    def _poll(self) -> int | None:
+        """The leader's exit status (reaping it), noting when it was first seen ended."""
+        code = self.process.poll()
+        if code is not None and self._ended_at is None:
+            self._ended_at = self._clock()
+        return code
 
     def pids(self) -> list[int]:
         """Live processes of the group; reaps the leader as a side effect."""
         if self._group_gone:
             return []
-        if self.process.poll() is None:
+        if self._poll() is None:
             return [self.pgid]  # the leader itself is alive: no need to look further
         members = group_members(self.pgid)
         if not members:

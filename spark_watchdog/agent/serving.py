@@ -120,6 +120,7 @@ def _not_started_status() -> dict[str, Any]:
         "pgid": None,
         "started_at": None,
         "stopped_at": None,
+        "ended_at": None,
         "exit_code": None,
         "exit_signal": None,
         "group_alive": False,
@@ -445,6 +446,7 @@ class ServingLauncher:
     def _run_status(self, run: _Run) -> dict[str, Any]:
         """The status of the rank this agent started or adopted; under ``_state``."""
         code = run.rank.exit_code()
+        ended = run.rank.ended_at() if code is not None else None
         group_alive = run.rank.alive() if not run.stopping else True
         run.scanner.poll()
         state: ServingState = "running"
@@ -460,6 +462,9 @@ class ServingLauncher:
             **run.rank.describe(),
             "started_at": iso_time(run.started_at),
             "stopped_at": None if run.stopped_at is None else iso_time(run.stopped_at),
+            # When its main process ended (Docker's die, or the agent's first sight):
+            # the controller's time of death for a rank that exited on its own.
+            "ended_at": None if ended is None else iso_time(ended),
             # Not a health signal: vLLM can exit 0 after an illegal memory
             # access (vllm #53726).
             "exit_code": code if code is not None and code >= 0 else None,

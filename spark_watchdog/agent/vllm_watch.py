@@ -62,7 +62,9 @@ class VllmWatch:
         match = self.config.process_match
         process_alive = rank_process_alive(match) if match else None
         sample = self._scraper.scrape() if self._scraper is not None else None
-        return self.tracker.update(sample, time.monotonic(), process_alive=process_alive)
+        return self.tracker.update(
+            sample, time.monotonic(), process_alive=process_alive, wall=time.time()
+        )
 
     def latest(self) -> VllmStatus | None:
         latest = self.runner.latest

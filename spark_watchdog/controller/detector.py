@@ -37,8 +37,11 @@ serving restart with the safe profile, as after a memory guard kill
 from __future__ import annotations
 
 import enum
+import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from spark_watchdog.xid import describe
@@ -195,6 +198,9 @@ def classify(obs: NodeObservation, policy: DetectionPolicy) -> Finding:
         )
     if not obs.judges_serving:
         return Finding(Verdict.HEALTHY, ())
+    ended = rank_ended(obs.snapshot)
+    if ended is not None:
+        return Finding(Verdict.SERVING_DEAD, (ended,))
     vllm = vllm_status(obs.snapshot)
     state = vllm.get("state")
     if state == "stalled":
@@ -248,6 +254,75 @@ def _gpu_fault(fault: Mapping[str, Any]) -> Finding:
         else "the agent could not stop the rank"
     )
     return Finding(Verdict.GPU_FAULT, (f"{what}{where}", "the rank's CUDA context is gone", then))
+
+
+# vLLM probe states of an API that answered at its last scrape.
+_ANSWERING = frozenset({"progressing", "idle", "stalled"})
+# How far the agent's time of a rank's death may lie ahead of the controller's
+# clock (the cluster's clocks disagree a little) or behind it, to be taken as
+# the fault's onset; beyond either it is no time of this death.
+DEATH_AHEAD_S = 5.0
+DEATH_BEHIND_S = 3600.0
+_SIGNAL = re.compile(r"(SIG[A-Z0-9+]{1,12}|signal [0-9]{1,3})")
+
+
+def rank_ended(snapshot: Mapping[str, Any]) -> str | None:
+    """The rank ended on its own, as its launcher reports (``serving.state``
+    ``exited``: Docker's ``die`` event, or the forked process gone): why, or None.
+
+    Seen at the agent's next heartbeat, without waiting for the vLLM probe's
+    ``dead_after`` (docs/design.md, "Verdicts"). Not when what the leader
+    started still answers as vLLM (a wrapper that exited, its group serving):
+    then the probe judges, as on a node without a launcher.
+    """
+    serving = snapshot.get("serving")
+    if not isinstance(serving, Mapping) or serving.get("enabled") is not True:
+        return None
+    if serving.get("state") != "exited" or serving.get("stopping") is not False:
+        return None
+    if serving.get("group_alive") is not False and vllm_status(snapshot).get("state") in _ANSWERING:
+        return None
+    code, sig = serving.get("exit_code"), serving.get("exit_signal")
+    how = ""
+    if isinstance(sig, str) and _SIGNAL.fullmatch(sig):
+        how = f" on {sig}"
+    elif isinstance(code, int) and not isinstance(code, bool) and 0 <= code <= 255:
+        how = f" with code {code}"
+    return f"the rank exited{how} (its launcher saw it end; nothing restarted it)"
+
+
+def serving_died_at(snapshot: Mapping[str, Any], wall: float) -> float | None:
+    """When the rank died (wall clock), as its agent reports the first sign: its
+    launcher's end of it (``serving.ended_at``) when :func:`rank_ended`, else the
+    vLLM probe's ``dead_since`` while it reports ``dead``. None when neither is a
+    time within ``DEATH_BEHIND_S`` before ``wall`` and ``DEATH_AHEAD_S`` after it;
+    a time a little ahead of ``wall`` is taken as ``wall``."""
+    serving = snapshot.get("serving")
+    vllm = vllm_status(snapshot)
+    if rank_ended(snapshot) is not None and isinstance(serving, Mapping):
+        text = serving.get("ended_at")
+    elif vllm.get("state") == "dead":
+        text = vllm.get("dead_since")
+    else:
+        return None
+    at = _unix(text)
+    if at is None or not wall - DEATH_BEHIND_S <= at <= wall + DEATH_AHEAD_S:
+        return None
+    return min(at, wall)
+
+
+def _unix(text: Any) -> float | None:
+    """An ISO 8601 time with its zone as Unix seconds, else None."""
+    if not isinstance(text, str) or len(text) > 40:
+        return None
+    try:
+        moment = datetime.fromisoformat(text)
+        if moment.tzinfo is None:
+            return None
+        unix = moment.timestamp()
+    except (ValueError, OverflowError, OSError):
+        return None
+    return unix if math.isfinite(unix) else None
 
 
 def vllm_status(snapshot: Mapping[str, Any]) -> Mapping[str, Any]:

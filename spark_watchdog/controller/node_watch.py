@@ -14,7 +14,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from spark_watchdog.config.controller import NodeConfig
-from spark_watchdog.controller.detector import Finding, NodeObservation, Verdict, vllm_status
+from spark_watchdog.controller.detector import (
+    Finding,
+    NodeObservation,
+    Verdict,
+    serving_died_at,
+    vllm_status,
+)
 from spark_watchdog.controller.http_client import ANSWERED, NO_NETWORK, UNRESOLVABLE
 from spark_watchdog.controller.node_states import (
     Doing,
@@ -166,9 +172,14 @@ class NodeWatch:
     def serving_fault_onset(self, wall: float) -> float | None:
         """When serving last progressed (wall clock), from the last snapshot.
 
-        The agent's ``probes.vllm.seconds_without_progress`` when it is a
-        finite number of seconds ≥ 0, else the agent's last progress.
+        The rank's time of death when the agent reports one within bounds
+        (detector.serving_died_at); else the agent's
+        ``probes.vllm.seconds_without_progress`` when it is a finite number of
+        seconds ≥ 0, else the agent's last progress.
         """
+        died = serving_died_at(self.snapshot or {}, wall)
+        if died is not None:
+            return died
         quiet = vllm_status(self.snapshot or {}).get("seconds_without_progress")
         if isinstance(quiet, (int, float)) and not isinstance(quiet, bool):
             try:

@@ -15,6 +15,7 @@ import threading
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from datetime import datetime, timezone
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
@@ -85,6 +86,9 @@ class VllmStatus:
     # When (monotonic) the tracker last saw an engine's counters go up; None: not
     # since it started. Not in to_json: the agent turns it into an age as it answers.
     advanced_at: float | None = None
+    # While ``dead``: the wall-clock time of the first sign of it (the first
+    # refusal, the first 503, the first look that found the process gone).
+    dead_since: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The ``probe vllm`` contract keys first, then extras (keys may be added,
@@ -105,6 +109,7 @@ class VllmStatus:
             "models": list(self.models),
             "engines": {name: engine.to_json() for name, engine in self.engines.items()},
             "canary": None if self.canary is None else self.canary.to_json(),
+            "dead_since": None if self.dead_since is None else _iso(self.dead_since),
         }
 
 
@@ -196,6 +201,9 @@ class ProgressTracker:
         # Wall-clock time of vLLM's last answer (/health or /metrics), if any.
         self._answered_wall: float | None = None
         self._refusing_since: float | None = None
+        self._refusing_wall: float | None = None  # the same instant, wall clock
+        # The wall-clock time of the first sign of the death being reported.
+        self._dead_since: float | None = None
         # A planned stop (the agent's own launcher) disarms death by refusal
         # until vLLM answers again after the port went away.
         self._planned_stop = False
@@ -267,18 +275,28 @@ class ProgressTracker:
             self._planned_stop = False
 
     def update(
-        self, sample: VllmSample | None, now: float, process_alive: bool | None = None
+        self,
+        sample: VllmSample | None,
+        now: float,
+        process_alive: bool | None = None,
+        wall: float | None = None,
     ) -> VllmStatus:
         """Judge one scrape taken at ``now``.
 
         ``sample`` is ``None`` on a rank with no HTTP API (``--headless`` worker).
         ``process_alive`` is the local rank process check, ``None`` when not made.
+        ``wall``: the wall-clock time of the look, for ``dead_since`` when there
+        is no sample (else the sample's own).
         """
         with self._lock:
             self._note_answer(sample, now)
             status = self._judge(sample, now, process_alive)
             self._stall_suspected = status.stall_suspected
-            return replace(status, advanced_at=self._advanced_at)
+            look = wall if sample is None else sample.wall_time
+            refused = self._refusing_wall if self._refusing_since is not None else None
+            self._dead_since = _first_sign(self._dead_since, status.state, refused, look)
+            dead_since = self._dead_since if status.state == "dead" else None
+            return replace(status, advanced_at=self._advanced_at, dead_since=dead_since)
 
     def _note_answer(self, sample: VllmSample | None, now: float) -> None:
         """Remember whether vLLM answered, and since when its port refuses."""
@@ -299,6 +317,7 @@ class ProgressTracker:
                 self._planned_stop_refused = True
             elif self._refusing_since is None:
                 self._refusing_since = now
+                self._refusing_wall = sample.wall_time
         else:
             self._refusing_since = None
 
@@ -533,6 +552,18 @@ class ProgressTracker:
         )
 
 
+def _first_sign(
+    kept: float | None, state: VllmState, refused: float | None, look: float | None
+) -> float | None:
+    """The wall-clock time of the first sign of a death, kept until vLLM answers
+    again: the first refusal when that is the sign, else the look that saw it."""
+    if state != "dead":
+        return kept if state == "unreachable" else None
+    if kept is not None:
+        return kept
+    return refused if refused is not None else look
+
+
 def _moved(before: int | None, after: int | None) -> bool:
     # Down counts as well as up: a counter only goes down when vLLM restarted,
     # which is a new baseline, not a stall.
@@ -554,6 +585,10 @@ def _engines_reason(engines: Iterable[EngineStatus], state: EngineState) -> str:
     if len(matching) == 1:
         return matching[0].reason
     return "; ".join(f"engine {e.engine}: {e.reason}" for e in matching)
+
+
+def _iso(unix: float) -> str:
+    return datetime.fromtimestamp(unix, timezone.utc).isoformat(timespec="milliseconds")
 
 
 def _rounded(seconds: float | None) -> float | None:

@@ -572,3 +572,45 @@ def test_the_last_advance_is_not_in_the_report_s_json() -> None:
     status = tracker.update(scrape(engine(2), at=1.0), 1.0)
     assert status.advanced_at == 0.0
     assert "advanced_at" not in status.to_json()
+
+
+# --- the first sign of death: the controller's onset of a serving_dead incident ------
+
+
+def test_death_by_refusal_is_dated_from_the_first_refusal(guarded: ProgressTracker) -> None:
+    guarded.update(scrape(engine(100, running=0)), now=0.0)
+    assert guarded.update(refused(2.0), now=2.0).dead_since is None  # not dead yet
+
+    dead = guarded.update(refused(6.0), now=6.0)
+    later = guarded.update(refused(9.0), now=9.0)
+
+    # Before: no time at all; the incident took the agent's last answer as onset.
+    assert dead.state == "dead" and dead.dead_since == 1_700_000_002.0
+    assert later.dead_since == 1_700_000_002.0
+    assert dead.to_json()["dead_since"] == "2023-11-14T22:13:22.000+00:00"
+
+
+def test_a_503_and_a_gone_process_are_dated_from_the_look_that_saw_them() -> None:
+    tracker = ProgressTracker(STALL_AFTER, dead_after=4.0)
+    tracker.update(scrape(engine(100)), now=0.0)
+    first = tracker.update(scrape(engine(100), health=503, at=3.0), now=3.0)
+    assert tracker.update(scrape(engine(100), health=503, at=5.0), now=5.0).dead_since == (
+        first.dead_since
+    )
+    assert first.dead_since == 1_700_000_003.0
+
+    worker = ProgressTracker(STALL_AFTER)
+    worker.update(None, now=0.0, process_alive=True, wall=1000.0)
+    gone = worker.update(None, now=2.0, process_alive=False, wall=1002.0)
+    assert gone.state == "dead" and gone.dead_since == 1002.0
+
+
+def test_the_first_sign_is_forgotten_once_vllm_answers_again(guarded: ProgressTracker) -> None:
+    guarded.update(scrape(engine(100, running=0)), now=0.0)
+    guarded.update(refused(2.0), now=2.0)
+    assert guarded.update(refused(6.0), now=6.0).dead_since == 1_700_000_002.0
+    back = guarded.update(scrape(engine(0, running=0), at=20.0), now=20.0)
+    assert back.state == "idle" and back.dead_since is None
+    assert back.to_json()["dead_since"] is None
+    guarded.update(refused(30.0), now=30.0)
+    assert guarded.update(refused(34.0), now=34.0).dead_since == 1_700_000_030.0
