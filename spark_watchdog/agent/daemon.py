@@ -65,7 +65,7 @@ from spark_watchdog.probes.base import ProbeReport
 from spark_watchdog.probes.gpu import GpuProbe, GpuReading
 from spark_watchdog.probes.host import HostProbe, read_boot_id
 from spark_watchdog.probes.journal import JournalProbe, JournalReport
-from spark_watchdog.probes.pulse import OwnPulse
+from spark_watchdog.probes.pulse import OwnPulse, new_run
 from spark_watchdog.sdnotify import SystemdNotifier
 
 log = logging.getLogger("spark_watchdog.agent")
@@ -150,7 +150,8 @@ class Agent:
         self.memory = _memory_watch(config, self.serving)
 
         self.vllm: VllmWatch | None = None
-        self.own_pulse = OwnPulse(config.node, lambda: (self.seq, self._boot_id))
+        # A run of its own: a restarted agent's seq from 0 is not an old run's.
+        self.own_pulse = OwnPulse(config.node, lambda: (self.seq, self._boot_id), new_run())
         self.peers = PeerWatch(
             config.peers, config.peering, carry=self.own_pulse.encoded, beat=config.loop_interval
         )

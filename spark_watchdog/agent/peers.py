@@ -8,10 +8,10 @@ defaults: both 1 s), the heartbeat decides each round as it goes to sleep
 (:meth:`PeerWatch.beat`: no socket, no name lookup) and wakes the thread
 only when some peer is to be asked; otherwise the thread keeps its own
 clock. Per peer it keeps what the last pulse got and when, by this agent's
-monotonic clock, it last saw the peer's ``seq`` advance (or its boot id
-change) in a well-formed pulse of the right node: the only thing the
-controller believes (``progress_ago_s`` in ``/v1/state``'s ``peers``).
-Garbage and another node's identity never move it.
+monotonic clock, it last saw the peer's ``seq`` advance within one run of
+its agent (agent/peer_sightings.py) in a well-formed pulse of the right
+node: the only thing the controller believes (``progress_ago_s`` in
+``/v1/state``'s ``peers``). Garbage and another node's identity never move it.
 
 Each request carries this agent's own pulse (probes/pulse.py), and a peer's
 request carries the peer's: a well-formed pulse of a configured peer, from
@@ -33,10 +33,11 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
+from spark_watchdog.agent.peer_sightings import Sightings
 from spark_watchdog.config.agent import PeerConfig, PeeringConfig
 from spark_watchdog.probes.pulse import MAX_PULSE_BYTES, PulseAnswer, PulseClient, parse_pulse
 
@@ -70,16 +71,18 @@ class PeerView:
     state: str = "pending"
     seq: int | None = None
     boot_id: str | None = None
-    progress_at: float | None = None  # monotonic: seq advanced or boot id changed
+    progress_at: float | None = None  # monotonic: a run's seq advanced (peer_sightings.py)
     answer_at: float | None = None  # monotonic: the last well-formed answer (ok or wrong_node)
     heard_at: float | None = None  # monotonic: its own pulse last carried in its request
     addresses: frozenset[IPAddress] | None = None  # what ``via`` names (None: not resolved)
     error: str | None = None
     wrong_node_logged: bool = False
     logged_at: float | None = None
+    sightings: Sightings = field(default_factory=Sightings)
 
     def note(self, answer: PulseAnswer, now: float) -> None:
-        """Take one pulse's answer, received at ``now``."""
+        """Take one pulse's answer, received at ``now`` (peer_sightings.py says
+        which pulses are progress)."""
         self.state = answer.state
         self.error = answer.error
         if answer.pulse is not None and (self.answer_at is None or now > self.answer_at):
@@ -87,17 +90,14 @@ class PeerView:
         if answer.state != "ok" or answer.pulse is None:
             return
         pulse = answer.pulse
-        rebooted = (
-            self.boot_id is not None and pulse.boot_id is not None and pulse.boot_id != self.boot_id
-        )
-        advanced = self.seq is not None and pulse.seq > self.seq
-        if rebooted or advanced:
+        seen = self.sightings.take(pulse.boot_id, pulse.run, pulse.seq, now)
+        if seen.kind == "progress" and (self.progress_at is None or now > self.progress_at):
             self.progress_at = now
-        # Within a boot the seq never goes back: a carried pulse read before an
-        # answer may arrive after it, and the answer's seq seen again is no progress.
-        if rebooted or self.seq is None or advanced:
-            self.seq = pulse.seq
-        self.boot_id = pulse.boot_id or self.boot_id
+        if seen.kind == "implausible":
+            self.error = f"seq {seen.seq} is further ahead than its loop can count: not taken"
+        elif seen.kind in ("progress", "baseline"):
+            self.seq = seen.seq
+            self.boot_id = seen.boot_id or self.boot_id
 
     def to_json(self, now: float) -> dict[str, Any]:
         return {

@@ -1,7 +1,8 @@
 """Asking another node's agent for its pulse (``GET /v1/pulse``) over the fabric.
 
-The pulse is the agent's name, its loop counter ``seq`` and its boot id: a
-few dozen bytes. A peer's answer is one of:
+The pulse is the agent's name, its loop counter ``seq``, its boot id and
+its run (an id the agent draws at each start: a restarted agent counts its
+``seq`` from 0 again in a new run): a few dozen bytes. A peer's answer is one of:
 
 - ``ok``: a well-formed pulse of the node that was asked for;
 - ``silent``: no answer within the timeout, the connection refused, reset or
@@ -23,6 +24,7 @@ from __future__ import annotations
 import http.client
 import json
 import re
+import secrets
 import socket
 import ssl
 import struct
@@ -47,6 +49,7 @@ class Pulse(NamedTuple):
     node: str
     seq: int
     boot_id: str | None
+    run: str | None = None  # None from an agent that names no run
 
 
 class PulseAnswer(NamedTuple):
@@ -55,23 +58,35 @@ class PulseAnswer(NamedTuple):
     error: str | None = None
 
 
-def pulse_json(node: str, seq: int, boot_id: str | None) -> dict[str, Any]:
+def pulse_json(node: str, seq: int, boot_id: str | None, run: str | None = None) -> dict[str, Any]:
     """The body of ``GET /v1/pulse``."""
-    return {"node": node, "seq": seq, "boot_id": boot_id}
+    body: dict[str, Any] = {"node": node, "seq": seq, "boot_id": boot_id}
+    if run is not None:
+        body["run"] = run
+    return body
 
 
-def pulse_bytes(node: str, seq: int, boot_id: str | None) -> bytes:
+def pulse_bytes(node: str, seq: int, boot_id: str | None, run: str | None = None) -> bytes:
     """The pulse as one line of JSON: the ``Pulse`` header's value."""
-    return json.dumps(pulse_json(node, seq, boot_id), separators=(",", ":")).encode()
+    return json.dumps(pulse_json(node, seq, boot_id, run), separators=(",", ":")).encode()
+
+
+def new_run() -> str:
+    """A run id for an agent that starts: 16 random hex digits."""
+    return secrets.token_hex(8)
 
 
 class OwnPulse:
     """An agent's own pulse, encoded once per new ``seq`` or boot id, not once
     per use: the body of its ``GET /v1/pulse`` and the ``Pulse`` header its
-    own requests carry. ``read`` gives the current ``(seq, boot_id)``."""
+    own requests carry. ``read`` gives the current ``(seq, boot_id)``; ``run``
+    names this agent's run."""
 
-    def __init__(self, node: str, read: Callable[[], tuple[int, str | None]]) -> None:
+    def __init__(
+        self, node: str, read: Callable[[], tuple[int, str | None]], run: str | None = None
+    ) -> None:
         self.node = node
+        self.run = run
         self._read = read
         self._encoded: tuple[tuple[int, str | None], bytes, bytes] | None = None
 
@@ -79,7 +94,7 @@ class OwnPulse:
         now = self._read()
         cached = self._encoded  # one attribute, swapped whole: any thread may ask
         if cached is None or cached[0] != now:
-            encoded = pulse_bytes(self.node, *now)
+            encoded = pulse_bytes(self.node, *now, self.run)
             cached = (now, encoded, encoded + b"\n")
             self._encoded = cached
         return cached
@@ -98,22 +113,30 @@ class OwnPulse:
 # strings: read by one match. Whatever else JSON allows goes through json.loads.
 _WRITTEN = re.compile(
     rb'\{"node":"([ !#-\[\]-~]{1,253})","seq":(0|[1-9][0-9]{0,17}),'
-    rb'"boot_id":(?:"([ !#-\[\]-~]{1,64})"|null)\}'
+    rb'"boot_id":(?:"([ !#-\[\]-~]{1,64})"|null)(?:,"run":"([ !#-\[\]-~]{1,64})")?\}'
 )
+# The largest seq a pulse may carry (18 digits, as the match above reads).
+MAX_SEQ = 10**18 - 1
 
 
 def parse_pulse(body: bytes) -> Pulse | None:
     """A well-formed pulse, or None: an object with a node name, a whole ``seq``
-    ≥ 0 and a boot id (a short non-empty string)."""
+    from 0 to :data:`MAX_SEQ`, a boot id and, where named, a run (short
+    non-empty strings)."""
     written = _WRITTEN.fullmatch(body)
     if written is not None:
-        boot_id = written[3]
-        return Pulse(
-            written[1].decode("ascii"),
-            int(written[2]),
-            None if boot_id is None else boot_id.decode("ascii"),
-        )
+        return _pulse_of(written[1], written[2], written[3], written[4])
     return _parse_any_pulse(body)
+
+
+def _pulse_of(node: bytes, seq: bytes, boot_id: bytes | None, run: bytes | None) -> Pulse:
+    """A pulse of the fields one match read."""
+    return Pulse(
+        node.decode("ascii"),
+        int(seq),
+        None if boot_id is None else boot_id.decode("ascii"),
+        None if run is None else run.decode("ascii"),
+    )
 
 
 def _parse_any_pulse(body: bytes) -> Pulse | None:
@@ -127,16 +150,21 @@ def _parse_any_pulse(body: bytes) -> Pulse | None:
     if not isinstance(data, dict):
         return None
     node, seq, boot_id = data.get("node"), data.get("seq"), data.get("boot_id")
+    run = data.get("run")
     if not isinstance(node, str) or not node or len(node) > 253:
         return None
-    if isinstance(seq, bool) or not isinstance(seq, int) or seq < 0:
+    if isinstance(seq, bool) or not isinstance(seq, int) or not 0 <= seq <= MAX_SEQ:
         return None
     # null only before the agent's first host reading
-    if boot_id is not None and (
-        not isinstance(boot_id, str) or not boot_id or len(boot_id) > _MAX_BOOT_ID
-    ):
+    if boot_id is not None and not _short_text(boot_id):
         return None
-    return Pulse(node, seq, boot_id)
+    if run is not None and not _short_text(run):
+        return None
+    return Pulse(node, seq, boot_id, run)
+
+
+def _short_text(value: Any) -> bool:
+    return isinstance(value, str) and 0 < len(value) <= _MAX_BOOT_ID
 
 
 def judge(expected: str, status: int, body: bytes) -> PulseAnswer:
@@ -331,12 +359,7 @@ def _agent_pulse(data: bytes) -> Pulse | None:
     whole = _AGENT_ANSWER.fullmatch(data)
     if whole is None or int(whole[1]) != len(whole[2]) + 1:
         return None
-    boot_id = whole[5]
-    return Pulse(
-        whole[3].decode("ascii"),
-        int(whole[4]),
-        None if boot_id is None else boot_id.decode("ascii"),
-    )
+    return _pulse_of(whole[3], whole[4], whole[5], whole[6])
 
 
 def _complete(data: bytes) -> tuple[int, bytes, bool] | None:

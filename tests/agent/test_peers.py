@@ -150,9 +150,13 @@ def test_a_peer_whose_seq_advances_is_seen_progressing(stub: StubPeer) -> None:
     assert seen["progress_ago_s"] == 3.0 and seen["answer_ago_s"] == 0.0
     # Ages are as of the asking, not of the last pulse.
     assert watch.to_json(clock.now + 2.5)["spark-2"]["progress_ago_s"] == 5.5
-    # A new boot id is life even with a lower seq.
+    # A new boot id is a baseline of its own: its next advance is progress.
     clock.now += 1.0
     stub.boot_id, stub.seq = "f" * 32, 0
+    watch.pulse_all()
+    assert watch.to_json()["spark-2"]["progress_ago_s"] == 4.0
+    clock.now += 1.0
+    stub.seq = 1
     watch.pulse_all()
     assert watch.to_json()["spark-2"]["progress_ago_s"] == 0.0
 
@@ -309,7 +313,7 @@ def test_the_pulse_names_the_node_and_its_seq() -> None:
     running = _start("spark-1", free_port(), {})
     try:
         first = requests.get(f"{running.base}/v1/pulse", timeout=5).json()
-        assert set(first) == {"node", "seq", "boot_id"} and first["node"] == "spark-1"
+        assert set(first) == {"node", "seq", "boot_id", "run"} and first["node"] == "spark-1"
         assert parse_pulse(json.dumps(first).encode()) is not None
         _wait(
             lambda: (
@@ -356,6 +360,44 @@ def test_agents_see_each_other_and_a_peer_that_stops_and_comes_back() -> None:
             ),
             "spark-2 to be seen again",
         )
+    finally:
+        one.close()
+        if two.thread.is_alive():
+            two.close()
+
+
+def test_an_agent_restarted_on_the_same_boot_is_seen_alive_at_once() -> None:
+    """An agent that ran for days (its seq high), restarted on the same boot:
+    its peer sees it advancing again within a few pulses, not days later."""
+    ports = {"spark-1": free_port(), "spark-2": free_port()}
+    one = _start("spark-1", ports["spark-1"], {"spark-2": ports["spark-2"]})
+    long_run = Agent(
+        _agent_config("spark-2", ports["spark-2"], {"spark-1": ports["spark-1"]}),
+        notifier=SystemdNotifier({}),
+    )
+    long_run.seq = 10**9  # as after years of loops
+    two = _AgentThread(long_run)
+    try:
+
+        def seen() -> dict[str, Any]:
+            peer: dict[str, Any] = one.state()["peers"]["spark-2"]
+            return peer
+
+        _wait(
+            lambda: (seen()["seq"] or 0) > 10**9 and seen()["progress_ago_s"] is not None,
+            "spark-1 to see spark-2's long run advancing",
+        )
+        two.close()
+        _wait(lambda: seen()["state"] == "silent", "spark-2 to fall silent")
+        stalled = seen()["progress_ago_s"]
+        _wait(lambda: seen()["progress_ago_s"] > stalled + 0.5, "spark-2's last progress to age")
+        two = _start("spark-2", ports["spark-2"], {"spark-1": ports["spark-1"]})
+        _wait(
+            lambda: seen()["state"] == "ok" and seen()["progress_ago_s"] < 1.0,
+            "spark-2's new run to be seen advancing",
+            timeout=30.0,
+        )
+        assert seen()["seq"] < 10**6
     finally:
         one.close()
         if two.thread.is_alive():
@@ -726,7 +768,9 @@ def test_within_a_boot_the_seq_seen_never_goes_back() -> None:
     view.note(PulseAnswer("ok", Pulse("spark-1", 100, BOOT)), 3.0)
     assert view.progress_at is None  # 100 again is no progress
     view.note(PulseAnswer("ok", Pulse("spark-1", 3, "f" * 32)), 4.0)
-    assert view.seq == 3 and view.progress_at == 4.0  # a new boot starts over
+    assert view.seq == 3 and view.progress_at is None  # a new boot starts over: a baseline
+    view.note(PulseAnswer("ok", Pulse("spark-1", 4, "f" * 32)), 5.0)
+    assert view.seq == 4 and view.progress_at == 5.0
 
 
 def test_an_agent_s_own_pulse_is_encoded_once_per_seq() -> None:

@@ -123,22 +123,27 @@ def _random_pulse(rng: random.Random) -> bytes:
     node = "".join(rng.choice(letters) for _ in range(rng.randint(0, 12)))
     seq = rng.choice([0, 1, 7, 10**17, 10**18 + 3, 2**63])
     boot: str | None = rng.choice([None, BOOT, "", "x" * 64, "x" * 65, 'a"b', "\u00e9"])
-    return pulse_bytes(node, seq, boot)
+    run: str | None = rng.choice([None, "0123456789abcdef", "", "r" * 65, 'r"n', "\u00e9"])
+    return pulse_bytes(node, seq, boot, run)
 
 
 def test_a_pulse_is_read_by_one_match_as_json_reads_it() -> None:
     rng = random.Random(7)
     written = [_random_pulse(rng) for _ in range(2000)]
     written.append(pulse_bytes("spark-2", 41, BOOT))
-    own = OwnPulse("spark-4", lambda: (12, BOOT))
+    own = OwnPulse("spark-4", lambda: (12, BOOT), "0123456789abcdef")
     written.append(own.encoded())
+    written.append(OwnPulse("spark-4", lambda: (12, BOOT)).encoded())  # an agent naming no run
     matched = 0
     for body in written + _mutations(8, CARRIED, 2000):
         if pulse_module._WRITTEN.fullmatch(body) is not None:
             matched += 1
         assert parse_pulse(body) == pulse_module._parse_any_pulse(body), body
     assert matched > 500
-    assert parse_pulse(own.encoded()) == ("spark-4", 12, BOOT)
+    assert parse_pulse(own.encoded()) == ("spark-4", 12, BOOT, "0123456789abcdef")
+    # A seq past 18 digits is no pulse, in any form (a forged one blinds no peer).
+    assert parse_pulse(b'{"node":"a","seq":' + b"9" * 31 + b',"boot_id":"b"}') is None
+    assert parse_pulse(b'{"node": "a", "seq": 1000000000000000000, "boot_id": "b"}') is None
 
 
 def _answer(seq: int) -> bytes:
@@ -173,9 +178,9 @@ def test_the_agent_s_answer_is_read_by_one_match_as_header_by_header() -> None:
         ), data
 
 
-def _agent_answer(seq: int, boot_id: str | None = BOOT) -> bytes:
+def _agent_answer(seq: int, boot_id: str | None = BOOT, run: str | None = "5eed") -> bytes:
     """What an agent's server answers to a pulse request: its own pulse, one line."""
-    own = OwnPulse("spark-1", lambda: (seq, boot_id))
+    own = OwnPulse("spark-1", lambda: (seq, boot_id), run)
 
     def pulse() -> tuple[int, str, bytes]:
         return 200, "application/json", own.line()
@@ -195,7 +200,7 @@ def _read_generally(data: bytes) -> Any:
 
 
 def test_the_agent_s_whole_answer_is_read_by_one_match_as_generally() -> None:
-    answers = [_agent_answer(9), _agent_answer(0, None), _agent_answer(10**17)]
+    answers = [_agent_answer(9), _agent_answer(0, None), _agent_answer(10**17, run=None)]
     for answer in answers:
         pulse = pulse_module._agent_pulse(answer)
         assert pulse is not None
