@@ -15,7 +15,10 @@ flag speculative decoding is off, so ``enable_adaptive_verification`` has
 nothing to apply to, and vLLM rejects a speculative config that names neither
 (``SpeculativeConfig.__post_init__``, vllm/config/speculative.py). Both spellings
 ``--flag VALUE`` and ``--flag=VALUE`` are understood; the rewritten flag keeps
-the spelling the operator used.
+the spelling the operator used. A flag given more than once is merged into its
+last occurrence, the one vLLM reads (argparse keeps the last value; a cluster
+launcher's recipe with the profile's ``{vllm_args}`` appended carries each flag
+twice), and the earlier ones are left as they are, as vLLM leaves them.
 
 vLLM also accepts ``-O`` (``-O3``, ``-O '{...}'``) and dotted forms
 (``--compilation-config.cudagraph_mode X``) for the compilation config. When a
@@ -146,16 +149,13 @@ def _merge_flag(argv: list[str], flag: str, override: Mapping[str, Any]) -> list
             f"{flag} '{{...}}' (one JSON object) so a profile can merge into it"
         )
     found = _occurrences(argv, flag)
-    if len(found) > 1:
-        where = ", ".join(str(o.index) for o in found)
-        raise ProfileError(
-            f"{flag} appears {len(found)} times in the command (argv positions {where}); keep one"
-        )
     if not found:
         if flag == SPECULATIVE_FLAG and not any(override.get(k) for k in _SPECULATION_ON):
             return argv
         return [*argv, flag, json.dumps(merge_patch({}, override), separators=(",", ":"))]
-    (one,) = found
+    # vLLM takes the last of a repeated flag (argparse's store; proved against its
+    # own parser in tests/real_vllm/test_argv_merge.py): the profile goes there.
+    one = found[-1]
     if one.text is None:
         raise ProfileError(f"{flag} is the last argument and has no value")
     try:

@@ -91,11 +91,6 @@ def test_null_removes_a_key_and_objects_merge_deeply() -> None:
             "--compilation-config: expected a JSON object, got '3'",
         ),
         ([*BASE, SPECULATIVE_FLAG], SAFE, "--speculative-config is the last argument"),
-        (
-            [*BASE, COMPILATION_FLAG, "{}", f"{COMPILATION_FLAG}={{}}"],
-            SAFE,
-            "--compilation-config appears 2 times in the command (argv positions 5, 7)",
-        ),
         ([*BASE, "-O3"], SAFE, "the command sets it as '-O3'"),
         (
             [*BASE, "--compilation-config.cudagraph_mode", "FULL"],
@@ -110,6 +105,30 @@ def test_commands_a_profile_cannot_merge_into_are_named(
     with pytest.raises(ProfileError) as caught:
         apply_profile(argv, profile)
     assert message in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "second",
+    [
+        [COMPILATION_FLAG, '{"level":3,"cudagraph_mode":"FULL_AND_PIECEWISE"}'],
+        [f'{COMPILATION_FLAG}={{"level":3,"cudagraph_mode":"FULL_AND_PIECEWISE"}}'],
+    ],
+)
+def test_a_repeated_flag_takes_the_profile_in_its_last_occurrence(second: list[str]) -> None:
+    first = [COMPILATION_FLAG, '{"level":1}', f"{SPECULATIVE_FLAG}={SPEC}"]
+    argv = [*BASE, *first, *second, SPECULATIVE_FLAG, '{"method":"ngram"}']
+
+    out = apply_profile(argv, SAFE)
+
+    # The earlier occurrences stay as written (vLLM reads only the last one).
+    assert out[5:8] == first
+    assert flag_json(out, COMPILATION_FLAG) == {"level": 3, "cudagraph_mode": "FULL_DECODE_ONLY"}
+    assert flag_json(out, SPECULATIVE_FLAG) == {
+        "method": "ngram",
+        "enable_adaptive_verification": False,
+    }
+    assert len(out) == len(argv)  # merged in place, nothing appended
+    assert apply_profile(out, SAFE) == out  # again: the same argv
 
 
 def test_odd_spellings_are_fine_when_the_profile_does_not_touch_that_flag() -> None:

@@ -8,7 +8,9 @@ import asyncio
 import json
 import shlex
 import threading
+import time
 from collections.abc import Iterator
+from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Literal
 
@@ -24,7 +26,7 @@ from spark_watchdog.controller.cluster_launcher import (
 )
 from spark_watchdog.controller.serving_restart import ServingNode, ServingRestart, _unsafe
 from spark_watchdog.errors import ConfigError
-from spark_watchdog.profiles import BUILTIN_PROFILES, SAFE, EffectiveConfig, Profile
+from spark_watchdog.profiles import BUILTIN_PROFILES, SAFE, EffectiveConfig, Profile, flag_json
 
 
 def test_the_launcher_gets_the_safe_profile_as_flags_json_and_environment() -> None:
@@ -65,6 +67,57 @@ def test_the_flags_merge_into_the_heads_running_command_and_replace_its_values_w
     }
     assert json.loads(flags[3]) == {"cudagraph_mode": "FULL_DECODE_ONLY", "level": 3}
     assert "***" not in flags
+
+
+RECIPE_SPEC = '{"method":"dspark","num_speculative_tokens":3,"enable_adaptive_verification":true}'
+
+
+@pytest.mark.parametrize(
+    "recipe",
+    [
+        ["vllm", "serve", "m", "--speculative-config", RECIPE_SPEC],
+        ["vllm", "serve", "m", f"--speculative-config={RECIPE_SPEC}"],
+        [
+            "vllm",
+            "serve",
+            "m",
+            "--speculative-config",
+            RECIPE_SPEC,
+            '--compilation-config={"cudagraph_mode":"FULL_AND_PIECEWISE","level":3}',
+        ],
+    ],
+)
+def test_restart_after_restart_through_a_launcher_gives_the_same_command(
+    recipe: list[str],
+) -> None:
+    # The launcher appends {vllm_args} to its recipe: after one restart the
+    # head's command carries each of the profile's flags twice, the recipe's
+    # and ours. Each later restart merges into the last (the one vLLM reads).
+    start = [*recipe, "{vllm_args}"]
+    running = substitute(start, launcher_values(BUILTIN_PROFILES["plain"]))  # as first started
+    assert running == recipe
+    commands = []
+    for _ in range(3):
+        running = substitute(start, launcher_values(BUILTIN_PROFILES[SAFE], running))
+        commands.append(running)
+
+    assert commands[0] == commands[1] == commands[2]
+    assert commands[0][: len(recipe)] == recipe  # the recipe's own, untouched
+    assert flag_json(running, "--speculative-config") == {
+        "method": "dspark",
+        "num_speculative_tokens": 3,
+        "enable_adaptive_verification": False,
+    }
+    assert flag_json(running, "--compilation-config") == (
+        {"cudagraph_mode": "FULL_DECODE_ONLY", "level": 3}
+        if len(recipe) == 6
+        else {"cudagraph_mode": "FULL_DECODE_ONLY"}
+    )
+    assert (
+        running.count("--speculative-config")
+        + sum(a.startswith("--speculative-config=") for a in running)
+        == 2
+    )
 
 
 def test_placeholders_fill_in_and_vllm_args_expands_to_its_own_arguments() -> None:
@@ -220,6 +273,10 @@ def test_a_launcher_on_a_node_over_ssh_loads() -> None:
     )
 
 
+def _iso(unix: float) -> str:
+    return datetime.fromtimestamp(unix, timezone.utc).isoformat(timespec="milliseconds")
+
+
 class Agents:
     """Agents on loopback that take every stop and start and record their order."""
 
@@ -231,6 +288,7 @@ class Agents:
 
     def _serve(self, name: str) -> ThreadingHTTPServer:
         calls = self.calls
+        started = {"at": _iso(time.time() - 3600.0)}  # its rank, by the agent's clock
 
         class Handler(BaseHTTPRequestHandler):
             def _send(self, body: Any) -> None:
@@ -243,13 +301,17 @@ class Agents:
 
             def do_GET(self) -> None:
                 if self.path == "/v1/serving":
-                    self._send({"enabled": True, "profiles": ["plain", "safe"]})
+                    body = {"enabled": True, "profiles": ["plain", "safe"]}
+                    self._send({**body, "started_at": started["at"]})
                     return
-                self._send({"probes": {"vllm": {"state": "progressing"}}, "serving": {}})
+                vllm = {"state": "progressing", "observed_at": _iso(time.time())}
+                self._send({"probes": {"vllm": vllm}, "serving": {"started_at": started["at"]}})
 
             def do_POST(self) -> None:
                 self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 calls.append((name, self.path.rsplit("/", 1)[-1]))
+                if self.path.endswith("/start"):
+                    started["at"] = _iso(time.time())
                 self._send({})
 
             def log_message(self, *args: Any) -> None:
