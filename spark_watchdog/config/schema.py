@@ -23,6 +23,13 @@ T = TypeVar("T")
 
 _MISSING = dataclasses.MISSING
 
+# No string of a config carries a NUL: an argv element, a path or a header
+# with one fails at its first use (docs/bad-input.md).
+NUL_PROBLEM = (
+    "contains a NUL byte (\\0), which no program argument, environment value, label or path "
+    "can carry; remove it (the value is not shown: it may be a secret)"
+)
+
 
 class InvalidSetting(ValueError):
     """Raised by a config class's ``__post_init__`` for a cross-field check."""
@@ -134,6 +141,9 @@ def _convert(
         if not isinstance(value, str) or not value:
             problems.append(f"{path}: expected a non-empty string, got {_show(value)}")
             return None
+        if "\0" in value:
+            problems.append(f"{path}: {NUL_PROBLEM}")
+            return None
         return value
     raise TypeError(f"config schema: unsupported type {tp!r} at {path}")
 
@@ -188,6 +198,9 @@ def _convert_mapping(
         if not isinstance(key, str) or not key:
             problems.append(f"{path}: expected non-empty string keys, got key {_show(key)}")
             continue
+        if "\0" in key:
+            problems.append(f"{path}: a key {NUL_PROBLEM}")
+            continue
         out[key] = _convert(value_tp, item, _join(path, key), meta, problems)
     return out
 
@@ -199,6 +212,9 @@ def _json_value(value: Any, path: str, problems: list[str]) -> Any:
             f"{path}: expected a finite number (JSON has no NaN or infinity), got {_show(value)}"
         )
         return None
+    if isinstance(value, str) and "\0" in value:
+        problems.append(f"{path}: {NUL_PROBLEM}")
+        return None
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
     if isinstance(value, list):
@@ -208,6 +224,9 @@ def _json_value(value: Any, path: str, problems: list[str]) -> Any:
         for key, item in value.items():
             if not isinstance(key, str):
                 problems.append(f"{path}: expected string keys (JSON), got key {_show(key)}")
+                continue
+            if "\0" in key:
+                problems.append(f"{path}: a key {NUL_PROBLEM}")
                 continue
             out[key] = _json_value(item, _join(path, key), problems)
         return out
