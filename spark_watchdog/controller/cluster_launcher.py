@@ -34,6 +34,8 @@ from spark_watchdog.controller.serving_restart import (
     ServingOffer,
     ServingRestart,
     ServingRestartReport,
+    add_note,
+    unconfirmed,
 )
 from spark_watchdog.profiles import (
     COMPILATION_FLAG,
@@ -260,11 +262,7 @@ class LauncherRestart(ServingRestart):
         seen = EffectiveConfig.from_json(head.get("effective"))
         shows_none = asked != EffectiveConfig() and effective_matches(asked, seen) is None
         if report.result == "succeeded" and shows_none:
-            unseen = (
-                f"the head's engine did not show the values profile {profile} sets (is its "
-                "log in the container's output?): the profile is not confirmed"
-            )
-            report.note = f"{report.note}; {unseen}" if report.note else unseen
+            add_note(report, unconfirmed(profile))
         return report
 
     async def _command(

@@ -17,8 +17,9 @@ fails there with nothing stopped, instead of after every rank is down.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Literal, Protocol
 
 from spark_watchdog.controller.clock import Clock, SystemClock
@@ -114,6 +115,35 @@ def _effective_text(serving: dict[str, Any]) -> str:
     return ", ".join(shown) or "nothing shown"
 
 
+def unix_time(value: object) -> float | None:
+    """An agent's ISO-8601 time (agent/probe_runner.py's ``iso_time``) as UNIX
+    seconds; None when absent or not such a time."""
+    if not isinstance(value, str) or len(value) > 64:
+        return None
+    try:
+        moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return moment.timestamp() if moment.tzinfo is not None else None
+
+
+def not_the_new_rank(state: Mapping[str, Any], before: float | None) -> str | None:
+    """Why the head's ``/v1/state`` is not yet a report on the rank the restart
+    started, in words; None when it is. Both times are the agent's own clock:
+    the rank must have started after the one seen before the stop, and the vLLM
+    report must have been taken since it started (docs/serving.md)."""
+    serving = state.get("serving")
+    started = unix_time(serving.get("started_at")) if isinstance(serving, Mapping) else None
+    if started is None:
+        return "the head's agent shows no rank started since the stop"
+    if before is not None and started <= before:
+        return "the head's agent still shows the rank from before the restart"
+    observed = unix_time(vllm_status(state).get("observed_at"))
+    if observed is None or observed < started:
+        return "the head's agent has no vLLM report taken since its new rank started"
+    return None
+
+
 @dataclass(frozen=True)
 class ServingNode:
     name: str
@@ -133,6 +163,9 @@ class ServingOffer:
     # The command of the node's rank as its agent shows it (secret values ***),
     # when it knows one: what a launcher's profile flags are merged into.
     argv: tuple[str, ...] | None = None
+    # When the node's rank started, by its agent's clock (``started_at``), if it
+    # has one: after a restart only a report on a rank started later counts.
+    started_at: float | None = None
 
     @property
     def answered(self) -> bool:
@@ -170,6 +203,7 @@ async def serving_offer(
         body.get("enabled") is True,
         settings=body.get("profile_settings"),
         argv=shown,
+        started_at=unix_time(body.get("started_at")),
     )
 
 
@@ -220,6 +254,10 @@ class ServingRestart:
         self._auth = {"Authorization": f"Bearer {token}"}
         self.timeout = timeout
         self.request_timeout = request_timeout
+        # The head's rank before the stop (its start, the agent's clock): the
+        # restart is judged only on reports about a rank started after it.
+        self._head_started: float | None = None
+        self._not_ready = "the head's agent did not answer"
 
     async def _post(self, node: ServingNode, what: str, body: Any = None) -> dict[str, Any]:
         answer = await self.http(
@@ -259,6 +297,7 @@ class ServingRestart:
                 f"serving control is off on {', '.join(off)} (serving.enabled: false in "
                 "the agent's config); nothing was stopped"
             )
+        self._head_started = offers[0].started_at
         return offers
 
     async def run(self, profile: str) -> ServingRestartReport:
@@ -292,7 +331,7 @@ class ServingRestart:
             return report
         if not ready:
             report.result = "timed_out"
-            report.error = f"the head did not serve within {self.timeout:g}s"
+            report.error = f"the head did not serve within {self.timeout:g}s ({self._not_ready})"
             return report
         return self._judge(report, profile)
 
@@ -318,9 +357,17 @@ class ServingRestart:
                 f"but is as safe ({_effective_text(report.effective[differs[0]])})"
             )
         report.result = "succeeded"
+        head = report.effective.get(self.head.name) or {}
+        requested = EffectiveConfig.from_json(head.get("requested"))
+        seen = EffectiveConfig.from_json(head.get("effective"))
+        if requested != EffectiveConfig() and effective_matches(requested, seen) is None:
+            add_note(report, unconfirmed(profile))
         return report
 
     async def _wait_ready(self, report: ServingRestartReport, within: float | None = None) -> bool:
+        """The head serving within the timeout, by a report taken after its new
+        rank started (:func:`not_the_new_rank`): the old rank's last report, still
+        held by the agent for a probe interval after the stop, never counts."""
         deadline = self.clock.monotonic() + (self.timeout if within is None else within)
         await self.clock.sleep(START_SETTLE_S)
         while self.clock.monotonic() < deadline:
@@ -330,12 +377,16 @@ class ServingRestart:
                         f"{self.head.agent.rstrip('/')}/v1/state", timeout=self.request_timeout
                     )
                 ).json()
-            except HttpError:
-                state = None
-            if isinstance(state, dict):
+            except HttpError as exc:
+                state, self._not_ready = None, f"the head's agent did not answer: {exc}"
+            stale = not_the_new_rank(state, self._head_started) if isinstance(state, dict) else None
+            if stale is not None:
+                self._not_ready = stale
+            elif isinstance(state, dict):
                 vllm = vllm_status(state)
                 serving = state.get("serving") or {}
                 report.effective[self.head.name] = serving if isinstance(serving, dict) else {}
+                self._not_ready = f"its new rank's vLLM is {str(vllm.get('state'))[:40]!r}"
                 if vllm.get("state") == "progressing":
                     return True
                 if vllm.get("state") == "idle" and vllm.get("health_status") == 200:
@@ -344,3 +395,17 @@ class ServingRestart:
                         return True
             await self.clock.sleep(1.0)
         return False
+
+
+def unconfirmed(profile: str) -> str:
+    """The note of a restart whose profile the head's engine did not show."""
+    return (
+        f"the head's engine did not show the values profile {profile} sets (is its "
+        "startup line in the rank's log?): the profile is not confirmed"
+    )
+
+
+def add_note(report: ServingRestartReport, said: str) -> None:
+    """``said`` added to the report's note, once."""
+    if report.note is None or said not in report.note:
+        report.note = f"{report.note}; {said}" if report.note else said

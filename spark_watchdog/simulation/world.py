@@ -17,6 +17,7 @@ import math
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from typing import Any
 
 from spark_watchdog.config.controller import ControllerConfig, NodeConfig, SshDevice
@@ -150,6 +151,7 @@ class SimNode:
         # profile it was last started with, a config not as safe as asked; and
         # the faults of the next serving command to this node.
         self.rank_running = True
+        self.rank_started = 0.0  # world time its rank last started
         self.rank_profile: str | None = None
         self.rank_unsafe = False
         self.next_start_fails = False
@@ -325,8 +327,8 @@ class SimNode:
                     "state": "latched" if self.clock_latched else "ok",
                 },
             }
-            if self.rank_unsafe:
-                body["serving"] = {"effective_safe": False, "effective_matches_profile": False}
+            body["probes"]["vllm"]["observed_at"] = _agent_time(self.now())
+            body["serving"] = self._serving_status()
             if self.faults_seen:
                 body["gpu_faults"] = self._gpu_faults()
             if self.world.peers_on:
@@ -334,6 +336,14 @@ class SimNode:
                 if self.name == self.world.head:
                     self._engine_report(body)
         return HttpAnswer(200, json.dumps(body).encode())
+
+    def _serving_status(self) -> dict[str, Any]:
+        """``serving`` of its agent's state: when its rank started (a restart counts
+        only reports on the rank it started), and a config less safe than asked."""
+        status: dict[str, Any] = {"started_at": _agent_time(self.rank_started)}
+        if self.rank_unsafe:
+            status |= {"effective_safe": False, "effective_matches_profile": False}
+        return status
 
     def _engine_report(self, body: dict[str, Any]) -> None:
         """The head's vLLM says when its engine last stepped: every rank was alive then."""
@@ -360,7 +370,10 @@ class SimNode:
         if self.phase != "up" or self.agent == "crashed":
             raise HttpError(f"{self.name}: connection refused", REFUSED)
         if method == "GET" and what == "":
-            return _json(200, {"enabled": True, "profiles": list(SIM_PROFILES)})
+            started = _agent_time(self.rank_started)
+            return _json(
+                200, {"enabled": True, "profiles": list(SIM_PROFILES), "started_at": started}
+            )
         if what == "stop":
             if self.next_stop_hangs:
                 self.next_stop_hangs = False
@@ -376,6 +389,7 @@ class SimNode:
                 return _json(500, {"error": "the rank exited while starting"})
             profile = body.get("profile") if isinstance(body, dict) else None
             self.rank_running, self.rank_profile = True, profile
+            self.rank_started = self.now()
             self.rank_unsafe, self.next_start_unsafe = self.next_start_unsafe, False
             return _json(200, {"state": "running"})
         if what == "canary":
@@ -407,6 +421,16 @@ class SimNode:
 # Seconds without power that clear a GPU clock latch in the simulation: longer
 # than most ordinary cuts it draws, shorter than clock_latch_off_seconds.
 LATCH_CLEAR_S = 90.0
+
+
+def _agent_time(world_seconds: float) -> str:
+    """A world time as an agent writes its times (ISO-8601 UTC)."""
+    moment = datetime.fromtimestamp(AGENT_EPOCH + world_seconds, timezone.utc)
+    return moment.isoformat(timespec="milliseconds")
+
+
+# The agents' clock at the world's time 0.
+AGENT_EPOCH = 1_700_000_000.0
 
 
 # The profiles every simulated agent offers (GET /v1/serving).

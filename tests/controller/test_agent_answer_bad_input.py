@@ -167,4 +167,5 @@ def test_a_serving_restart_reads_a_malformed_state_as_not_ready(head_agent: Head
     )
     # Before: AttributeError ('list' object has no attribute 'get') out of run().
     report = asyncio.run(restart.run("safe"))
-    assert (report.result, report.error) == ("timed_out", "the head did not serve within 2.5s")
+    assert report.result == "timed_out"
+    assert (report.error or "").startswith("the head did not serve within 2.5s (")

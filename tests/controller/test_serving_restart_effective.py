@@ -7,7 +7,9 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+import time
 from collections.abc import Iterator
+from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -18,13 +20,23 @@ from spark_watchdog.controller.serving_restart import ServingNode, ServingRestar
 pytestmark = pytest.mark.integration
 
 
+def _iso(unix: float) -> str:
+    return datetime.fromtimestamp(unix, timezone.utc).isoformat(timespec="milliseconds")
+
+
 class ServingHead:
-    """A head agent on loopback: every start is taken, /v1/state shows a
-    progressing vLLM and the given ``serving`` block."""
+    """A head agent on loopback: every start is taken and starts a new rank
+    (``started_at``), /v1/state shows a progressing vLLM and the given
+    ``serving`` block, read after the rank started; for ``old_reports`` reads
+    after a start it still shows the rank from before the stop, as an agent
+    does until its probe reads again."""
 
     def __init__(self) -> None:
         self.serving: dict[str, Any] = {}
+        self.old_serving: dict[str, Any] = {}
         self.stop_answer: dict[str, Any] = {}
+        self.rank_started = self.previous_started = time.time() - 3600.0
+        self.old_reports = 0
         head = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -37,13 +49,23 @@ class ServingHead:
                 self.wfile.write(data)
 
             def do_GET(self) -> None:
+                rank = {"started_at": _iso(head.rank_started)}
                 if self.path == "/v1/serving":  # the preflight: serving on, the profile known
-                    self._send({"enabled": True, "profiles": ["plain", "safe"], **head.serving})
+                    self._send({"enabled": True, "profiles": ["plain", "safe"], **rank})
                     return
-                self._send({"probes": {"vllm": {"state": "progressing"}}, "serving": head.serving})
+                if head.old_reports > 0:
+                    head.old_reports -= 1
+                    observed, serving = head.previous_started + 60.0, head.old_serving
+                    rank = {"started_at": _iso(head.previous_started)}
+                else:
+                    observed, serving = time.time(), head.serving
+                vllm = {"state": "progressing", "observed_at": _iso(observed)}
+                self._send({"probes": {"vllm": vllm}, "serving": {**serving, **rank}})
 
             def do_POST(self) -> None:
                 self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                if self.path.endswith("/start"):
+                    head.previous_started, head.rank_started = head.rank_started, time.time()
                 self._send(head.stop_answer if self.path.endswith("/stop") else {})
 
             def log_message(self, *args: Any) -> None:
@@ -52,6 +74,23 @@ class ServingHead:
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
         self.base = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+
+class VirtualClock:
+    """Sleeps advance a virtual monotonic time at once: the restart's waits cost nothing."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def time(self) -> float:
+        return time.time()
+
+    async def sleep(self, seconds: float) -> None:
+        self.now += seconds
+        await asyncio.sleep(0)
 
 
 @pytest.fixture
@@ -64,7 +103,9 @@ def head() -> Iterator[ServingHead]:
 
 def _restart(head: ServingHead, serving: dict[str, Any]) -> Any:
     head.serving = serving
-    restart = ServingRestart(ServingNode("spark-1", head.base), [], "token", timeout=10.0)
+    restart = ServingRestart(
+        ServingNode("spark-1", head.base), [], "token", timeout=10.0, clock=VirtualClock()
+    )
     return asyncio.run(restart.run("safe"))
 
 
@@ -144,3 +185,29 @@ def test_the_stacks_each_agent_took_before_its_stop_come_back_in_the_report(
     assert report.result == "succeeded" and report.stacks == {"spark-1": taken}
     head.stop_answer = {"state": "stopped", "stacks": None}  # an agent that took none
     assert _restart(head, _serving("FULL_DECODE_ONLY", True, True)).stacks == {}
+
+
+def test_the_old_ranks_last_report_does_not_make_the_restart_succeed(head: ServingHead) -> None:
+    # The agent still holds the old rank's report (progressing, nothing shown)
+    # for a few reads after the start; the new rank runs a less safe config.
+    head.old_reports = 3
+    report = _restart(head, _serving("FULL_AND_PIECEWISE", False, False))
+    assert report.result == "profile_mismatch", report
+    assert report.effective["spark-1"]["effective"]["cudagraph_mode"] == "FULL_AND_PIECEWISE"
+
+
+def test_a_new_rank_that_never_reports_times_out_and_says_so(head: ServingHead) -> None:
+    head.old_reports = 10_000
+    report = _restart(head, _serving("FULL_DECODE_ONLY", True, True))
+    assert report.result == "timed_out"
+    assert "still shows the rank from before the restart" in (report.error or "")
+
+
+def test_a_profile_the_engine_never_showed_succeeds_saying_it_is_not_confirmed(
+    head: ServingHead,
+) -> None:
+    serving = _serving("FULL_DECODE_ONLY", None, None)
+    serving["effective"] = {"cudagraph_mode": None, "enable_adaptive_verification": None}
+    report = _restart(head, serving)
+    assert report.result == "succeeded", report.error
+    assert "the profile is not confirmed" in (report.note or "")
