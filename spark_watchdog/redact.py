@@ -143,3 +143,44 @@ def redact_record(value: Any, extra_flags: Iterable[str] = ()) -> Any:
     if isinstance(value, str):
         return redact_text(value, flags)
     return value
+
+
+# -- error messages ------------------------------------------------------------------
+#
+# An error message may quote a URL (a power device's, a peer's, the
+# controller's) or a header. Before it is printed or logged, the credentials
+# in it read ***: a URL's userinfo (``http://user:***@host``), the value of a
+# query or path parameter named like a credential (``?access_token=***``,
+# ``;token=***``, the names :func:`spark_watchdog.bearer.credential_named`
+# knows), an auth scheme's credentials (``Bearer ***``), and any secret value
+# the caller knows.
+
+_URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/?#@\s]*@")
+_URL_PARAMETER = re.compile(r"([?&;#])([^=&;#\s/?]+)=([^&;#\s'\"<>]*)")
+_SCHEME_CREDENTIALS = re.compile(r"(?i)\b(bearer|basic)(\s+|%20|\+)[^\s'\",;]+")
+# A private exception class of a library, as ``str()`` of a wrapped error
+# names it (``_RetryableError: ``): an internal, not something a person acts on.
+_PRIVATE_EXCEPTION = re.compile(r"(?<![\w.])(?:[a-z_][\w]*\.)*_[A-Z]\w*(?:Error|Exception): ")
+
+
+def redact_message(text: str, secrets: Iterable[str] = ()) -> str:
+    """An error message with its credentials hidden (see above), and the
+    secret values ``secrets`` (a token, a password) wherever they appear."""
+    from spark_watchdog.bearer import credential_named
+
+    def parameter(match: re.Match[str]) -> str:
+        sep, name, value = match.groups()
+        return f"{sep}{name}={REDACTED}" if credential_named(name) and value else match.group()
+
+    shown = _URL_USERINFO.sub(rf"\1{REDACTED}@", text)
+    shown = _URL_PARAMETER.sub(parameter, shown)
+    shown = _SCHEME_CREDENTIALS.sub(rf"\1\2{REDACTED}", shown)
+    for secret in sorted({s for s in secrets if len(s.strip()) >= 4}, key=len, reverse=True):
+        shown = shown.replace(secret, REDACTED)
+    return redact_text(shown)
+
+
+def plain_error(text: str, secrets: Iterable[str] = ()) -> str:
+    """An error message as a person reads it: redacted (:func:`redact_message`)
+    and without the names of libraries' private exception classes."""
+    return _PRIVATE_EXCEPTION.sub("", redact_message(text, secrets))

@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
-from spark_watchdog.redact import redact_argv, redact_record, redact_text
+import pytest
+
+from spark_watchdog.redact import (
+    REDACTED,
+    plain_error,
+    redact_argv,
+    redact_message,
+    redact_record,
+    redact_text,
+)
 
 
 def test_secret_flags_and_secret_named_variables_are_hidden() -> None:
@@ -48,3 +57,35 @@ def test_a_command_line_inside_one_argument_is_redacted_too() -> None:
 def test_a_bare_secret_flag_does_not_swallow_the_next_flag() -> None:
     argv = ["vllm", "serve", "m", "--hf-token", "--api-key", "sk-1"]
     assert redact_argv(argv) == ["vllm", "serve", "m", "--hf-token", "--api-key", "***"]
+
+
+@pytest.mark.parametrize(
+    ("message", "hidden"),
+    [
+        ("cannot reach http://admin:hunter2@10.0.0.5/cm?cmnd=Power: refused", "hunter2"),
+        ("cannot reach https://h4cker@10.0.0.5/", "h4cker"),
+        ("GET https://h/v1/x?ACCESS_TOKEN=abc123&limit=5 failed", "abc123"),
+        ("GET http://h/v1/x;token=zz9876/y failed", "zz9876"),
+        ("GET http://h/v1/x?x-api-key=k3y9&a=1 failed", "k3y9"),
+        ("answer: Authorization: Bearer abc.def-ghi", "abc.def-ghi"),
+        ("/v1/x?q=Bearer%20abcdef", "abcdef"),
+        ("/v1/x?q=bearer+abcdef", "abcdef"),
+        ("the device said wrong password p@ss€word!", "p@ss€word"),
+    ],
+)
+def test_error_messages_hide_urls_credentials(message: str, hidden: str) -> None:
+    shown = redact_message(message, secrets=["p@ss€word"])
+    assert hidden not in shown and REDACTED in shown
+
+
+def test_error_messages_keep_what_is_not_a_secret() -> None:
+    text = "GET http://10.0.0.5:8000/v1/incidents?status=open&limit=5: connection refused"
+    assert redact_message(text) == text
+    assert redact_message("spark-1: tokens 512 of 8192") == "spark-1: tokens 512 of 8192"
+
+
+def test_a_library_s_private_exception_name_is_left_out() -> None:
+    said = "kasa plug: _RetryableError: Unable to query the device 10.0.0.5:9999: 0 bytes read"
+    assert plain_error(said) == "kasa plug: Unable to query the device 10.0.0.5:9999: 0 bytes read"
+    kept = "snmp pdu: ValueError: outlet 9 of 8"
+    assert plain_error(kept) == kept
