@@ -583,8 +583,8 @@ class ContainerRuntime:
         }
         if self.docker.gpus == "all":
             options["device_requests"] = [DeviceRequest(count=-1, capabilities=[["gpu"]])]
-        if self.docker.shm_size:
-            options["shm_size"] = self.docker.shm_size
+        if self.docker.shm_size_bytes is not None:
+            options["shm_size"] = self.docker.shm_size_bytes
         if self.docker.user:
             options["user"] = self.docker.user
         if self.config.working_directory:

@@ -12,6 +12,13 @@ from urllib.parse import urlsplit
 
 from spark_watchdog.config.addresses import check_bind_address, check_http_url
 from spark_watchdog.config.files import read_yaml
+from spark_watchdog.config.launch_values import (
+    SHM_SIZE_MAX,
+    SHM_SIZE_MIN,
+    check_container_user,
+    check_image_reference,
+    size_bytes,
+)
 from spark_watchdog.config.schema import InvalidSetting, load, setting
 from spark_watchdog.config.secrets import check_secret
 from spark_watchdog.errors import ConfigError
@@ -175,6 +182,7 @@ class DockerServingConfig:
     privileged: bool = setting(False)
     gpus: Literal["all", "none"] = setting("all")
     ipc: Literal["host", "private"] = setting("host")
+    # Docker's size grammar (16g, 512m), from 1m to 1t (docs/serving.md).
     shm_size: str | None = setting(None)
     # HOST:CONTAINER[:ro|rw], both absolute: the model files and vLLM's compile
     # cache belong here, so that a restart does not pay for them again.
@@ -187,6 +195,12 @@ class DockerServingConfig:
     def __post_init__(self) -> None:
         if self.image is not None and not self.image.strip():
             raise InvalidSetting("image", "expected an image reference, got an empty string")
+        if self.image is not None:
+            check_image_reference("image", self.image)
+        if self.shm_size is not None:
+            size_bytes("shm_size", self.shm_size, SHM_SIZE_MIN, SHM_SIZE_MAX)
+        if self.user is not None:
+            check_container_user("user", self.user)
         if not _CONTAINER_NAME.match(self.name):
             raise InvalidSetting(
                 "name",
@@ -205,6 +219,9 @@ class DockerServingConfig:
                 'the watchdog\'s back and undo every safe restart; set it to "no" (and drop '
                 "restart: from a compose file whose container the agent adopts)",
             )
+        self._check_volumes()
+
+    def _check_volumes(self) -> None:
         for i, volume in enumerate(self.volumes):
             parts = volume.split(":")
             if (
@@ -217,6 +234,13 @@ class DockerServingConfig:
                     "expected HOST:CONTAINER or HOST:CONTAINER:ro (absolute paths), "
                     f'got "{volume}"',
                 )
+
+    @property
+    def shm_size_bytes(self) -> int | None:
+        """``shm_size`` in bytes (checked at load), as it is handed to the Engine."""
+        if self.shm_size is None:
+            return None
+        return size_bytes("shm_size", self.shm_size, SHM_SIZE_MIN, SHM_SIZE_MAX)
 
 
 @dataclass(frozen=True)

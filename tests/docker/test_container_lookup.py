@@ -1,7 +1,7 @@
 """Which container is the rank's, against a real Docker Engine: a
 ``serving.docker.name`` that is a prefix of another container's id never
-adopts, stops, kills or removes that container (docs/serving.md, "Which
-container is the rank")."""
+adopts, stops, kills or removes that container
+(docs/serving.md, "Which container is the rank")."""
 
 from __future__ import annotations
 
