@@ -15,6 +15,8 @@ import os
 import sys
 from typing import Any
 
+from spark_watchdog.terminal import escape, escape_lines
+
 # syslog priorities (sd-daemon(3)): logging level → <N>.
 _PRIORITY = {
     logging.CRITICAL: 2,
@@ -41,13 +43,22 @@ def structured_fields(record: logging.LogRecord) -> dict[str, Any]:
 
 
 class PriorityPrefixFormatter(logging.Formatter):
-    """``<6>probe gpu: state timeout (PROBE=gpu STATE=timeout)``."""
+    """``<6>probe gpu: state timeout (PROBE=gpu STATE=timeout)``.
+
+    A message is one line: text from outside in it (a node name, a device's
+    answer, a reason typed on the page) has its controls, bidi overrides and
+    line breaks written visibly (spark_watchdog/terminal.py), so it can
+    neither forge a line of its own nor drive the terminal that reads the
+    log. A traceback keeps its own line breaks."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        return escape(super().formatMessage(record))
 
     def format(self, record: logging.LogRecord) -> str:
-        text = super().format(record)
+        text = escape_lines(super().format(record))
         fields = structured_fields(record)
         if fields:
-            text += " (" + " ".join(f"{k}={v}" for k, v in sorted(fields.items())) + ")"
+            text += " (" + " ".join(f"{k}={escape(v)}" for k, v in sorted(fields.items())) + ")"
         return f"<{priority_of(record.levelno)}>{text}"
 
 

@@ -18,6 +18,7 @@ from spark_watchdog import logs
 from spark_watchdog.doctor.config_checks import ConfigUnreadable
 from spark_watchdog.doctor.plan import diagnose
 from spark_watchdog.doctor.report import TerminalProgress, render_json, render_text
+from spark_watchdog.terminal import unescaped
 
 DEFAULT_AGENT_CONFIG = Path("/etc/spark-watchdog/agent.yaml")
 DEFAULT_CONTROLLER_CONFIG = Path("/etc/spark-watchdog/controller.yaml")
@@ -80,7 +81,9 @@ def run(args: argparse.Namespace) -> int:
                 f"{DEFAULT_CONTROLLER_CONFIG} exists; give --agent-config FILE and/or "
                 "--controller-config FILE"
             )
-    progress = TerminalProgress(sys.stderr) if sys.stderr.isatty() else None
+    # The progress line erases itself with the terminal's own controls: the
+    # process's stream, not the escaping one the CLI prints through.
+    progress = TerminalProgress(unescaped(sys.stderr)) if sys.stderr.isatty() else None
     try:
         report = diagnose(agent_config, controller_config, progress)
     except ConfigUnreadable as exc:

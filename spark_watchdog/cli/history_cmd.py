@@ -28,14 +28,15 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from spark_watchdog.cli import flight_view
+from spark_watchdog.cli import flight_view, say
 from spark_watchdog.config.controller import ControllerConfig, load_controller_config
 from spark_watchdog.errors import ConfigError, WatchdogError
 from spark_watchdog.history.checks import SQLITE_MAX_INT
 from spark_watchdog.history.locate import configured_history
-from spark_watchdog.history.records import CLUSTER, iso_utc
+from spark_watchdog.history.records import CLUSTER, IncidentTimeline, iso_utc
 from spark_watchdog.history.store import HistoryStore
 from spark_watchdog.steps import StepName
+from spark_watchdog.terminal import escape
 from spark_watchdog.xid import describe
 
 DEFAULT_CONFIG = "/etc/spark-watchdog/controller.yaml"
@@ -151,7 +152,7 @@ def add_parsers(commands: Any) -> None:
 
 
 def _usage(message: str) -> int:
-    print(f"spark-watchdog: {message}", file=sys.stderr)
+    say.error(message)
     return EXIT_USAGE
 
 
@@ -248,6 +249,7 @@ def _seconds(value: float | None) -> str:
 
 
 def _table(rows: Sequence[tuple[str, ...]]) -> str:
+    rows = [tuple(escape(c) for c in r) for r in rows]
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return "\n".join(
         "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows
@@ -261,7 +263,7 @@ def _guarded(fn: Any) -> Any:
         except ConfigError as exc:
             return _usage(str(exc))
         except WatchdogError as exc:
-            print(f"spark-watchdog: {exc}", file=sys.stderr)
+            say.error(exc)
             return EXIT_FAILED
 
     return wrapper
@@ -311,49 +313,61 @@ def run_show(args: argparse.Namespace) -> int:
         return EXIT_OK
     i = timeline.incident
     print(
-        f"incident #{i.id}: {i.kind} on {', '.join(i.nodes)}" + (" (dry run)" if i.dry_run else "")
+        f"incident #{i.id}: {escape(i.kind)} on {escape(', '.join(i.nodes))}"
+        + (" (dry run)" if i.dry_run else "")
     )
     print(f"  detected  {iso_utc(i.detected_at)}  (time to detect {_seconds(i.time_to_detect_s)})")
     print(
-        f"  status    {i.resolution or i.status}  (time to recover {_seconds(i.time_to_recover_s)})"
+        f"  status    {escape(i.resolution or i.status)}  "
+        f"(time to recover {_seconds(i.time_to_recover_s)})"
     )
     reasons = i.evidence.get("reasons") if isinstance(i.evidence, dict) else None
     if reasons:
-        print(f"  evidence  {'; '.join(map(str, reasons))}")
+        print(f"  evidence  {'; '.join(map(escape, reasons))}")
     for said in _live_faults(i.evidence):
-        print(f"  gpu fault {said}  (live: the agent's report, before the silence)")
+        print(f"  gpu fault {escape(said)}  (live: the agent's report, before the silence)")
     recorder = i.evidence.get("flight_recorder") if isinstance(i.evidence, dict) else None
     if isinstance(recorder, dict):
         for line in flight_view.render(recorder, i.detected_at):
-            print(line)
+            print(escape(line))
     print("timeline:")
     for step in timeline.steps:
         offset = step.at - i.detected_at
         if step.step == StepName.STACKS_RECORDED:
-            print(f"  t={offset:+8.1f}s  {step.step}")
+            print(f"  t={offset:+8.1f}s  {escape(step.step)}")
             for line in _stack_lines(step.detail):
                 print(line)
             continue
         detail = ", ".join(f"{k}={v}" for k, v in step.detail.items() if v not in (None, "", {}))
         who = f"{step.node} " if step.node else ""
-        print(f"  t={offset:+8.1f}s  {who}{step.step}" + (f"  ({detail})" if detail else ""))
+        line = f"{who}{step.step}" + (f"  ({detail})" if detail else "")
+        print(f"  t={offset:+8.1f}s  {escape(line)}")
+    _print_outcome(timeline)
+    return EXIT_OK
+
+
+def _print_outcome(timeline: IncidentTimeline) -> None:
+    """An incident's power actions, serving restarts and boots, in words."""
     if timeline.actions:
         print("actions:")
         for a in timeline.actions:
             verified = f", verified {_short(a.verified_at)}" if a.verified_at else ""
             error = f", {a.error}" if a.error else ""
-            print(f"  {a.operation} {a.node} via {a.device}: {a.result}{verified}{error}")
+            said = f"{a.operation} {a.node} via {a.device}: {a.result}"
+            print(f"  {escape(said)}{verified}{escape(error)}")
     for r in timeline.serving_restarts:
-        print(f"serving restart ({r.profile}): {r.result} in {_seconds(r.duration_s)}")
+        print(
+            f"serving restart ({escape(r.profile)}): {escape(r.result)} in {_seconds(r.duration_s)}"
+        )
     for b in timeline.boots:
         end = {True: "clean", False: "UNCLEAN", None: "current"}[b.clean_shutdown]
         span = f"{_short(b.first_entry)} → {_short(b.last_entry)}"
-        print(f"boot {b.boot_id[:12]} of {b.node}: {span} {end}")
+        print(f"boot {escape(b.boot_id[:12])} of {escape(b.node)}: {span} {end}")
         for kind, lines in b.evidence.items() if isinstance(b.evidence, Mapping) else ():
             for line in (lines if isinstance(lines, list) else [])[:2]:
                 text = line.get("message") if isinstance(line, Mapping) else line
-                print(f"  journal {kind}: {str(text)[:160]}  (from the journal, read after)")
-    return EXIT_OK
+                shown = escape(str(text)[:160])
+                print(f"  journal {escape(kind)}: {shown}  (from the journal, read after)")
 
 
 def _live_faults(evidence: Any) -> list[str]:
@@ -380,14 +394,14 @@ def _stack_lines(detail: Mapping[str, Any], frames: int = 6) -> list[str]:
         if not isinstance(record, Mapping):
             continue
         note = f" ({record['note']})" if record.get("note") else ""
-        lines.append(f"      {node}{note}")
+        lines.append(f"      {escape(f'{node}{note}')}")
         for entry in record.get("processes") or []:
             if not isinstance(entry, Mapping):
                 continue
-            lines.append(f"        pid {entry.get('pid')}: {entry.get('command')}")
+            lines.append(f"        pid {escape(entry.get('pid'))}: {escape(entry.get('command'))}")
             stack = entry.get("stack")
             body = str(stack).splitlines()[:frames] if stack else [f"({entry.get('error')})"]
-            lines.extend(f"          {line.strip()}" for line in body if line.strip())
+            lines.extend(f"          {escape(line.strip())}" for line in body if line.strip())
     return lines
 
 
@@ -399,7 +413,7 @@ def run_boots(args: argparse.Namespace) -> int:
         print(json.dumps({"node": args.node, "boots": [b.to_json() for b in boots]}, indent=2))
         return EXIT_OK
     if not boots:
-        print(f"no boots recorded for {args.node}")
+        print(f"no boots recorded for {escape(args.node)}")
         return EXIT_OK
     rows = [("BOOT", "FIRST ENTRY", "LAST ENTRY", "END", "INCIDENT")]
     for b in boots:
@@ -437,7 +451,7 @@ def run_hold(args: argparse.Namespace) -> int:
         print(json.dumps(hold.to_json(), indent=2))
     else:
         what = "the cluster" if target == CLUSTER else target
-        print(f"held {what}: {hold.reason}")
+        print(f"held {escape(what)}: {escape(hold.reason)}")
     return EXIT_OK
 
 
@@ -457,7 +471,8 @@ def run_release(args: argparse.Namespace) -> int:
         print(json.dumps({"released": [h.to_json() for h in released]}, indent=2))
     else:
         print(
-            "released " + (", ".join(h.node for h in released) if released else "nothing (no hold)")
+            "released "
+            + (", ".join(escape(h.node) for h in released) if released else "nothing (no hold)")
         )
     return EXIT_OK
 
@@ -501,21 +516,24 @@ def run_status(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(status, indent=2))
         return EXIT_OK
-    print(f"source: {status['source']}")
+    print(f"source: {escape(status['source'])}")
     for node in status.get("nodes", []):
-        reasons = "; ".join(node.get("reasons") or [])
+        reasons = "; ".join(map(str, node.get("reasons") or []))
         if node.get("hardware_suspect"):
             reasons += f" [hardware suspect: {node.get('freezes_in_window')} freezes]"
         if node.get("gpu_clock_latched"):
             reasons += " [GPU clock latched on this boot]"
-        print(f"  {node['name']:<12} {node['verdict']:<16} {reasons}")
+        if node.get("held_reason"):
+            reasons += f" [held: {node['held_reason']}]"
+        print(f"  {escape(node['name']):<12} {escape(node['verdict']):<16} {escape(reasons)}")
     for hold in status.get("holds", []):
-        print(f"  hold {hold['node']}: {hold['reason']}")
+        print(f"  hold {escape(hold['node'])}: {escape(hold['reason'])}")
     for incident in status.get("open_incidents", []):
+        nodes = ",".join(map(str, incident["nodes"]))
         print(
-            f"  open incident #{incident['id']}: {incident['kind']} {','.join(incident['nodes'])}"
+            f"  open incident #{escape(incident['id'])}: {escape(incident['kind'])} {escape(nodes)}"
         )
-    print(f"serving profile: {status.get('serving_profile') or 'as configured'}")
+    print(f"serving profile: {escape(status.get('serving_profile') or 'as configured')}")
     unhealthy = [
         n for n in status.get("nodes", []) if n.get("verdict") not in ("healthy", "pending")
     ]

@@ -13,9 +13,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from spark_watchdog import __version__
-from spark_watchdog.cli import examples
+from spark_watchdog.cli import examples, say
 from spark_watchdog.cli.parser_tree import Command, tree
 from spark_watchdog.errors import ConfigError, WatchdogError
+from spark_watchdog.terminal import EscapedStream
 
 EXIT_OK = 0
 EXIT_UNHEALTHY = 1
@@ -35,6 +36,10 @@ ALONE = {
     "lab": "lab_cmd",
     "doctor": "doctor_cmd",
 }
+
+# The long-running commands: their output is their log, escaped by its formatter
+# (spark_watchdog/logs.py), and their streams stay the process's own.
+DAEMONS = frozenset({"agent", "controller"})
 
 
 def _module(name: str) -> Any:
@@ -100,6 +105,19 @@ def program() -> Command:
 
 def main(argv: Sequence[str] | None = None) -> int:
     given = list(sys.argv[1:] if argv is None else argv)
+    if given and given[0] in DAEMONS:
+        return _run(given)
+    # Whatever a command prints on a terminal, no control character from
+    # outside gets through (spark_watchdog/terminal.py); JSON is unchanged.
+    saved = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = EscapedStream(sys.stdout), EscapedStream(sys.stderr)
+    try:
+        return _run(given)
+    finally:
+        sys.stdout, sys.stderr = saved
+
+
+def _run(given: list[str]) -> int:
     parser = build_parser(given[0] if given and given[0] in ALONE else None)
     args = parser.parse_args(given)
     try:
@@ -107,10 +125,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except ConfigError as exc:  # a command that did not catch its own: still exit 2
-        print(f"spark-watchdog: {exc}", file=sys.stderr)
+        say.error(exc)
         return EXIT_USAGE
     except WatchdogError as exc:
-        print(f"spark-watchdog: {exc}", file=sys.stderr)
+        say.error(exc)
         return EXIT_UNHEALTHY
     except BrokenPipeError:
         # `spark-watchdog ... | head`: the reader left; not an error of ours.
