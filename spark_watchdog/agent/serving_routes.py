@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -20,11 +21,14 @@ from spark_watchdog.agent.serving import (
     UnknownProfile,
 )
 from spark_watchdog.agent.vllm_watch import VllmWatch
+from spark_watchdog.config.launch_values import printable
 from spark_watchdog.http_server import PostRoute, Response, json_response
 
 log = logging.getLogger("spark_watchdog.agent")
 
 SERVING_POSTS = ("/v1/serving/start", "/v1/serving/stop", "/v1/serving/canary")
+# What a profile's name can be (serving.profiles' keys, config/agent.py).
+_PROFILE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 
 
 def serving_post_routes(
@@ -62,14 +66,8 @@ class ServingRoutes:
 
     def start(self, body: dict[str, Any]) -> Response:
         launcher = self.launcher
-        problem = _unexpected_keys(body, ("profile",))
         profile = body.get("profile")
-        if (
-            problem is None
-            and profile is not None
-            and (not isinstance(profile, str) or not profile)
-        ):
-            problem = f"profile: expected a profile name (a string), got {profile!r}"
+        problem = _unexpected_keys(body, ("profile",)) or _profile_problem(profile)
         if problem is not None:
             return json_response({"error": problem}, 400)
         log.info("serving: start requested (profile %s)", profile or "default")
@@ -126,9 +124,26 @@ class ServingRoutes:
         return json_response(result.to_json())
 
 
+def _profile_problem(profile: object) -> str | None:
+    """Why ``profile`` of a start's body is no profile name (a NUL, a control
+    character, a list): a 400 that shows it escaped, never a launch with it."""
+    if profile is None:
+        return None
+    if not isinstance(profile, str):
+        return f"profile: expected a profile name (a string), got {type(profile).__name__}"
+    if not _PROFILE_NAME.match(profile):
+        return (
+            "profile: expected a profile name (letters, digits, '.', '_', '-'; at most 63 "
+            f'characters), got "{printable(profile[:80])}"'
+        )
+    return None
+
+
 def _unexpected_keys(body: dict[str, Any], allowed: tuple[str, ...]) -> str | None:
     extra = sorted(set(body) - set(allowed))
     if not extra:
         return None
     wanted = ", ".join(allowed) if allowed else "none (send {} or no body)"
-    return f"unknown key(s) in body: {', '.join(extra)}; expected: {wanted}"
+    shown = ", ".join(printable(key[:80]) for key in extra[:10])
+    more = f" and {len(extra) - 10} more" if len(extra) > 10 else ""
+    return f"unknown key(s) in body: {shown}{more}; expected: {wanted}"
