@@ -17,6 +17,7 @@ from spark_watchdog.config.launch_values import (
     SHM_SIZE_MIN,
     check_container_user,
     check_image_reference,
+    printable,
     size_bytes,
 )
 from spark_watchdog.config.schema import InvalidSetting, load, setting
@@ -375,7 +376,31 @@ class PeerConfig:
     def __post_init__(self) -> None:
         if not _NODE_NAME.match(self.name):
             raise InvalidSetting("name", f'expected a node name, got "{self.name}"')
+        _refuse_peer_credentials("url", self.url)
         check_http_url("url", self.url)
+
+
+def _refuse_peer_credentials(key: str, url: str) -> None:
+    """A peer's URL carries no ``user:password@``, query or fragment: pulses are
+    unauthenticated, and the URL is shown in ``/v1/state`` (to anyone who reaches
+    the agent) and in the agent's log. Refused without showing what was there."""
+    scheme, _, rest = url.partition("://")
+    authority = re.split(r"[/?#]", rest, maxsplit=1)[0]
+    host = authority.rpartition("@")[2].partition(";")[0]
+    if "@" in authority:
+        raise InvalidSetting(
+            key,
+            "expected the peer agent's URL without a user or password: pulses carry no "
+            "credentials, and the URL is shown in /v1/state and the agent's log; remove "
+            f'"USER:PASSWORD@" (got "{printable(scheme)}://***@{printable(host)}...")',
+        )
+    if any(mark in rest for mark in "?#;"):
+        raise InvalidSetting(
+            key,
+            "expected the peer agent's base URL without a query, fragment or ;parameters "
+            "(pulses carry no token, and the URL is shown in /v1/state and the agent's log), "
+            f'got "{printable(scheme)}://{printable(host)}/***"',
+        )
 
 
 @dataclass(frozen=True)

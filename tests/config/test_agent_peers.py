@@ -75,3 +75,25 @@ def test_a_peer_on_the_management_address_is_no_second_path() -> None:
         )
     )
     assert peers_on_management(anywhere) == []
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("http://admin:hunter2@192.168.100.2:9720", 'remove "USER:PASSWORD@"'),
+        ("http://hunter2@192.168.100.2:9720/", 'remove "USER:PASSWORD@"'),
+        ("http://admin:hunter2@[fe80::1", 'remove "USER:PASSWORD@"'),
+        ("http://192.168.100.2:9720/?access_token=hunter2", "without a query, fragment"),
+        ("http://192.168.100.2:9720/;token=hunter2", "without a query, fragment"),
+        ("http://192.168.100.2:9720/?q=Bearer%20hunter2", "without a query, fragment"),
+        ("http://192.168.100.2:9720/#hunter2", "without a query, fragment"),
+    ],
+)
+def test_a_peer_url_with_credentials_is_refused_without_showing_them(
+    url: str, expected: str
+) -> None:
+    """Pulses are unauthenticated and a peer's URL is shown in /v1/state and the log."""
+    problems = _problems(_config([{"name": "spark-2", "url": url}]))
+    assert len(problems) == 1 and problems[0].startswith("peers[0].url: expected"), problems
+    assert expected in problems[0]
+    assert "hunter2" not in problems[0] and "admin" not in problems[0]
