@@ -150,7 +150,6 @@ class Agent:
         self.memory = _memory_watch(config, self.serving)
 
         self.vllm: VllmWatch | None = None
-        # A run of its own: a restarted agent's seq from 0 is not an old run's.
         self.own_pulse = OwnPulse(config.node, lambda: (self.seq, self._boot_id), new_run())
         self.peers = PeerWatch(
             config.peers, config.peering, carry=self.own_pulse.encoded, beat=config.loop_interval
