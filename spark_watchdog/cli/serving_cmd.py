@@ -16,15 +16,22 @@ import argparse
 import asyncio
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from spark_watchdog.cli.history_cmd import DEFAULT_CONFIG, EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from spark_watchdog.config.controller import ControllerConfig, load_controller_config
 from spark_watchdog.config.secrets import read_secret
-from spark_watchdog.errors import ConfigError, WatchdogError
+from spark_watchdog.errors import ConfigError, InvalidRecord, WatchdogError
 from spark_watchdog.history.locate import configured_history
+from spark_watchdog.steps import StepName
+
+if TYPE_CHECKING:
+    from spark_watchdog.controller.serving_restart import ServingRestartReport
+    from spark_watchdog.history.store import HistoryStore
 
 SETTING = "serving_profile"
+# The incident kind of a serving restart a person asked for here.
+OPERATOR_RESTART = "serving_restart"
 
 
 def add_parser(commands: Any) -> None:
@@ -151,20 +158,17 @@ def run_restart(args: argparse.Namespace) -> int:
             asyncio.run(restart.preflight(profile))
         except PreflightFailed as exc:
             return _fail(f"restart: {exc}", EXIT_USAGE if exc.unknown_profile else EXIT_FAILED)
-        record = store.start_serving_restart(profile)
+        incident_id, record_id = _record_start(store, [n.name for n in nodes], profile)
         print(f"serving: restarting {len(nodes)} ranks with profile {profile}", file=sys.stderr)
         report = asyncio.run(restart.run(profile))
-        store.finish_serving_restart(
-            record.id, report.result, step_durations=report.step_durations, error=report.error
-        )
-        if report.result == "succeeded":
-            store.set_setting(SETTING, profile, by="cli")
+        _record_end(store, incident_id, record_id, report)
     body = {
         "profile": profile,
         "result": report.result,
         "error": report.error,
         "note": report.note,
         "steps": report.step_durations,
+        "incident": incident_id,
     } | ({"launcher": report.launcher} if report.launcher else {})
     if args.json:
         print(json.dumps(body, indent=2))
@@ -177,3 +181,45 @@ def run_restart(args: argparse.Namespace) -> int:
         for command in (report.launcher or {}).get("commands", []):
             print(f"  launcher {command['detail']} ({command['duration_s']:.1f}s)")
     return EXIT_OK if report.result == "succeeded" else EXIT_FAILED
+
+
+def _record_start(store: HistoryStore, nodes: list[str], profile: str) -> tuple[int, int]:
+    """An operator's restart is an incident of its own (kind ``serving_restart``),
+    so ``history``, ``show`` and the page list it with the controller's own:
+    (incident id, serving restart id)."""
+    incident = store.open_incident(
+        OPERATOR_RESTART,
+        nodes,
+        evidence={"reasons": [f"serving restart with profile {profile} asked by a person (CLI)"]},
+    )
+    store.add_step(
+        incident.id,
+        StepName.SERVING_RESTART_STARTED,
+        detail={"profile": profile, "reason": "asked by a person (CLI)"},
+    )
+    record = store.start_serving_restart(profile, incident_id=incident.id)
+    return incident.id, record.id
+
+
+def _record_end(
+    store: HistoryStore, incident_id: int, record_id: int, report: ServingRestartReport
+) -> None:
+    """The restart's outcome, its incident's last steps, and the profile in force
+    (which a running controller reads from here: controller/serving_policy.py)."""
+    store.finish_serving_restart(
+        record_id, report.result, step_durations=report.step_durations, error=report.error
+    )
+    succeeded = report.result == "succeeded"
+    if succeeded:
+        store.set_setting(SETTING, report.profile, by="cli")
+    detail: dict[str, Any] = {"result": report.result, "error": report.error}
+    detail |= ({"note": report.note} if report.note else {}) | (
+        {"launcher": report.launcher} if report.launcher else {}
+    )
+    try:
+        store.add_step(incident_id, StepName.SERVING_RESTART_DONE, detail=detail)
+        store.resolve_incident(
+            incident_id, "recovered" if succeeded else "gave_up", detail={"profile": report.profile}
+        )
+    except InvalidRecord as exc:  # a controller that started meanwhile closed it
+        print(f"spark-watchdog serving: note: incident {incident_id}: {exc}", file=sys.stderr)

@@ -4,6 +4,7 @@ whose serving launcher runs a real (idle) rank."""
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
 import threading
 import time
@@ -173,3 +174,39 @@ def test_a_profile_cannot_be_checked_without_an_agent(
     assert (code, out) == (1, "")
     assert err.startswith(f"spark-watchdog serving: restart: spark-1: GET {url}/v1/serving: ")
     assert err.endswith("; nothing was stopped\n")
+
+
+def test_an_operators_restart_is_listed_by_history_and_show(
+    agent: RunningAgent, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The idle rank never serves: the restart runs to its end and times out,
+    # which is recorded like any other ending.
+    path = _controller_config(tmp_path, agent.base)
+    config = yaml.safe_load(path.read_text())
+    config["serving"]["start_timeout"] = 2.0
+    path.write_text(yaml.safe_dump(config))
+    code, out, err = run(
+        ["serving", "restart", "--profile", "fast", "--json", "--config", str(path)], capsys
+    )
+    body = json.loads(out)
+    assert (code, body["result"]) == (1, "timed_out"), err
+    incident = body["incident"]
+
+    code, out, _ = run(["history", "--json", "--config", str(path)], capsys)
+    listed = json.loads(out)["incidents"]
+    assert code == 0 and [(i["id"], i["kind"]) for i in listed] == [(incident, "serving_restart")]
+    assert listed[0]["resolution"] == "gave_up" and listed[0]["nodes"] == ["spark-1"]
+    code, out, _ = run(["history", "--config", str(path)], capsys)
+    assert code == 0 and "serving_restart" in out
+
+    code, out, _ = run(["show", str(incident), "--json", "--config", str(path)], capsys)
+    shown = json.loads(out)
+    assert code == 0
+    assert [(r["profile"], r["result"]) for r in shown["serving_restarts"]] == [
+        ("fast", "timed_out")
+    ]
+    steps = [s["step"] for s in shown["steps"]]
+    assert "serving_restart_started" in steps and "serving_restart_done" in steps
+    code, out, _ = run(["show", str(incident), "--config", str(path)], capsys)
+    assert code == 0 and "serving restart (fast): timed_out" in out
+    assert "asked by a person (CLI)" in out
