@@ -155,6 +155,7 @@ class Controller:
         if self.fence.deposed():
             return  # a pair's lost lease: it decides and starts nothing more (controller/pair.py)
         await self.holds.sync()
+        await self.serving.sync_profile()
         await self.holds.check_breaker()
         for watch in self.watches.values():
             await self._act(watch)

@@ -44,6 +44,8 @@ SERVING_FAULT_KINDS = (
     Verdict.GPU_FAULT.value,
     Verdict.GPU_WEDGED.value,
 )
+# The history's setting of the profile in force (cli/serving_cmd.py sets it too).
+PROFILE_SETTING = "serving_profile"
 # What an incident's evidence calls the kill it answers, by the verdict.
 KILL_EVIDENCE = {Verdict.MEMORY_EXHAUSTED: "memory_guard", Verdict.GPU_FAULT: "gpu_fault"}
 
@@ -79,9 +81,7 @@ class ServingRestarts:
         busy = self.recovering(lambda w: w.incident_id != incident_id)
         self.profile = profile
         with contextlib.suppress(HistoryUnwritable):
-            await host.ledger.write(
-                host.ledger.store.set_setting, "serving_profile", profile, by=BY
-            )
+            await host.ledger.write(host.ledger.store.set_setting, PROFILE_SETTING, profile, by=BY)
         if busy and incident_id is not None:
             await incident_log.step(
                 host.ledger,
@@ -91,6 +91,19 @@ class ServingRestarts:
             )
             return True
         return await self._restart(profile, incident_id, reason, kind)
+
+    async def sync_profile(self) -> None:
+        """The profile in force as the history has it: a person may pick one
+        (``serving profile P``) or restart serving with one (``serving
+        restart``) while the controller runs, and its status and page then
+        show that one, not the one it read at its start."""
+        host = self.host
+        try:
+            setting = await host.ledger.read(host.ledger.store.setting, PROFILE_SETTING)
+        except HistoryUnwritable:
+            return  # as it was; the next tick reads again
+        if setting is not None:
+            self.profile = setting.value
 
     def recovering(self, among: Callable[[NodeWatch], bool]) -> list[str]:
         """The nodes (of those ``among`` takes) frozen or being fenced or booted:
