@@ -25,16 +25,13 @@ command prints goes to the log and into errors only redacted and cut short.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
 import logging
 import os
 import shlex
-import signal
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 
+from spark_watchdog.child_run import ChildNotStarted, ChildRun, run_child
 from spark_watchdog.config.controller import EXEC_NOT_SENT_EXIT, ExecDevice
 from spark_watchdog.config.secrets import Secret
 from spark_watchdog.errors import Ambiguous, Refused, Unreachable
@@ -47,22 +44,13 @@ log = logging.getLogger("spark_watchdog.power.exec")
 OUTPUT_SHOWN = 300  # characters of a command's output in a log line or an error
 
 
-@dataclass(frozen=True)
-class Ran:
-    """One finished run: its exit status (negative: the signal that ended it) and output."""
-
-    returncode: int
-    stdout: str
-    stderr: str
-
-    def said(self) -> str:
-        """What it printed, redacted and cut to its last ``OUTPUT_SHOWN`` characters."""
-        text = " ".join(redact_text("\n".join((self.stdout, self.stderr))).split())
-        return text if len(text) <= OUTPUT_SHOWN else "…" + text[-(OUTPUT_SHOWN - 1) :]
-
-
-class NotStarted(Exception):
-    """The command could not be started: nothing ran."""
+def said(ran: ChildRun) -> str:
+    """What a run printed, redacted, quoted with its control characters escaped, and
+    cut to its last ``OUTPUT_SHOWN`` characters."""
+    printed = "\n".join((ran.stdout.text(), ran.stderr.text()))
+    text = " ".join(redact_text(printed).split())
+    text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+    return f"'{text if len(text) <= OUTPUT_SHOWN else '…' + text[-(OUTPUT_SHOWN - 1) :]}'"
 
 
 def command_environment(environ: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -76,44 +64,17 @@ def command_environment(environ: Mapping[str, str] | None = None) -> dict[str, s
 
 async def run_argv(
     argv: Sequence[str], timeout: float, environment: Mapping[str, str], *, device: str = ""
-) -> Ran:
-    """Run ``argv`` once, no shell; asyncio.TimeoutError after ``timeout`` (group killed).
+) -> ChildRun:
+    """Run ``argv`` once, no shell, bounded in bytes and time (spark_watchdog/child_run.py).
 
     ``device`` given: the send window is asked right before the process starts
     (power/send_window.py), so a command past its window never runs.
+
+    :raises ChildNotStarted: it could not be started; nothing ran.
     """
     if device:
         send_window.enforce(device)
-    try:
-        process = await asyncio.create_subprocess_exec(
-            *argv,
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            env=dict(environment),
-            start_new_session=True,  # its own process group: killed as a whole
-        )
-    except OSError as exc:
-        raise NotStarted(exc.strerror or str(exc)) from None
-    try:
-        stdout, stderr = await asyncio.wait_for(process.communicate(), timeout)
-    except BaseException:
-        # Run over, or the caller gave up (VerifiedPower's deadline, a
-        # shutdown): nothing it started may act later on its own.
-        await _kill_group(process)
-        raise
-    return Ran(
-        -1 if process.returncode is None else process.returncode,
-        stdout.decode("utf-8", "replace"),
-        stderr.decode("utf-8", "replace"),
-    )
-
-
-async def _kill_group(process: asyncio.subprocess.Process) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(process.pid, signal.SIGKILL)
-    # Shielded: a second cancellation must not skip the reaping.
-    await asyncio.shield(process.wait())
+    return await run_child(argv, timeout=timeout, environment=environment)
 
 
 def parse_status(stdout: str) -> PowerState | None:
@@ -163,19 +124,15 @@ class ExecPower:
     async def read_state(self) -> PowerState:
         try:
             ran = await run_argv(self._status, self._timeout, self._environment)
-        except NotStarted as exc:
+        except ChildNotStarted as exc:
             raise Unreachable(self.name, f"status could not be started: {exc}") from None
-        except asyncio.TimeoutError:
-            raise Unreachable(
-                self.name, f"status ran over its {self._timeout:g}s timeout and was killed"
-            ) from None
         if ran.returncode != 0:
-            raise Unreachable(self.name, f"status {_ended(ran.returncode)}: {ran.said()!r}")
-        state = parse_status(ran.stdout)
+            raise Unreachable(self.name, f"status {ran.ended()}: {said(ran)}")
+        state = parse_status(ran.stdout.text())
         if state is None:
             raise Refused(
                 self.name,
-                f"status printed {ran.said()!r}: expected a last line "
+                f"status printed {said(ran)}: expected a last line "
                 '{"state": "on"} or {"state": "off"} (docs/power.md, "exec")',
             )
         return state
@@ -188,38 +145,25 @@ class ExecPower:
             ran = await run_argv(
                 self._argv[target], self._timeout, self._environment, device=self.name
             )
-        except NotStarted as exc:
+        except ChildNotStarted as exc:
             raise Unreachable(
                 self.name, f"{which} could not be started: {exc}; nothing was sent"
             ) from None
-        except asyncio.TimeoutError:
-            raise Ambiguous(
-                self.name,
-                f"{which} ran over its {self._timeout:g}s timeout and was killed; "
-                "it may have switched",
-            ) from None
         if ran.returncode == 0:
-            if ran.said():
-                log.info("%s: %s said %r", self.name, which, ran.said())
+            if ran.stdout.kept or ran.stderr.kept:
+                log.info("%s: %s said %s", self.name, which, said(ran))
             return
         if ran.returncode == EXEC_NOT_SENT_EXIT:
             raise Unreachable(
                 self.name,
-                f"{which} exited {EXEC_NOT_SENT_EXIT} (nothing was sent): {ran.said()!r}",
+                f"{which} exited {EXEC_NOT_SENT_EXIT} (nothing was sent): {said(ran)}",
             )
-        raise Ambiguous(
-            self.name,
-            f"{which} {_ended(ran.returncode)}: {ran.said()!r}; it may have switched",
-        )
+        # Killed by a signal, or run over its timeout (killed with its group): it may
+        # have switched, as may any other exit status.
+        raise Ambiguous(self.name, f"{which} {ran.ended()}: {said(ran)}; it may have switched")
 
     async def aclose(self) -> None:
         return None
-
-
-def _ended(returncode: int) -> str:
-    if returncode < 0:
-        return f"was killed by signal {-returncode}"
-    return f"exited {returncode}"
 
 
 def build_exec_backend(device: ExecDevice, secrets: Mapping[str, Secret]) -> ExecPower:

@@ -1,6 +1,6 @@
 """A BMC's chassis power over IPMI v2 (RMCP+), driven through ``ipmitool -I lanplus``.
 
-One ipmitool process per call, started with ``create_subprocess_exec`` (no
+One ipmitool process per call, run by ``spark_watchdog.child_run`` (no
 shell), bounded by a per-call timeout and killed (and reaped) on timeout or
 cancellation. The password travels in the child's environment
 (``-E`` reads ``IPMI_PASSWORD``), never on its command line: ``ps`` shows
@@ -21,7 +21,6 @@ had to kill, may have landed: ``Ambiguous``.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import re
@@ -29,6 +28,7 @@ import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from spark_watchdog.child_run import ChildNotStarted, run_child
 from spark_watchdog.config.controller import IpmiDevice
 from spark_watchdog.config.secrets import Secret
 from spark_watchdog.errors import Ambiguous, ConfigError, PowerError, Refused, Unreachable
@@ -541,50 +541,28 @@ class IpmiBmc:
         }
 
     async def _run(self, action: str) -> IpmitoolRun:
-        """Run ipmitool once; raise asyncio.TimeoutError after ``timeout`` (process killed)."""
+        """Run ipmitool once, its output bounded (spark_watchdog/child_run.py); raise
+        asyncio.TimeoutError after ``timeout`` (its process group killed and reaped)."""
         binary = self._binary()
         args = self.argv(action)
         log.debug("%s: %s %s", self.name, binary, " ".join(args))
         try:
-            process = await asyncio.create_subprocess_exec(
-                binary,
-                *args,
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
-                env=self._environment(),
+            ran = await run_child(
+                [binary, *args], timeout=self.timeout, environment=self._environment()
             )
-        except FileNotFoundError:
-            raise IpmitoolNotFound(
-                self.name,
-                f'ipmitool disappeared ("{binary}"): install the Debian package {IPMITOOL_PACKAGE}',
-            ) from None
-        except OSError as exc:
-            raise PowerError(
-                self.name, f'cannot start ipmitool ("{binary}"): {exc.strerror or exc}'
-            ) from None
-        try:
-            stdout, stderr = await asyncio.wait_for(process.communicate(), self.timeout)
-        except BaseException:
-            # Timeout or cancellation (VerifiedPower's own deadline, a shutdown):
-            # never leave an ipmitool behind to act later on its own.
-            await _stop(process)
-            raise
+        except ChildNotStarted as exc:
+            if exc.missing:
+                raise IpmitoolNotFound(
+                    self.name,
+                    f'ipmitool disappeared ("{binary}"): install the Debian package '
+                    f"{IPMITOOL_PACKAGE}",
+                ) from None
+            raise PowerError(self.name, f'cannot start ipmitool ("{binary}"): {exc}') from None
+        if ran.returncode is None:
+            raise asyncio.TimeoutError
         return IpmitoolRun(
-            returncode=process.returncode if process.returncode is not None else -1,
-            stdout=stdout.decode("utf-8", "replace"),
-            stderr=stderr.decode("utf-8", "replace"),
+            returncode=ran.returncode, stdout=ran.stdout.text(), stderr=ran.stderr.text()
         )
-
-
-async def _stop(process: asyncio.subprocess.Process) -> None:
-    """SIGKILL and reap: SIGKILL cannot be caught, so the wait is short."""
-    if process.returncode is None:
-        with contextlib.suppress(ProcessLookupError):
-            process.kill()
-    # Shielded: a second cancellation must not skip the reaping. If it comes,
-    # the process is already killed and the loop's child watcher reaps it.
-    await asyncio.shield(process.wait())
 
 
 def build_ipmi_backend(device: IpmiDevice, secrets: Mapping[str, Secret]) -> IpmiBmc:

@@ -27,8 +27,6 @@ restarting the agent over SSH (``run_ssh_command``).
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import math
 import os
 import re
@@ -37,6 +35,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
+from spark_watchdog.child_run import ChildNotStarted, run_child
 from spark_watchdog.config.controller import SshDevice
 from spark_watchdog.config.secrets import resolve_secret_path
 from spark_watchdog.errors import Ambiguous, Refused, Unreachable
@@ -56,12 +55,11 @@ SSH_OUTCOMES: tuple[SshOutcome, ...] = get_args(SshOutcome)
 # Extra time a reboot gets on top of ConnectTimeout: key exchange, auth and the
 # command itself (systemctl reboot queues a job and returns at once).
 REBOOT_EXTRA_S = 15.0
+# Kept of each stream (spark_watchdog/child_run.py): its first 64 KiB and its last
+# 256 KiB. ssh -v writes a few KiB of debug lines per session, the exit status last.
 _STDOUT_LIMIT = 64 * 1024
-# ssh -v writes a few KiB of debug lines per session; keep far more than that.
 _STDERR_LIMIT = 256 * 1024
 _MESSAGE_CHARS = 600
-_READ_CHUNK = 4096
-_REAP_GRACE_S = 2.0
 
 # Markers in ssh's -v output (OpenSSH 7.x to 9.x; sshconnect2.c, clientloop.c).
 _AUTHENTICATED = "Authenticated to "
@@ -252,30 +250,30 @@ class SshCommand:
             raise ValueError(f"timeout: expected seconds > 0, got {timeout}")
         started = time.monotonic()
         try:
-            process = await asyncio.create_subprocess_exec(
-                *self.argv(command),
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
-                env=_child_environment(),
+            ran = await run_child(
+                self.argv(command),
+                timeout=timeout,
+                environment=_child_environment(),
+                head_bytes=_STDOUT_LIMIT,
+                tail_bytes=_STDERR_LIMIT,
             )
-        except OSError as exc:
+        except ChildNotStarted as exc:
             return self._not_started(command, time.monotonic() - started, exc)
-        timed_out, stdout, stderr = await _collect(process, timeout)
-        elapsed = time.monotonic() - started
         return classify(
             target=self.target,
             keyscan=f"ssh-keyscan -p {self.port} {self.host}",
             command=command,
-            returncode=None if timed_out else process.returncode,
-            timed_out=timed_out,
+            returncode=ran.returncode,
+            timed_out=ran.timed_out,
             timeout=timeout,
-            elapsed_s=elapsed,
-            stdout=stdout,
-            stderr=stderr,
+            elapsed_s=time.monotonic() - started,
+            stdout=ran.stdout.text(),
+            stderr=ran.stderr.text(),
         )
 
-    def _not_started(self, command: str, elapsed_s: float, exc: OSError) -> SshCommandResult:
+    def _not_started(
+        self, command: str, elapsed_s: float, exc: ChildNotStarted
+    ) -> SshCommandResult:
         return SshCommandResult(
             target=self.target,
             command=command,
@@ -288,34 +286,6 @@ class SshCommand:
             stderr="",
             detail=f"could not start {self.ssh_binary!r} (install openssh-client): {exc}",
         )
-
-
-async def _collect(process: asyncio.subprocess.Process, timeout: float) -> tuple[bool, str, str]:
-    """Wait for ssh within ``timeout`` s, killing it past that (or when cancelled).
-
-    Returns whether it timed out, and what it wrote to stdout and stderr.
-    """
-    assert process.stdout is not None and process.stderr is not None
-    stdout_task = asyncio.ensure_future(_read_bounded(process.stdout, _STDOUT_LIMIT))
-    stderr_task = asyncio.ensure_future(_read_bounded(process.stderr, _STDERR_LIMIT))
-    exited = asyncio.ensure_future(process.wait())
-    try:
-        # asyncio.wait, not wait_for: on timeout the readers must live on to
-        # collect what ssh wrote before it is killed.
-        _, pending = await asyncio.wait({exited, stdout_task, stderr_task}, timeout=timeout)
-        timed_out = bool(pending)
-        if timed_out:
-            await _kill(process)
-            await asyncio.wait({stdout_task, stderr_task}, timeout=_REAP_GRACE_S)
-    except BaseException:  # cancelled: never leave the child behind
-        await _kill(process)
-        raise
-    finally:
-        for task in (exited, stdout_task, stderr_task):
-            task.cancel()
-    stdout = _task_bytes(stdout_task).decode("utf-8", errors="replace")
-    stderr = _task_bytes(stderr_task).decode("utf-8", errors="replace")
-    return timed_out, stdout, stderr
 
 
 @dataclass(frozen=True)
@@ -595,35 +565,6 @@ def _config_path(path: str) -> str:
 def _child_environment() -> dict[str, str]:
     # No SSH_AUTH_SOCK (no agent keys), no locale or other variables to leak.
     return {"PATH": os.environ.get("PATH", os.defpath), "LC_ALL": "C"}
-
-
-async def _read_bounded(stream: asyncio.StreamReader, limit: int) -> bytes:
-    """Read to EOF, keeping the first ``limit`` bytes; the rest is drained so the
-    child never blocks on a full pipe."""
-    kept = bytearray()
-    while True:
-        chunk = await stream.read(_READ_CHUNK)
-        if not chunk:
-            return bytes(kept)
-        if len(kept) < limit:
-            kept += chunk[: limit - len(kept)]
-
-
-def _task_bytes(task: asyncio.Future[bytes]) -> bytes:
-    if task.done() and not task.cancelled() and task.exception() is None:
-        return task.result()
-    return b""
-
-
-async def _kill(process: asyncio.subprocess.Process) -> None:
-    """SIGKILL the ssh child and reap it, briefly; ssh holds no state worth a TERM."""
-    if process.returncode is None:
-        with contextlib.suppress(ProcessLookupError):
-            process.kill()
-    # A cancellation arriving meanwhile propagates: the child is already killed
-    # and asyncio's child watcher reaps it.
-    with contextlib.suppress(asyncio.TimeoutError):
-        await asyncio.wait_for(process.wait(), _REAP_GRACE_S)
 
 
 def _quote(messages: Sequence[str]) -> str:

@@ -11,8 +11,10 @@ command, a hang.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -175,6 +177,49 @@ def test_a_status_that_hangs_is_unreachable(tmp_path: Path) -> None:
     board.set_fault("hang", times=1)
     with pytest.raises(Unreachable, match=r"status ran over its 1s timeout"):
         run(backend(board, timeout=1.0).read_state())
+
+
+# A vendor tool gone wrong: it writes without end as fast as a pipe takes it,
+# and a child of its own writes too. Run in a process of its own, so the
+# test can bound a run that does not end, and read that process's peak memory.
+_FLOODED_READ = """
+import asyncio, json, resource, sys, time
+from spark_watchdog.power.exec_path import ExecPower
+flood = ["/bin/sh", "-c", "yes garbage & exec cat /dev/zero"]
+power = ExecPower(flood, flood, flood, timeout=1.0)
+started = time.monotonic()
+errors = []
+for call in (power.read_state, lambda: power.command(__import__(
+        "spark_watchdog.power.base").power.base.PowerState.OFF)):
+    try:
+        asyncio.run(call())
+    except Exception as exc:
+        errors.append([type(exc).__name__, str(exc)])
+print(json.dumps({"took": time.monotonic() - started, "errors": errors,
+                  "peak_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+
+
+@pytest.mark.integration
+def test_a_command_that_floods_its_output_is_cut_and_killed_in_time() -> None:
+    # Generous for a loaded machine: what it rules out is the flood running on
+    # past its timeout (3 s asked, 10.5 s and 600 MiB taken before).
+    done = subprocess.run(
+        [sys.executable, "-c", _FLOODED_READ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads(done.stdout)
+    assert report["took"] < 2 * 1.0 + 10.0
+    assert report["peak_mib"] < 200
+    (read, read_said), (off, off_said) = report["errors"]
+    assert read == "Unreachable" and "status ran over its 1s timeout" in read_said
+    assert off == "Ambiguous" and "off ran over its 1s timeout" in off_said
+    assert "may have switched" in off_said
+    assert len(read_said) < 600 and len(off_said) < 600
 
 
 @pytest.mark.integration

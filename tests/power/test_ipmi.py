@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -768,3 +770,44 @@ def test_unknown_failure_quotes_a_trimmed_line_and_no_secret() -> None:
 def test_silent_failure_says_so() -> None:
     with pytest.raises(UnexpectedOutput, match="no output, exit status 139"):
         interpret_status(run(139), "d")
+
+
+# An ipmitool gone wrong: it writes without end as fast as a pipe takes it. Run
+# in a process of its own, so the test bounds a run that does not end, and
+# reads that process's peak memory.
+_FLOODED_STATUS = """
+import asyncio, json, resource, sys, time
+from spark_watchdog.config.secrets import Secret
+from spark_watchdog.power.ipmi import IpmiBmc
+bmc = IpmiBmc("127.0.0.1", user="admin", password=Secret("pw", "test"), timeout=1.0,
+              ipmitool=sys.argv[1])
+started = time.monotonic()
+try:
+    asyncio.run(bmc.read_state())
+    error = None
+except Exception as exc:
+    error = [type(exc).__name__, str(exc)]
+print(json.dumps({"took": time.monotonic() - started, "error": error,
+                  "peak_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+
+
+@pytest.mark.integration
+def test_an_ipmitool_that_floods_its_output_is_cut_and_killed_in_time(tmp_path: Path) -> None:
+    flood = tmp_path / "ipmitool"
+    flood.write_text("#!/bin/sh\nexec cat /dev/zero\n")
+    flood.chmod(0o755)
+    done = subprocess.run(
+        [sys.executable, "-c", _FLOODED_STATUS, str(flood)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads(done.stdout)
+    # Generous for a loaded machine; before, the flood ran on past its timeout.
+    assert report["took"] < 1.0 + 10.0
+    assert report["peak_mib"] < 200
+    assert report["error"][0] == "Unreachable"
+    assert "no answer to a power status read within 1s" in report["error"][1]
