@@ -16,8 +16,11 @@ more than a loop can count in the time since that run's last sighting:
   nothing, and it never holds back the real ``seq`` behind it.
 
 A few runs are kept per peer; a new one replaces the run that has gone
-longest without progress, so pulses of made-up runs can blind a peer for at
-most one pulse of the real run.
+longest without progress (of runs never advancing, the one longest unheard).
+So made-up runs never push out a run seen advancing unless they advance
+themselves, which is progress of its own; before its first advance, the real
+run is pushed out only by :data:`MAX_RUNS` made-up runs between two of its
+pulses.
 """
 
 from __future__ import annotations
@@ -25,9 +28,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from spark_watchdog.config.agent import MIN_LOOP_INTERVAL
+
 # The agent's shortest loop (config ``loop_interval``'s minimum): a run's seq
 # rises by at most one per loop.
-MIN_LOOP_S = 0.1
+MIN_LOOP_S = MIN_LOOP_INTERVAL
 # A carried pulse is at most this old when taken (a pulse's length, with room).
 STALE_S = 2.0
 # Runs kept per peer.
@@ -40,6 +45,7 @@ RunKey = tuple[str | None, str | None]  # (boot id, run id)
 class _Run:
     seq: int
     seen_at: float  # when ``seq`` was taken
+    heard_at: float  # its last pulse of any kind
     progress_at: float | None = None
 
 
@@ -66,9 +72,10 @@ class Sightings:
         known = self._runs.get(key)
         if known is None:
             self._make_room()
-            self._runs[key] = _Run(seq, now)
+            self._runs[key] = _Run(seq, now, now)
             self.latest = key
             return Sighting("baseline", seq, boot_id)
+        known.heard_at = max(known.heard_at, now)
         if seq <= known.seq:
             if known.progress_at is None and known.seq - seq > most_loops(STALE_S):
                 # A run not seen advancing yet, its first pulse far ahead of
@@ -94,10 +101,11 @@ class Sightings:
     def _make_room(self) -> None:
         if len(self._runs) < MAX_RUNS:
             return
-        # The run longest without progress (never: longest ago seen) goes.
+        # The run longest without progress goes; of those never advancing, the
+        # one longest unheard.
         oldest = min(
             self._runs,
-            key=lambda k: (self._runs[k].progress_at or -math.inf, self._runs[k].seen_at),
+            key=lambda k: (self._runs[k].progress_at or -math.inf, self._runs[k].heard_at),
         )
         del self._runs[oldest]
 

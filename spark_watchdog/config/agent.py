@@ -32,6 +32,10 @@ from spark_watchdog.profiles import (
 )
 from spark_watchdog.redact import redact_argv
 
+# The shortest heartbeat: a peer's seq rises by at most one per this many
+# seconds (agent/peer_sightings.py; docs/design.md, "Peers").
+MIN_LOOP_INTERVAL = 0.1
+
 _NODE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 _PROFILE_NAME = _NODE_NAME
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -54,10 +58,10 @@ class CanaryConfig:
     # yet measured on a Spark); two misses in a row are needed (docs/vllm.md), so
     # an idle hang shows in about
     # idle_after + 2 x timeout + two scrapes: about 12-25 s at these defaults.
-    timeout: float = setting(5.0, above=0)
-    min_interval: float = setting(30.0, minimum=0)
+    timeout: float = setting(5.0, above=0, maximum=600)
+    min_interval: float = setting(30.0, minimum=0, maximum=86400)
     # Seconds of a quiet head (no request, no engine step) before a canary; 0 = never.
-    idle_after: float = setting(10.0, minimum=0)
+    idle_after: float = setting(10.0, minimum=0, maximum=86400)
     # File (or credential name) holding the server's API key (vLLM's --api-key or
     # VLLM_API_KEY): sent as a bearer token with the canary; /health and /metrics
     # need none.
@@ -68,11 +72,11 @@ class CanaryConfig:
 class VllmProbeConfig:
     enabled: bool = setting(True)
     url: str | None = setting("http://127.0.0.1:8000")
-    interval: float = setting(2.0, above=0)
-    timeout: float = setting(2.0, above=0)
-    stall_after: float = setting(15.0, above=0)
-    dead_after: float = setting(5.0, minimum=0)
-    max_body_bytes: int = setting(8 * 1024 * 1024, minimum=1024)
+    interval: float = setting(2.0, above=0, maximum=3600)
+    timeout: float = setting(2.0, above=0, maximum=600)
+    stall_after: float = setting(15.0, above=0, maximum=86400)
+    dead_after: float = setting(5.0, minimum=0, maximum=86400)
+    max_body_bytes: int = setting(8 * 1024 * 1024, minimum=1024, maximum=256 * 1024 * 1024)
     process_match: str | None = setting(None)
     canary: CanaryConfig = setting(default_factory=CanaryConfig)
 
@@ -89,15 +93,15 @@ class VllmProbeConfig:
 @dataclass(frozen=True)
 class GpuProbeConfig:
     enabled: bool = setting(True)
-    interval: float = setting(2.0, above=0)
-    deadline: float = setting(3.0, above=0)
-    low_power_watts: float = setting(30.0, minimum=0)
+    interval: float = setting(2.0, above=0, maximum=3600)
+    deadline: float = setting(3.0, above=0, maximum=600)
+    low_power_watts: float = setting(30.0, minimum=0, maximum=10_000)
 
 
 @dataclass(frozen=True)
 class JournalProbeConfig:
     enabled: bool = setting(True)
-    interval: float = setting(60.0, above=0)
+    interval: float = setting(60.0, above=0, maximum=86400)
     directory: str | None = setting(None)
     tail_entries: int = setting(20, minimum=0, maximum=1000)
     evidence_per_kind: int = setting(20, minimum=1, maximum=10000)
@@ -122,15 +126,15 @@ class MemoryGuardConfig:
     """The memory guard (:mod:`spark_watchdog.agent.memory_guard`); sizes in GiB."""
 
     enabled: bool = setting(True)
-    floor_gib: float = setting(1.0, minimum=0)
-    watch_below_gib: float = setting(6.0, above=0)
+    floor_gib: float = setting(1.0, minimum=0, maximum=4096)
+    watch_below_gib: float = setting(6.0, above=0, maximum=4096)
     lead_time: float = setting(4.0, above=0, maximum=600)
-    min_fall_gib_per_s: float = setting(0.25, above=0)
+    min_fall_gib_per_s: float = setting(0.25, above=0, maximum=4096)
     slope_window: float = setting(3.0, above=0, maximum=60)
     psi_full: float = setting(20.0, minimum=0, maximum=100)
-    no_memory_per_min: float = setting(60.0, minimum=0)
+    no_memory_per_min: float = setting(60.0, minimum=0, maximum=1_000_000)
     confirm: int = setting(2, minimum=1, maximum=60)
-    rearm_after: float = setting(30.0, minimum=0)
+    rearm_after: float = setting(30.0, minimum=0, maximum=86400)
 
     def __post_init__(self) -> None:
         if self.floor_gib >= self.watch_below_gib:
@@ -146,10 +150,10 @@ class GpuClockCheckConfig:
     """The post-boot clock-latch check (:mod:`spark_watchdog.agent.clock_check`)."""
 
     enabled: bool = setting(True)
-    floor_mhz: int = setting(1400, minimum=1)
+    floor_mhz: int = setting(1400, minimum=1, maximum=100_000)
     busy_util_pct: int = setting(60, minimum=1, maximum=100)
     busy_samples: int = setting(10, minimum=1, maximum=10_000)
-    window: float = setting(1800.0, above=0)
+    window: float = setting(1800.0, above=0, maximum=7 * 86400)
 
 
 @dataclass(frozen=True)
@@ -422,7 +426,8 @@ class PeeringConfig:
 class AgentConfig:
     node: str = setting()
     listen: ListenConfig = setting(default_factory=ListenConfig)
-    loop_interval: float = setting(1.0, above=0, maximum=60)
+    # Peers read a seq rising faster than one a MIN_LOOP_INTERVAL as forged.
+    loop_interval: float = setting(1.0, minimum=MIN_LOOP_INTERVAL, maximum=60)
     # Well inside the unit's TimeoutStopSec=15s, after which systemd SIGKILLs.
     shutdown_linger: float = setting(3.0, minimum=0, maximum=10)
     probes: ProbesConfig = setting(default_factory=ProbesConfig)

@@ -61,6 +61,24 @@ def test_a_forged_seq_far_ahead_never_holds_back_the_real_one() -> None:
     assert view.progress_at == 3.0 and view.seq == 12
 
 
+def test_made_up_runs_never_push_out_a_run_seen_advancing() -> None:
+    view = PeerView("spark-3", "http://10.0.0.3:9101")
+    _note(view, 1, 1.0, run="real")
+    _note(view, 2, 2.0, run="real")
+    for n in range(3 * MAX_RUNS):
+        _note(view, 7, 2.1 + n / 100, run=f"made-up-{n}")
+    _note(view, 3, 3.0, run="real")
+    assert view.progress_at == 3.0
+    # Made-up runs that advance push it out, and are progress themselves.
+    for n in range(MAX_RUNS):
+        _note(view, 7, 3.1 + n / 100, run=f"advancing-{n}")
+        _note(view, 8, 3.2 + n / 100, run=f"advancing-{n}")
+    assert view.progress_at == 3.2 + (MAX_RUNS - 1) / 100
+    _note(view, 4, 4.0, run="real")  # a baseline again
+    _note(view, 5, 5.0, run="real")
+    assert view.progress_at == 5.0
+
+
 def test_a_run_rises_at_most_one_loop_per_shortest_interval() -> None:
     assert most_loops(0.0) == 1
     assert most_loops(1.0) == 11
@@ -88,24 +106,31 @@ _STEP = st.one_of(
 def test_no_pulse_from_anyone_hides_the_real_agent_for_more_than_one_pulse(
     steps: list[tuple[str, int]],
 ) -> None:
-    """Whatever else arrives from the peer's address, each real pulse after
-    the second finds progress at least as recent as the real pulse before it."""
+    """Whatever else arrives from the peer's address (replays, forged seqs, up
+    to MAX_RUNS - 1 made-up runs between two real pulses), each real pulse
+    after the second finds progress at least as recent as the one before it."""
     view = PeerView("spark-3", "http://10.0.0.3:9101")
     now, seq = 0.0, 0
     heard: list[Pulse] = []
     real_at: list[float] = []
-    forged = 0
+    forged = made_up = 0  # made-up runs in all, and since the real one's last pulse
     for kind, value in steps:
         now += 0.25
         if kind == "real":
             seq += 1
             pulse = Pulse("spark-3", seq, BOOT, "real")
             real_at.append(now)
-        elif kind == "replay" and heard:
+            made_up = 0
+        elif kind == "replay":
+            if not heard:
+                continue
             pulse = heard[value % len(heard)]
         elif kind == "new_run":
+            if made_up == MAX_RUNS - 1:
+                continue  # as many as can come between two real pulses without hiding it
             forged += 1
-            pulse = Pulse("spark-3", value, BOOT, f"forged-{forged % (MAX_RUNS + 1)}")
+            made_up += 1
+            pulse = Pulse("spark-3", value, BOOT, f"forged-{forged}")
         else:
             pulse = Pulse("spark-3", seq + value, BOOT, "real")
         view.note(PulseAnswer("ok", pulse), now)

@@ -55,9 +55,9 @@ def test_every_problem_is_reported_at_once_with_its_key_path() -> None:
     )
     assert "node: required key is missing" in problems
     assert "listen.port: expected an integer ≥ 1 and ≤ 65535, got 70000" in problems
-    assert 'probes.vllm.interval: expected a number > 0, got "fast"' in problems
+    assert 'probes.vllm.interval: expected a number > 0 and ≤ 3600, got "fast"' in problems
     assert 'probes.vllm.canary.enabled: expected true or false, got "yes"' in problems
-    assert "probes.gpu.deadline: expected a number > 0, got -1" in problems
+    assert "probes.gpu.deadline: expected a number > 0 and ≤ 600, got -1" in problems
     assert "probes.journal.tail_entries: expected an integer ≥ 0 and ≤ 1000, got 2.5" in problems
     assert len(problems) == 7
     assert str(caught.value).startswith("agent.yaml: 7 problem(s):")
@@ -131,7 +131,7 @@ def test_agent_exits_2_on_a_bad_config_and_lists_every_problem(tmp_path: Path) -
         timeout=60,
     )
     assert result.returncode == 2
-    assert "loop_interval: expected a number > 0 and ≤ 60, got 0" in result.stderr
+    assert "loop_interval: expected a number ≥ 0.1 and ≤ 60, got 0" in result.stderr
     assert 'listen.port: expected an integer ≥ 1 and ≤ 65535, got "x"' in result.stderr
 
 

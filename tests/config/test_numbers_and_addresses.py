@@ -46,7 +46,7 @@ def test_nan_and_infinities_are_refused_with_the_key_path() -> None:
         "guards.max_unhealthy_fraction: expected a finite number > 0 and ≤ 1, got -.inf",
     ]
     assert _agent_problems(loop_interval=nan) == [
-        "loop_interval: expected a finite number > 0 and ≤ 60, got .nan"
+        "loop_interval: expected a finite number ≥ 0.1 and ≤ 60, got .nan"
     ]
 
 
@@ -77,8 +77,8 @@ def test_yaml_nan_for_loop_interval_exits_2(tmp_path: Path) -> None:
     assert done.returncode == 2
     assert done.stderr == (
         f"spark-watchdog agent: {path}: 2 problem(s):\n"
-        "  loop_interval: expected a finite number > 0 and ≤ 60, got .nan\n"
-        "  probes.gpu.interval: expected a finite number > 0, got -.inf\n"
+        "  loop_interval: expected a finite number ≥ 0.1 and ≤ 60, got .nan\n"
+        "  probes.gpu.interval: expected a finite number > 0 and ≤ 3600, got -.inf\n"
     )
 
 
