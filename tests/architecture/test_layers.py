@@ -49,6 +49,21 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     "spark_watchdog.controller": ("agent", "lab", "cli", "doctor"),
     "spark_watchdog.doctor": ("lab", "cli"),
 }
+# Foundations every surface uses for the rules of bad input (docs/bad-input.md):
+# escaping for a terminal, redaction, bounded child processes. They depend on
+# nothing above them, so any module may use them.
+for _foundation in ("terminal", "redact", "child_run"):
+    FORBIDDEN[f"spark_watchdog.{_foundation}"] = (
+        "agent",
+        "controller",
+        "lab",
+        "cli",
+        "doctor",
+        "probes",
+        "power",
+        "history",
+        "config",
+    )
 # Inside the lab (spark_watchdog/lab/__init__.py): the hardware knows no
 # cluster, the cluster tells no story.
 _LAB_CLUSTER = ("cluster", "session", "lab_controller", "timeline", "up")
