@@ -73,7 +73,7 @@ from spark_watchdog.config.power_devices import (
 from spark_watchdog.config.power_devices import (
     check_url_key as check_url_key,
 )
-from spark_watchdog.config.power_devices import kasa_library_missing
+from spark_watchdog.config.power_devices import kasa_library_missing, power_programs_unusable
 from spark_watchdog.config.schema import InvalidSetting, load, setting
 from spark_watchdog.errors import ConfigError
 
@@ -416,13 +416,15 @@ def device_timeout(device: PowerDevice) -> float:
 
 
 def power_libraries_missing(config: ControllerConfig) -> list[str]:
-    """The power paths whose library is an extra not installed here (python-kasa):
+    """The power paths whose library is an extra not installed here (python-kasa), or
+    whose program cannot run (an ``exec`` command missing, a directory, not executable):
     ``--check`` and a start refuse them, rather than the first cycle failing."""
-    return kasa_library_missing(
+    paths = [
         (f"nodes[{n}].power[{p}]", device)
         for n, node in enumerate(config.nodes)
         for p, device in enumerate(node.power)
-    )
+    ]
+    return kasa_library_missing(paths) + power_programs_unusable(paths)
 
 
 def pair_refusal(device: PowerDevice) -> str | None:

@@ -5,7 +5,10 @@ config/controller.py, names them in ``nodes[].power``)."""
 from __future__ import annotations
 
 import importlib.util
+import os
 import re
+import shutil
+import stat
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
@@ -16,6 +19,13 @@ from spark_watchdog.config.addresses import (
 )
 from spark_watchdog.config.schema import InvalidSetting, setting
 from spark_watchdog.redact import redact_argv
+
+# The bounds of every number of a power device (docs/power.md, "Bounds"): a
+# timeout up to 5 minutes (a device slower than that is not answering); an
+# outlet index, and a value of a generic SNMP profile, within 16 bits.
+MAX_TIMEOUT_S = 300.0
+MIN_SNMP_INTEGER = -65535
+MAX_SNMP_INTEGER = 65535
 
 _OID = re.compile(r"^\.?[0-9]+(\.[0-9]+)+$")
 
@@ -34,8 +44,8 @@ class SnmpDevice:
     type: Literal["snmp"] = setting()
     host: str = setting()
     port: int = setting(161, minimum=1, maximum=65535)
-    outlet: int | str | None = setting(None, minimum=1)
-    outlets: tuple[int | str, ...] | None = setting(None, minimum=1)
+    outlet: int | str | None = setting(None, minimum=1, maximum=MAX_SNMP_INTEGER)
+    outlets: tuple[int | str, ...] | None = setting(None, minimum=1, maximum=MAX_SNMP_INTEGER)
     vendor: str = setting("auto")
     version: int | str = setting("2c")
     community_file: str | None = setting(None)
@@ -44,16 +54,16 @@ class SnmpDevice:
     auth_key_file: str | None = setting(None)
     priv_protocol: PrivProtocol | None = setting(None)
     priv_key_file: str | None = setting(None)
-    timeout: float = setting(2.0, above=0)
+    timeout: float = setting(2.0, above=0, maximum=MAX_TIMEOUT_S)
     retries: int = setting(1, minimum=0, maximum=5)
     # The generic profile: OIDs and values for any other PDU.
     control_oid: str | None = setting(None)
     status_oid: str | None = setting(None)
     names_oid: str | None = setting(None)
-    control_on: int | None = setting(None)
-    control_off: int | None = setting(None)
-    status_on: int | None = setting(None)
-    status_off: int | None = setting(None)
+    control_on: int | None = setting(None, minimum=MIN_SNMP_INTEGER, maximum=MAX_SNMP_INTEGER)
+    control_off: int | None = setting(None, minimum=MIN_SNMP_INTEGER, maximum=MAX_SNMP_INTEGER)
+    status_on: int | None = setting(None, minimum=MIN_SNMP_INTEGER, maximum=MAX_SNMP_INTEGER)
+    status_off: int | None = setting(None, minimum=MIN_SNMP_INTEGER, maximum=MAX_SNMP_INTEGER)
 
     def __post_init__(self) -> None:
         check_host("host", self.host)
@@ -126,7 +136,7 @@ class IpmiDevice:
     password_file: str = setting()
     # Real BMCs often need 17; OpenIPMI's ipmi_sim speaks 3 (docs/facts.md, "IPMI").
     cipher_suite: int = setting(17, minimum=0, maximum=17)
-    timeout: float = setting(15.0, above=0)
+    timeout: float = setting(15.0, above=0, maximum=MAX_TIMEOUT_S)
 
     def __post_init__(self) -> None:
         check_host("host", self.host)
@@ -141,7 +151,7 @@ class RedfishDevice:
     system: str | None = setting(None)
     ca_file: str | None = setting(None)
     verify_tls: bool = setting(True)
-    timeout: float = setting(10.0, above=0)
+    timeout: float = setting(10.0, above=0, maximum=MAX_TIMEOUT_S)
 
     def __post_init__(self) -> None:
         check_url_key("url", self.url)
@@ -153,10 +163,10 @@ class ShellyDevice:
 
     type: Literal["shelly"] = setting()
     url: str = setting()
-    switch_id: int = setting(0, minimum=0)
+    switch_id: int = setting(0, minimum=0, maximum=255)
     user: str | None = setting(None)
     password_file: str | None = setting(None)
-    timeout: float = setting(5.0, above=0)
+    timeout: float = setting(5.0, above=0, maximum=MAX_TIMEOUT_S)
 
     def __post_init__(self) -> None:
         check_url_key("url", self.url)
@@ -168,10 +178,10 @@ class ShellyGen1Device:
 
     type: Literal["shelly_gen1"] = setting()
     url: str = setting()
-    switch_id: int = setting(0, minimum=0)
+    switch_id: int = setting(0, minimum=0, maximum=255)
     user: str | None = setting(None)
     password_file: str | None = setting(None)
-    timeout: float = setting(5.0, above=0)
+    timeout: float = setting(5.0, above=0, maximum=MAX_TIMEOUT_S)
 
     def __post_init__(self) -> None:
         check_url_key("url", self.url)
@@ -187,10 +197,10 @@ class TasmotaDevice:
 
     type: Literal["tasmota"] = setting()
     url: str = setting()
-    switch_id: int = setting(1, minimum=1)
+    switch_id: int = setting(1, minimum=1, maximum=32)
     user: str | None = setting(None)
     password_file: str | None = setting(None)
-    timeout: float = setting(5.0, above=0)
+    timeout: float = setting(5.0, above=0, maximum=MAX_TIMEOUT_S)
 
     def __post_init__(self) -> None:
         check_url_key("url", self.url)
@@ -207,7 +217,7 @@ class HomeAssistantDevice:
     url: str = setting()
     entity_id: str = setting()
     token_file: str = setting()
-    timeout: float = setting(5.0, above=0)
+    timeout: float = setting(5.0, above=0, maximum=MAX_TIMEOUT_S)
 
     def __post_init__(self) -> None:
         check_url_key("url", self.url)
@@ -231,10 +241,10 @@ class NutDevice:
     port: int = setting(3493, minimum=1, maximum=65535)
     # The UPS's name in upsd (ups.conf's section: `upsc -l HOST` lists them).
     ups: str = setting()
-    outlet: int = setting(minimum=0)
+    outlet: int = setting(minimum=0, maximum=1000)
     user: str = setting()
     password_file: str = setting()
-    timeout: float = setting(5.0, above=0)
+    timeout: float = setting(5.0, above=0, maximum=MAX_TIMEOUT_S)
 
     def __post_init__(self) -> None:
         check_host("host", self.host)
@@ -262,11 +272,11 @@ class KasaDevice:
     protocol: Literal["legacy", "klap", "smart"] = setting("legacy")
     port: int | None = setting(None, minimum=1, maximum=65535)
     # A strip's outlet, counted from 1 as printed on it; none for a single plug.
-    outlet: int | None = setting(None, minimum=1)
+    outlet: int | None = setting(None, minimum=1, maximum=64)
     # The TP-Link account's e-mail and password (klap and smart only).
     username_file: str | None = setting(None)
     password_file: str | None = setting(None)
-    timeout: float = setting(5.0, above=0)
+    timeout: float = setting(5.0, above=0, maximum=MAX_TIMEOUT_S)
 
     def __post_init__(self) -> None:
         check_host("host", self.host)
@@ -319,7 +329,7 @@ class ExecDevice:
     on_command: tuple[str, ...] = setting()
     status_command: tuple[str, ...] = setting()
     # Seconds each run may take before it is killed.
-    timeout: float = setting(10.0, above=0)
+    timeout: float = setting(10.0, above=0, maximum=MAX_TIMEOUT_S)
 
     def __post_init__(self) -> None:
         for key in ("off_command", "on_command", "status_command"):
@@ -342,6 +352,46 @@ class ExecDevice:
                         f'looks like a secret ("{said}"): any user can read a command line '
                         "(ps); let the command read it from a file (mode 0600) instead",
                     )
+
+
+def program_unusable(program: str) -> str | None:
+    """Why ``program`` cannot be run (missing, a directory, not a regular file, not
+    executable), or None. A bare name is looked up on ``$PATH``."""
+    if "/" not in program:
+        if shutil.which(program) is None:
+            return f'no program "{program}" on $PATH ({os.environ.get("PATH", os.defpath)})'
+        return None
+    try:
+        info = os.stat(program)
+    except FileNotFoundError:
+        return f'"{program}" does not exist'
+    except OSError as exc:
+        return f'"{program}" cannot be looked at: {exc.strerror or exc}'
+    if stat.S_ISDIR(info.st_mode):
+        return f'"{program}" is a directory, not a program'
+    if not stat.S_ISREG(info.st_mode):
+        return f'"{program}" is not a regular file'
+    if not os.access(program, os.X_OK):
+        return f'"{program}" is not executable by this user (chmod +x, or check its owner)'
+    return None
+
+
+def power_programs_unusable(paths: Iterable[tuple[str, object]]) -> list[str]:
+    """At load (``--check`` and a start): each program an ``exec`` path runs exists,
+    is a regular file and may be executed, rather than a failed cycle in an incident."""
+    problems: list[str] = []
+    for key, device in paths:
+        if not isinstance(device, ExecDevice):
+            continue
+        for command in ("off_command", "on_command", "status_command"):
+            program = getattr(device, command)[0]
+            why = program_unusable(program)
+            if why is not None:
+                problems.append(
+                    f"{key}.{command}[0]: {why}: give the absolute path of an executable "
+                    'file (docs/power.md, "exec")'
+                )
+    return problems
 
 
 # Sync, remount read-only, restart: sysrq's emergency path, which neither waits for
@@ -372,7 +422,7 @@ class SshDevice:
     # cut clears a GPU clock latch (policy.clock_latch_off_seconds;
     # docs/design.md, "Clock latch").
     halt_command: str = setting("sudo systemctl halt")
-    connect_timeout: float = setting(5.0, above=0)
+    connect_timeout: float = setting(5.0, above=0, maximum=MAX_TIMEOUT_S)
 
     def __post_init__(self) -> None:
         check_host("host", self.host)

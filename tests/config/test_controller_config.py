@@ -139,7 +139,7 @@ def test_unknown_device_type_and_wrong_type_keys() -> None:
         ),
         (
             {"type": "snmp", "host": "pdu", "outlet": 0, "community_file": "c"},
-            "nodes[0].power[0].outlet: expected an integer ≥ 1, got 0",
+            "nodes[0].power[0].outlet: expected an integer ≥ 1 and ≤ 65535, got 0",
         ),
         (
             {"type": "snmp", "host": "pdu", "outlet": 1, "version": 3, "community_file": "c"},
@@ -181,7 +181,7 @@ def test_unknown_device_type_and_wrong_type_keys() -> None:
         ),
         (
             {"type": "shelly_gen1", "url": "http://10.0.0.33", "switch_id": -1},
-            "nodes[0].power[0].switch_id: expected an integer ≥ 0, got -1",
+            "nodes[0].power[0].switch_id: expected an integer ≥ 0 and ≤ 255, got -1",
         ),
     ],
 )
