@@ -70,6 +70,10 @@ _MENU = (
     _both("fabric-partition", "nodes' fabric links go dark; the management network stays up"),
     _sim("mgmt-partition-90", "a node's management link dark for 90 s, its fabric up"),
     _sim("fabric-partition-90", "a node's fabric link dark for 90 s, its management link up"),
+    _sim(
+        "mgmt-partition-others-15",
+        "every other node's management link dark for 15 s, the fabric up: a switch's blip",
+    ),
     _sim("partition-3x60", "three of four nodes cut off for 60 s"),
     _sim("partition-3x10", "three of four nodes cut off for 10 s"),
     _sim("packet-loss", "5-90 % of a node's packets are lost"),

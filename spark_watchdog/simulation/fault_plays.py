@@ -145,6 +145,10 @@ class FaultPlays:
             until = now + rng.uniform(5.0, 90.0)
             for other in rng.sample(list(world.nodes.values()), rng.randint(1, len(self.names))):
                 other.partitioned_until = other.fabric_down_until = until
+        elif fault == "mgmt-partition-others-15":  # a switch's blip: all but ``node``
+            for other in world.nodes.values():
+                if other is not node:
+                    other.partitioned_until = now + 15.0
         elif fault.startswith(("mgmt-partition", "fabric-partition")):
             # One link of one node (several, when they overlap), from the fabric's
             # own draws, so that other runs replay; scripted "-90": for 90 s.
@@ -309,6 +313,7 @@ _FAULT_GROUPS: tuple[tuple[_FaultPlay, tuple[str, ...]], ...] = (
             "fabric-partition",
             "mgmt-partition-90",
             "fabric-partition-90",
+            "mgmt-partition-others-15",
         ),
     ),
     (
