@@ -28,7 +28,7 @@ from spark_watchdog.controller.ledger import HistoryUnwritable, Ledger
 from spark_watchdog.controller.node_states import NodeState
 from spark_watchdog.controller.node_watch import NodeWatch
 from spark_watchdog.controller.notify import Event, Notifier
-from spark_watchdog.controller.planner import Action, Guards, power_blocked
+from spark_watchdog.controller.planner import Action, Blocked, Guards, power_blocked
 from spark_watchdog.errors import SendRefused, WatchdogError
 from spark_watchdog.history.records import CLUSTER
 from spark_watchdog.power.base import PowerState, PowerStep, VerifiedPower
@@ -178,7 +178,7 @@ class PowerActions:
             return f"held ({hold.reason}): off withdrawn"
         return None
 
-    async def rung_blocked(self, watch: NodeWatch) -> str | None:
+    async def rung_blocked(self, watch: NodeWatch) -> Blocked | None:
         """Before every rung: the guard again, with the holds read from the history
         (a person's hold from the CLI counts before this controller has seen it)."""
         holds = await self.ledger.read(self.ledger.store.active_holds)
@@ -186,8 +186,7 @@ class PowerActions:
         guards = await self.guards(watch)
         if hold is not None:
             guards = replace(guards, node_held=True, hold_reason=hold.reason)
-        blocked = power_blocked(guards, Action.CYCLE)
-        return None if blocked is None else blocked.reason
+        return power_blocked(guards, Action.CYCLE)
 
     async def guards(self, watch: NodeWatch, action: Action = Action.CYCLE) -> Guards:
         """What :func:`power_blocked` and :func:`decide` judge for ``watch``: holds,

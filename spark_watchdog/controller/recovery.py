@@ -4,7 +4,8 @@ For each power path of the node, in the configured order:
 
 - **preflight**: re-check the holds, the budgets and the breaker, then take
   a last look (agent, SSH banner and the witness at once); any life ends the
-  incident as a false alarm before anything is sent;
+  incident as a false alarm before anything is sent; an open breaker holds
+  nothing: the rung waits for it, then starts again from its preflight;
 - **cycle**: off, verify, hold, on, verify, each step recorded before it is
   taken; right before the off leaves, a gate checks once more that the host
   showed no life within ``freeze_after`` (else the off is withdrawn);
@@ -29,12 +30,14 @@ from typing import Any
 from spark_watchdog.controller import incident_log
 from spark_watchdog.controller.clock import remaining
 from spark_watchdog.controller.crew import Crew
+from spark_watchdog.controller.detector import Verdict
 from spark_watchdog.controller.incident_log import Resolution
 from spark_watchdog.controller.ladder import new_boot
 from spark_watchdog.controller.ledger import HistoryUnwritable, Ledger
 from spark_watchdog.controller.node_states import NodeEvent, NodeState
 from spark_watchdog.controller.node_watch import NodeWatch
 from spark_watchdog.controller.notify import Event
+from spark_watchdog.controller.planner import Block
 from spark_watchdog.controller.power_actions import rungs_of
 from spark_watchdog.controller.resume_plan import Phase, ResumeInfo, RungPlan
 from spark_watchdog.errors import (
@@ -62,6 +65,9 @@ class RungOutcome(enum.Enum):
     FALSE_ALARM = "false_alarm"  # the host showed life before anything was cut
     NEXT = "next"  # this rung failed or the boot never came: the next rung, if any
     HELD = "held"  # a person decides (ambiguity, a guard, the ladder ran out)
+    # The circuit breaker refused the rung before anything was sent: it waits for
+    # the breaker, then starts again from its preflight (``_wait_out_breaker``).
+    BREAKER = "breaker"
     # A resumed off never seen to land (the outlet on, no new boot within
     # boot_timeout): the same rung once more, fresh, through its preflight.
     AGAIN = "again"
@@ -141,6 +147,9 @@ async def _recover(
                 )
             plan = RungPlan(left_rungs[0])
         outcome = await _run_rung(host, watch, incident_id, paths[plan.rung], plan)
+        if outcome is RungOutcome.BREAKER:
+            await _wait_out_breaker(host, watch)
+            continue
         if outcome is RungOutcome.AGAIN:
             watch.apply(NodeEvent.BOOT_TIMEOUT)
             plan = plan.again()
@@ -369,14 +378,35 @@ async def _preflight(
         found = FoundOff(power.name, f"read {state.value} before the off: not touched")
         return await _found_off(host, watch, incident_id, action, power, found)
     blocked = await host.power.rung_blocked(watch)
-    if blocked is not None:
-        await _note(
-            host, incident_id, watch.name, StepName.RUNG_BLOCKED, rung=plan.rung, why=blocked
-        )
-        await _finish(host.ledger, action, "failed", blocked)
-        await _hold_and_close(host, watch, incident_id, blocked, NodeEvent.GUARD_BLOCKED)
-        return RungOutcome.HELD
-    return None
+    if blocked is None:
+        return None
+    why = blocked.reason
+    await _note(host, incident_id, watch.name, StepName.RUNG_BLOCKED, rung=plan.rung, why=why)
+    if blocked.block is Block.BREAKER:
+        return RungOutcome.BREAKER  # nothing sent; the rung's action, if any, is kept
+    await _finish(host.ledger, action, "failed", why)
+    await _hold_and_close(host, watch, incident_id, why, NodeEvent.GUARD_BLOCKED)
+    return RungOutcome.HELD
+
+
+async def _wait_out_breaker(host: Crew, watch: NodeWatch) -> None:
+    """The breaker refused a rung: more nodes look frozen at once than their own
+    faults explain, and a blip of the controller's own links looks just so (it
+    also silences the peers whose word kept a cut-off node ``unreachable``).
+    Nothing was sent, so nothing is held: the incident stays open and the rung
+    waits, outside the power slot, until the breaker closes, a hold comes (a
+    breaker that lasts latches into one) or the node's verdict is no longer
+    ``host_frozen``. The rung then starts again from its preflight: life on
+    any path ends the incident a false alarm, silence goes on with the rung
+    (docs/design.md, "Guards")."""
+    log.warning("%s: the circuit breaker is open; the rung waits for it", watch.name)
+    while True:
+        await host.clock.sleep(host.config.detection.poll_interval)
+        if watch.finding.verdict is not Verdict.HOST_FROZEN:
+            return
+        blocked = await host.power.rung_blocked(watch)
+        if blocked is None or blocked.block is not Block.BREAKER:
+            return
 
 
 async def _false_alarm(

@@ -863,6 +863,59 @@ def test_the_head_s_engine_steps_alone_keep_a_cut_off_rank_from_being_cycled(
     assert any("I1 at" in v and "off to spark-2" in v for v in blind.violations)
 
 
+# spark-2's management cable loose from 30 s (its peers see it over the fabric),
+# then a blip of every other node's management link: for a while the controller
+# believes no peer, so spark-2's last sighting grows freeze_after old.
+_CUT_THEN_BLIP: list[Scripted] = [
+    (30.0, "mgmt-partition-90", "spark-2"),
+    (60.0, "mgmt-partition-others-15", "spark-2"),
+]
+_BLIP_GUARDS = {"dry_run": False, "breaker_latch_after": 30.0, "max_unhealthy_fraction": 0.5}
+
+
+@pytest.mark.parametrize("seed", [3, 4, 5])
+def test_a_short_blip_of_the_other_nodes_links_leaves_a_live_cut_off_node_unheld(
+    seed: int,
+) -> None:
+    """spark-2 reads host_frozen first and its incident opens; the others read
+    host_frozen a tick later and the breaker opens under its rung. The rung
+    waits for the breaker, sending nothing; once the others heal, their word
+    that spark-2 advances comes back and the incident ends a false alarm: no
+    hold, no command, the breaker never latched (docs/design.md, "Guards")."""
+    overrides = {"guards": _BLIP_GUARDS, "detection": {"freeze_after": 4.0}}
+    report = simulate(seed, 4.0, script=_CUT_THEN_BLIP, overrides=overrides, peers=True)
+    assert report.violations == [] and report.sent == []
+    assert report.kinds == ["host_frozen"] and report.resolutions == ["false_alarm"]
+    assert "held" not in report.alerts and "circuit_breaker" not in report.alerts
+    assert set(report.verdicts.values()) == {"healthy"}
+
+
+def test_a_node_that_froze_during_the_blip_is_cycled_once_the_breaker_closes() -> None:
+    """The same blip, but spark-2 froze under it: its peers, believed again,
+    saw it advance no more, so the waiting rung runs once the breaker closes."""
+    script = [*_CUT_THEN_BLIP, (59.0, "freeze", "spark-2")]
+    overrides = {"guards": _BLIP_GUARDS, "detection": {"freeze_after": 4.0}}
+    report = simulate(3, 4.0, script=script, overrides=overrides, peers=True)
+    assert report.violations == []
+    assert report.sent[:1] == [("spark-2", "off")] and report.sent_at[0] > 75.0
+    assert report.kinds == ["host_frozen"] and report.resolutions == ["recovered"]
+    assert "held" not in report.alerts
+
+
+def test_a_breaker_that_stays_open_still_latches_and_the_waiting_rung_sends_nothing() -> None:
+    """Not a blip: the others stay cut off past breaker_latch_after. The breaker
+    latches into a cluster hold as before, and the waiting rung ends held."""
+    script: list[Scripted] = [
+        (30.0, "mgmt-partition-90", "spark-2"),
+        *((60.0, "mgmt-partition-90", n) for n in ("spark-1", "spark-3", "spark-4")),
+    ]
+    overrides = {"guards": _BLIP_GUARDS, "detection": {"freeze_after": 4.0}}
+    report = simulate(3, 4.0, script=script, overrides=overrides, peers=True)
+    assert report.violations == [] and report.sent == []
+    assert "circuit_breaker" in report.alerts
+    assert report.resolutions == ["gave_up"]
+
+
 def test_a_gpu_fault_that_ends_the_rank_restarts_serving_once_and_never_cuts() -> None:
     """A live Xid 31 on a worker: the agent stopped its rank; the controller opens
     a gpu_fault incident and restarts serving with the safe profile, no power."""
