@@ -24,7 +24,6 @@ import sys
 import time
 import urllib.parse
 from collections.abc import Mapping, Sequence
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +32,13 @@ from spark_watchdog.config.controller import ControllerConfig, load_controller_c
 from spark_watchdog.errors import ConfigError, WatchdogError
 from spark_watchdog.history.checks import SQLITE_MAX_INT
 from spark_watchdog.history.locate import configured_history
-from spark_watchdog.history.records import CLUSTER, IncidentTimeline, iso_utc
+from spark_watchdog.history.records import (
+    CLUSTER,
+    IncidentTimeline,
+    iso_utc,
+    readable_number,
+    utc_time,
+)
 from spark_watchdog.history.store import HistoryStore
 from spark_watchdog.steps import StepName
 from spark_watchdog.terminal import escape
@@ -239,13 +244,22 @@ def _check_node(args: argparse.Namespace, store: HistoryStore, node: str, verb: 
 
 
 def _short(ts: float | None) -> str:
-    if ts is None:
-        return "-"
-    return datetime.fromtimestamp(ts, timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+    """A time for a table; "-" when there is none or the row's is no time."""
+    when = utc_time(ts)
+    return "-" if when is None else when.strftime("%Y-%m-%d %H:%M:%S")
 
 
 def _seconds(value: float | None) -> str:
-    return "-" if value is None else f"{value:.1f}s"
+    number = readable_number(value)
+    return "-" if number is None else f"{number:.1f}s"
+
+
+def _offset(at: float, base: float) -> str:
+    """A step's time from the incident's detection, as ``t=...``; "?" when either is unknown."""
+    start, then = utc_time(base), utc_time(at)
+    if start is None or then is None:
+        return "t=       ?"
+    return f"t={(then - start).total_seconds():+8.1f}s"
 
 
 def _table(rows: Sequence[tuple[str, ...]]) -> str:
@@ -316,7 +330,8 @@ def run_show(args: argparse.Namespace) -> int:
         f"incident #{i.id}: {escape(i.kind)} on {escape(', '.join(i.nodes))}"
         + (" (dry run)" if i.dry_run else "")
     )
-    print(f"  detected  {iso_utc(i.detected_at)}  (time to detect {_seconds(i.time_to_detect_s)})")
+    detected = iso_utc(i.detected_at) or "unknown"
+    print(f"  detected  {detected}  (time to detect {_seconds(i.time_to_detect_s)})")
     print(
         f"  status    {escape(i.resolution or i.status)}  "
         f"(time to recover {_seconds(i.time_to_recover_s)})"
@@ -327,21 +342,22 @@ def run_show(args: argparse.Namespace) -> int:
     for said in _live_faults(i.evidence):
         print(f"  gpu fault {escape(said)}  (live: the agent's report, before the silence)")
     recorder = i.evidence.get("flight_recorder") if isinstance(i.evidence, dict) else None
-    if isinstance(recorder, dict):
-        for line in flight_view.render(recorder, i.detected_at):
+    detected_at = readable_number(i.detected_at)
+    if isinstance(recorder, dict) and detected_at is not None:
+        for line in flight_view.render(recorder, detected_at):
             print(escape(line))
     print("timeline:")
     for step in timeline.steps:
-        offset = step.at - i.detected_at
+        offset = _offset(step.at, i.detected_at)
         if step.step == StepName.STACKS_RECORDED:
-            print(f"  t={offset:+8.1f}s  {escape(step.step)}")
+            print(f"  {offset}  {escape(step.step)}")
             for line in _stack_lines(step.detail):
                 print(line)
             continue
         detail = ", ".join(f"{k}={v}" for k, v in step.detail.items() if v not in (None, "", {}))
         who = f"{step.node} " if step.node else ""
         line = f"{who}{step.step}" + (f"  ({detail})" if detail else "")
-        print(f"  t={offset:+8.1f}s  {escape(line)}")
+        print(f"  {offset}  {escape(line)}")
     _print_outcome(timeline)
     return EXIT_OK
 
@@ -362,7 +378,7 @@ def _print_outcome(timeline: IncidentTimeline) -> None:
     for b in timeline.boots:
         end = {True: "clean", False: "UNCLEAN", None: "current"}[b.clean_shutdown]
         span = f"{_short(b.first_entry)} → {_short(b.last_entry)}"
-        print(f"boot {escape(b.boot_id[:12])} of {escape(b.node)}: {span} {end}")
+        print(f"boot {escape(str(b.boot_id)[:12])} of {escape(b.node)}: {span} {end}")
         for kind, lines in b.evidence.items() if isinstance(b.evidence, Mapping) else ():
             for line in (lines if isinstance(lines, list) else [])[:2]:
                 text = line.get("message") if isinstance(line, Mapping) else line
@@ -379,8 +395,8 @@ def _live_faults(evidence: Any) -> list[str]:
     one = evidence.get("gpu_fault")
     if isinstance(one, Mapping) and not listed:
         xid, gpu = one.get("xid"), one.get("gpu")
-        at = one.get("at_unix")
-        when = f" at {iso_utc(float(at))}" if isinstance(at, (int, float)) else ""
+        at = iso_utc(one.get("at_unix"))
+        when = "" if at is None else f" at {at}"
         where = f" on GPU {gpu}" if isinstance(gpu, int) else ""
         return [f"{describe(xid) if isinstance(xid, int) else 'a GPU fault'}{where}{when}"]
     return [str(f["said"]) for f in listed if isinstance(f, Mapping) and "said" in f]
@@ -420,7 +436,7 @@ def run_boots(args: argparse.Namespace) -> int:
         end = {True: "clean", False: "UNCLEAN", None: "-"}[b.clean_shutdown]
         rows.append(
             (
-                b.boot_id[:12],
+                str(b.boot_id)[:12],
                 _short(b.first_entry),
                 _short(b.last_entry),
                 end,

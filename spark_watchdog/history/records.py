@@ -3,11 +3,17 @@
 Times are UNIX seconds (float, UTC) exactly as stored; ``iso_utc`` renders
 them for people and ``to_json`` renders a whole record for ``--json``. JSON
 cells (evidence, detail, ...) come back parsed; treat them as read-only.
+
+A stored number no clock gives (a time beyond the calendar, one that is not
+a number: a row changed outside spark-watchdog, or written before the
+controller checked what its agents send) renders as unknown (None) for that
+field; the rest of the record, and of the list, still shows.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -45,11 +51,33 @@ POWER_CUT_OPERATIONS = ("off", "cycle")
 SERVING_RESTART_RESULTS = ("running", "succeeded", "failed", "timed_out", "profile_mismatch")
 
 
-def iso_utc(ts: float | None) -> str | None:
-    """UNIX seconds as ISO-8601 UTC with milliseconds: ``2025-03-01T04:05:06.789+00:00``."""
-    if ts is None:
+def readable_number(value: Any) -> float | None:
+    """A stored number as a finite float; None: unknown (not a number, or none)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
-    return datetime.fromtimestamp(ts, tz=timezone.utc).isoformat(timespec="milliseconds")
+    try:
+        number = float(value)
+    except OverflowError:  # an integer beyond any float
+        return None
+    return number if math.isfinite(number) else None
+
+
+def utc_time(ts: Any) -> datetime | None:
+    """UNIX seconds as a UTC datetime; None for a value no calendar date has."""
+    seconds = readable_number(ts)
+    if seconds is None:
+        return None
+    try:
+        return datetime.fromtimestamp(seconds, tz=timezone.utc)
+    except (OverflowError, OSError, ValueError):  # beyond years 1 to 9999
+        return None
+
+
+def iso_utc(ts: Any) -> str | None:
+    """UNIX seconds as ISO-8601 UTC with milliseconds: ``2025-03-01T04:05:06.789+00:00``;
+    None for None and for a value no calendar date has."""
+    when = utc_time(ts)
+    return None if when is None else when.isoformat(timespec="milliseconds")
 
 
 class _Record:
@@ -63,6 +91,8 @@ class _Record:
             value = getattr(self, f.name)
             if f.name in self._times:
                 value = iso_utc(value)
+            elif isinstance(value, float) and not math.isfinite(value):
+                value = None  # JSON has no such number
             elif isinstance(value, tuple):
                 value = [v.to_json() if isinstance(v, _Record) else v for v in value]
             elif isinstance(value, _Record):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sqlite3
 import time
 from pathlib import Path
 
@@ -346,3 +347,43 @@ def test_show_says_a_live_gpu_fault_and_the_journal_s_lines_each_with_its_source
         "journal xid: NVRM: Xid (PCI:000f:01:00): 31, pid=4242, MMU Fault  (from the journal"
         in (out)
     )
+
+
+# A value no clock gives, as a row may hold it: written before the controller
+# checked what its agents send (a GPU fault's time in microseconds), or changed
+# outside spark-watchdog (text in a time's column).
+ABSURD_TIMES = [1.7e15, -1.7e15, 1e300, "soon"]
+
+
+@pytest.mark.parametrize("absurd", ABSURD_TIMES, ids=repr)
+def test_one_row_with_an_absurd_time_blinds_no_listing(
+    db: Path, absurd: object, capsys: pytest.CaptureFixture[str]
+) -> None:
+    raw = sqlite3.connect(db)
+    with raw:
+        raw.execute(
+            "UPDATE incidents SET fault_onset = ?, detected_at = ?, opened_at = ?, "
+            "time_to_detect_s = ? WHERE id = 1",
+            (absurd, absurd, absurd, absurd),
+        )
+        raw.execute("UPDATE incident_steps SET at = ? WHERE incident_id = 1 AND seq = 2", (absurd,))
+        raw.execute("UPDATE actions SET verified_at = ? WHERE incident_id = 1", (absurd,))
+        raw.execute("UPDATE boots SET first_entry = ? WHERE incident_id = 1", (absurd,))
+    raw.close()
+    code, out, err = run(["history", "--db", str(db), "--json"], capsys)
+    assert code == 0, err
+    listed = {i["id"]: i for i in json.loads(out)["incidents"]}
+    assert set(listed) == {1, 2}  # the rest of the list still shows
+    assert listed[1]["fault_onset"] is None and listed[1]["detected_at"] is None
+    assert listed[1]["kind"] == "host_frozen" and listed[2]["kind"] == "serving_stalled"
+    code, out, err = run(["history", "--db", str(db)], capsys)
+    assert code == 0 and "host_frozen" in out and "serving_stalled" in out, err
+    code, out, err = run(["show", "1", "--db", str(db), "--json"], capsys)
+    assert code == 0, err
+    body = json.loads(out)
+    assert body["incident"]["opened_at"] is None and body["steps"][1]["at"] is None
+    assert body["actions"][0]["verified_at"] is None and body["boots"][0]["first_entry"] is None
+    code, out, err = run(["show", "1", "--db", str(db)], capsys)
+    assert code == 0, err
+    assert "detected  unknown" in out and "t=       ?  spark-3 off_requested" in out
+    assert "cycle spark-3 via snmp pdu outlet 3: verified" in out

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import socket
+import sqlite3
 import time
 from pathlib import Path
 from typing import Any
@@ -113,6 +114,34 @@ def test_incidents_are_listed_filtered_and_shown_whole(page_controller: PageCont
     assert [(a["operation"], a["result"]) for a in timeline["actions"]] == [("cycle", "verified")]
     assert timeline["actions"][0]["verified_at"] is not None  # the read-back's time
     assert timeline["steps"][0]["step"] == "incident_opened"
+
+
+def test_one_incident_with_an_absurd_time_blinds_no_listing(
+    page_controller: PageController,
+) -> None:
+    store = page_controller.thread.store
+    now = time.time()
+    # A GPU fault's time in microseconds, as a controller wrote it before it
+    # checked what its agents send (controller/intake.py).
+    absurd = store.open_incident(
+        "gpu_fault", ["spark-1"], evidence={}, detected_at=now, fault_onset=1.7e15
+    )
+    sane = store.open_incident("gpu_wedged", ["spark-2"], evidence={}, detected_at=now)
+    raw = sqlite3.connect(store.path)
+    with raw:  # and a time's column changed outside spark-watchdog
+        raw.execute("UPDATE incidents SET opened_at = 'soon' WHERE id = ?", (absurd.id,))
+    raw.close()
+    url = page_controller.url + "/v1/incidents"
+    answer = requests.get(url, timeout=10)
+    assert answer.status_code == 200, answer.text
+    listed = {i["id"]: i for i in answer.json()["incidents"]}
+    assert {absurd.id, sane.id} <= set(listed)
+    assert listed[absurd.id]["fault_onset"] is None and listed[absurd.id]["opened_at"] is None
+    assert listed[absurd.id]["time_to_detect_s"] < 0  # a number, shown as it is
+    assert listed[sane.id]["opened_at"] is not None
+    timeline = requests.get(f"{url}/{absurd.id}", timeout=10)
+    assert timeline.status_code == 200, timeline.text
+    assert timeline.json()["incident"]["kind"] == "gpu_fault"
 
 
 @pytest.mark.parametrize(
