@@ -58,10 +58,19 @@ _QUOTED = re.compile(r'"((?:[^"\\]|\\.)*)"')
 
 
 def quote(value: str) -> str:
-    """One protocol argument, quoted with ``\\`` escapes (parseconf's rules)."""
-    if any(c in value for c in "\r\n\0"):
-        raise ValueError("a NUT protocol argument cannot hold a line break or NUL")
-    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    """One protocol argument, quoted with ``\\`` escapes (parseconf's rules).
+
+    ``#`` is escaped too: upsd's parser (common/parseconf.c) takes it for the
+    start of a comment even inside quotes, and then waits for the rest of a
+    line that never comes (a password with ``#`` read as a silence).
+    """
+    if any(not " " <= c <= "~" for c in value):
+        raise ValueError(
+            "a NUT protocol argument may hold only printable ASCII (no line break, "
+            "no control character, nothing beyond ASCII)"
+        )
+    escaped = value.replace("\\", "\\\\").replace('"', '\\"').replace("#", "\\#")
+    return f'"{escaped}"'
 
 
 def parse_var(line: str, ups: str, variable: str) -> str | None:

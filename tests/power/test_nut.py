@@ -23,9 +23,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import shutil
+import tempfile
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -40,7 +43,7 @@ from spark_watchdog.errors import (
     StateTimeout,
     Unreachable,
 )
-from spark_watchdog.lab.hardware.nut_server import NutServer
+from spark_watchdog.lab.hardware.nut_server import NutServer, NutUnavailable
 from spark_watchdog.lab.ports import free_port
 from spark_watchdog.power.base import CommandSpacing, PowerState, PowerTiming, VerifiedPower
 from spark_watchdog.power.nut import NutOutlet, build_nut_backend, parse_var, quote
@@ -295,13 +298,43 @@ def test_nothing_listening_is_unreachable_and_nothing_was_sent() -> None:
         run(_fake_outlet(free_port()).command(OFF))
 
 
+@pytest.mark.parametrize("password", ["pa#ss", 'pa"ss', "pa\\ss", '#"\\ all # three "\\'])
+def test_a_password_with_hash_quote_or_backslash_logs_in_to_the_real_upsd(
+    tmp_path_factory: pytest.TempPathFactory, password: str
+) -> None:
+    """upsd reads ``#`` as a comment even inside quotes: unescaped, the PASSWORD
+    line never ended and the login read as a silence ("no answer within 1.5s")."""
+    directory = Path(tempfile.mkdtemp(prefix="nut-"))
+    try:
+        try:
+            server = NutServer(directory, password)
+            server.__enter__()
+        except NutUnavailable as exc:
+            pytest.skip(f"NUT tier skipped: {exc}")
+        try:
+            rack = outlet(server, password=password, timeout=1.5)
+            run(rack.command(OFF))
+            server.wait_var("rack", "outlet.1.status", "off")
+            assert server.rack.commands == ["outlet.1.load.off"]
+            wrong = outlet(server, password=password + "x", timeout=1.5)
+            refused = r"ERR ACCESS-DENIED: the user or password was refused"
+            with pytest.raises(Refused, match=refused):
+                run(wrong.command(ON))
+        finally:
+            server.__exit__(None, None, None)
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
 # -- the protocol's pieces and the config -------------------------------------------
 
 
 def test_quoting_and_parsing() -> None:
     assert quote('pa"ss\\word') == '"pa\\"ss\\\\word"'
-    with pytest.raises(ValueError):
-        quote("two\nlines")
+    assert quote("pa#ss") == '"pa\\#ss"'
+    for bad in ("two\nlines", "cr\r", "euro€", "tab\t", "nul\0"):
+        with pytest.raises(ValueError, match="printable ASCII"):
+            quote(bad)
     assert parse_var('VAR rack outlet.1.status "on"', "rack", "outlet.1.status") == "on"
     assert parse_var('VAR rack outlet.1.status "a \\"b\\""', "rack", "outlet.1.status") == 'a "b"'
     assert parse_var('VAR rack outlet.2.status "on"', "rack", "outlet.1.status") is None
@@ -327,7 +360,7 @@ def _device(**keys: object) -> dict[str, object]:
         ({"password_file": None}, "nodes[0].power[0].password_file: expected a non-empty string"),
         ({"password": PASSWORD}, "nodes[0].power[0].password: inline secrets are not accepted"),
         ({"ups": "rack 1"}, "nodes[0].power[0].ups: expected a name of letters, digits"),
-        ({"outlet": -1}, "nodes[0].power[0].outlet: expected an integer ≥ 0, got -1"),
+        ({"outlet": -1}, "nodes[0].power[0].outlet: expected an integer ≥ 0 and ≤ 1000, got -1"),
         ({"outlet": None}, "nodes[0].power[0].outlet: expected an integer"),
     ],
 )

@@ -57,6 +57,13 @@ def find(program: str) -> str | None:
     return found
 
 
+def _quoted(value: str) -> str:
+    """A value as upsd.users and upsd's protocol take it: in double quotes, with
+    ``\\``, ``"`` and ``#`` (else the start of a comment) escaped by a backslash."""
+    escaped = value.replace("\\", "\\\\").replace('"', '\\"').replace("#", "\\#")
+    return f'"{escaped}"'
+
+
 class NutServer:
     """upsd with ``pdu`` (dummy-ups) and ``rack`` (the outlet driver stand-in) behind it."""
 
@@ -115,7 +122,11 @@ class NutServer:
     def set_var(self, ups: str, variable: str, value: str) -> None:
         """SET VAR through upsd, as the device would report a change (upsrw)."""
         answers = self.talk(
-            [f"USERNAME {USER}", f"PASSWORD {self.password}", f'SET VAR {ups} {variable} "{value}"']
+            [
+                f"USERNAME {USER}",
+                f"PASSWORD {_quoted(self.password)}",
+                f'SET VAR {ups} {variable} "{value}"',
+            ]
         )
         if answers[-1] != "OK":
             raise RuntimeError(f"SET VAR {ups} {variable}: {answers[-1]}")
@@ -168,7 +179,8 @@ class NutServer:
             ),
             "upsd.conf": f"LISTEN {self.host} {self.port}\nMAXAGE 30\n",
             "upsd.users": (
-                f"[{USER}]\n\tpassword = {self.password}\n\tinstcmds = ALL\n\tactions = SET\n"
+                f"[{USER}]\n\tpassword = {_quoted(self.password)}\n\tinstcmds = ALL\n"
+                "\tactions = SET\n"
             ),
         }
         for name, text in files.items():
