@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from spark_watchdog.config.agent import AgentConfig
 from spark_watchdog.config.controller import ControllerConfig
-from spark_watchdog.config.secrets import check_secret
+from spark_watchdog.config.secrets import SecretUse, check_secret
 from spark_watchdog.errors import ConfigError
 
 # Power device keys that name a secret file (power/paths.py reads these;
@@ -39,6 +39,22 @@ DEVICE_SECRET_KEYS = (
 )
 
 
+# What each power device's secret travels in (config/secrets.py, ``SecretUse``):
+# a Basic-auth password is Latin-1, a Bearer token visible ASCII, upsd's
+# PASSWORD line printable ASCII. Other secrets go through encodings that take
+# any text (Digest auth and python-kasa hash UTF-8, Tasmota's URL is encoded).
+DEVICE_SECRET_USES: dict[tuple[str, str], SecretUse] = {
+    ("redfish", "password_file"): "basic",
+    ("shelly_gen1", "password_file"): "basic",
+    ("home_assistant", "token_file"): "header",
+    ("nut", "password_file"): "nut",
+}
+
+
+def device_secret_use(device_type: str, key: str) -> SecretUse:
+    return DEVICE_SECRET_USES.get((device_type, key), "text")
+
+
 @dataclass(frozen=True)
 class SecretReference:
     """A ``*_file`` key of a config and what it names (a path or a credential name)."""
@@ -46,6 +62,7 @@ class SecretReference:
     key_path: str  # "serving.token_file", "nodes[0].power[0].community_file"
     reference: str
     reads_content: bool = True  # False for an SSH key: ssh reads it, not us
+    use: SecretUse = "text"  # what it travels in: which characters it may hold
 
     @property
     def is_credential_name(self) -> bool:
@@ -55,10 +72,10 @@ class SecretReference:
 def agent_secrets(config: AgentConfig) -> list[SecretReference]:
     found: list[SecretReference] = []
     if config.serving.token_file is not None:
-        found.append(SecretReference("serving.token_file", config.serving.token_file))
+        found.append(SecretReference("serving.token_file", config.serving.token_file, use="header"))
     api_key = config.probes.vllm.canary.api_key_file
     if api_key is not None:
-        found.append(SecretReference("probes.vllm.canary.api_key_file", api_key))
+        found.append(SecretReference("probes.vllm.canary.api_key_file", api_key, use="header"))
     return found
 
 
@@ -67,9 +84,9 @@ def controller_secrets(config: ControllerConfig) -> list[SecretReference]:
     if config.history_password_file is not None:
         found.append(SecretReference("history_password_file", config.history_password_file))
     if config.serving.token_file is not None:
-        found.append(SecretReference("serving.token_file", config.serving.token_file))
+        found.append(SecretReference("serving.token_file", config.serving.token_file, use="header"))
     if config.listen.token_file is not None:
-        found.append(SecretReference("listen.token_file", config.listen.token_file))
+        found.append(SecretReference("listen.token_file", config.listen.token_file, use="header"))
     launcher_ssh = config.serving.launcher.ssh
     if launcher_ssh is not None:
         found.append(SecretReference("serving.launcher.ssh.key_file", launcher_ssh.key_file, False))
@@ -78,7 +95,10 @@ def controller_secrets(config: ControllerConfig) -> list[SecretReference]:
             for key in DEVICE_SECRET_KEYS:
                 reference = getattr(device, key, None)
                 if reference is not None:
-                    found.append(SecretReference(f"nodes[{n}].power[{p}].{key}", reference))
+                    use = device_secret_use(device.type, key)
+                    found.append(
+                        SecretReference(f"nodes[{n}].power[{p}].{key}", reference, use=use)
+                    )
             key_file = getattr(device, "key_file", None)
             if key_file is not None:
                 found.append(SecretReference(f"nodes[{n}].power[{p}].key_file", key_file, False))
@@ -123,7 +143,7 @@ def check_secrets(
             skipped.append(secret)
             continue
         try:
-            check_secret(secret.key_path, secret.reference, env)
+            check_secret(secret.key_path, secret.reference, env, use=secret.use)
         except ConfigError as exc:
             problems += exc.problems
             continue

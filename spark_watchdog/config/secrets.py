@@ -16,8 +16,9 @@ from __future__ import annotations
 import logging
 import os
 import stat
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Literal
 
 from spark_watchdog.config.files import FileRefused, read_regular_file
 from spark_watchdog.errors import ConfigError
@@ -159,6 +160,52 @@ def load_secret_file(
     return value
 
 
+# What a secret travels in, and so which characters it may hold (docs/power.md,
+# "Secrets"): "header" a token in an HTTP header (Bearer), "basic" a password in
+# HTTP Basic auth (requests encodes it as Latin-1), "nut" a line of upsd's
+# protocol, "text" anything a file holds.
+SecretUse = Literal["header", "basic", "nut", "text"]
+_FITS: dict[str, tuple[str, Callable[[str], bool]]] = {
+    "header": (
+        "a token sent in an HTTP header may hold only visible ASCII (no space, no control "
+        "character, nothing beyond ASCII such as a pasted …)",
+        lambda c: "!" <= c <= "~",
+    ),
+    "basic": (
+        "a password sent by HTTP Basic auth may hold only Latin-1 characters and no control "
+        "character",
+        lambda c: c.isprintable() and ord(c) < 256,
+    ),
+    "nut": (
+        "upsd's protocol carries only printable ASCII: no line break, no control character, "
+        "nothing beyond ASCII",
+        lambda c: " " <= c <= "~",
+    ),
+}
+
+
+def unfit_for(value: str, use: SecretUse) -> str | None:
+    """Why ``value`` cannot travel as ``use`` (its first bad character's position and code
+    point, never the secret itself), or None when it can."""
+    if use not in _FITS:
+        return None
+    rule, fits = _FITS[use]
+    for position, char in enumerate(value, start=1):
+        if not fits(char):
+            return f"holds U+{ord(char):04X} at character {position}: {rule}"
+    return None
+
+
+def _check_use(key_path: str, path: Path, value: str, use: SecretUse) -> None:
+    why = unfit_for(value, use)
+    if why is not None:
+        raise SecretFileError(
+            key_path,
+            f"{key_path}: secret file {path} {why}",
+            f"write the secret into {path} again, without that character",
+        )
+
+
 def _resolve(key_path: str, reference: str, environ: Mapping[str, str] | None) -> Path:
     try:
         return resolve_secret_path(reference, environ)
@@ -172,21 +219,32 @@ def read_secret(
     environ: Mapping[str, str] | None = None,
     *,
     private: bool = False,
+    use: SecretUse = "text",
 ) -> Secret:
     """Read one secret for config key ``key_path``; errors name the key, never the value.
 
-    ``private``: refuse a file group or others may use (see :func:`load_secret_file`).
+    ``private``: refuse a file group or others may use (see :func:`load_secret_file`);
+    ``use``: refuse a value its protocol cannot carry (:func:`unfit_for`).
     """
     path = _resolve(key_path, reference, environ)
     credential = None if os.path.isabs(reference) else reference
     value = load_secret_file(key_path, path, private=private, credential=credential)
+    _check_use(key_path, path, value, use)
     return Secret(value, str(path))
 
 
-def check_secret(key_path: str, reference: str, environ: Mapping[str, str] | None = None) -> Path:
+def check_secret(
+    key_path: str,
+    reference: str,
+    environ: Mapping[str, str] | None = None,
+    *,
+    use: SecretUse = "text",
+) -> Path:
     """Check at load what :func:`read_secret` will read later, strictly: it resolves, is a
-    private regular file and holds a secret. Returns the resolved path; raises ConfigError."""
+    private regular file and holds a secret its protocol (``use``) can carry. Returns the
+    resolved path; raises ConfigError."""
     path = _resolve(key_path, reference, environ)
     credential = None if os.path.isabs(reference) else reference
-    load_secret_file(key_path, path, private=True, credential=credential)
+    value = load_secret_file(key_path, path, private=True, credential=credential)
+    _check_use(key_path, path, value, use)
     return path

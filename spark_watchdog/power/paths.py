@@ -26,7 +26,7 @@ from spark_watchdog.config.controller import (
     SshDevice,
     TasmotaDevice,
 )
-from spark_watchdog.config.secret_refs import DEVICE_SECRET_KEYS
+from spark_watchdog.config.secret_refs import DEVICE_SECRET_KEYS, device_secret_use
 from spark_watchdog.config.secrets import Secret, read_secret
 from spark_watchdog.power.base import PowerBackend, PowerTiming
 
@@ -68,7 +68,8 @@ def read_device_secrets(
     for key in _SECRET_KEYS:
         reference = getattr(path.device, key, None)
         if reference is not None:
-            secrets[key] = read_secret(f"{path.key_path}.{key}", reference, environ)
+            use = device_secret_use(path.kind, key)
+            secrets[key] = read_secret(f"{path.key_path}.{key}", reference, environ, use=use)
     return secrets
 
 

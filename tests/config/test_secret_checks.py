@@ -256,3 +256,46 @@ def test_every_problem_is_listed_at_once(tmp_path: Path) -> None:
         "nodes[0].power[0].community_file",
         "nodes[0].power[1].password_file",
     ]
+
+
+_NUT = {"type": "nut", "host": "127.0.0.1", "ups": "rack", "outlet": 1, "user": "watchdog"}
+_HA = {"type": "home_assistant", "url": "http://ha:8123", "entity_id": "switch.spark_1"}
+_REDFISH = {"type": "redfish", "url": "https://bmc-1", "user": "admin"}
+
+
+@pytest.mark.parametrize(
+    ("device", "key", "value", "why"),
+    [
+        (_NUT, "password_file", "pass\nword", "U+000A at character 5: upsd's protocol"),
+        (_NUT, "password_file", "pa€ss", "U+20AC at character 3: upsd's protocol"),
+        (_HA, "token_file", "eyJhbGciOi…", "U+2026 at character 11: a token sent in an HTTP"),
+        (_REDFISH, "password_file", "pa€ss", "U+20AC at character 3: a password sent by HTTP"),
+    ],
+)  # fmt: skip
+def test_a_secret_its_protocol_cannot_carry_is_refused_naming_the_key_never_the_value(
+    tmp_path: Path, device: dict[str, Any], key: str, value: str, why: str
+) -> None:
+    secret = tmp_path / "device-secret"
+    secret.write_text(value + "\n")
+    secret.chmod(0o600)
+    config = _controller(tmp_path, str(_secret(tmp_path)), **device, **{key: str(secret)})
+    problems = _problems(config)
+    assert problems == [
+        f"nodes[0].power[1].{key}: secret file {secret} holds {why}" + problems[0].split(why, 1)[1]
+    ]
+    assert "without that character" in problems[0]
+    assert value.strip("…\n€") not in problems[0]
+
+
+def test_a_secret_refused_at_load_is_refused_at_use_too(tmp_path: Path) -> None:
+    """A file changed after the start: the power path's read says so, no traceback."""
+    from spark_watchdog.power.paths import power_paths, read_device_secrets
+
+    secret = _secret(tmp_path, "pa€ss\n")
+    parsed = parse_controller_config(
+        {"nodes": [{"name": "spark-1", "agent": "http://127.0.0.1:9720",
+                    "power": [{**_NUT, "password_file": str(secret)}]}]}
+    )  # fmt: skip
+    path = power_paths(parsed, parsed.nodes[0])[0]
+    with pytest.raises(ConfigError, match=r"password_file: secret file .* holds U\+20AC"):
+        read_device_secrets(path, {})
