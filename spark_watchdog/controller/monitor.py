@@ -135,9 +135,14 @@ class Monitor:
 
     def _note_agent_answer(self, watch: NodeWatch, status: int, body: bytes) -> None:
         """An HTTP answer: life in any case; a snapshot when it is a 200 with a JSON object."""
-        before = watch.snapshot
+        before, dropped = watch.snapshot, watch.intake_dropped
         wall, now = self.clock.time(), self.clock.monotonic()
         watch.note_http_answer(status, body, now, wall)
+        if watch.intake_dropped and watch.intake_dropped != dropped:
+            # What the intake left out (controller/intake.py), once per change.
+            log.warning(
+                "%s: /v1/state taken without: %s", watch.name, "; ".join(watch.intake_dropped)
+            )
         if watch.snapshot is not None and watch.snapshot is not before:
             self.recorder.note(watch.name, watch.snapshot, wall)
             # What it saw of its peers counts from now, before anything else runs.

@@ -22,6 +22,7 @@ from spark_watchdog.controller.detector import (
     vllm_status,
 )
 from spark_watchdog.controller.http_client import ANSWERED, NO_NETWORK, UNRESOLVABLE
+from spark_watchdog.controller.intake import take_state
 from spark_watchdog.controller.node_states import (
     Doing,
     Held,
@@ -57,7 +58,8 @@ class NodeWatch:
     doing: Doing = field(default_factory=Watching)
     finding: Finding = field(default_factory=lambda: Finding(Verdict.PENDING, ("starting",)))
     # Agent
-    snapshot: dict[str, Any] | None = None
+    snapshot: dict[str, Any] | None = None  # as taken (controller/intake.py)
+    intake_dropped: tuple[str, ...] = ()  # what the intake left out of it, and why
     seq: int | None = None
     boot_id: str | None = None
     agent_started_at: str | None = None
@@ -195,8 +197,11 @@ class NodeWatch:
 
         Progress: ``seq`` advanced, or a new boot id or agent start (a new
         agent counts from its own ``seq``). An answer without progress is
-        still proof of a live userland.
+        still proof of a live userland. Everything in it is read as the
+        intake took it (controller/intake.py).
         """
+        taken = take_state(snapshot, wall)
+        snapshot, self.intake_dropped = taken.state, taken.dropped
         seq = snapshot.get("seq")
         boot_id = snapshot.get("boot_id")
         started = snapshot.get("started_at")

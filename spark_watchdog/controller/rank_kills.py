@@ -6,7 +6,9 @@ it before the host runs out of memory, and a GPU fault that ends its CUDA
 context (an Xid of spark_watchdog/xid.py), after which the agent stops it.
 Either is reported in ``/v1/state`` with an id (counted per agent start) and
 its wall time; the controller answers each once (an incident and a serving
-restart, or an alert), and never acts on a report older than ``FRESH_S``.
+restart, or an alert), and never acts on a report older than ``FRESH_S``, nor
+on one whose time it does not believe (controller/intake.py put its own
+receipt time in its place): the dead rank shows as ``serving_dead`` anyway.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
+from spark_watchdog.controller.intake import agent_field
 from spark_watchdog.xid import describe, ends_the_context
 
 # A kill older than this (by the controller's wall clock) when first seen is
@@ -40,9 +43,10 @@ class ReportedKills:
         return None if kill is None else (kill.get("agent_started_at"), int(kill["id"]))
 
     def note(self, kill: Any, agent_started_at: str | None, wall: float) -> None:
-        """Take a reported kill: a well-formed one (an int id, a finite time), fresh,
-        and not the one pending or answered already."""
-        if not isinstance(kill, dict):
+        """Take a reported kill: a well-formed one (an int id, a finite time the
+        agent gave and the controller believes), fresh, and not the one pending
+        or answered already."""
+        if not isinstance(kill, dict) or agent_field("at_unix") in kill:
             return
         kill_id, at = kill.get("id"), kill.get("at_unix")
         if not isinstance(kill_id, int) or isinstance(kill_id, bool):
@@ -116,11 +120,21 @@ def live_faults(
             continue
         if isinstance(at, bool) or not isinstance(at, (int, float)) or not math.isfinite(at):
             continue
-        when = datetime.fromtimestamp(at, timezone.utc).strftime("%H:%M:%S.%f")[:-5]
-        said = describe(xid) + (f" on GPU {gpu}" if isinstance(gpu, int) else "") + f" at {when}"
-        if silent_since is not None and silent_since >= at:
-            said += f" UTC, {silent_since - at:.1f} s before its agent went silent"
-        else:
-            said += " UTC"
-        kept.append({**fault, "said": said})
+        said = describe(xid) + (f" on GPU {gpu}" if isinstance(gpu, int) else "")
+        kept.append({**fault, "said": said + _when(fault, at, silent_since)})
     return kept[-LIVE_FAULTS_KEPT:]
+
+
+def _when(fault: Mapping[str, Any], at: float, silent_since: float | None) -> str:
+    """When a fault came, in words: the agent's time, or the controller's when it
+    did not believe the agent's (controller/intake.py)."""
+    try:
+        when = datetime.fromtimestamp(at, timezone.utc).strftime("%H:%M:%S.%f")[:-5]
+    except (OverflowError, OSError, ValueError):
+        return " at an unknown time"
+    agent_said = fault.get(agent_field("at_unix"))
+    if agent_said is not None:
+        return f" seen by the controller at {when} UTC (its agent gave the time {agent_said})"
+    if silent_since is not None and silent_since >= at:
+        return f" at {when} UTC, {silent_since - at:.1f} s before its agent went silent"
+    return f" at {when} UTC"
