@@ -39,7 +39,14 @@ from bench.fuzz_targets import TARGETS, Target, check, seeds
 
 # Longest input per target: a bit above the largest realistic seed, so the
 # mutations stay near real traffic instead of growing into megabytes.
-MAX_LEN = {"metrics": 8192, "journal": 4096, "snmp": 2048, "snapshot": 4096, "config": 4096}
+MAX_LEN = {
+    "metrics": 8192,
+    "journal": 4096,
+    "snmp": 2048,
+    "snapshot": 4096,
+    "config": 4096,
+    "intake": 8192,
+}
 # Words libFuzzer splices into inputs (its -dict); the random engine uses them too.
 DICTIONARY: dict[str, tuple[str, ...]] = {
     "metrics": (
@@ -64,6 +71,24 @@ DICTIONARY: dict[str, tuple[str, ...]] = {
         "1e308",
         "\\n",
         '\\"',
+    ),
+    "intake": (
+        '"seq":',
+        '"at_unix":',
+        '"since":',
+        '"progress_ago_s":',
+        '"seconds_without_progress":',
+        '"gpu_faults":{"faults":[{"id":1,"xid":43,"result":"stopped","at_unix":',
+        '"memory_guard":{"last_kill":{"id":1,"result":"killed","at_unix":',
+        '"peers":{"spark-2":{"seq":',
+        '"agent_at_unix":',
+        "1764000000",
+        "1.7e15",
+        "1e999",
+        "-Infinity",
+        "NaN",
+        "99999999999999999999999999999",
+        '"\\u0000"',
     ),
     "snapshot": (
         "HTTP/1.1 200 OK\r\n",
@@ -124,7 +149,11 @@ def _instrumented_imports(name: str) -> None:
             import spark_watchdog.controller.node_watch
         elif name == "config":
             import spark_watchdog.config.agent
-            import spark_watchdog.config.controller  # noqa: F401
+            import spark_watchdog.config.controller
+        elif name == "intake":
+            import spark_watchdog.controller.intake
+            import spark_watchdog.controller.node_watch
+            import spark_watchdog.history.records  # noqa: F401
         targets.check(targets.TARGETS[name], b"")  # the harness's own lazy imports
 
 

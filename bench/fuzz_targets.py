@@ -24,6 +24,9 @@ Targets:
   the detector and the fault-onset reading; ``HttpError``.
 - ``config``: YAML text through ``read_yaml`` and the agent and controller
   config loaders; ``ConfigError``.
+- ``intake``: an agent's ``/v1/state`` object (JSON text) through the
+  controller's intake and what is built on it, down to the history and the
+  page (bench/fuzz_intake.py); nothing expected: every bound is asserted.
 """
 
 from __future__ import annotations
@@ -40,6 +43,8 @@ from collections.abc import Callable, Coroutine, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from bench.fuzz_intake import fuzz_intake
 
 # -- a small deterministic reader of fuzz bytes ---------------------------------
 
@@ -629,6 +634,10 @@ def _config_errors() -> tuple[type[BaseException], ...]:
     return (_config_error(),)
 
 
+def _no_errors() -> tuple[type[BaseException], ...]:
+    return ()
+
+
 TARGETS: dict[str, Target] = {
     t.name: t
     for t in (
@@ -637,6 +646,7 @@ TARGETS: dict[str, Target] = {
         Target("snmp", fuzz_snmp, _snmp_errors),
         Target("snapshot", fuzz_snapshot, _snapshot_errors),
         Target("config", fuzz_config, _config_errors),
+        Target("intake", fuzz_intake, _no_errors),
     )
 }
 
@@ -858,12 +868,34 @@ def _config_seeds() -> list[tuple[str, bytes]]:
     return out
 
 
+def _intake_seeds() -> list[tuple[str, bytes]]:
+    real = dict(corpus("snapshot")).get("seed-real-v1-state.http")
+    if real is None:
+        return []
+    state = json.loads(real.partition(b"\r\n\r\n")[2])
+    fault = {"id": 1, "xid": 43, "what": "x", "at_unix": 1.7e15, "gpu": 0, "result": "stopped"}
+    kill = {"id": 1, "at": "now", "at_unix": 1_764_000_000.0 - 2, "result": "killed"}
+    odd = {
+        **state,
+        "seq": 10**31,
+        "gpu_faults": {"watcher": "on", "faults": [fault, {**fault, "id": 2, "at_unix": -1}]},
+        "memory_guard": {"kills": 1, "last_kill": kill},
+        "peers": {"spark-3": {"seq": 4, "progress_ago_s": 1e300, "via": "http://x"}},
+    }
+    return [
+        ("seed-real", json.dumps(state).encode()),
+        ("seed-absurd-times", json.dumps(odd).encode()),
+        ("seed-not-a-number", b'{"seq": 1, "stopping": {"since": NaN, "system": true}}'),
+    ]
+
+
 _SEEDS: dict[str, Callable[[], list[tuple[str, bytes]]]] = {
     "metrics": _metrics_seeds,
     "journal": _journal_seeds,
     "snmp": _snmp_seeds,
     "snapshot": _snapshot_seeds,
     "config": _config_seeds,
+    "intake": _intake_seeds,
 }
 
 
