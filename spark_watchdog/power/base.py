@@ -42,6 +42,7 @@ from spark_watchdog.errors import (
 )
 from spark_watchdog.power import send_window
 from spark_watchdog.power.send_window import SendWindow
+from spark_watchdog.redact import redact_text
 from spark_watchdog.steps import StepName
 
 log = logging.getLogger("spark_watchdog.power")
@@ -212,6 +213,28 @@ StepHook = Callable[[PowerStep], Awaitable[None]]
 # Send gate: called synchronously right before a command leaves, after its
 # write-ahead step; a reason withdraws the command (nothing is sent).
 SendGate = Callable[[PowerState], "str | None"]
+
+
+# Raised while a request is prepared (an encoding, a number no socket takes),
+# before any byte of it leaves: such a command certainly did not reach the device.
+_RAISED_BEFORE_SENDING = (UnicodeError, OverflowError)
+
+
+def unexpected(device: str, exc: Exception, what: str, kind: type[PowerError]) -> PowerError:
+    """An exception that is not one of the product's own, as a ``kind`` naming it."""
+    detail = " ".join(redact_text(str(exc)).split())[:300]
+    return kind(device, f"{what}: {type(exc).__name__}: {detail}")
+
+
+def command_error(device: str, exc: Exception) -> PowerError:
+    """An unexpected exception from a command: ``Unreachable`` when it was raised before
+    anything could leave (:data:`_RAISED_BEFORE_SENDING`), else ``Ambiguous`` (it may
+    have left: read back, never sent again)."""
+    if isinstance(exc, _RAISED_BEFORE_SENDING):
+        return unexpected(
+            device, exc, "the command could not be prepared; nothing was sent", Unreachable
+        )
+    return unexpected(device, exc, "the command failed unexpectedly; it may have left", Ambiguous)
 
 
 class CommandSpacing:
@@ -537,12 +560,17 @@ class VerifiedPower:
             if why is not None:
                 raise Withdrawn(self.name, why)
         with send_window.checking(self._send_window):
-            if plan is not None and plan.on_after_s is not None:
-                backend = self.backend
-                assert isinstance(backend, SelfTimingBackend)
-                await backend.command_timed_off(plan.on_after_s)
-                return
-            await self.backend.command(target)
+            try:
+                if plan is not None and plan.on_after_s is not None:
+                    backend = self.backend
+                    assert isinstance(backend, SelfTimingBackend)
+                    await backend.command_timed_off(plan.on_after_s)
+                    return
+                await self.backend.command(target)
+            except PowerError:
+                raise
+            except Exception as exc:
+                raise command_error(self.name, exc) from exc
 
     async def _after_ambiguous(self, run: _Run, target: PowerState, why: str) -> None:
         """The command may or may not have landed: read, never resend."""
@@ -596,6 +624,12 @@ class VerifiedPower:
             return await asyncio.wait_for(self.backend.read_state(), limit)
         except asyncio.TimeoutError:
             raise Unreachable(self.name, f"no answer to a state read within {limit:.1f}s") from None
+        except PowerError:
+            raise
+        except Exception as exc:
+            # Not one of ours (a library's internal error, an encoding): a read
+            # sends nothing, so it is this path failing to read, never a hold.
+            raise unexpected(self.name, exc, "a state read failed", Unreachable) from exc
 
     async def _bounded(self, run: _Run, call: Awaitable[T], limit: float) -> T:
         remaining = max(0.0, run.deadline - self._clock())
@@ -666,6 +700,10 @@ def _reads_seen(last: PowerState | None, last_error: PowerError | None) -> str:
     return seen
 
 
+class _NotSwitched(Exception):
+    """An outlet of a group was already at the target: nothing sent to it."""
+
+
 class OutletGroup:
     """Several outlets feeding one node (redundant supplies) as one backend.
 
@@ -728,9 +766,10 @@ class OutletGroup:
         switched: list[str] = []
         for index, member in enumerate(self.members):
             try:
-                if await member.read_state() is not target:
-                    await send(member)
-                    switched.append(member.name)
+                await self._switch_member(member, target, send)
+                switched.append(member.name)
+            except _NotSwitched:
+                continue
             except PowerError as exc:
                 if not switched:
                     # Nothing sent by this call yet: the member's error is the truth.
@@ -739,6 +778,27 @@ class OutletGroup:
                 # member's error says. Unreachable or Refused would tell
                 # VerifiedPower "certainly not sent"; that is not true of the group.
                 raise self._half_switched(target, switched, index, exc) from exc
+
+    @staticmethod
+    async def _switch_member(
+        member: PowerBackend, target: PowerState, send: Callable[[PowerBackend], Awaitable[None]]
+    ) -> None:
+        """Read ``member``, and send to it unless it is there (``_NotSwitched``); an
+        exception not of ours is judged as :class:`VerifiedPower` judges it."""
+        try:
+            state = await member.read_state()
+        except PowerError:
+            raise
+        except Exception as exc:
+            raise unexpected(member.name, exc, "a state read failed", Unreachable) from exc
+        if state is target:
+            raise _NotSwitched
+        try:
+            await send(member)
+        except PowerError:
+            raise
+        except Exception as exc:
+            raise command_error(member.name, exc) from exc
 
     def _half_switched(
         self, target: PowerState, switched: list[str], failed: int, exc: PowerError

@@ -381,3 +381,51 @@ def test_a_refused_send_is_recorded_as_withdrawn_and_nothing_leaves(target: str)
     assert outlet.commands == []
     assert names(steps)[-2:] == [f"{target}_requested", f"{target}_withdrawn"]
     assert steps[-1].detail == "past the send deadline: not sent"
+
+
+# -- exceptions that are not the product's own (a library's, an encoding's) ----------
+
+_ENCODING = UnicodeEncodeError("latin-1", "pa€ss", 2, 3, "ordinal not in range(256)")
+
+
+def test_an_unexpected_error_in_a_read_fails_the_path_and_sends_nothing() -> None:
+    outlet = ScriptedOutlet(read_errors=[RuntimeError("library internals")])
+    power, _ = make(outlet, FakeClock())
+    with pytest.raises(Unreachable, match="a state read failed: RuntimeError: library internals"):
+        asyncio.run(power.off())
+    assert outlet.commands == []
+
+
+def test_an_error_raised_before_the_command_left_fails_the_path_not_ambiguous() -> None:
+    for error in (_ENCODING, OverflowError("timeout value is too large")):
+        outlet = ScriptedOutlet(command_error=error)
+        power, steps = make(outlet, FakeClock())
+        with pytest.raises(Unreachable, match="could not be prepared; nothing was sent"):
+            asyncio.run(power.off())
+        assert names(steps) == ["off_requested"]  # no ambiguity recorded: the next path may go
+
+
+def test_an_unexpected_error_after_the_command_may_have_left_is_ambiguous_never_resent() -> None:
+    landed = ScriptedOutlet(command_error=RuntimeError("reset by peer"), apply_despite_error=True)
+    power, steps = make(landed, FakeClock())
+    assert asyncio.run(power.off()).verified  # read back: it had switched
+    assert names(steps) == ["off_requested", "off_ambiguous", "off_verified"]
+    lost = ScriptedOutlet(command_error=RuntimeError("reset by peer"))
+    power, _ = make(lost, FakeClock())
+    with pytest.raises(Ambiguous, match=r"may have left.*Not retried"):
+        asyncio.run(power.off())
+    assert lost.commands == [OFF], "never a second command"
+
+
+def test_an_outlet_group_with_an_unexpected_error_after_a_switch_is_ambiguous() -> None:
+    a = ScriptedOutlet(label="outlet 3")
+    b = ScriptedOutlet(label="outlet 4", command_error=_ENCODING)
+    power = group_power(OutletGroup([a, b]), FakeClock())
+    with pytest.raises(Ambiguous, match="group half-switched off: switched outlet 3"):
+        asyncio.run(power.off())
+    assert a.commands == [OFF] and b.commands == [OFF]
+    first = ScriptedOutlet(label="outlet 5", read_errors=[ValueError("bad answer")])
+    power = group_power(OutletGroup([first, ScriptedOutlet(label="outlet 6")]), FakeClock())
+    with pytest.raises(Unreachable, match="a state read failed: ValueError: bad answer"):
+        asyncio.run(power.off())
+    assert first.commands == []
