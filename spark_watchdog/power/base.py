@@ -41,8 +41,8 @@ from spark_watchdog.errors import (
     Withdrawn,
 )
 from spark_watchdog.power import send_window
+from spark_watchdog.power.foreign_errors import command_error, guarded, read_error
 from spark_watchdog.power.send_window import SendWindow
-from spark_watchdog.redact import redact_text
 from spark_watchdog.steps import StepName
 
 log = logging.getLogger("spark_watchdog.power")
@@ -213,28 +213,6 @@ StepHook = Callable[[PowerStep], Awaitable[None]]
 # Send gate: called synchronously right before a command leaves, after its
 # write-ahead step; a reason withdraws the command (nothing is sent).
 SendGate = Callable[[PowerState], "str | None"]
-
-
-# Raised while a request is prepared (an encoding, a number no socket takes),
-# before any byte of it leaves: such a command certainly did not reach the device.
-_RAISED_BEFORE_SENDING = (UnicodeError, OverflowError)
-
-
-def unexpected(device: str, exc: Exception, what: str, kind: type[PowerError]) -> PowerError:
-    """An exception that is not one of the product's own, as a ``kind`` naming it."""
-    detail = " ".join(redact_text(str(exc)).split())[:300]
-    return kind(device, f"{what}: {type(exc).__name__}: {detail}")
-
-
-def command_error(device: str, exc: Exception) -> PowerError:
-    """An unexpected exception from a command: ``Unreachable`` when it was raised before
-    anything could leave (:data:`_RAISED_BEFORE_SENDING`), else ``Ambiguous`` (it may
-    have left: read back, never sent again)."""
-    if isinstance(exc, _RAISED_BEFORE_SENDING):
-        return unexpected(
-            device, exc, "the command could not be prepared; nothing was sent", Unreachable
-        )
-    return unexpected(device, exc, "the command failed unexpectedly; it may have left", Ambiguous)
 
 
 class CommandSpacing:
@@ -560,17 +538,13 @@ class VerifiedPower:
             if why is not None:
                 raise Withdrawn(self.name, why)
         with send_window.checking(self._send_window):
-            try:
-                if plan is not None and plan.on_after_s is not None:
-                    backend = self.backend
-                    assert isinstance(backend, SelfTimingBackend)
-                    await backend.command_timed_off(plan.on_after_s)
-                    return
-                await self.backend.command(target)
-            except PowerError:
-                raise
-            except Exception as exc:
-                raise command_error(self.name, exc) from exc
+            if plan is not None and plan.on_after_s is not None:
+                backend = self.backend
+                assert isinstance(backend, SelfTimingBackend)
+                sending = backend.command_timed_off(plan.on_after_s)
+            else:
+                sending = self.backend.command(target)
+            await guarded(self.name, sending, command_error)
 
     async def _after_ambiguous(self, run: _Run, target: PowerState, why: str) -> None:
         """The command may or may not have landed: read, never resend."""
@@ -621,15 +595,10 @@ class VerifiedPower:
         end = run.deadline if until is None else min(until, run.deadline)
         limit = min(self.timing.read_timeout, max(0.0, end - self._clock()))
         try:
-            return await asyncio.wait_for(self.backend.read_state(), limit)
+            reading = guarded(self.name, self.backend.read_state(), read_error)
+            return await asyncio.wait_for(reading, limit)
         except asyncio.TimeoutError:
             raise Unreachable(self.name, f"no answer to a state read within {limit:.1f}s") from None
-        except PowerError:
-            raise
-        except Exception as exc:
-            # Not one of ours (a library's internal error, an encoding): a read
-            # sends nothing, so it is this path failing to read, never a hold.
-            raise unexpected(self.name, exc, "a state read failed", Unreachable) from exc
 
     async def _bounded(self, run: _Run, call: Awaitable[T], limit: float) -> T:
         remaining = max(0.0, run.deadline - self._clock())
@@ -785,20 +754,9 @@ class OutletGroup:
     ) -> None:
         """Read ``member``, and send to it unless it is there (``_NotSwitched``); an
         exception not of ours is judged as :class:`VerifiedPower` judges it."""
-        try:
-            state = await member.read_state()
-        except PowerError:
-            raise
-        except Exception as exc:
-            raise unexpected(member.name, exc, "a state read failed", Unreachable) from exc
-        if state is target:
+        if await guarded(member.name, member.read_state(), read_error) is target:
             raise _NotSwitched
-        try:
-            await send(member)
-        except PowerError:
-            raise
-        except Exception as exc:
-            raise command_error(member.name, exc) from exc
+        await guarded(member.name, send(member), command_error)
 
     def _half_switched(
         self, target: PowerState, switched: list[str], failed: int, exc: PowerError
