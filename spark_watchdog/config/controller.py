@@ -76,6 +76,7 @@ from spark_watchdog.config.power_devices import (
 from spark_watchdog.config.power_devices import kasa_library_missing, power_programs_unusable
 from spark_watchdog.config.schema import InvalidSetting, load, setting
 from spark_watchdog.errors import ConfigError
+from spark_watchdog.redact import redact_message
 
 _NODE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 
@@ -632,7 +633,9 @@ def parse_controller_config(data: object, source: str = "controller config") -> 
     problems: list[str] = []
     config = load(ControllerConfig, data, problems)
     if config is None or problems:
-        raise ConfigError(source, problems)
+        # A message may quote a URL the operator wrote (a plug's, a BMC's, the
+        # history's): its credentials never reach a terminal or a log.
+        raise ConfigError(source, [redact_message(p) for p in problems])
     return config
 
 

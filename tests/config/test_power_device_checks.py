@@ -126,3 +126,22 @@ def test_controller_check_refuses_a_missing_exec_program(
     assert main(["controller", "--config", str(path), "--check"]) == 2
     err = capsys.readouterr().err
     assert "nodes[0].power[0].off_command[0]:" in err and "does not exist" in err
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "ftp://admin:hunter2@plug-1/",
+        "http://admin:hunter2@plug-1:99999/",
+        "http://plug-1/?access_token=tok123456 x",
+        "http://admin:hunter2@plug 1/?access_token=tok123456",
+        "http://plug-1/;token=tok123456 x",
+    ],
+)
+def test_config_errors_never_echo_a_urls_credentials(url: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_controller_config(_config({**_SHELLY, "url": url}))
+    shown = str(caught.value)
+    assert "nodes[0].power[0].url:" in shown
+    assert "hunter2" not in shown and "tok123456" not in shown
+    assert "***" in shown
