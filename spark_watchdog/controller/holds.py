@@ -50,6 +50,9 @@ class Holds:
         self.cluster_hold: str | None = None
         # Since when more nodes than the breaker allows look frozen (monotonic).
         self._breaker_since: float | None = None
+        # Nodes fencing in a rung that has sent nothing yet (its preflight, or
+        # its wait for the breaker): silent by no doing of the controller's.
+        self.nothing_sent: set[str] = set()
 
     async def hold(
         self,
@@ -114,15 +117,16 @@ class Holds:
         """Nodes whose confirmed freeze the network could explain.
 
         Counted: ``host_frozen`` nodes the controller is not already handling,
-        whose last miss was not a completed handshake (a frozen GB10 still
-        completes TCP; a partition does not). Not counted: nodes it powered
-        off or waits on (fencing, booting), and mere silence, which a blip of
-        a few seconds produces on every node at once.
+        or whose rung has sent nothing yet (a node in its preflight looks as
+        frozen as before it), whose last miss was not a completed handshake (a
+        frozen GB10 still completes TCP; a partition does not). Not counted:
+        nodes it may have powered off or waits on (fencing, booting), and mere
+        silence, which a blip of a few seconds produces on every node at once.
         """
         return [
             w.name
             for w in self.watches.values()
-            if w.state in HOLDABLE
+            if (w.state in HOLDABLE or w.name in self.nothing_sent)
             and w.finding.verdict is Verdict.HOST_FROZEN
             and not w.banner_reachable
             and w.off_seconds_override is None  # halted by the controller for its latch

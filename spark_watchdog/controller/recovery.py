@@ -119,6 +119,15 @@ async def recover_frozen_host(
 async def _recover(
     host: Crew, watch: NodeWatch, incident_id: int, resume: ResumeInfo | None
 ) -> RungOutcome:
+    try:
+        return await _ladder(host, watch, incident_id, resume)
+    finally:
+        host.holds.nothing_sent.discard(watch.name)
+
+
+async def _ladder(
+    host: Crew, watch: NodeWatch, incident_id: int, resume: ResumeInfo | None
+) -> RungOutcome:
     paths = rungs_of(host.config, watch)
     plan: RungPlan | None = None
     if resume is not None:
@@ -150,6 +159,7 @@ async def _recover(
         if outcome is RungOutcome.BREAKER:
             await _wait_out_breaker(host, watch)
             continue
+        host.holds.nothing_sent.discard(watch.name)
         if outcome is RungOutcome.AGAIN:
             watch.apply(NodeEvent.BOOT_TIMEOUT)
             plan = plan.again()
@@ -370,6 +380,8 @@ async def _preflight(
     caller records the rung before releasing it: two rungs in parallel cannot
     both take the last cycle of a budget.
     """
+    # Until its rung passes the guards it counts toward the breaker, as when watched.
+    host.holds.nothing_sent.add(watch.name)
     frozen, why = await host.monitor.still_frozen(watch)
     if not frozen:
         return await _false_alarm(host, watch, incident_id, action, why)
@@ -379,6 +391,7 @@ async def _preflight(
         return await _found_off(host, watch, incident_id, action, power, found)
     blocked = await host.power.rung_blocked(watch)
     if blocked is None:
+        host.holds.nothing_sent.discard(watch.name)  # an off may leave from here on
         return None
     why = blocked.reason
     await _note(host, incident_id, watch.name, StepName.RUNG_BLOCKED, rung=plan.rung, why=why)

@@ -890,6 +890,18 @@ def test_a_short_blip_of_the_other_nodes_links_leaves_a_live_cut_off_node_unheld
     assert set(report.verdicts.values()) == {"healthy"}
 
 
+def test_a_node_in_its_preflight_still_counts_toward_the_breaker() -> None:
+    """With the breaker set to allow three of four nodes silent, the blip
+    silences all four: spark-2, already in its rung's preflight, looks frozen
+    as much as the others and counts, so the breaker opens and no live node
+    is cut. Left out of the count, spark-2 and then spark-1 were cycled."""
+    guards = {**_BLIP_GUARDS, "max_unhealthy_fraction": 0.75}
+    overrides = {"guards": guards, "detection": {"freeze_after": 4.0}}
+    report = simulate(3, 4.0, script=_CUT_THEN_BLIP, overrides=overrides, peers=True)
+    assert report.violations == [] and report.sent == []
+    assert report.resolutions == ["false_alarm"] and "held" not in report.alerts
+
+
 def test_a_node_that_froze_during_the_blip_is_cycled_once_the_breaker_closes() -> None:
     """The same blip, but spark-2 froze under it: its peers, believed again,
     saw it advance no more, so the waiting rung runs once the breaker closes."""
