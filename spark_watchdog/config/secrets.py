@@ -160,8 +160,8 @@ def load_secret_file(
     return value
 
 
-# What a secret travels in, and so which characters it may hold (docs/power.md,
-# "Secrets"): "header" a token in an HTTP header (Bearer), "basic" a password in
+# What a secret travels in, and so which characters it may hold
+# (docs/power.md, "Secrets"): "header" a token in an HTTP header (Bearer), "basic" a password in
 # HTTP Basic auth (requests encodes it as Latin-1), "nut" a line of upsd's
 # protocol, "text" anything a file holds.
 SecretUse = Literal["header", "basic", "nut", "text"]
