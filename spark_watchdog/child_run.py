@@ -1,7 +1,9 @@
 """One child process, bounded in bytes and in time, and never left behind.
 
 Every program the product runs on an operator's behalf (a vendor's power
-command, ipmitool) goes through :func:`run_child`:
+command, ipmitool, ssh) goes through :func:`run_child`, and those run from a
+thread (py-spy before a serving stop, systemctl, doctor's look at the
+watchdog) through :func:`run_child_blocking`:
 
 - an argv, no shell, stdin from ``/dev/null``, in a session (and so a
   process group) of its own;
@@ -25,7 +27,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import selectors
 import signal
+import subprocess
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -213,3 +217,75 @@ def _close_pipes(process: asyncio.subprocess.Process) -> None:
         transport = getattr(stream, "_transport", None)
         if transport is not None:
             transport.close()
+
+
+def run_child_blocking(
+    argv: Sequence[str],
+    *,
+    timeout: float,
+    environment: Mapping[str, str] | None = None,
+    head_bytes: int = HEAD_BYTES,
+    tail_bytes: int = TAIL_BYTES,
+) -> ChildRun:
+    """:func:`run_child` for a thread without an event loop (the agent's
+    serving stop, doctor): the same bounds, the same kill of the whole group.
+    ``environment`` None: this process's own.
+
+    :raises ChildNotStarted: it could not be started; nothing ran.
+    """
+    if not timeout > 0:
+        raise ValueError(f"timeout: expected seconds > 0, got {timeout}")
+    if not argv:
+        raise ChildNotStarted("no program given")
+    if any("\0" in arg for arg in argv):
+        raise ChildNotStarted("an argument holds a NUL byte")
+    started = time.monotonic()
+    try:
+        process = subprocess.Popen(
+            list(argv),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=None if environment is None else dict(environment),
+            start_new_session=True,
+        )
+    except (OSError, ValueError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise ChildNotStarted(reason, missing=isinstance(exc, FileNotFoundError)) from None
+    assert process.stdout is not None and process.stderr is not None
+    captures = {
+        process.stdout: _Capture(head_bytes, tail_bytes),
+        process.stderr: _Capture(head_bytes, tail_bytes),
+    }
+    deadline = started + timeout
+    with selectors.DefaultSelector() as selector:
+        for stream in captures:
+            selector.register(stream, selectors.EVENT_READ)
+        while selector.get_map() and (left := deadline - time.monotonic()) > 0:
+            for key, _ in selector.select(left):
+                chunk = os.read(key.fd, _READ_CHUNK)
+                if chunk:
+                    captures[key.fileobj].take(chunk)  # type: ignore[index]
+                else:
+                    selector.unregister(key.fileobj)
+        held = bool(selector.get_map())  # a pipe still open at the deadline
+    timed_out = False
+    try:
+        process.wait(max(0.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        timed_out = True
+    if timed_out or held:  # the whole group goes: a grandchild may hold the pipe
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(REAP_GRACE_S)
+    for stream in captures:
+        stream.close()
+    out, err = (capture.result() for capture in captures.values())
+    return ChildRun(
+        None if timed_out else process.returncode,
+        out,
+        err,
+        time.monotonic() - started,
+        timeout,
+    )

@@ -17,7 +17,6 @@ only (no ``--locals``).
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import subprocess
@@ -30,11 +29,14 @@ from typing import Any
 import psutil
 
 from spark_watchdog.agent.probe_runner import iso_time
+from spark_watchdog.child_run import ChildNotStarted, run_child_blocking
 from spark_watchdog.redact import redact_argv
 
 # At most this many processes, and this many bytes of each one's stack.
 MAX_PROCESSES = 8
 MAX_STACK_BYTES = 8 * 1024
+# Of py-spy's output, this much is read (its header repeats the whole argv).
+OUTPUT_BYTES = 64 * 1024
 
 Runner = Callable[[list[str], float], "subprocess.CompletedProcess[str]"]
 
@@ -49,19 +51,17 @@ def find_py_spy() -> str | None:
 
 
 def _run(argv: list[str], timeout: float) -> subprocess.CompletedProcess[str]:
-    """py-spy, killed at the deadline and then given up on: a py-spy stuck reading a
-    rank in the driver (uninterruptible) must not hold the stop forever."""
-    process = subprocess.Popen(
-        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, errors="replace"
-    )
+    """py-spy, bounded in bytes and killed with its process group at the deadline:
+    a py-spy stuck reading a rank in the driver must not hold the stop forever,
+    and one that floods must not fill the agent's memory."""
     try:
-        out, err = process.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            process.communicate(timeout=1.0)
-        raise
-    return subprocess.CompletedProcess(argv, process.returncode, out, err)
+        ran = run_child_blocking(argv, timeout=timeout, head_bytes=OUTPUT_BYTES, tail_bytes=0)
+    except ChildNotStarted as exc:
+        raise OSError(0, str(exc)) from None
+    if ran.timed_out:
+        raise subprocess.TimeoutExpired(argv, timeout)
+    assert ran.returncode is not None
+    return subprocess.CompletedProcess(argv, ran.returncode, ran.stdout.text(), ran.stderr.text())
 
 
 def _command(pid: int, secret_flags: Sequence[str]) -> str:

@@ -131,3 +131,36 @@ def config_dict(config: Any) -> dict[str, Any]:
         "log_file": serving.log_file,
         "stop_timeout": serving.stop_timeout,
     }
+
+
+def test_a_py_spy_that_floods_and_leaves_a_child_is_bounded_and_leaves_nothing(
+    tmp_path: Path,
+) -> None:
+    """A stuck or broken py-spy: its output bounded, its time bounded, and what
+    it started killed with it (agent/stacks.py uses child_run)."""
+    pidfile = tmp_path / "child.pid"
+    tool = tmp_path / "py-spy"
+    tool.write_text(f"#!/bin/sh\nsleep 600 &\necho $! > {pidfile}\nexec yes\n")
+    tool.chmod(0o755)
+    started = time.monotonic()
+    record = dump_stacks([1], 2.0, find=lambda: str(tool))
+    assert time.monotonic() - started < 2.0 + 8.0  # generous: a loaded machine
+    (entry,) = record["processes"]
+    assert "did not finish" in entry["error"]
+    child = int(pidfile.read_text())
+    deadline = time.monotonic() + 8.0
+    while Path(f"/proc/{child}").exists() and time.monotonic() < deadline:
+        stat = Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        if stat == "Z":
+            break
+        time.sleep(0.05)
+    assert not Path(f"/proc/{child}").exists() or "Z" in Path(f"/proc/{child}/stat").read_text()
+
+
+def test_a_py_spy_that_writes_megabytes_gives_a_bounded_stack(tmp_path: Path) -> None:
+    tool = tmp_path / "py-spy"
+    tool.write_text("#!/bin/sh\necho 'Python v3.11'\nhead -c 20000000 /dev/zero | tr '\\0' x\n")
+    tool.chmod(0o755)
+    record = dump_stacks([1], 30.0, find=lambda: str(tool))
+    (entry,) = record["processes"]
+    assert len(entry["stack"].encode()) <= 8 * 1024 + 64, len(entry["stack"])

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from spark_watchdog.child_run import ChildNotStarted, ChildRun, run_child
+from spark_watchdog.child_run import ChildNotStarted, ChildRun, run_child, run_child_blocking
 
 ENV = {"PATH": os.defpath, "LC_ALL": "C"}
 # Generous: a loaded 2-core CI machine. What it rules out is the unbounded run
@@ -117,3 +117,53 @@ def test_a_cancelled_run_leaves_no_child(tmp_path: Path) -> None:
 
     asyncio.run(cancel_it())
     assert not alive(int(pidfile.read_text()))
+
+
+# -- the same bounds from a thread (run_child_blocking) ---------------------------
+
+
+@pytest.mark.integration
+def test_from_a_thread_a_flood_is_cut_and_killed_at_its_timeout() -> None:
+    started = time.monotonic()
+    ran = run_child_blocking(
+        [sys.executable, "-c", FLOOD], timeout=1.0, environment=ENV, head_bytes=4096, tail_bytes=512
+    )
+    assert ran.timed_out and time.monotonic() - started < 1.0 + MARGIN_S
+    assert ran.stdout.kept <= 4096 + 512 and ran.stdout.dropped > 0
+    assert ran.stdout.head == b"x" * 4096
+
+
+@pytest.mark.integration
+def test_from_a_thread_a_grandchild_holding_the_pipe_goes_with_the_group(tmp_path: Path) -> None:
+    pidfile = tmp_path / "grandchild.pid"
+    started = time.monotonic()
+    ran = run_child_blocking(
+        [sys.executable, "-c", GRANDCHILD.format(pidfile=pidfile)], timeout=1.5, environment=ENV
+    )
+    assert time.monotonic() - started < 1.5 + MARGIN_S
+    assert "parent done" in ran.stdout.text() and ran.returncode == 0
+    grandchild = int(pidfile.read_text())
+    deadline = time.monotonic() + MARGIN_S
+    while alive(grandchild) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not alive(grandchild)
+
+
+@pytest.mark.integration
+def test_from_a_thread_output_past_the_cap_keeps_its_head_and_last_line() -> None:
+    code = "import sys\nsys.stdout.write('a' * 200000 + '\\nlast line\\n')\nsys.exit(3)"
+    ran = run_child_blocking(
+        [sys.executable, "-c", code], timeout=30.0, head_bytes=1000, tail_bytes=100
+    )
+    assert ran.returncode == 3 and ran.stdout.text().splitlines()[-1] == "last line"
+    assert ran.stdout.dropped == 200000 + len("\nlast line\n") - 1000 - 100
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["/nonexistent/relay"], ["/"], ["/etc/hostname"], [sys.executable, "-c", "pass\0"], []],
+    ids=["missing", "directory", "not-executable", "nul", "empty"],
+)
+def test_from_a_thread_a_program_that_cannot_start_never_ran(argv: list[str]) -> None:
+    with pytest.raises(ChildNotStarted):
+        run_child_blocking(argv, timeout=5.0)
