@@ -45,8 +45,9 @@ from __future__ import annotations
 
 import logging
 import os
-import subprocess
 from collections.abc import Callable, Sequence
+
+from spark_watchdog.child_run import ChildNotStarted, run_child_blocking
 
 log = logging.getLogger("spark_watchdog.agent.shutdown")
 
@@ -66,22 +67,20 @@ def _systemctl(systemctl: str, args: Sequence[str], timeout: float) -> str | Non
     is-system-running exits non-zero for every state but ``running``, so the
     exit status says nothing here: only the printed state counts."""
     try:
-        result = subprocess.run(
+        ran = run_child_blocking(
             [systemctl, *args],
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
             timeout=timeout,
-            check=False,
-            env={**os.environ, "SYSTEMD_PAGER": "", "SYSTEMD_COLORS": "0"},
+            environment={**os.environ, "SYSTEMD_PAGER": "", "SYSTEMD_COLORS": "0"},
+            head_bytes=4096,
+            tail_bytes=0,
         )
-    except subprocess.TimeoutExpired:
+    except ChildNotStarted as exc:
+        log.warning("%s %s: cannot run: %s", systemctl, " ".join(args), exc)
+        return None
+    if ran.timed_out:
         log.warning("%s %s: no answer within %.1f s", systemctl, " ".join(args), timeout)
         return None
-    except OSError as exc:
-        log.warning("%s %s: cannot run: %s", systemctl, " ".join(args), exc.strerror or exc)
-        return None
-    return result.stdout.strip()
+    return ran.stdout.text().strip()
 
 
 def system_shutting_down(
