@@ -33,6 +33,7 @@ import subprocess
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 HEAD_BYTES = 64 * 1024  # kept from the start of each stream
 TAIL_BYTES = 4 * 1024  # kept from its end (an exec status answers on its last line)
@@ -258,17 +259,7 @@ def run_child_blocking(
         process.stderr: _Capture(head_bytes, tail_bytes),
     }
     deadline = started + timeout
-    with selectors.DefaultSelector() as selector:
-        for stream in captures:
-            selector.register(stream, selectors.EVENT_READ)
-        while selector.get_map() and (left := deadline - time.monotonic()) > 0:
-            for key, _ in selector.select(left):
-                chunk = os.read(key.fd, _READ_CHUNK)
-                if chunk:
-                    captures[key.fileobj].take(chunk)  # type: ignore[index]
-                else:
-                    selector.unregister(key.fileobj)
-        held = bool(selector.get_map())  # a pipe still open at the deadline
+    held = _read_until(captures, deadline)
     timed_out = False
     try:
         process.wait(max(0.0, deadline - time.monotonic()))
@@ -289,3 +280,19 @@ def run_child_blocking(
         time.monotonic() - started,
         timeout,
     )
+
+
+def _read_until(captures: dict[Any, _Capture], deadline: float) -> bool:
+    """Read the pipes into their captures until both close or ``deadline``;
+    True when one was still open then (something holds it)."""
+    with selectors.DefaultSelector() as selector:
+        for stream in captures:
+            selector.register(stream, selectors.EVENT_READ)
+        while selector.get_map() and (left := deadline - time.monotonic()) > 0:
+            for key, _ in selector.select(left):
+                chunk = os.read(key.fd, _READ_CHUNK)
+                if chunk:
+                    captures[key.fileobj].take(chunk)
+                else:
+                    selector.unregister(key.fileobj)
+        return bool(selector.get_map())
