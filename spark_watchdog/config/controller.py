@@ -105,35 +105,35 @@ class NodeConfig:
 @dataclass(frozen=True, kw_only=True)
 class PolicyConfig:
     # GB10 "clock latch" clears only after 30-60 s without AC (tsw2k docs/GOTCHAS.md).
-    power_off_seconds: float = setting(60.0, minimum=0)
-    power_timeout: float = setting(30.0, above=0)
-    power_poll_interval: float = setting(1.0, above=0)
-    min_command_interval: float = setting(2.0, minimum=0)
+    power_off_seconds: float = setting(60.0, minimum=0, maximum=3600)
+    power_timeout: float = setting(30.0, above=0, maximum=600)
+    power_poll_interval: float = setting(1.0, above=0, maximum=60)
+    min_command_interval: float = setting(2.0, minimum=0, maximum=3600)
     # Where the device can time a cycle (Shelly toggle_after, a Tasmota backlog,
     # an APC outlet reboot), the off arms it to switch on again by itself.
     self_timed_on: bool = setting(True)
     # Seconds of AC off that clear a GPU clock latch the agent found after a boot:
     # the node is halted over ssh, then the power path holds its AC off this long
     # (at least power_off_seconds) once it is silent. 0: alert only.
-    clock_latch_off_seconds: float = setting(180.0, minimum=0)
+    clock_latch_off_seconds: float = setting(180.0, minimum=0, maximum=86400)
 
 
 @dataclass(frozen=True, kw_only=True)
 class DetectionConfig:
     # How often every agent's /v1/state is pulled.
-    poll_interval: float = setting(1.0, above=0)
+    poll_interval: float = setting(1.0, above=0, maximum=60)
     # How long one pull may take.
-    agent_timeout: float = setting(0.8, above=0)
+    agent_timeout: float = setting(0.8, above=0, maximum=60)
     # Agent silence (no answer with an advancing seq) before a node can be host_frozen.
-    freeze_after: float = setting(8.0, above=0)
+    freeze_after: float = setting(8.0, above=0, maximum=3600)
     # Consecutive missing SSH banners needed for host_frozen.
-    banner_misses: int = setting(2, minimum=1)
+    banner_misses: int = setting(2, minimum=1, maximum=100)
     # Seconds to wait for an SSH banner.
-    banner_timeout: float = setting(2.0, above=0)
+    banner_timeout: float = setting(2.0, above=0, maximum=60)
     # Banner checks of a node whose agent answers (late agents are checked every poll).
-    banner_interval: float = setting(15.0, above=0)
+    banner_interval: float = setting(15.0, above=0, maximum=3600)
     # Seconds of GPU reads timing out, on a node whose agent answers, before it is gpu_wedged.
-    gpu_wedged_after: float = setting(30.0, above=0)
+    gpu_wedged_after: float = setting(30.0, above=0, maximum=86400)
     # Seconds of each node's snapshots kept and written into its incidents; 0 = none.
     flight_recorder_seconds: float = setting(120.0, minimum=0, maximum=3600)
 
@@ -141,23 +141,23 @@ class DetectionConfig:
 @dataclass(frozen=True, kw_only=True)
 class GuardsConfig:
     # Power cycles allowed per node in budget_window before the node is held.
-    node_budget: int = setting(3, minimum=0)
+    node_budget: int = setting(3, minimum=0, maximum=1000)
     # Power cycles allowed across the cluster in budget_window.
-    cluster_budget: int = setting(8, minimum=0)
+    cluster_budget: int = setting(8, minimum=0, maximum=10_000)
     # The budgets' window in seconds (6 h).
-    budget_window: float = setting(21600.0, above=0)
+    budget_window: float = setting(21600.0, above=0, maximum=30 * 86400)
     # Power actions running at once; nodes frozen together are recovered one after another.
-    max_concurrent_power_actions: int = setting(1, minimum=1)
+    max_concurrent_power_actions: int = setting(1, minimum=1, maximum=1000)
     # Above this fraction of nodes in host-level trouble at once, trip the circuit breaker.
     max_unhealthy_fraction: float = setting(0.5, above=0, maximum=1)
     # Seconds the breaker stays open (no fencing) before it latches into a cluster hold.
-    breaker_latch_after: float = setting(30.0, minimum=0)
+    breaker_latch_after: float = setting(30.0, minimum=0, maximum=86400)
     # Seconds to wait for the agent to answer with a new boot id after power is restored.
-    boot_timeout: float = setting(300.0, above=0)
+    boot_timeout: float = setting(300.0, above=0, maximum=86400)
     # A node with this many host_frozen incidents within suspect_window is flagged
     # hardware_suspect (status, metrics, an alert): power cycles only treat the symptom.
-    suspect_freezes: int = setting(3, minimum=1)
-    suspect_window: float = setting(86400.0, above=0)
+    suspect_freezes: int = setting(3, minimum=1, maximum=1000)
+    suspect_window: float = setting(86400.0, above=0, maximum=30 * 86400)
     # Decide, record and notify, but send nothing to any device.
     dry_run: bool = setting(False)
 
@@ -187,7 +187,7 @@ class LauncherSshConfig:
     key_file: str = setting()
     # The node's host key, pinned: an unknown or changed key is refused.
     known_hosts_file: str = setting()
-    connect_timeout: float = setting(5.0, above=0)
+    connect_timeout: float = setting(5.0, above=0, maximum=300)
 
     def __post_init__(self) -> None:
         if not self.user or self.user.startswith("-") or any(c.isspace() for c in self.user):
@@ -215,8 +215,8 @@ class LauncherConfig:
     run_on: str = setting("controller")
     ssh: LauncherSshConfig | None = setting(None)
     # command: seconds each may take before it is killed (and the restart fails).
-    stop_timeout: float = setting(300.0, above=0)
-    start_timeout: float = setting(600.0, above=0)
+    stop_timeout: float = setting(300.0, above=0, maximum=86400)
+    start_timeout: float = setting(600.0, above=0, maximum=86400)
     working_directory: str | None = setting(None)
     environment: dict[str, str] = setting(default_factory=dict)
 
@@ -297,15 +297,15 @@ class ServingConfig:
     # File holding the bearer token of the agents' serving endpoints.
     token_file: str | None = setting(None)
     # Seconds for the head to answer /health 200 and progress (or a canary) after a restart.
-    start_timeout: float = setting(600.0, above=0)
+    start_timeout: float = setting(600.0, above=0, maximum=86400)
     # Restart serving automatically on serving_stalled / serving_dead.
     auto_restart: bool = setting(True)
     # Seconds after a serving restart before another automatic one (no restart loop).
-    restart_cooldown: float = setting(60.0, minimum=0)
+    restart_cooldown: float = setting(60.0, minimum=0, maximum=86400)
     # Automatic serving restarts allowed in restart_budget_window; then a person decides
     # (restart loops leak unified memory until the host dies: docs/design.md, "Memory guard").
-    restart_budget: int = setting(6, minimum=1)
-    restart_budget_window: float = setting(3600.0, above=0)
+    restart_budget: int = setting(6, minimum=1, maximum=1000)
+    restart_budget_window: float = setting(3600.0, above=0, maximum=30 * 86400)
     # Who stops and starts the ranks: the agents (the default) or the cluster's launcher.
     launcher: LauncherConfig = setting(default_factory=LauncherConfig)
     # Nodes whose ranks every engine step of the head needs (its tensor- and
@@ -339,7 +339,7 @@ class NotifyConfig:
     # Attempts per notification before it is dropped (and logged).
     attempts: int = setting(3, minimum=1, maximum=10)
     # Seconds one delivery may take.
-    timeout: float = setting(5.0, above=0)
+    timeout: float = setting(5.0, above=0, maximum=300)
 
     def __post_init__(self) -> None:
         if self.alertmanager is not None:
@@ -370,16 +370,16 @@ FENCE_MARGIN_S = 1.0
 class LeadershipConfig:
     # The controller pair on a PostgreSQL history (docs/design.md, "Controller pair").
     # Seconds a leader's lease lasts, by the database's clock.
-    lease: float = setting(20.0, above=0)
+    lease: float = setting(20.0, above=0, maximum=3600)
     # Seconds between the leader's renewals (and a standby's tries).
-    renew_every: float = setting(2.0, above=0)
+    renew_every: float = setting(2.0, above=0, maximum=3600)
     # Seconds without a renewal after which the leader stops everything and exits.
-    give_up_after: float = setting(8.0, above=0)
+    give_up_after: float = setting(8.0, above=0, maximum=3600)
     # Seconds after a step's transaction began within which its command may leave;
     # every power device's timeout must be within it.
-    send_deadline: float = setting(5.0, above=0)
+    send_deadline: float = setting(5.0, above=0, maximum=3600)
     # Seconds a new leader waits before it acts.
-    settle: float = setting(2.0, minimum=0)
+    settle: float = setting(2.0, minimum=0, maximum=3600)
 
     def __post_init__(self) -> None:
         if self.renew_every >= self.give_up_after:

@@ -41,8 +41,8 @@ def test_nan_and_infinities_are_refused_with_the_key_path() -> None:
         policy={"power_off_seconds": nan, "power_timeout": inf},
         guards={"max_unhealthy_fraction": -inf},
     ) == [
-        "policy.power_off_seconds: expected a finite number ≥ 0, got .nan",
-        "policy.power_timeout: expected a finite number > 0, got .inf",
+        "policy.power_off_seconds: expected a finite number ≥ 0 and ≤ 3600, got .nan",
+        "policy.power_timeout: expected a finite number > 0 and ≤ 600, got .inf",
         "guards.max_unhealthy_fraction: expected a finite number > 0 and ≤ 1, got -.inf",
     ]
     assert _agent_problems(loop_interval=nan) == [
@@ -52,7 +52,7 @@ def test_nan_and_infinities_are_refused_with_the_key_path() -> None:
 
 def test_an_integer_too_big_for_a_float_is_refused_not_an_overflow() -> None:
     assert _controller_problems(detection={"poll_interval": 10**400}) == [
-        "detection.poll_interval: expected a finite number > 0, got an integer of 401 digits"
+        "detection.poll_interval: expected a finite number > 0 and ≤ 60, got an integer of 401 digits"
     ]
 
 
