@@ -74,6 +74,21 @@ _MENU = (
         "mgmt-partition-others-15",
         "every other node's management link dark for 15 s, the fabric up: a switch's blip",
     ),
+    _sim(
+        "agent-restart-mgmt-partition",
+        "a node's agent restarts on the same boot (its seq from 0, a new run), then its "
+        "management link goes dark for 20-120 s, the fabric up",
+    ),
+    _sim("pulse-replay", "a node's old pulses, of any boot or run, replayed from its address"),
+    _sim(
+        "pulse-forged",
+        "pulses forged from a node's address: its seq far ahead, made-up runs, a 31-digit seq",
+    ),
+    _sim(
+        "mgmt-partition-blip-others",
+        "a node's management link dark for 30-120 s and, meanwhile, every other node's for a "
+        "blip of 3-20 s, the fabric up",
+    ),
     _sim("partition-3x60", "three of four nodes cut off for 60 s"),
     _sim("partition-3x10", "three of four nodes cut off for 10 s"),
     _sim("packet-loss", "5-90 % of a node's packets are lost"),

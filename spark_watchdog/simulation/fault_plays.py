@@ -13,6 +13,7 @@ from spark_watchdog.errors import StoreFull, StoreLocked
 from spark_watchdog.history.records import CLUSTER
 from spark_watchdog.history.store import HistoryStore
 from spark_watchdog.power.base import PowerState
+from spark_watchdog.simulation.fabric import PulseAttack
 from spark_watchdog.simulation.pair import PAIR_FAULTS, SimPair
 from spark_watchdog.simulation.world import Incarnation, SimNode, SimOutlet, World
 
@@ -163,6 +164,29 @@ class FaultPlays:
             for other in list(world.nodes.values())[1:]:
                 other.partitioned_until = other.fabric_down_until = now + lasting
 
+    def _fabric_fault(self, node: SimNode, outlet: SimOutlet, now: float, fault: str) -> None:
+        """What the peers' path met and missed once, from the newer faults' own
+        draws (docs/simulation.md, "Fault menu")."""
+        rng, world = self.newer_rng, self.world
+        if fault == "agent-restart-mgmt-partition":
+            # A new run on the same boot, then its management link dark.
+            node.agent, node.agent_until = "crashed", now + rng.uniform(0.5, 3.0)
+            cut_after, lasting = rng.uniform(2.0, 10.0), rng.uniform(20.0, 120.0)
+            self.later(cut_after, lambda: _cut(node, world.now() + lasting))
+        elif fault in ("pulse-replay", "pulse-forged"):
+            kind = "replay" if fault == "pulse-replay" else "forge"
+            lasting = rng.uniform(10.0, 120.0)
+            world.pulse_attacks[node.name] = PulseAttack(
+                kind, now + lasting, random.Random(rng.random())
+            )
+            self.later(lasting, lambda: world.pulse_attacks.pop(node.name, None))
+        elif fault == "mgmt-partition-blip-others":
+            # Its management link dark, and while it is, every other node's for a blip.
+            node.partitioned_until = now + rng.uniform(30.0, 120.0)
+            blip_after, blip = rng.uniform(5.0, 20.0), rng.uniform(3.0, 20.0)
+            others = [n for n in world.nodes.values() if n is not node]
+            self.later(blip_after, lambda: _cut_all(others, world.now() + blip))
+
     def _pdu_fault(self, node: SimNode, outlet: SimOutlet, now: float, fault: str) -> None:
         rng = self.rng
         if fault == "pdu-down":
@@ -225,8 +249,12 @@ class FaultPlays:
     def newer_schedule(self, fault_window: float) -> list[tuple[float, str, str | None]]:
         """The newer faults, from their own draws, one node at a time: one link
         dark, the management link (the controller cannot reach the node, its
-        peers can) or the fabric (the controller can, its peers cannot), or a
-        GPU fault that ends the node's rank (an Xid)."""
+        peers can) or the fabric (the controller can, its peers cannot), a
+        GPU fault that ends the node's rank (an Xid), and what the peers' path
+        missed once: an agent restarted on the same boot just before its
+        management link goes dark, pulses replayed or forged from the node's
+        fabric address, a blip of every other node's management link while
+        the node's is dark."""
         rng, t = self.newer_rng, 0.0
         schedule: list[tuple[float, str, str | None]] = []
         rate = rng.uniform(1 / 300.0, 1 / 60.0)
@@ -234,7 +262,7 @@ class FaultPlays:
             t += rng.expovariate(rate)
             if t >= fault_window:
                 return schedule
-            fault = rng.choice(("mgmt-partition", "fabric-partition", "xid"))
+            fault = rng.choice(NEWER_FAULTS)
             schedule.append((t, fault, rng.choice(self.names)))
 
     def later(self, delay: float, fn: Callable[[], Any]) -> None:
@@ -273,6 +301,27 @@ class FaultPlays:
         elif not self.incarnation.alive:
             self.start_controller()
 
+
+def _cut(node: SimNode, until: float) -> None:
+    """The node's management link dark until ``until``."""
+    node.partitioned_until = max(node.partitioned_until, until)
+
+
+def _cut_all(nodes: list[SimNode], until: float) -> None:
+    for node in nodes:
+        _cut(node, until)
+
+
+# The newer faults of runs whose agents pulse their peers (FaultPlays.newer_schedule).
+NEWER_FAULTS = (
+    "mgmt-partition",
+    "fabric-partition",
+    "xid",
+    "agent-restart-mgmt-partition",
+    "pulse-replay",
+    "pulse-forged",
+    "mgmt-partition-blip-others",
+)
 
 _FaultPlay = Callable[[FaultPlays, SimNode, SimOutlet, float, str], None]
 _FAULT_GROUPS: tuple[tuple[_FaultPlay, tuple[str, ...]], ...] = (
@@ -314,6 +363,15 @@ _FAULT_GROUPS: tuple[tuple[_FaultPlay, tuple[str, ...]], ...] = (
             "mgmt-partition-90",
             "fabric-partition-90",
             "mgmt-partition-others-15",
+        ),
+    ),
+    (
+        FaultPlays._fabric_fault,
+        (
+            "agent-restart-mgmt-partition",
+            "pulse-replay",
+            "pulse-forged",
+            "mgmt-partition-blip-others",
         ),
     ),
     (

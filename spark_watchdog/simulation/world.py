@@ -41,7 +41,14 @@ from spark_watchdog.errors import Ambiguous, Refused, Unreachable
 from spark_watchdog.power import send_window
 from spark_watchdog.power.base import TIMED_ON_MARGIN_S, PowerState, TimedOn
 from spark_watchdog.power.ssh_banner import BannerResult
-from spark_watchdog.simulation.fabric import Engine, deliver, peer_report
+from spark_watchdog.simulation.fabric import (
+    Engine,
+    PeerEyes,
+    PulseAttack,
+    advance_loop,
+    deliver,
+    peer_report,
+)
 from spark_watchdog.xid import ends_the_context
 
 # The controller process the running code belongs to (its tasks inherit it):
@@ -134,7 +141,8 @@ class SimNode:
         self.loss = 0.0
         self.partitioned_until = -1.0  # the management link: what the controller uses
         self.fabric_down_until = -1.0  # the fabric link: what its peers pulse over
-        self.peers_seen: dict[str, float] = {}  # peer -> when this agent last saw it advance
+        self.eyes = PeerEyes()  # its agent's views of its peers (simulation/fabric.py)
+        self.loop_at: float | None = None  # its agent loop's last count of seq
         self.hang_after_shutdown = False
         self.halt_after_shutdown = False
         self.gpu_wedged = False  # NVML reads time out until the next boot
@@ -161,6 +169,11 @@ class SimNode:
     @property
     def boot_id(self) -> str:
         return f"{self.name}-boot-{self.boot}"
+
+    @property
+    def run(self) -> str:
+        """Its agent's run, as its pulses name it: a new one at each agent start."""
+        return f"{self.boot}-{self.agent_started}"
 
     def now(self) -> float:
         return self.world.now()
@@ -269,6 +282,7 @@ class SimNode:
                 self.rank_running, self.rank_unsafe = True, False
             else:
                 break
+        advance_loop(self, now)
 
     # -- what the controller sees ------------------------------------------------
 
@@ -294,20 +308,14 @@ class SimNode:
             await self.world.sleep(timeout)
             raise HttpError(f"{self.name}: no answer within {timeout:g}s", SILENCE)
         if self.agent == "slow":
-            delay = self.rng.uniform(0.5, 1.3) * timeout
-            if delay >= timeout:
-                await self.world.sleep(timeout)
-                raise HttpError(f"{self.name}: no answer within {timeout:g}s", SILENCE)
-            await self.world.sleep(delay)
-            self.step()
-            if self.phase not in ("up", "stopping"):
-                raise HttpError(f"{self.name}: closed mid-answer", REFUSED)
+            await self._slowly(timeout)
         if self.agent != "stuck":
             self.seq += 1
         self.world.truth.note_life(self.name, self.now())
         if path != "/v1/boots" and self.world.peers_on:
-            peers = peer_report(self, self.world.nodes.values(), self.now())
-            deliver(peers, self.now(), self.agent != "stuck", self.world.truth.note_life)
+            world = self.world
+            peers, seen = peer_report(self, world.nodes.values(), self.now(), world.pulse_attacks)
+            deliver(seen, self.agent != "stuck", world.truth.note_life)
         body: dict[str, Any]
         if path == "/v1/boots":
             body = {"boots": []}
@@ -336,6 +344,21 @@ class SimNode:
                 if self.name == self.world.head:
                     self._engine_report(body)
         return HttpAnswer(200, json.dumps(body).encode())
+
+    async def _slowly(self, timeout: float) -> None:
+        """A slow agent's delay before it answers, near its timeout or past it."""
+        delay = self.rng.uniform(0.5, 1.3) * timeout
+        if delay >= timeout:
+            await self.world.sleep(timeout)
+            raise HttpError(f"{self.name}: no answer within {timeout:g}s", SILENCE)
+        await self.world.sleep(delay)
+        self.step()
+        # What befell it while it was slow to answer: the answer never comes.
+        if self.now() < self.partitioned_until:
+            await self.world.sleep(timeout - delay)
+            raise HttpError(f"{self.name}: lost", SILENCE)
+        if self.phase not in ("up", "stopping") or self.agent == "crashed":
+            raise HttpError(f"{self.name}: closed mid-answer", REFUSED)
 
     def _serving_status(self) -> dict[str, Any]:
         """``serving`` of its agent's state: when its rank started (a restart counts
@@ -580,6 +603,8 @@ class World:
         # The agents pulse each other over the fabric, and the head's engine
         # steps over it (simulation/fabric.py): its report is life for every rank.
         self.peers_on = False
+        # Pulses sent from a node's fabric address by someone else, by node.
+        self.pulse_attacks: dict[str, PulseAttack] = {}
         self.head = next(iter(self.nodes), None)  # the config's serving.head
         self.engine = Engine()
         self.on_command_hook: Callable[[SimOutlet, PowerState, bool, int], None] | None = None
