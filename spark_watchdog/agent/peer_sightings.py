@@ -11,9 +11,12 @@ more than a loop can count in the time since that run's last sighting:
   is a stale or replayed pulse: nothing (pulses of two boots or two runs
   alternated never count); until a run has advanced, a ``seq`` further
   behind its first than a stale pulse can be is its baseline instead;
-- a ``seq`` further ahead than :data:`MIN_LOOP_S` loops since the run's last
-  sighting (plus one) is not a loop's count: a forged pulse is taken for
-  nothing, and it never holds back the real ``seq`` behind it.
+- a ``seq`` further ahead than a loop (one per :data:`MIN_LOOP_S`) can count
+  since the run's last sighting, with :data:`STALE_S` of room for a pulse
+  late in transit or taken late, plus one, is not a loop's count: a forged
+  pulse far ahead is taken for nothing and never holds back the real ``seq``
+  behind it (one within that reach blinds for as many loops, as a fabric
+  that drops the pulses would).
 
 A few runs are kept per peer; a new one replaces the run that has gone
 longest without progress (of runs never advancing, the one longest unheard).
@@ -33,7 +36,8 @@ from spark_watchdog.config.agent import MIN_LOOP_INTERVAL
 # The agent's shortest loop (config ``loop_interval``'s minimum): a run's seq
 # rises by at most one per loop.
 MIN_LOOP_S = MIN_LOOP_INTERVAL
-# A carried pulse is at most this old when taken (a pulse's length, with room).
+# A pulse is at most this late when taken: a carried one kept a pulse's length,
+# an answer late by its timeout, with room.
 STALE_S = 2.0
 # Runs kept per peer.
 MAX_RUNS = 4
@@ -68,7 +72,9 @@ class Sightings:
 
     def take(self, boot_id: str | None, run: str | None, seq: int, now: float) -> Sighting:
         """One well-formed pulse of this peer, received at ``now``."""
-        key = (boot_id, run)
+        # A run id is drawn at each start: it alone names the run (its first
+        # pulses may name no boot yet); without one, the boot does.
+        key = (None, run) if run is not None else (boot_id, None)
         known = self._runs.get(key)
         if known is None:
             self._make_room()
@@ -85,7 +91,8 @@ class Sightings:
                 self.latest = key
                 return Sighting("baseline", seq, boot_id)
             return Sighting("stale", seq, boot_id)
-        if seq - known.seq > most_loops(now - known.seen_at):
+        # Measured between receipts, with room for one pulse's transit or wait.
+        if seq - known.seq > most_loops(now - known.seen_at + STALE_S):
             return Sighting("implausible", seq, boot_id)
         known.seq = seq
         known.seen_at = max(known.seen_at, now)

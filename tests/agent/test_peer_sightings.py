@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -42,12 +43,15 @@ def test_an_agent_that_names_no_run_still_shows_its_seq_advancing() -> None:
     assert view.progress_at == 2.0
 
 
-def test_two_boots_pulses_alternated_are_never_progress() -> None:
+@pytest.mark.parametrize("runs", [("first", "second"), (None, None)], ids=["runs", "no-run"])
+def test_two_boots_pulses_alternated_are_never_progress(
+    runs: tuple[str | None, str | None],
+) -> None:
     view = PeerView("spark-3", "http://10.0.0.3:9101")
     # A frozen node's last pulse of each of its two boots, replayed in turn.
     for n in range(200):
-        _note(view, 500, 1.0 + 2 * n, boot=BOOT)
-        _note(view, 900, 2.0 + 2 * n, boot=OTHER_BOOT)
+        _note(view, 500, 1.0 + 2 * n, boot=BOOT, run=runs[0])
+        _note(view, 900, 2.0 + 2 * n, boot=OTHER_BOOT, run=runs[1])
     assert view.progress_at is None
 
 
@@ -85,8 +89,30 @@ def test_a_run_rises_at_most_one_loop_per_shortest_interval() -> None:
     assert most_loops(-5.0) == 1  # a pulse taken out of order
     runs = Sightings()
     runs.take(BOOT, "a", 0, 0.0)
-    assert runs.take(BOOT, "a", 12, 1.0).kind == "implausible"
-    assert runs.take(BOOT, "a", 11, 1.0).kind == "progress"
+    # A second since, with room for a late pulse (STALE_S): 31 loops at most.
+    assert runs.take(BOOT, "a", 32, 1.0).kind == "implausible"
+    assert runs.take(BOOT, "a", 31, 1.0).kind == "progress"
+
+
+@pytest.mark.parametrize("late", [0.2, 0.5, 1.0, 1.9])
+def test_a_fast_peer_whose_one_pulse_came_late_is_seen_at_its_next(late: float) -> None:
+    """A peer on the shortest loop (0.1 s and its work: 0.101 s), asked every
+    second; one answer late in transit (a retransmit, the timeout's worth):
+    every pulse after it is progress."""
+    view = PeerView("spark-3", "http://10.0.0.3:9101")
+    for n in range(60):
+        sent = float(n)
+        received = sent + (late if n == 10 else 0.001)
+        _note(view, int(sent / 0.101), received)
+        if n > 10:
+            assert view.progress_at is not None and view.progress_at >= received, (n, view.error)
+
+
+def test_an_agent_whose_first_pulse_names_no_boot_is_seen_at_its_second() -> None:
+    view = PeerView("spark-3", "http://10.0.0.3:9101")
+    view.note(PulseAnswer("ok", Pulse("spark-3", 0, None, "new")), 1.0)
+    view.note(PulseAnswer("ok", Pulse("spark-3", 1, BOOT, "new")), 2.0)
+    assert view.progress_at == 2.0
 
 
 # One step of a schedule: the real agent's next pulse, a replay of any pulse
@@ -131,6 +157,8 @@ def test_no_pulse_from_anyone_hides_the_real_agent_for_more_than_one_pulse(
             forged += 1
             made_up += 1
             pulse = Pulse("spark-3", value, BOOT, f"forged-{forged}")
+        elif not real_at:
+            continue  # a run is forged once its id is out: after its first pulse
         else:
             pulse = Pulse("spark-3", seq + value, BOOT, "real")
         view.note(PulseAnswer("ok", pulse), now)
