@@ -17,7 +17,9 @@ T = TypeVar("T")
 
 # Raised while a request is prepared (an encoding, a number no socket takes),
 # before any byte of it leaves: such a command certainly did not reach the device.
-_RAISED_BEFORE_SENDING = (UnicodeError, OverflowError)
+# Not a decoding error: that is about bytes that came back (a redirect's
+# Location that is not UTF-8), so the command had left.
+_RAISED_BEFORE_SENDING = (UnicodeEncodeError, OverflowError)
 
 
 def unexpected(device: str, exc: Exception, what: str, kind: type[PowerError]) -> PowerError:

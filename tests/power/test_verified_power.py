@@ -405,6 +405,17 @@ def test_an_error_raised_before_the_command_left_fails_the_path_not_ambiguous() 
         assert names(steps) == ["off_requested"]  # no ambiguity recorded: the next path may go
 
 
+def test_a_decoding_error_is_about_an_answer_so_the_command_had_left() -> None:
+    """A plug answering the off with a redirect whose Location is not UTF-8:
+    requests decodes it after the off went out."""
+    decoding = UnicodeDecodeError("utf-8", b"\xff", 0, 1, "invalid start byte")
+    outlet = ScriptedOutlet(command_error=decoding)
+    power, _ = make(outlet, FakeClock())
+    with pytest.raises(Ambiguous, match="may have left"):
+        asyncio.run(power.off())
+    assert outlet.commands == [OFF], "never a second command"
+
+
 def test_an_unexpected_error_after_the_command_may_have_left_is_ambiguous_never_resent() -> None:
     landed = ScriptedOutlet(command_error=RuntimeError("reset by peer"), apply_despite_error=True)
     power, steps = make(landed, FakeClock())
