@@ -380,8 +380,10 @@ async def _preflight(
     caller records the rung before releasing it: two rungs in parallel cannot
     both take the last cycle of a budget.
     """
-    # Until its rung passes the guards it counts toward the breaker, as when watched.
-    host.holds.nothing_sent.add(watch.name)
+    # Until its first rung passes the guards it counts toward the breaker, as when
+    # watched; not a later rung or try, whose node may be dark by this cut.
+    if not watch.rungs_done and plan.attempt == 1 and plan.action_id is None:
+        host.holds.nothing_sent.add(watch.name)
     frozen, why = await host.monitor.still_frozen(watch)
     if not frozen:
         return await _false_alarm(host, watch, incident_id, action, why)
@@ -393,10 +395,13 @@ async def _preflight(
     if blocked is None:
         host.holds.nothing_sent.discard(watch.name)  # an off may leave from here on
         return None
-    why = blocked.reason
-    await _note(host, incident_id, watch.name, StepName.RUNG_BLOCKED, rung=plan.rung, why=why)
+    why, node = blocked.reason, watch.name
     if blocked.block is Block.BREAKER:
+        if not plan.breaker_noted:  # once per wait, not once a poll
+            plan.breaker_noted = True
+            await _note(host, incident_id, node, StepName.RUNG_BLOCKED, rung=plan.rung, why=why)
         return RungOutcome.BREAKER  # nothing sent; the rung's action, if any, is kept
+    await _note(host, incident_id, node, StepName.RUNG_BLOCKED, rung=plan.rung, why=why)
     await _finish(host.ledger, action, "failed", why)
     await _hold_and_close(host, watch, incident_id, why, NodeEvent.GUARD_BLOCKED)
     return RungOutcome.HELD

@@ -41,6 +41,8 @@ class RungPlan:
     # Wall clock of the first resume that chose that boot wait (from the record):
     # a controller restarted during the wait goes on with it, not over again.
     boot_wait_from: float | None = None
+    # The breaker's refusal of this rung is recorded (once per wait for it).
+    breaker_noted: bool = False
 
     def again(self) -> RungPlan:
         """This rung's second try: from the top, as a new action."""
