@@ -229,7 +229,7 @@ class HomeAssistantDevice:
             )
 
 
-_NUT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+_NUT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")  # whole: no line break after it
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -249,11 +249,11 @@ class NutDevice:
     def __post_init__(self) -> None:
         check_host("host", self.host)
         for key in ("ups", "user"):
-            if not _NUT_NAME.match(getattr(self, key)):
+            if not _NUT_NAME.fullmatch(getattr(self, key)):
                 raise InvalidSetting(
                     key,
                     f'expected a name of letters, digits, ".", "_" and "-", got '
-                    f'"{getattr(self, key)}" (as upsd.conf and upsd.users spell it)',
+                    f"{getattr(self, key)!a} (as upsd.conf and upsd.users spell it)",
                 )
 
 

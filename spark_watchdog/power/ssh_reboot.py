@@ -55,9 +55,10 @@ SSH_OUTCOMES: tuple[SshOutcome, ...] = get_args(SshOutcome)
 # Extra time a reboot gets on top of ConnectTimeout: key exchange, auth and the
 # command itself (systemctl reboot queues a job and returns at once).
 REBOOT_EXTRA_S = 15.0
-# Kept of each stream (spark_watchdog/child_run.py): its first 64 KiB and its last
-# 256 KiB. ssh -v writes a few KiB of debug lines per session, the exit status last.
-_STDOUT_LIMIT = 64 * 1024
+# Kept of each stream (spark_watchdog/child_run.py): its first and its last 256 KiB.
+# ssh -v writes a few KiB of debug lines per session: whether the command was sent
+# ("Authenticated to", "Sending command") near the start, the exit status last, so
+# a long banner or a remote command's flood in between cuts neither.
 _STDERR_LIMIT = 256 * 1024
 _MESSAGE_CHARS = 600
 
@@ -254,7 +255,7 @@ class SshCommand:
                 self.argv(command),
                 timeout=timeout,
                 environment=_child_environment(),
-                head_bytes=_STDOUT_LIMIT,
+                head_bytes=_STDERR_LIMIT,
                 tail_bytes=_STDERR_LIMIT,
             )
         except ChildNotStarted as exc:

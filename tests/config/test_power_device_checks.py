@@ -145,3 +145,22 @@ def test_config_errors_never_echo_a_urls_credentials(url: str) -> None:
     assert "nodes[0].power[0].url:" in shown
     assert "hunter2" not in shown and "tok123456" not in shown
     assert "***" in shown
+
+
+@pytest.mark.parametrize("key", ["user", "ups"])
+def test_a_nut_name_with_a_line_break_after_it_is_refused(key: str) -> None:
+    """YAML's block scalar ends a value with a line break; upsd would read two lines."""
+    device = {
+        "type": "nut",
+        "host": "ups",
+        "ups": "u",
+        "outlet": 1,
+        "user": "u",
+        "password_file": "/p",
+    }
+    with pytest.raises(ConfigError) as caught:
+        parse_controller_config(_config({**device, key: "admin\n"}))
+    assert any(
+        p.startswith(f"nodes[0].power[0].{key}: expected a name") and "'admin\\n'" in p
+        for p in caught.value.problems
+    ), caught.value.problems
