@@ -271,17 +271,21 @@ def rank_ended(snapshot: Mapping[str, Any]) -> str | None:
     ``exited``: Docker's ``die`` event, or the forked process gone): why, or None.
 
     Seen at the agent's next heartbeat, without waiting for the vLLM probe's
-    ``dead_after`` (docs/design.md, "Verdicts"). Not when what the leader
-    started still answers as vLLM (a wrapper that exited, its group serving):
-    then the probe judges, as on a node without a launcher.
+    ``dead_after`` (docs/design.md, "Verdicts"). Not when vLLM still answers
+    in a report read since the end (a wrapper that exited, its group serving;
+    a launch command that detached): then the probe judges, as on a node
+    without a launcher.
     """
     serving = snapshot.get("serving")
     if not isinstance(serving, Mapping) or serving.get("enabled") is not True:
         return None
     if serving.get("state") != "exited" or serving.get("stopping") is not False:
         return None
-    if serving.get("group_alive") is not False and vllm_status(snapshot).get("state") in _ANSWERING:
-        return None
+    vllm = vllm_status(snapshot)
+    if vllm.get("state") in _ANSWERING and not (
+        serving.get("group_alive") is False and _read_before_end(vllm, serving)
+    ):
+        return None  # vLLM answers since: a detached launch, or a wrapper's group
     code, sig = serving.get("exit_code"), serving.get("exit_signal")
     how = ""
     if isinstance(sig, str) and _SIGNAL.fullmatch(sig):
@@ -289,6 +293,13 @@ def rank_ended(snapshot: Mapping[str, Any]) -> str | None:
     elif isinstance(code, int) and not isinstance(code, bool) and 0 <= code <= 255:
         how = f" with code {code}"
     return f"the rank exited{how} (its launcher saw it end; nothing restarted it)"
+
+
+def _read_before_end(vllm: Mapping[str, Any], serving: Mapping[str, Any]) -> bool:
+    """Whether the vLLM report was read before the rank ended (both by the
+    agent's clock): an answering report from before the end says nothing."""
+    observed, ended = _unix(vllm.get("observed_at")), _unix(serving.get("ended_at"))
+    return observed is not None and ended is not None and observed <= ended
 
 
 def serving_died_at(snapshot: Mapping[str, Any], wall: float) -> float | None:

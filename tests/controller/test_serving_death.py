@@ -100,6 +100,20 @@ def test_only_a_rank_that_ended_on_its_own_is_dead_at_once(snap: dict[str, Any])
     assert verdict(snap) is not Verdict.SERVING_DEAD
 
 
+def _answering(read_at: float) -> dict[str, Any]:
+    snap = snapshot(vllm_state="progressing")  # group_alive False: the launch detached
+    snap["probes"]["vllm"]["observed_at"] = iso(read_at)
+    return snap
+
+
+def test_vllm_answering_since_the_rank_ended_is_no_death() -> None:
+    """A launch command that detaches (docker run -d, setsid): the process the
+    agent started exits at once and nothing of its group is left, but vLLM
+    serves. Before, every heartbeat read serving_dead and restarted it."""
+    assert verdict(_answering(WALL - 1.0)) is not Verdict.SERVING_DEAD  # read after the end
+    assert verdict(_answering(WALL - 5.0)) is Verdict.SERVING_DEAD  # read before it: stale
+
+
 def test_a_leader_gone_with_its_group_alive_is_dead_once_vllm_stops_answering() -> None:
     # vllm #55510: the API server killed, the engine holding the GPU.
     assert verdict(snapshot(vllm_state="unreachable", group_alive=True)) is Verdict.SERVING_DEAD
