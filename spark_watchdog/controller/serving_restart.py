@@ -130,13 +130,16 @@ def unix_time(value: object) -> float | None:
 def not_the_new_rank(state: Mapping[str, Any], before: float | None) -> str | None:
     """Why the head's ``/v1/state`` is not yet a report on the rank the restart
     started, in words; None when it is. Both times are the agent's own clock:
-    the rank must have started after the one seen before the stop, and the vLLM
-    report must have been taken since it started (docs/serving.md)."""
+    the rank must have started at another time than the one seen before the
+    stop, and the vLLM report must have been taken since it started
+    (docs/serving.md)."""
     serving = state.get("serving")
     started = unix_time(serving.get("started_at")) if isinstance(serving, Mapping) else None
     if started is None:
         return "the head's agent shows no rank started since the stop"
-    if before is not None and started <= before:
+    # Another start time is another rank, even where the agent's clock was
+    # stepped back between the two (a host just power-cycled, its clock synced).
+    if before is not None and started == before:
         return "the head's agent still shows the rank from before the restart"
     observed = unix_time(vllm_status(state).get("observed_at"))
     if observed is None or observed < started:

@@ -211,3 +211,26 @@ def test_a_profile_the_engine_never_showed_succeeds_saying_it_is_not_confirmed(
     report = _restart(head, serving)
     assert report.result == "succeeded", report.error
     assert "the profile is not confirmed" in (report.note or "")
+
+
+def test_a_new_rank_started_after_the_agent_s_clock_stepped_back_is_the_new_one() -> None:
+    """A host just power-cycled: its clock synced backwards between the old
+    rank's start and the new one's. Another start time is another rank."""
+    from spark_watchdog.controller.serving_restart import not_the_new_rank
+
+    before = 1_800_000_000.0
+
+    def state(started: float, observed: float) -> dict[str, Any]:
+        def iso(unix: float) -> str:
+            return datetime.fromtimestamp(unix, timezone.utc).isoformat()
+
+        return {
+            "serving": {"started_at": iso(started)},
+            "probes": {"vllm": {"observed_at": iso(observed)}},
+        }
+
+    assert not_the_new_rank(state(before - 30.0, before - 29.0), before) is None
+    assert "from before the restart" in (not_the_new_rank(state(before, before + 5), before) or "")
+    assert "since its new rank started" in (
+        not_the_new_rank(state(before + 10, before + 5), before) or ""
+    )
