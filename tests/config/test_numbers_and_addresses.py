@@ -52,7 +52,8 @@ def test_nan_and_infinities_are_refused_with_the_key_path() -> None:
 
 def test_an_integer_too_big_for_a_float_is_refused_not_an_overflow() -> None:
     assert _controller_problems(detection={"poll_interval": 10**400}) == [
-        "detection.poll_interval: expected a finite number > 0 and ≤ 60, got an integer of 401 digits"
+        "detection.poll_interval: expected a finite number > 0 and ≤ 60, "
+        "got an integer of 401 digits"
     ]
 
 
