@@ -12,9 +12,13 @@ import re
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+# The docker extra: not in every install (the unit suite on other Pythons).
+pytest.importorskip("docker")
+
 import docker
 import docker.errors
-import pytest
 
 from spark_watchdog.agent.rank import LaunchFailed
 from spark_watchdog.agent.rank_container import ContainerRuntime, rank_match

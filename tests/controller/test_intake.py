@@ -148,6 +148,7 @@ def test_strings_lists_and_depth_are_bounded_field_by_field() -> None:
 
 
 def test_the_reasons_are_bounded() -> None:
-    raw = state(**{f"k{n}": math.nan for n in range(100)})
+    nans: dict[str, Any] = {f"k{n}": math.nan for n in range(100)}
+    raw = state(**nans)
     dropped = take_state(raw, WALL).dropped
     assert len(dropped) == 21 and dropped[-1] == "and 80 more"

@@ -15,7 +15,6 @@ from typing import Any
 
 import pytest
 
-from spark_watchdog.agent.rank_container import finished_at
 from spark_watchdog.agent.serving import ServingLauncher
 from spark_watchdog.config.agent import parse_agent_config
 from spark_watchdog.config.controller import NodeConfig
@@ -183,6 +182,9 @@ def test_a_time_of_death_a_little_ahead_is_taken_as_now() -> None:
 
 
 def test_docker_finished_at_is_read_to_the_microsecond() -> None:
+    pytest.importorskip("docker")  # the docker extra
+    from spark_watchdog.agent.rank_container import finished_at
+
     assert finished_at({"FinishedAt": "2023-11-14T22:15:00.123456789Z"}) == pytest.approx(
         1_700_000_100.123456, abs=1e-6
     )

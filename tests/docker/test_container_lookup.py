@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import docker
+import docker.models.containers
 import pytest
 from docker_tier import Dockerd
 
@@ -83,5 +84,5 @@ def test_a_name_that_is_a_prefix_of_another_containers_id_never_touches_it(
         launcher.close()
     bystander.reload()
     assert bystander.status == "running", "the bystander was stopped or killed"
-    names = sorted(c.name for c in docker_client.containers.list(all=True))
+    names = sorted(str(c.name) for c in docker_client.containers.list(all=True))
     assert names == sorted(["bystander", prefix])

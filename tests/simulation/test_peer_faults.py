@@ -39,23 +39,25 @@ def old_rule(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     yield
 
 
-RESTART_THEN_CUT = [(120.0, "agent-restart-mgmt-partition", "spark-2")]
-FORGED_THEN_CUT = [(120.0, "pulse-forged", "spark-2"), (125.0, "mgmt-partition-90", "spark-2")]
-REPLAYED_FREEZE = [(120.0, "pulse-replay", "spark-2"), (121.0, "freeze", "spark-2")]
+Script = list[tuple[float, str, str | None]]
+RESTART_THEN_CUT: Script = [(120.0, "agent-restart-mgmt-partition", "spark-2")]
+FORGED_THEN_CUT: Script = [
+    (120.0, "pulse-forged", "spark-2"),
+    (125.0, "mgmt-partition-90", "spark-2"),
+]
+REPLAYED_FREEZE: Script = [(120.0, "pulse-replay", "spark-2"), (121.0, "freeze", "spark-2")]
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
 @pytest.mark.parametrize("script", [RESTART_THEN_CUT, FORGED_THEN_CUT], ids=["restart", "forged"])
-def test_a_live_node_cut_off_from_the_controller_is_never_cut(
-    seed: int, script: list[tuple[float, str, str]]
-) -> None:
+def test_a_live_node_cut_off_from_the_controller_is_never_cut(seed: int, script: Script) -> None:
     report = simulate(seed, 5.0, script=script, overrides=OVERRIDES, peers=True)
     assert report.violations == [] and report.sent == []
 
 
 @pytest.mark.parametrize("script", [RESTART_THEN_CUT, FORGED_THEN_CUT], ids=["restart", "forged"])
 def test_with_the_rule_before_the_simulation_finds_the_live_node_cut(
-    script: list[tuple[float, str, str]], old_rule: None
+    script: Script, old_rule: None
 ) -> None:
     found = [
         simulate(seed, 5.0, script=script, overrides=OVERRIDES, peers=True) for seed in (1, 2, 3)
