@@ -20,21 +20,13 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[2] / "spark_watchdog"
 
 # A module of the first group may not import one of the second.
+# Every layer above a foundation.
+_ALL_ABOVE = ("agent", "controller", "lab", "cli", "doctor", "probes", "power", "history", "config")
 FORBIDDEN: dict[str, tuple[str, ...]] = {
     "spark_watchdog.config": ("agent", "controller", "lab", "cli", "doctor", "probes", "power"),
     "spark_watchdog.profiles": ("agent", "controller", "lab", "cli", "config"),
     # The one clock of a process: a foundation, it depends on nothing of ours.
-    "spark_watchdog.clock": (
-        "agent",
-        "controller",
-        "lab",
-        "cli",
-        "doctor",
-        "probes",
-        "power",
-        "history",
-        "config",
-    ),
+    "spark_watchdog.clock": _ALL_ABOVE,
     "spark_watchdog.http_server": ("agent", "controller", "lab", "cli"),
     "spark_watchdog.http_handler": ("agent", "controller", "lab", "cli"),
     "spark_watchdog.http_framing": ("agent", "controller", "lab", "cli"),
@@ -53,17 +45,7 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
 # escaping for a terminal, redaction, bounded child processes. They depend on
 # nothing above them, so any module may use them.
 for _foundation in ("terminal", "redact", "child_run"):
-    FORBIDDEN[f"spark_watchdog.{_foundation}"] = (
-        "agent",
-        "controller",
-        "lab",
-        "cli",
-        "doctor",
-        "probes",
-        "power",
-        "history",
-        "config",
-    )
+    FORBIDDEN[f"spark_watchdog.{_foundation}"] = _ALL_ABOVE
 # Inside the lab (spark_watchdog/lab/__init__.py): the hardware knows no
 # cluster, the cluster tells no story.
 _LAB_CLUSTER = ("cluster", "session", "lab_controller", "timeline", "up")
