@@ -19,11 +19,12 @@ more than a loop can count in the time since that run's last sighting:
   that drops the pulses would).
 
 A few runs are kept per peer; a new one replaces the run that has gone
-longest without progress (of runs never advancing, the one longest unheard).
+longest without progress (of runs never advancing, the one whose seq was
+taken longest ago).
 So made-up runs never push out a run seen advancing unless they advance
 themselves, which is progress of its own; before its first advance, the real
-run is pushed out only by :data:`MAX_RUNS` made-up runs between two of its
-pulses.
+run is pushed out only by :data:`MAX_RUNS` runs new to the peer's record
+(made up, or replayed from one it no longer keeps) between two of its pulses.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ MIN_LOOP_S = MIN_LOOP_INTERVAL
 # an answer late by its timeout, with room.
 STALE_S = 2.0
 # Runs kept per peer.
-MAX_RUNS = 4
+MAX_RUNS = 8
 
 RunKey = tuple[str | None, str | None]  # (boot id, run id)
 
@@ -48,8 +49,7 @@ RunKey = tuple[str | None, str | None]  # (boot id, run id)
 @dataclass
 class _Run:
     seq: int
-    seen_at: float  # when ``seq`` was taken
-    heard_at: float  # its last pulse of any kind
+    seen_at: float  # when ``seq`` was taken (not touched by a stale or replayed pulse)
     progress_at: float | None = None
 
 
@@ -78,10 +78,9 @@ class Sightings:
         known = self._runs.get(key)
         if known is None:
             self._make_room()
-            self._runs[key] = _Run(seq, now, now)
+            self._runs[key] = _Run(seq, now)
             self.latest = key
             return Sighting("baseline", seq, boot_id)
-        known.heard_at = max(known.heard_at, now)
         if seq <= known.seq:
             if known.progress_at is None and known.seq - seq > most_loops(STALE_S):
                 # A run not seen advancing yet, its first pulse far ahead of
@@ -109,10 +108,11 @@ class Sightings:
         if len(self._runs) < MAX_RUNS:
             return
         # The run longest without progress goes; of those never advancing, the
-        # one longest unheard.
+        # one whose seq was taken longest ago (a replay of a run's pulse does
+        # not keep it: it is not taken).
         oldest = min(
             self._runs,
-            key=lambda k: (self._runs[k].progress_at or -math.inf, self._runs[k].heard_at),
+            key=lambda k: (self._runs[k].progress_at or -math.inf, self._runs[k].seen_at),
         )
         del self._runs[oldest]
 

@@ -133,8 +133,8 @@ def test_no_pulse_from_anyone_hides_the_real_agent_for_more_than_one_pulse(
     steps: list[tuple[str, int]],
 ) -> None:
     """Whatever else arrives from the peer's address (replays, forged seqs, up
-    to MAX_RUNS - 1 made-up runs between two real pulses), each real pulse
-    after the second finds progress at least as recent as the one before it."""
+    to MAX_RUNS - 1 runs new to the record between two real pulses), each real
+    pulse after the second finds progress at least as recent as the one before."""
     view = PeerView("spark-3", "http://10.0.0.3:9101")
     now, seq = 0.0, 0
     heard: list[Pulse] = []
@@ -152,15 +152,16 @@ def test_no_pulse_from_anyone_hides_the_real_agent_for_more_than_one_pulse(
                 continue
             pulse = heard[value % len(heard)]
         elif kind == "new_run":
-            if made_up == MAX_RUNS - 1:
-                continue  # as many as can come between two real pulses without hiding it
             forged += 1
-            made_up += 1
             pulse = Pulse("spark-3", value, BOOT, f"forged-{forged}")
         elif not real_at:
             continue  # a run is forged once its id is out: after its first pulse
         else:
             pulse = Pulse("spark-3", seq + value, BOOT, "real")
+        if kind != "real" and (None, pulse.run) not in view.sightings._runs:
+            if made_up == MAX_RUNS - 1:
+                continue  # as many new runs as can come between two real pulses
+            made_up += 1
         view.note(PulseAnswer("ok", pulse), now)
         heard.append(pulse)
         if kind == "real" and len(real_at) >= 2:
