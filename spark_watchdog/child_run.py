@@ -184,10 +184,7 @@ async def run_child(
 
 
 async def _start(argv: Sequence[str], environment: Mapping[str, str]) -> asyncio.subprocess.Process:
-    if not argv:
-        raise ChildNotStarted("no program given")
-    if any("\0" in arg for arg in argv):
-        raise ChildNotStarted("an argument holds a NUL byte")
+    _check_argv(argv)
     try:
         return await asyncio.create_subprocess_exec(
             *argv,
@@ -198,8 +195,7 @@ async def _start(argv: Sequence[str], environment: Mapping[str, str]) -> asyncio
             start_new_session=True,  # its own process group: killed as a whole
         )
     except (OSError, ValueError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        raise ChildNotStarted(reason, missing=isinstance(exc, FileNotFoundError)) from None
+        raise _not_started(exc) from None
 
 
 async def kill_group(process: asyncio.subprocess.Process) -> None:
@@ -236,10 +232,7 @@ def run_child_blocking(
     """
     if not timeout > 0:
         raise ValueError(f"timeout: expected seconds > 0, got {timeout}")
-    if not argv:
-        raise ChildNotStarted("no program given")
-    if any("\0" in arg for arg in argv):
-        raise ChildNotStarted("an argument holds a NUL byte")
+    _check_argv(argv)
     started = time.monotonic()
     try:
         process = subprocess.Popen(
@@ -251,8 +244,7 @@ def run_child_blocking(
             start_new_session=True,
         )
     except (OSError, ValueError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        raise ChildNotStarted(reason, missing=isinstance(exc, FileNotFoundError)) from None
+        raise _not_started(exc) from None
     assert process.stdout is not None and process.stderr is not None
     captures = {
         process.stdout: _Capture(head_bytes, tail_bytes),
@@ -296,3 +288,32 @@ def _read_until(captures: dict[Any, _Capture], deadline: float) -> bool:
                 else:
                     selector.unregister(key.fileobj)
         return bool(selector.get_map())
+
+
+def _check_argv(argv: Sequence[str]) -> None:
+    if not argv:
+        raise ChildNotStarted("no program given")
+    if any("\0" in arg for arg in argv):
+        raise ChildNotStarted("an argument holds a NUL byte")
+
+
+def _not_started(exc: OSError | ValueError) -> ChildNotStarted:
+    reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+    return ChildNotStarted(reason, missing=isinstance(exc, FileNotFoundError))
+
+
+def completed(
+    argv: Sequence[str], timeout: float, head_bytes: int
+) -> subprocess.CompletedProcess[str]:
+    """:func:`run_child_blocking` as ``subprocess.run`` answers, for callers that
+    speak its language: ``OSError`` when it could not start, ``TimeoutExpired``
+    past ``timeout`` (its group killed), else its exit and its text."""
+    try:
+        ran = run_child_blocking(argv, timeout=timeout, head_bytes=head_bytes, tail_bytes=0)
+    except ChildNotStarted as exc:
+        raise OSError(0, str(exc)) from None
+    if ran.returncode is None:
+        raise subprocess.TimeoutExpired(list(argv), timeout)
+    return subprocess.CompletedProcess(
+        list(argv), ran.returncode, ran.stdout.text(), ran.stderr.text()
+    )

@@ -29,7 +29,7 @@ from typing import Any
 import psutil
 
 from spark_watchdog.agent.probe_runner import iso_time
-from spark_watchdog.child_run import ChildNotStarted, run_child_blocking
+from spark_watchdog.child_run import completed
 from spark_watchdog.redact import redact_argv
 
 # At most this many processes, and this many bytes of each one's stack.
@@ -54,14 +54,7 @@ def _run(argv: list[str], timeout: float) -> subprocess.CompletedProcess[str]:
     """py-spy, bounded in bytes and killed with its process group at the deadline:
     a py-spy stuck reading a rank in the driver must not hold the stop forever,
     and one that floods must not fill the agent's memory."""
-    try:
-        ran = run_child_blocking(argv, timeout=timeout, head_bytes=OUTPUT_BYTES, tail_bytes=0)
-    except ChildNotStarted as exc:
-        raise OSError(0, str(exc)) from None
-    if ran.timed_out:
-        raise subprocess.TimeoutExpired(argv, timeout)
-    assert ran.returncode is not None
-    return subprocess.CompletedProcess(argv, ran.returncode, ran.stdout.text(), ran.stderr.text())
+    return completed(argv, timeout, OUTPUT_BYTES)
 
 
 def _command(pid: int, secret_flags: Sequence[str]) -> str:

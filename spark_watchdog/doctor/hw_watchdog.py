@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from spark_watchdog.child_run import ChildNotStarted, run_child_blocking
+from spark_watchdog.child_run import completed
 from spark_watchdog.doctor.journal_checks import parse_timespan
 from spark_watchdog.doctor.result import Finding, ok, warn
 
@@ -41,16 +41,7 @@ Runner = Callable[[Sequence[str]], "subprocess.CompletedProcess[str]"]
 
 def _run(argv: Sequence[str]) -> subprocess.CompletedProcess[str]:
     """busctl or systemctl, bounded in bytes and time (child_run)."""
-    try:
-        ran = run_child_blocking(argv, timeout=5.0, head_bytes=64 * 1024, tail_bytes=0)
-    except ChildNotStarted as exc:
-        raise OSError(0, str(exc)) from None
-    if ran.timed_out:
-        raise subprocess.TimeoutExpired(list(argv), 5.0)
-    assert ran.returncode is not None
-    return subprocess.CompletedProcess(
-        list(argv), ran.returncode, ran.stdout.text(), ran.stderr.text()
-    )
+    return completed(argv, 5.0, 64 * 1024)
 
 
 @dataclass(frozen=True)
