@@ -32,13 +32,9 @@ import psutil
 from spark_watchdog import __version__
 from spark_watchdog.errors import MetricsFormatError, ProbeError
 from spark_watchdog.probes.vllm_metrics import EngineSample, models_seen, parse_metrics
-from spark_watchdog.probes.vllm_progress import (
-    EngineStatus,
-    ProgressTracker,
-    VllmState,
-    VllmStatus,
-)
+from spark_watchdog.probes.vllm_progress import ProgressTracker
 from spark_watchdog.probes.vllm_sample import CanaryResult, VllmSample
+from spark_watchdog.probes.vllm_status import EngineStatus, VllmState, VllmStatus
 
 __all__ = [
     "Canary",

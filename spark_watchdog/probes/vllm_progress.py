@@ -13,104 +13,17 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
-from datetime import datetime, timezone
-from typing import Any, Literal
-from urllib.parse import urlsplit
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
 
 from spark_watchdog.probes.vllm_metrics import EngineSample
+from spark_watchdog.probes.vllm_refusal import RefusalWatch
 from spark_watchdog.probes.vllm_sample import CanaryResult, VllmSample
-
-VllmState = Literal["progressing", "idle", "stalled", "dead", "unreachable", "headless"]
-EngineState = Literal["progressing", "idle", "stalled"]
+from spark_watchdog.probes.vllm_status import EngineState, EngineStatus, VllmState, VllmStatus
 
 # /health turns 503 only on EngineDeadError
 # (docs/facts.md, "Endpoints while the engine is wedged").
 HEALTH_ENGINE_DEAD = 503
-
-
-@dataclass(frozen=True)
-class EngineStatus:
-    """One engine's verdict. ``judged`` is False when the series needed to call
-    a stall are missing, in which case the state is never ``stalled``."""
-
-    engine: str
-    state: EngineState
-    reason: str
-    running: int | None
-    waiting: int | None
-    engine_steps: int | None
-    generation_tokens: int | None
-    prompt_tokens: int | None
-    kv_cache_usage: float | None
-    seconds_without_progress: float | None
-    judged: bool
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "engine": self.engine,
-            "state": self.state,
-            "reason": self.reason,
-            "running": self.running,
-            "waiting": self.waiting,
-            "engine_steps": self.engine_steps,
-            "generation_tokens": self.generation_tokens,
-            "prompt_tokens": self.prompt_tokens,
-            "kv_cache_usage": self.kv_cache_usage,
-            "seconds_without_progress": _rounded(self.seconds_without_progress),
-            "judged": self.judged,
-        }
-
-
-@dataclass(frozen=True)
-class VllmStatus:
-    """The vLLM probe's report. Totals are summed over engines (``None`` when no
-    engine had the series); ``seconds_without_progress`` is the worst engine's."""
-
-    state: VllmState
-    reason: str
-    url: str | None
-    health_status: int | None = None
-    running: int | None = None
-    waiting: int | None = None
-    engine_steps: int | None = None
-    generation_tokens: int | None = None
-    seconds_without_progress: float | None = None
-    engines: Mapping[str, EngineStatus] = field(default_factory=dict)
-    error: str | None = None
-    canary: CanaryResult | None = None
-    models: tuple[str, ...] = ()
-    stall_suspected: bool = False
-    process_alive: bool | None = None
-    # When (monotonic) the tracker last saw an engine's counters go up; None: not
-    # since it started. Not in to_json: the agent turns it into an age as it answers.
-    advanced_at: float | None = None
-    # While ``dead``: the wall-clock time of the first sign of it (the first
-    # refusal, the first 503, the first look that found the process gone).
-    dead_since: float | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        """The ``probe vllm`` contract keys first, then extras (keys may be added,
-        never removed)."""
-        return {
-            "url": self.url,
-            "state": self.state,
-            "health_status": self.health_status,
-            "running": self.running,
-            "waiting": self.waiting,
-            "engine_steps": self.engine_steps,
-            "generation_tokens": self.generation_tokens,
-            "seconds_without_progress": _rounded(self.seconds_without_progress),
-            "reason": self.reason,
-            "error": self.error,
-            "stall_suspected": self.stall_suspected,
-            "process_alive": self.process_alive,
-            "models": list(self.models),
-            "engines": {name: engine.to_json() for name, engine in self.engines.items()},
-            "canary": None if self.canary is None else self.canary.to_json(),
-            "dead_since": None if self.dead_since is None else _iso(self.dead_since),
-        }
 
 
 @dataclass
@@ -146,11 +59,6 @@ def _advance(
     return _EngineTrack(steps, tokens, last_advance_at, busy_since), moved
 
 
-# A planned stop whose rank keeps answering this long did not take (the launcher
-# refused it, or had nothing to stop): death by refusal is armed again.
-PLANNED_STOP_GRACE_S = 120.0
-
-
 class ProgressTracker:
     """Turns a stream of scrapes into a :class:`VllmStatus`.
 
@@ -168,13 +76,10 @@ class ProgressTracker:
     within its timeout, with no counter moving since it was sent, the state is
     ``stalled``: the engine does not take new work.
 
-    Death by refusal (``dead_after``): once vLLM answered (``/health`` or
-    ``/metrics``), its port refusing connections for ``dead_after`` seconds is
-    ``dead``. Real vLLM's API server exits (code 0) within a second of its
-    engine dying, so the 503 on ``/health`` is usually never seen. A timeout is
-    not death (a wedged server can time out), and a head that never answered
-    since the tracker started stays ``unreachable``. :meth:`note_planned_stop`
-    disarms the rule until vLLM answers again after a refusal.
+    Death by refusal (``dead_after``, :class:`.vllm_refusal.RefusalWatch`):
+    once vLLM answered, its port refusing connections for ``dead_after``
+    seconds is ``dead``; :meth:`note_planned_stop` disarms the rule until vLLM
+    answers again after a refusal.
 
     After a blind spell (no usable answer, or no call for longer than
     ``stall_after``) the stall clock restarts at the first good scrape: during
@@ -198,17 +103,7 @@ class ProgressTracker:
         self._stall_suspected = False
         # Since when no request ran or waited and no counter moved (None: not quiet).
         self._quiet_since: float | None = None
-        # Wall-clock time of vLLM's last answer (/health or /metrics), if any.
-        self._answered_wall: float | None = None
-        self._refusing_since: float | None = None
-        self._refusing_wall: float | None = None  # the same instant, wall clock
-        # The wall-clock time of the first sign of the death being reported.
-        self._dead_since: float | None = None
-        # A planned stop (the agent's own launcher) disarms death by refusal
-        # until vLLM answers again after the port went away.
-        self._planned_stop = False
-        self._planned_stop_refused = False
-        self._planned_stop_at = 0.0
+        self._refusal = RefusalWatch(dead_after)
         # Idle canaries that timed out in a row: one alone is not a hang (a busy
         # API front end can miss one), two are.
         self._canary_timeouts = 0
@@ -262,17 +157,13 @@ class ProgressTracker:
         with its port closed). A stop that did not take (vLLM keeps answering
         for ``PLANNED_STOP_GRACE_S``) lapses, and the rule is armed again."""
         with self._lock:
-            self._answered_wall = None
-            self._planned_stop = True
-            self._planned_stop_refused = False
-            self._planned_stop_at = time.monotonic() if now is None else now
-            self._refusing_since = None
+            self._refusal.note_planned_stop(time.monotonic() if now is None else now)
 
     def note_planned_start(self) -> None:
         """The rank is being started on purpose: its next answer arms death by
         refusal again."""
         with self._lock:
-            self._planned_stop = False
+            self._refusal.note_planned_start()
 
     def update(
         self,
@@ -289,55 +180,12 @@ class ProgressTracker:
         is no sample (else the sample's own).
         """
         with self._lock:
-            self._note_answer(sample, now)
+            self._refusal.note_answer(sample, now)
             status = self._judge(sample, now, process_alive)
             self._stall_suspected = status.stall_suspected
             look = wall if sample is None else sample.wall_time
-            refused = self._refusing_wall if self._refusing_since is not None else None
-            self._dead_since = _first_sign(self._dead_since, status.state, refused, look)
-            dead_since = self._dead_since if status.state == "dead" else None
+            dead_since = self._refusal.dead_since(status.state, look)
             return replace(status, advanced_at=self._advanced_at, dead_since=dead_since)
-
-    def _note_answer(self, sample: VllmSample | None, now: float) -> None:
-        """Remember whether vLLM answered, and since when its port refuses."""
-        if sample is None:
-            return
-        if sample.reachable or sample.health_status is not None:
-            self._refusing_since = None
-            if self._planned_stop:
-                if (
-                    not self._planned_stop_refused
-                    and now - self._planned_stop_at < PLANNED_STOP_GRACE_S
-                ):
-                    return  # still the rank being stopped
-                self._planned_stop = False
-            self._answered_wall = sample.wall_time
-        elif sample.refused:
-            if self._planned_stop:
-                self._planned_stop_refused = True
-            elif self._refusing_since is None:
-                self._refusing_since = now
-                self._refusing_wall = sample.wall_time
-        else:
-            self._refusing_since = None
-
-    def _refused_for_good(self, sample: VllmSample, now: float) -> str | None:
-        """The death-by-refusal reason, or None when the rule does not hold."""
-        if (
-            self.dead_after is None
-            or self._answered_wall is None
-            or self._refusing_since is None
-            or now - self._refusing_since < self.dead_after
-        ):
-            return None
-        parts = urlsplit(sample.url)
-        port = parts.port or (443 if parts.scheme == "https" else 80)
-        answered = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self._answered_wall))
-        return (
-            f"vLLM answered until {answered} and now refuses connections on port {port} "
-            f"(for {now - self._refusing_since:.1f} s, dead_after {self.dead_after:g} s): "
-            "its API server is gone"
-        )
 
     def _judge(self, sample: VllmSample | None, now: float, alive: bool | None) -> VllmStatus:
         url = None if sample is None else sample.url
@@ -360,7 +208,7 @@ class ProgressTracker:
                 sample, "dead", "/health answered 503: the engine is dead (EngineDeadError)", alive
             )
         if not sample.reachable:
-            gone = self._refused_for_good(sample, now)
+            gone = self._refusal.refused_for_good(sample, now)
             if gone is not None:
                 return self._blind(sample, "dead", gone, alive)
             return self._blind(sample, "unreachable", sample.error or "no usable answer", alive)
@@ -410,8 +258,13 @@ class ProgressTracker:
             # Moved some time after the scrape before: the ranks stepped then
             # (a frozen host does not thaw), and nothing later is proved.
             self._advanced_at = max(self._advanced_at or read_before, read_before)
-        state, reason, idle_for, judged = self._verdict(
-            reading, track, now, moved=moved, restarted=blind and previous is not None
+        state, reason, idle_for, judged = _verdict(
+            reading,
+            track,
+            now,
+            self.stall_after,
+            moved=moved,
+            restarted=blind and previous is not None,
         )
         return EngineStatus(
             engine=name,
@@ -426,56 +279,6 @@ class ProgressTracker:
             seconds_without_progress=idle_for,
             judged=judged,
         )
-
-    def _verdict(
-        self,
-        reading: EngineSample,
-        track: _EngineTrack,
-        now: float,
-        *,
-        moved: bool,
-        restarted: bool,
-    ) -> tuple[EngineState, str, float | None, bool]:
-        """State, reason, seconds without progress and whether it was judged at all.
-
-        ``restarted``: the stall clock started again after a blind spell.
-        """
-        steps, tokens, running = reading.engine_steps, reading.generation_tokens, reading.running
-        if running is None:
-            why = "vllm:num_requests_running is missing, so idle cannot be told from stalled"
-            if moved:
-                return "progressing", f"counters advancing; {why}", None, False
-            return "idle", f"counters not advancing; {why}", None, False
-        if track.busy_since is None:
-            return "idle", "no requests running", None, True
-        if running > 0:
-            load = f"{running} request(s) running"
-        else:
-            load = f"{reading.waiting} request(s) waiting and none running"
-        if steps is None and tokens is None:
-            return (
-                "progressing",
-                f"{load}, but neither vllm:iteration_tokens_total_count "
-                "nor vllm:generation_tokens_total is present: progress cannot be judged",
-                None,
-                False,
-            )
-        idle_for = now - max(track.last_advance_at, track.busy_since)
-        if idle_for >= self.stall_after:
-            return (
-                "stalled",
-                f"{load} and no engine step or generated token for "
-                f"{idle_for:.1f} s (stall_after {self.stall_after:g} s)",
-                idle_for,
-                True,
-            )
-        if moved:
-            reason = f"{load}; counters advancing"
-        elif restarted:
-            reason = f"{load}; stall clock restarted after a blind spell"
-        else:
-            reason = f"{load}; no advance for {idle_for:.1f} s"
-        return "progressing", reason, idle_for, True
 
     def _combine(
         self, sample: VllmSample, engines: dict[str, EngineStatus], alive: bool | None
@@ -552,16 +355,55 @@ class ProgressTracker:
         )
 
 
-def _first_sign(
-    kept: float | None, state: VllmState, refused: float | None, look: float | None
-) -> float | None:
-    """The wall-clock time of the first sign of a death, kept until vLLM answers
-    again: the first refusal when that is the sign, else the look that saw it."""
-    if state != "dead":
-        return kept if state == "unreachable" else None
-    if kept is not None:
-        return kept
-    return refused if refused is not None else look
+def _verdict(
+    reading: EngineSample,
+    track: _EngineTrack,
+    now: float,
+    stall_after: float,
+    *,
+    moved: bool,
+    restarted: bool,
+) -> tuple[EngineState, str, float | None, bool]:
+    """State, reason, seconds without progress and whether it was judged at all.
+
+    ``restarted``: the stall clock started again after a blind spell.
+    """
+    steps, tokens, running = reading.engine_steps, reading.generation_tokens, reading.running
+    if running is None:
+        why = "vllm:num_requests_running is missing, so idle cannot be told from stalled"
+        if moved:
+            return "progressing", f"counters advancing; {why}", None, False
+        return "idle", f"counters not advancing; {why}", None, False
+    if track.busy_since is None:
+        return "idle", "no requests running", None, True
+    if running > 0:
+        load = f"{running} request(s) running"
+    else:
+        load = f"{reading.waiting} request(s) waiting and none running"
+    if steps is None and tokens is None:
+        return (
+            "progressing",
+            f"{load}, but neither vllm:iteration_tokens_total_count "
+            "nor vllm:generation_tokens_total is present: progress cannot be judged",
+            None,
+            False,
+        )
+    idle_for = now - max(track.last_advance_at, track.busy_since)
+    if idle_for >= stall_after:
+        return (
+            "stalled",
+            f"{load} and no engine step or generated token for "
+            f"{idle_for:.1f} s (stall_after {stall_after:g} s)",
+            idle_for,
+            True,
+        )
+    if moved:
+        reason = f"{load}; counters advancing"
+    elif restarted:
+        reason = f"{load}; stall clock restarted after a blind spell"
+    else:
+        reason = f"{load}; no advance for {idle_for:.1f} s"
+    return "progressing", reason, idle_for, True
 
 
 def _moved(before: int | None, after: int | None) -> bool:
@@ -585,11 +427,3 @@ def _engines_reason(engines: Iterable[EngineStatus], state: EngineState) -> str:
     if len(matching) == 1:
         return matching[0].reason
     return "; ".join(f"engine {e.engine}: {e.reason}" for e in matching)
-
-
-def _iso(unix: float) -> str:
-    return datetime.fromtimestamp(unix, timezone.utc).isoformat(timespec="milliseconds")
-
-
-def _rounded(seconds: float | None) -> float | None:
-    return None if seconds is None else round(seconds, 3)

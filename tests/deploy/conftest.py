@@ -57,7 +57,8 @@ from spark_watchdog.probes.gpu import GpuReading, low_power_while_running
 from spark_watchdog.probes.host import HostProbe
 from spark_watchdog.probes.journal import BootRecord, Evidence, JournalReport
 from spark_watchdog.probes.vllm import VllmScraper
-from spark_watchdog.probes.vllm_progress import ProgressTracker, VllmStatus
+from spark_watchdog.probes.vllm_progress import ProgressTracker
+from spark_watchdog.probes.vllm_status import VllmStatus
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 REPO = Path(__file__).resolve().parents[2]

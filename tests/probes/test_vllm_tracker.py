@@ -529,7 +529,7 @@ def test_an_answered_canary_between_timeouts_starts_the_count_again(
 
 
 def test_a_stop_that_did_not_take_lapses_and_death_is_seen_again() -> None:
-    from spark_watchdog.probes.vllm_progress import PLANNED_STOP_GRACE_S
+    from spark_watchdog.probes.vllm_refusal import PLANNED_STOP_GRACE_S
 
     guarded = ProgressTracker(STALL_AFTER, dead_after=5.0)
     guarded.update(scrape(engine(100)), now=0.0)
