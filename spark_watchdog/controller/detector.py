@@ -39,15 +39,20 @@ from __future__ import annotations
 import enum
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from spark_watchdog.verdicts import VerdictRow
+from spark_watchdog.verdicts import row as verdict_row
 from spark_watchdog.xid import describe
 
 
 class Verdict(enum.Enum):
+    """The detector's verdicts; what each means and what follows is its row
+    in spark_watchdog/verdicts.py (a test checks the two name the same)."""
+
     HEALTHY = "healthy"
     # Watching, not yet sure of anything (just started, or one missed banner).
     PENDING = "pending"
@@ -73,11 +78,10 @@ class Verdict(enum.Enum):
     UNREACHABLE = "unreachable"
 
 
-# Host-level trouble (as opposed to serving trouble, which one frozen rank
-# spreads to every node of a TP=4 cluster).
-HOST_TROUBLE = frozenset(
-    {Verdict.AGENT_DOWN, Verdict.HOST_FROZEN, Verdict.ISOLATED, Verdict.UNOBSERVABLE}
-)
+def verdicts_where(keep: Callable[[VerdictRow], bool]) -> frozenset[Verdict]:
+    """The verdicts whose row of the verdict table (spark_watchdog/verdicts.py)
+    ``keep`` takes; KeyError, at import, for a verdict the table lacks."""
+    return frozenset(v for v in Verdict if keep(verdict_row(v.value)))
 
 
 @dataclass(frozen=True)
