@@ -33,17 +33,10 @@ from spark_watchdog.controller.rank_kills import FRESH_S
 from spark_watchdog.controller.serving_restart import ServingNode, ServingRestartReport
 from spark_watchdog.errors import ConfigError
 from spark_watchdog.steps import StepName
+from spark_watchdog.verdicts import SERVING_FAULT_KINDS
 
 log = logging.getLogger("spark_watchdog.controller")
 
-# Incident kinds whose serving restart counts against serving.restart_budget.
-SERVING_FAULT_KINDS = (
-    Verdict.SERVING_STALLED.value,
-    Verdict.SERVING_DEAD.value,
-    Verdict.MEMORY_EXHAUSTED.value,
-    Verdict.GPU_FAULT.value,
-    Verdict.GPU_WEDGED.value,
-)
 # The history's setting of the profile in force (cli/serving_cmd.py sets it too).
 PROFILE_SETTING = "serving_profile"
 # What an incident's evidence calls the kill it answers, by the verdict.
