@@ -19,8 +19,9 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from spark_watchdog.controller.detector import Finding, Verdict
+from spark_watchdog.controller.detector import Finding, Verdict, verdicts_where
 from spark_watchdog.controller.node_states import NodeEvent, NodeState
+from spark_watchdog.verdicts import Answer
 
 
 class Step(enum.Enum):
@@ -138,24 +139,12 @@ class Decision:
 
 # The verdicts ``decide`` can act on. For any other it decides nothing, so the
 # controller reads no guards from the history for it (a test checks the two agree).
-ACTED_ON: frozenset[Verdict] = frozenset(
-    {
-        Verdict.HOST_FROZEN,
-        Verdict.AGENT_DOWN,
-        Verdict.SERVING_STALLED,
-        Verdict.SERVING_DEAD,
-        Verdict.MEMORY_EXHAUSTED,
-        Verdict.GPU_FAULT,
-        Verdict.GPU_WEDGED,
-    }
-)
+ACTED_ON: frozenset[Verdict] = verdicts_where(lambda row: row.acted_on)
 
 
 # Faults a serving restart answers: the rank stalled or died, or something on
 # the node ended it (its memory guard, a GPU fault that ended its CUDA context).
-SERVING_FAULTS = frozenset(
-    {Verdict.SERVING_STALLED, Verdict.SERVING_DEAD, Verdict.MEMORY_EXHAUSTED, Verdict.GPU_FAULT}
-)
+SERVING_FAULTS = verdicts_where(lambda row: row.answer is Answer.RESTART_SERVING)
 
 
 def decide(state: NodeState, finding: Finding, guards: Guards) -> Decision:
