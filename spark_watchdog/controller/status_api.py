@@ -18,24 +18,10 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from spark_watchdog.controller.node_states import NodeState
 from spark_watchdog.controller.tallies import Tallies
 from spark_watchdog.http_server import JSON, PROMETHEUS_TEXT, HttpEndpoint, PathRoutes, Response
+from spark_watchdog.verdicts import METRIC_LABELS
 
-VERDICTS = (
-    "healthy",
-    "pending",
-    "serving_stalled",
-    "serving_dead",
-    "memory_exhausted",
-    "gpu_wedged",
-    "gpu_fault",
-    "agent_down",
-    "host_frozen",
-    "isolated",
-    "rebooting",
-    "unobservable",
-    "unreachable",
-    "booting",
-    "held",
-)
+# The verdict metric's labels: every verdict the table gives one (spark_watchdog/verdicts.py).
+VERDICTS = METRIC_LABELS
 
 
 class StatusSource(Protocol):
