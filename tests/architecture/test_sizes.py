@@ -12,14 +12,18 @@ Regenerate the list after a split (the diff is what the review reads):
 
     .venv/bin/python tests/architecture/test_sizes.py --write
 
-and without --write it prints the table it would write.
+or only the entries of the modules under some paths, the rest kept as listed:
+
+    .venv/bin/python tests/architecture/test_sizes.py --write spark_watchdog/agent/
+
+and without --write it prints the whole table it would write.
 """
 
 from __future__ import annotations
 
 import ast
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
@@ -245,16 +249,46 @@ def test_the_baseline_reads_back_what_it_wrote(tmp_path: Path) -> None:
     assert parse_baseline(format_baseline(sizes)) == {Piece("function", "pkg/a.py::long_one"): 50}
 
 
+def test_a_refresh_under_a_path_keeps_the_other_entries(tmp_path: Path) -> None:
+    _write(tmp_path, "a.py", _function("mine", 47))
+    _write(tmp_path, "b.py", _function("theirs", 52))
+    listed = {
+        Piece("function", "pkg/a.py::mine"): 50,
+        Piece("function", "pkg/b.py::theirs"): 50,
+        Piece("function", "pkg/a.py::gone"): 50,
+    }
+    assert refreshed(measure(tmp_path / "pkg"), listed, ["pkg/a.py"]) == {
+        Piece("function", "pkg/a.py::mine"): 47,
+        Piece("function", "pkg/b.py::theirs"): 50,
+    }
+
+
+def refreshed(
+    sizes: Mapping[Piece, int], baseline: Mapping[Piece, int], under: Sequence[str]
+) -> Sizes:
+    """The baseline with the entries of the modules under these paths measured
+    again, the others kept as listed (where others are changing theirs)."""
+
+    def mine(piece: Piece) -> bool:
+        return any(piece.where.split("::")[0].startswith(path) for path in under)
+
+    kept = {piece: size for piece, size in baseline.items() if not mine(piece)}
+    return kept | {piece: size for piece, size in past_review(sizes).items() if mine(piece)}
+
+
 def main(argv: list[str]) -> int:
-    table = format_baseline(measure())
-    if argv == ["--write"]:
-        BASELINE.write_text(table)
-        print(f"wrote {BASELINE} ({len(table.splitlines()) - 2} entries)")
-    elif not argv:
-        print(table, end="")
-    else:
-        print("usage: test_sizes.py [--write]", file=sys.stderr)
+    if argv[:1] not in ([], ["--write"]) or any(arg.startswith("-") for arg in argv[1:]):
+        print("usage: test_sizes.py [--write [PATH ...]]", file=sys.stderr)
         return 2
+    sizes = measure()
+    if argv[1:]:
+        sizes = refreshed(sizes, parse_baseline(BASELINE.read_text()), argv[1:])
+    table = format_baseline(sizes)
+    if not argv:
+        print(table, end="")
+        return 0
+    BASELINE.write_text(table)
+    print(f"wrote {BASELINE} ({len(table.splitlines()) - 2} entries)")
     return 0
 
 
