@@ -3,7 +3,8 @@
 Layout of one running agent:
 
 - one asyncio task per probe (``ProbeRunner``), each with its own interval and
-  deadline, so a wedged GPU driver or a slow vLLM never delays the heartbeat;
+  deadline, so a wedged GPU driver or a slow vLLM never delays the heartbeat
+  (the probes and what their reports set off: :mod:`spark_watchdog.agent.probe_set`);
 - the heartbeat loop, every ``loop_interval``: reads the host, advances
   ``seq``, rebuilds the snapshot, and pets the systemd watchdog only while
   every probe task is alive and reporting;
@@ -18,11 +19,11 @@ Layout of one running agent:
 
 On SIGTERM the agent says STOPPING=1 to systemd, asks once whether the whole
 system is going down (:mod:`spark_watchdog.agent.shutdown`), and publishes
-``stopping`` in ``/v1/state``. When the system is going down it keeps the
-heartbeat and the endpoint up for ``shutdown_linger`` seconds, so the
-controller (polling every second) sees the planned reboot before the port
-goes away and never takes it for a frozen host; when only the agent is
-stopped or restarted it exits at once.
+``stopping`` in ``/v1/state`` (:mod:`spark_watchdog.agent.wind_down`). When the
+system is going down it keeps the heartbeat and the endpoint up for
+``shutdown_linger`` seconds, so the controller (polling every second) sees the
+planned reboot before the port goes away and never takes it for a frozen host;
+when only the agent is stopped or restarted it exits at once.
 """
 
 from __future__ import annotations
@@ -38,20 +39,21 @@ from typing import Any
 
 from spark_watchdog import __version__
 from spark_watchdog.agent.auth import BearerAuth
-from spark_watchdog.agent.clock_check import ClockCheck, ClockPolicy
+from spark_watchdog.agent.clock_check import ClockCheck
 from spark_watchdog.agent.clock_check import disabled_json as clock_disabled_json
 from spark_watchdog.agent.exposition import render
-from spark_watchdog.agent.gpu_faults import GpuFaultLog, rank_stopper
+from spark_watchdog.agent.gpu_faults import GpuFaultLog
 from spark_watchdog.agent.memory_watch import MemoryWatch, disabled_json
 from spark_watchdog.agent.peers import PeerWatch
-from spark_watchdog.agent.probe_runner import Observation, ProbeRunner, iso_time
+from spark_watchdog.agent.probe_runner import ProbeRunner, iso_time
+from spark_watchdog.agent.probe_set import AgentProbes
 from spark_watchdog.agent.serving import ServingLauncher, disabled_status
 from spark_watchdog.agent.serving_routes import serving_post_routes
 from spark_watchdog.agent.shutdown import SystemStopping, system_shutting_down
-from spark_watchdog.agent.snapshot import LiveValue, ProbeBodies, StateBody, ago
+from spark_watchdog.agent.snapshot import LiveValue, StateBody, ago
 from spark_watchdog.agent.vllm_watch import VllmWatch
+from spark_watchdog.agent.wind_down import WindDown
 from spark_watchdog.config.agent import AgentConfig, peers_on_management
-from spark_watchdog.errors import ProbeError
 from spark_watchdog.http_server import (
     JSON,
     PROMETHEUS_TEXT,
@@ -62,17 +64,11 @@ from spark_watchdog.http_server import (
     json_response,
 )
 from spark_watchdog.probes.base import ProbeReport
-from spark_watchdog.probes.gpu import GpuProbe, GpuReading
-from spark_watchdog.probes.host import HostProbe, read_boot_id
-from spark_watchdog.probes.journal import JournalProbe, JournalReport
+from spark_watchdog.probes.host import HostProbe
 from spark_watchdog.probes.pulse import OwnPulse, new_run
 from spark_watchdog.sdnotify import SystemdNotifier
 
 log = logging.getLogger("spark_watchdog.agent")
-
-# A probe with no report for this many of its own (interval + deadline) is
-# stuck; the agent then stops petting the systemd watchdog so it restarts us.
-_STALE_FACTOR = 10.0
 
 
 def _serving_control(config: AgentConfig) -> tuple[BearerAuth | None, ServingLauncher | None]:
@@ -90,14 +86,6 @@ def _serving_control(config: AgentConfig) -> tuple[BearerAuth | None, ServingLau
         config.serving, process_match=config.probes.vllm.process_match, node=config.node
     )
     return auth, launcher
-
-
-def _clock_check(config: AgentConfig) -> ClockCheck | None:
-    if not (config.gpu_clock_check.enabled and config.probes.gpu.enabled):
-        return None
-    ccfg = config.gpu_clock_check
-    policy = ClockPolicy(ccfg.floor_mhz, ccfg.busy_util_pct, ccfg.busy_samples, ccfg.window)
-    return ClockCheck(policy, time.monotonic())
 
 
 def _memory_watch(config: AgentConfig, launcher: ServingLauncher | None) -> MemoryWatch | None:
@@ -122,14 +110,11 @@ class Agent:
     ) -> None:
         self.config = config
         self.notifier = notifier or SystemdNotifier()
-        # Asked once, at SIGTERM, off the event loop: is the whole system
-        # going down? Tests pass their own answer.
-        self._system_stopping = system_stopping or system_shutting_down
         self.started_at = time.time()
         self.seq = 0
-        # None while running; {"since", "system"} once asked to stop.
-        self._stopping: dict[str, Any] | None = None
-        self._linger_cut = asyncio.Event()
+        self._wind_down = WindDown(
+            config.node, config.shutdown_linger, system_stopping or system_shutting_down
+        )
         self.loop_lag_s = 0.0
         self.host = HostProbe(config.probes.host.proc_root)
         self._host_reading: ProbeReport | None = None
@@ -137,8 +122,6 @@ class Agent:
         self._lock = threading.Lock()
         self._state_body = StateBody()
         self._snapshot: dict[str, Any] = {}
-        self._boots_json: dict[str, Any] = {"boots": [], "state": "pending"}
-        self._runners: dict[str, ProbeRunner] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._last_pet = 0.0
         self._last_status = ""
@@ -146,63 +129,17 @@ class Agent:
         self.http: HttpEndpoint | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._auth, self.serving = _serving_control(config)
-        self.clock_check = _clock_check(config)
         self.memory = _memory_watch(config, self.serving)
-
-        self.vllm: VllmWatch | None = None
         self.own_pulse = OwnPulse(config.node, lambda: (self.seq, self._boot_id), new_run())
         self.peers = PeerWatch(
             config.peers, config.peering, carry=self.own_pulse.encoded, beat=config.loop_interval
         )
-        # Live GPU faults of this boot; one that ends the rank's context stops it.
-        self.gpu_faults = GpuFaultLog(rank_stopper(self.serving))
-        self._gpu: GpuProbe | None = None
-        self._journal: JournalProbe | None = None
-        if config.probes.vllm.enabled:
-            self._add_vllm_probe()
-        if config.probes.gpu.enabled:
-            self._add_gpu_probe(gpu_worker_argv)
-        if config.probes.journal.enabled:
-            self._add_journal_probe(journal_boot_id)
-        for runner in self._runners.values():
-            runner.on_report = self._on_report
-        self._bodies = ProbeBodies(
-            self._runners,
-            config.probes.gpu.low_power_watts,
-            lambda: None if self.vllm is None else self.vllm.requests_running(),
-        )
-
-    def _add_vllm_probe(self) -> None:
-        self.vllm = VllmWatch(self.config.probes.vllm)
-        self._runners["vllm"] = self.vllm.runner
-
-    def _add_gpu_probe(self, worker_argv: Sequence[str] | None) -> None:
-        gcfg = self.config.probes.gpu
-        self._gpu = GpuProbe(gcfg.deadline, worker_argv=worker_argv)
-        # The GpuProbe enforces the deadline itself (and kills the child);
-        # the runner's deadline is only a backstop, past a fresh child's start.
-        backstop = gcfg.deadline + GpuProbe.start_allowance_s + 2.0
-        self._runners["gpu"] = ProbeRunner("gpu", gcfg.interval, backstop, probe=self._gpu.read)
-
-    def _add_journal_probe(self, boot_id: str | None) -> None:
-        probes = self.config.probes
-        jcfg = probes.journal
-        if boot_id is None:
-            # The boot the journal calls "current" is the one this host
-            # runs now; proc_root lets the lab give each node its own.
-            try:
-                boot_id = read_boot_id(probes.host.proc_root)
-            except ProbeError as exc:
-                log.warning("%s; no journal boot will count as current", exc)
-        self._journal = JournalProbe(
-            jcfg.directory,
-            tail_entries=jcfg.tail_entries,
-            evidence_per_kind=jcfg.evidence_per_kind,
-            max_boots=jcfg.max_boots,
-            current_boot_id=boot_id,
-        )
-        self._runners["journal"] = ProbeRunner(
-            "journal", jcfg.interval, 60.0, blocking_probe=self._journal.read
+        self.probes = AgentProbes(
+            config,
+            serving=self.serving,
+            memory=self.memory,
+            gpu_worker_argv=gpu_worker_argv,
+            journal_boot_id=journal_boot_id,
         )
 
     @property
@@ -213,35 +150,20 @@ class Agent:
     @property
     def runners(self) -> dict[str, ProbeRunner]:
         """The probe runners by name (vllm, gpu, journal), for inspection."""
-        return self._runners
+        return self.probes.runners
 
-    # -- probes -----------------------------------------------------------
+    @property
+    def vllm(self) -> VllmWatch | None:
+        return self.probes.vllm
 
-    def _on_report(self, name: str, observation: Observation) -> None:
-        if name == "journal" and isinstance(observation.report, JournalReport):
-            full = observation.report.to_json()
-            with self._lock:
-                self._boots_json = full
-            if self.memory is not None:
-                self.memory.note_journal(observation.report, time.monotonic())
-        if name == "vllm" and self.vllm is not None:
-            self.vllm.maybe_run_canary()
-        if name == "gpu" and isinstance(observation.report, GpuReading):
-            self._check_clock(observation.report)
-            self.gpu_faults.take_soon(observation.report.xids)
+    @property
+    def clock_check(self) -> ClockCheck | None:
+        return self.probes.clock_check
 
-    def _check_clock(self, reading: GpuReading) -> None:
-        check = self.clock_check
-        if check is None or check.state != "pending":
-            return
-        if check.observe(reading, time.monotonic()) == "latched":
-            log.error(
-                "GPU clock latched on this boot: %d busy readings, none at %d MHz "
-                "(highest %s MHz); minutes without AC clear it",
-                check.busy,
-                check.policy.floor_mhz,
-                check.max_busy_mhz,
-            )
+    @property
+    def gpu_faults(self) -> GpuFaultLog:
+        """Live GPU faults of this boot; one that ends the rank's context stops it."""
+        return self.probes.gpu_faults
 
     # -- snapshot ---------------------------------------------------------
 
@@ -253,6 +175,7 @@ class Agent:
             host_json["observed_at"] = iso_time(self._host_observed_at)
         boot_id = host_json.get("boot_id")
         now = time.monotonic()
+        stopping = self._wind_down.stopping
         snapshot = {
             "node": self.config.node,
             "boot_id": boot_id,
@@ -263,9 +186,9 @@ class Agent:
             "loop_lag_s": round(self.loop_lag_s, 4),
             "healthy": self.loop_healthy(),
             "probes": {
-                "vllm": self._bodies.json("vllm", now),
-                "gpu": self._bodies.json("gpu", now),
-                "journal": self._bodies.json("journal", now),
+                "vllm": self.probes.bodies.json("vllm", now),
+                "gpu": self.probes.bodies.json("gpu", now),
+                "journal": self.probes.bodies.json("journal", now),
                 "host": host_json,
             },
             "serving": self.serving_status(),
@@ -273,7 +196,7 @@ class Agent:
             "gpu_clock_check": (
                 clock_disabled_json() if self.clock_check is None else self.clock_check.to_json()
             ),
-            "stopping": None if self._stopping is None else dict(self._stopping),
+            "stopping": None if stopping is None else dict(stopping),
         }
         if self.config.peers:
             snapshot["peers"] = self.peers.to_json(now)
@@ -298,17 +221,7 @@ class Agent:
 
     def loop_healthy(self) -> bool:
         """Every probe task alive and none stuck: the condition for WATCHDOG=1."""
-        now = time.time()
-        for task in self._tasks:
-            if task.done():
-                return False
-        for runner in self._runners.values():
-            if runner.latest is None:
-                continue
-            limit = _STALE_FACTOR * (runner.interval + runner.deadline)
-            if now - runner.latest.observed_at > limit:
-                return False
-        return True
+        return not any(task.done() for task in self._tasks) and not self.probes.stuck(time.time())
 
     def snapshot(self) -> dict[str, Any]:
         with self._lock:
@@ -331,8 +244,7 @@ class Agent:
             return 200, JSON, self.own_pulse.line()
 
         def boots() -> Response:
-            with self._lock:
-                return json_response(self._boots_json)
+            return json_response(self.probes.boots_json())
 
         def metrics() -> Response:
             return 200, PROMETHEUS_TEXT, render(self.snapshot)
@@ -396,7 +308,7 @@ class Agent:
             return
         status = self.status_line()
         # Once stopping, STATUS stays "stopping" (sent with STOPPING=1).
-        if self._stopping is None and status != self._last_status:
+        if self._wind_down.stopping is None and status != self._last_status:
             self.notifier.status(status)
             self._last_status = status
         pet_every = self.notifier.watchdog_interval
@@ -409,8 +321,27 @@ class Agent:
 
     async def run(self, stop: asyncio.Event) -> None:
         """Run until ``stop`` is set. Raises WatchdogError if it cannot listen."""
-        listen = self.config.listen
         self._loop = asyncio.get_running_loop()
+        http = self._listen()
+        self._start_peers()
+        heartbeat_done = asyncio.Event()
+        heartbeat = asyncio.create_task(self._heartbeat(heartbeat_done))
+        told_systemd = False
+        try:
+            await self._start_probes()
+            await stop.wait()
+            self.notifier.stopping()
+            told_systemd = True
+            await self._wind_down.run(self._publish)
+        finally:
+            if not told_systemd:
+                self.notifier.stopping()
+            heartbeat_done.set()
+            await self._shut(heartbeat, http)
+
+    def _listen(self) -> HttpEndpoint:
+        """The HTTP endpoint, started with the first snapshot behind it."""
+        listen = self.config.listen
         self.http = HttpEndpoint(
             listen.address,
             listen.port,
@@ -428,43 +359,33 @@ class Agent:
             self.http.port,
             extra={"node": self.config.node},
         )
-        self._start_peers()
-        heartbeat_done = asyncio.Event()
-        heartbeat = asyncio.create_task(self._heartbeat(heartbeat_done))
-        told_systemd = False
-        try:
-            # READY=1 only after the first probe round: a unit that is
-            # "active" then has a meaningful snapshot behind /v1/state.
-            await asyncio.gather(*(r.run_once() for r in self._runners.values()))
-            self._publish()
-            self.ready.set()
-            self.notifier.ready(self.status_line())
-            self._tasks = [
-                asyncio.create_task(r.run_forever(first_wait=True), name=f"probe-{r.name}")
-                for r in self._runners.values()
-            ]
-            await stop.wait()
-            self.notifier.stopping()
-            told_systemd = True
-            await self._wind_down()
-        finally:
-            if not told_systemd:
-                self.notifier.stopping()
-            heartbeat_done.set()
-            for runner in self._runners.values():
-                runner.stop()  # where a cancellation below is lost (ProbeRunner.stop)
-            for task in [*self._tasks, heartbeat]:
-                task.cancel()
-            await asyncio.gather(*self._tasks, heartbeat, return_exceptions=True)
-            self.peers.stop()
-            if self.vllm is not None:
-                self.vllm.cancel()
-            if self._gpu is not None:
-                await self._gpu.close()
-            if self.serving is not None:
-                self.serving.close()  # the rank runs on: only its watchers stop
-            self.http.stop()
-            log.info("agent %s stopped", self.config.node)
+        return self.http
+
+    async def _start_probes(self) -> None:
+        # READY=1 only after the first probe round: a unit that is
+        # "active" then has a meaningful snapshot behind /v1/state.
+        await asyncio.gather(*(r.run_once() for r in self.runners.values()))
+        self._publish()
+        self.ready.set()
+        self.notifier.ready(self.status_line())
+        self._tasks = [
+            asyncio.create_task(r.run_forever(first_wait=True), name=f"probe-{r.name}")
+            for r in self.runners.values()
+        ]
+
+    async def _shut(self, heartbeat: asyncio.Task[None], http: HttpEndpoint) -> None:
+        """Every task, watcher and thread of the agent stopped; the rank runs on."""
+        for runner in self.runners.values():
+            runner.stop()  # where a cancellation below is lost (ProbeRunner.stop)
+        for task in [*self._tasks, heartbeat]:
+            task.cancel()
+        await asyncio.gather(*self._tasks, heartbeat, return_exceptions=True)
+        self.peers.stop()
+        await self.probes.close()
+        if self.serving is not None:
+            self.serving.close()  # the rank runs on: only its watchers stop
+        http.stop()
+        log.info("agent %s stopped", self.config.node)
 
     def _start_peers(self) -> None:
         for name in peers_on_management(self.config):
@@ -476,39 +397,9 @@ class Agent:
             )
         self.peers.start()
 
-    async def _wind_down(self) -> None:
-        """Asked to stop: say why in /v1/state, and linger while the system goes down.
-
-        The heartbeat, the probes and the endpoint all keep running meanwhile,
-        so ``seq`` keeps advancing: a stopping agent is not a frozen one.
-        """
-        since = time.time()
-        system = await asyncio.to_thread(self._ask_system_stopping)
-        self._stopping = {"since": round(since, 3), "system": system}
-        self._publish()
-        linger = self.config.shutdown_linger
-        if not system or linger <= 0:
-            log.info("agent %s stopping", self.config.node)
-            return
-        log.info(
-            "agent %s stopping: the system is going down; /v1/state says so for %.1f s",
-            self.config.node,
-            linger,
-        )
-        with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(self._linger_cut.wait(), linger)
-
-    def _ask_system_stopping(self) -> bool:
-        try:
-            return bool(self._system_stopping())
-        except Exception:
-            # Not knowing is "no": exit promptly, as before this existed.
-            log.exception("cannot tell whether the system is shutting down")
-            return False
-
     def cut_linger(self) -> None:
         """End the shutdown linger now (a second SIGTERM or SIGINT)."""
-        self._linger_cut.set()
+        self._wind_down.cut()
 
 
 async def serve(config: AgentConfig, *, system_stopping: SystemStopping | None = None) -> None:
