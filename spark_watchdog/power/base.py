@@ -24,11 +24,10 @@ ClusterLabs fence-agents and openstack/ironic):
 from __future__ import annotations
 
 import asyncio
-import enum
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Any, NoReturn, Protocol, TypeVar, runtime_checkable
+from dataclasses import dataclass
+from typing import NoReturn, Protocol, runtime_checkable
 
 from spark_watchdog.clock import Clock, SystemClock
 from spark_watchdog.errors import (
@@ -42,19 +41,19 @@ from spark_watchdog.errors import (
 )
 from spark_watchdog.power import send_window
 from spark_watchdog.power.foreign_errors import command_error, guarded, read_error
+from spark_watchdog.power.power_call import PowerCall
+
+# What an action reads and records lives in power/records.py; named here too,
+# where every caller has always found it.
+from spark_watchdog.power.records import PowerResult as PowerResult
+from spark_watchdog.power.records import PowerState as PowerState
+from spark_watchdog.power.records import PowerStep as PowerStep
+from spark_watchdog.power.records import PowerTiming as PowerTiming
+from spark_watchdog.power.records import StepHook as StepHook
 from spark_watchdog.power.send_window import SendWindow
 from spark_watchdog.steps import StepName
 
 log = logging.getLogger("spark_watchdog.power")
-
-T = TypeVar("T")
-
-
-class PowerState(enum.Enum):
-    ON = "on"
-    OFF = "off"
-    # Only a group of outlets is ever mixed: some on, some off.
-    MIXED = "mixed"
 
 
 class PowerBackend(Protocol):
@@ -139,77 +138,10 @@ class SelfTimingBackend(Protocol):
 # Seconds a plug's flip-back timer is armed beyond the hold: the hold counts
 # from the verified off, the device's timer from the command's arrival.
 TIMED_ON_MARGIN_S = 2.0
-_HOLD_SLACK_S = 0.001
 # An on this much before the hold's end is still the hold (read latency).
 HOLD_TOLERANCE_S = 0.5
 
 
-@dataclass(frozen=True)
-class PowerTiming:
-    """Timing of verified actions (fence-agents' power_wait / power_timeout)."""
-
-    poll_interval: float = 1.0
-    power_timeout: float = 30.0
-    min_command_interval: float = 2.0
-    read_timeout: float = 10.0
-    command_timeout: float = 15.0
-
-    @property
-    def switch_budget(self) -> float:
-        """The longest one verified switch may take: a read, the spacing, the
-        command and its read-back, and a few seconds' slack."""
-        waits = self.read_timeout + self.min_command_interval + self.command_timeout
-        return waits + self.power_timeout + 5.0
-
-
-@dataclass(frozen=True)
-class PowerStep:
-    """One recorded step of an action, in order: what and when (monotonic s from start)."""
-
-    name: StepName  # the incident's vocabulary (steps.py): a name outside it fails here
-    at_s: float
-    detail: str = ""
-    # An off that armed the device's own on: seconds from the command to that on.
-    on_after_s: float | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        data: dict[str, Any] = {"step": self.name, "at_s": round(self.at_s, 3)}
-        data["detail"] = self.detail
-        if self.on_after_s is not None:
-            data["on_after_s"] = self.on_after_s
-        return data
-
-
-@dataclass(frozen=True)
-class PowerResult:
-    device: str
-    action: str
-    state_before: PowerState | None
-    state_after: PowerState | None
-    verified: bool
-    elapsed_s: float
-    dry_run: bool
-    steps: tuple[PowerStep, ...] = ()
-    error: str | None = None
-    off_held_s: float | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "device": self.device,
-            "action": self.action,
-            "state_before": None if self.state_before is None else self.state_before.value,
-            "state_after": None if self.state_after is None else self.state_after.value,
-            "verified": self.verified,
-            "elapsed_s": round(self.elapsed_s, 3),
-            "dry_run": self.dry_run,
-            "off_held_s": None if self.off_held_s is None else round(self.off_held_s, 3),
-            "error": self.error,
-            "steps": [step.to_json() for step in self.steps],
-        }
-
-
-# Step hook: awaited before each command (write-ahead) and after each verification.
-StepHook = Callable[[PowerStep], Awaitable[None]]
 # Send gate: called synchronously right before a command leaves, after its
 # write-ahead step; a reason withdraws the command (nothing is sent).
 SendGate = Callable[[PowerState], "str | None"]
@@ -236,23 +168,14 @@ class CommandSpacing:
 COMMAND_SPACING = CommandSpacing()
 
 
-@dataclass
-class _Run:
-    """Book-keeping of one public call: its start, deadline and steps."""
-
-    started: float
-    deadline: float
-    steps: list[PowerStep] = field(default_factory=list)
-    sent_at: float | None = None  # when the last command left
-
-    @classmethod
-    def begin(cls, now: float, budget: float) -> _Run:
-        """A call starting ``now``, to end within ``budget`` seconds."""
-        return cls(started=now, deadline=now + budget)
-
-
 class VerifiedPower:
-    """``state``, ``on``, ``off`` and ``cycle`` of one device, each verified by reading back."""
+    """``state``, ``on``, ``off`` and ``cycle`` of one device, each verified by reading back.
+
+    It decides what is sent and when (the spacing, the last look before
+    sending, the send window, never resending an ambiguous command, the hold);
+    each call's reads, read-backs and recorded steps are a ``PowerCall``
+    (power/power_call.py).
+    """
 
     def __init__(
         self,
@@ -273,14 +196,18 @@ class VerifiedPower:
         self._gate = gate
         self._send_window = send_window
         # Holds, deadlines and polls on the caller's one clock (spark_watchdog/clock.py).
-        clock = clock or SystemClock()
-        self._clock = clock.monotonic
-        self._sleep = clock.sleep
+        self._time = clock or SystemClock()
+        self._clock = self._time.monotonic
+        self._sleep = self._time.sleep
         self._spacing = spacing
 
     @property
     def name(self) -> str:
         return self.backend.name
+
+    def _call(self, budget: float) -> PowerCall:
+        """A public call starting now, to end within ``budget`` seconds."""
+        return PowerCall(self.backend, self.timing, self._time, self._on_step, budget)
 
     # -- public -------------------------------------------------------------
 
@@ -289,8 +216,7 @@ class VerifiedPower:
 
         :raises PowerError: the device did not answer, or its answer says nothing.
         """
-        run = _Run.begin(self._clock(), self.timing.read_timeout)
-        return await self._read(run)
+        return await self._call(self.timing.read_timeout).read()
 
     async def on(self) -> PowerResult:
         """Switch on, then read it back.
@@ -333,82 +259,76 @@ class VerifiedPower:
         """
         if off_seconds < 0:
             raise ValueError(f"off_seconds: expected ≥ 0, got {off_seconds}")
-        run = _Run.begin(self._clock(), off_seconds + 2 * self.timing.switch_budget)
-        before = await self._read(run)
+        call = self._call(off_seconds + 2 * self.timing.switch_budget)
+        before = await call.read()
         if before is not PowerState.ON and not from_off:
-            await self._refuse_found_off(run, before)
+            await self._refuse_found_off(call, before)
         plan = (
-            await self._timed_plan(run, off_seconds) if timed and before is PowerState.ON else None
+            await self._timed_plan(call, off_seconds) if timed and before is PowerState.ON else None
         )
         if plan is not None:
-            run.deadline += _timed_on_wait(plan, off_seconds, self.timing.power_timeout)
+            call.deadline += _timed_on_wait(plan, off_seconds, self.timing.power_timeout)
         if self.dry_run:
             how = "" if plan is None else f"; the device would switch on by itself ({plan.how})"
-            await self._step(
-                run, StepName.DRY_RUN, f"would cycle (off {off_seconds:g}s{how}); sent nothing"
+            await call.step(
+                StepName.DRY_RUN, f"would cycle (off {off_seconds:g}s{how}); sent nothing"
             )
-            return self._result(run, "cycle", before, before, verified=False)
+            return call.result("cycle", before, before, verified=False, dry_run=True)
         try:
-            held = await self._off_hold_on(run, before, off_seconds, plan)
+            held = await self._off_hold_on(call, before, off_seconds, plan)
         except PowerError as exc:
-            exc.steps = tuple(run.steps)
+            exc.steps = tuple(call.steps)
             raise
         after = PowerState.ON
-        return self._result(run, "cycle", before, after, verified=True, off_held_s=held)
+        return call.result("cycle", before, after, verified=True, dry_run=False, off_held_s=held)
 
     # -- internals ----------------------------------------------------------
 
-    async def _refuse_found_off(self, run: _Run, before: PowerState) -> NoReturn:
+    async def _refuse_found_off(self, call: PowerCall, before: PowerState) -> NoReturn:
         """A cycle is for a powered machine: record the refusal and raise ``FoundOff``."""
-        await self._step(
-            run, StepName.FOUND_OFF, f"read {before.value} before the off; sent nothing"
-        )
+        await call.step(StepName.FOUND_OFF, f"read {before.value} before the off; sent nothing")
         error = FoundOff(
             self.name, f"read {before.value} before the off: switched off by hand? Not touched"
         )
-        error.steps = tuple(run.steps)
+        error.steps = tuple(call.steps)
         raise error
 
     async def _off_hold_on(
-        self, run: _Run, before: PowerState, off_seconds: float, plan: TimedOn | None
+        self, call: PowerCall, before: PowerState, off_seconds: float, plan: TimedOn | None
     ) -> float:
         """The cycle itself: off (verified), the hold, on (verified); the seconds held."""
-        await self._drive(run, PowerState.OFF, before, plan)
+        await self._drive(call, PowerState.OFF, before, plan)
         off_at = self._clock()
         # GB10 "clock latch" clears only after 30-60 s without AC
         # (docs/facts.md): the hold is counted from the verified off.
-        await self._step(run, StepName.HOLD_STARTED, f"{off_seconds:g}s")
+        await call.step(StepName.HOLD_STARTED, f"{off_seconds:g}s")
         if plan is None:
             await self._sleep(max(0.0, off_seconds - (self._clock() - off_at)))
             held = self._clock() - off_at
-            await self._step(run, StepName.HOLD_DONE, f"{held:.1f}s")
-            await self._drive(run, PowerState.ON, PowerState.OFF)
+            await call.step(StepName.HOLD_DONE, f"{held:.1f}s")
+            await self._drive(call, PowerState.ON, PowerState.OFF)
         else:
-            held = await self._timed_hold(run, off_at, off_seconds, plan)
+            held = await self._timed_hold(call, off_at, off_seconds, plan)
         return held
 
-    async def _timed_plan(self, run: _Run, off_seconds: float) -> TimedOn | None:
+    async def _timed_plan(self, call: PowerCall, off_seconds: float) -> TimedOn | None:
         """The device's plan for coming back on by itself, or None (a plain cycle)."""
         backend = self.backend
         if not isinstance(backend, SelfTimingBackend):
             return None
         try:
-            plan = await self._bounded(
-                run, backend.plan_timed_on(off_seconds), self.timing.read_timeout
-            )
+            plan = await call.bounded(backend.plan_timed_on(off_seconds), self.timing.read_timeout)
         except asyncio.TimeoutError:
             plan = TimedOn(None, "no answer in time to the read of its timer setting")
         except PowerError as exc:
             plan = TimedOn(None, f"its timer setting could not be read: {exc.message}")
         if plan.on_after_s is None or plan.on_after_s < off_seconds:
-            await self._step(
-                run, StepName.TIMED_ON_UNAVAILABLE, f"{plan.how}; the on is sent from here"
-            )
+            await call.step(StepName.TIMED_ON_UNAVAILABLE, f"{plan.how}; the on is sent from here")
             return None
         return plan
 
     async def _timed_hold(
-        self, run: _Run, off_at: float, off_seconds: float, plan: TimedOn
+        self, call: PowerCall, off_at: float, off_seconds: float, plan: TimedOn
     ) -> float:
         """Hold, watching for the device's own on; then await it, or send it.
 
@@ -416,70 +336,50 @@ class VerifiedPower:
         timer starts there, and so does its off) to the on read back.
         """
         assert plan.on_after_s is not None
-        sent_at = off_at if run.sent_at is None else run.sent_at
-        early = await self._watch_hold(run, off_at, off_seconds)
+        sent_at = off_at if call.sent_at is None else call.sent_at
+        early = await call.watch_hold(off_at, off_seconds)
         if early is not None:
             since = self._clock() - sent_at
             if since < off_seconds - HOLD_TOLERANCE_S:
-                await self._step(
-                    run,
+                await call.step(
                     StepName.HOLD_CUT_SHORT,
                     f"read {early.value} {since:.1f}s after the off command, before the "
                     f"{off_seconds:g}s hold ended (armed for {plan.on_after_s:g}s)",
                 )
         else:
-            await self._step(run, StepName.HOLD_DONE, f"{self._clock() - off_at:.1f}s")
+            await call.step(StepName.HOLD_DONE, f"{self._clock() - off_at:.1f}s")
         due = max(0.0, plan.on_after_s - (self._clock() - sent_at))
-        await self._step(run, StepName.ON_AWAITED, f"the device's own on is due in {due:.1f}s")
+        await call.step(StepName.ON_AWAITED, f"the device's own on is due in {due:.1f}s")
         try:
-            await self._poll_until(
-                run, PowerState.ON, window=due + self.timing.power_timeout, by_device=True
+            await call.read_back(
+                PowerState.ON, window=due + self.timing.power_timeout, by_device=True
             )
             return self._clock() - sent_at
         except PowerError as exc:
             # The device did not switch on by itself (or its reads fail): the
             # on goes from here. An on cannot hurt a machine that has no power,
             # and is harmless to an outlet already on.
-            await self._step(run, StepName.ON_NOT_BY_DEVICE, exc.message)
+            await call.step(StepName.ON_NOT_BY_DEVICE, exc.message)
         held = self._clock() - off_at
-        await self._drive(run, PowerState.ON, PowerState.OFF)
+        await self._drive(call, PowerState.ON, PowerState.OFF)
         return held
 
-    async def _watch_hold(self, run: _Run, off_at: float, off_seconds: float) -> PowerState | None:
-        """Sleep the hold in poll steps, reading; the state if it is not off any more."""
-        end = off_at + off_seconds
-        while True:
-            left = end - self._clock()
-            # A millisecond's slack: a clock that cannot advance by a sliver
-            # (float precision) must not spin here.
-            if left <= _HOLD_SLACK_S:
-                return None
-            await self._sleep(min(left, self.timing.poll_interval))
-            if end - self._clock() <= _HOLD_SLACK_S:
-                return None
-            try:
-                state = await self._read(run)
-            except PowerError:
-                continue  # a failed read during the hold decides nothing
-            if state is not PowerState.OFF:
-                return state
-
     async def _switch(self, target: PowerState, action: str) -> PowerResult:
-        run = _Run.begin(self._clock(), self.timing.switch_budget)
-        before = await self._read(run)
+        call = self._call(self.timing.switch_budget)
+        before = await call.read()
         if self.dry_run:
             note = "already there" if before is target else f"would switch {action}"
-            await self._step(run, StepName.DRY_RUN, f"{note}; sent nothing")
-            return self._result(run, action, before, before, verified=before is target)
+            await call.step(StepName.DRY_RUN, f"{note}; sent nothing")
+            return call.result(action, before, before, verified=before is target, dry_run=True)
         try:
-            await self._drive(run, target, before)
+            await self._drive(call, target, before)
         except PowerError as exc:
-            exc.steps = tuple(run.steps)
+            exc.steps = tuple(call.steps)
             raise
-        return self._result(run, action, before, target, verified=True)
+        return call.result(action, before, target, verified=True, dry_run=False)
 
     async def _drive(
-        self, run: _Run, target: PowerState, before: PowerState, plan: TimedOn | None = None
+        self, call: PowerCall, target: PowerState, before: PowerState, plan: TimedOn | None = None
     ) -> None:
         """Bring the device to ``target`` and read it back, or raise.
 
@@ -487,36 +387,35 @@ class VerifiedPower:
         """
         word = target.value
         if before is target:
-            await self._step(run, StepName(f"already_{word}"), "read back; no command sent")
+            await call.step(StepName(f"already_{word}"), "read back; no command sent")
             return
-        await self._wait_spacing(run, word)
+        await self._wait_spacing(call, word)
         # Write-ahead: the step is recorded before the command leaves.
         if plan is None:
-            await self._step(run, StepName(f"{word}_requested"))
+            await call.step(StepName(f"{word}_requested"))
         else:
-            await self._step(
-                run,
+            await call.step(
                 StepName(f"{word}_requested"),
                 f"timed: the device switches on by itself {plan.on_after_s:g}s later ({plan.how})",
                 on_after_s=plan.on_after_s,
             )
-        run.sent_at = self._clock()
+        call.sent_at = self._clock()
         try:
-            await self._bounded(run, self._send(target, plan), self.timing.command_timeout)
+            await call.bounded(self._send(target, plan), self.timing.command_timeout)
         except (Withdrawn, SendRefused) as exc:
-            await self._step(run, StepName(f"{word}_withdrawn"), exc.message)
+            await call.step(StepName(f"{word}_withdrawn"), exc.message)
             raise
         except asyncio.TimeoutError:
             self._spacing.mark(self.backend.limiter_key, self._clock())
-            await self._after_ambiguous(run, target, "no answer to the command in time")
+            await self._after_ambiguous(call, target, "no answer to the command in time")
             return
         except Ambiguous as exc:
             self._spacing.mark(self.backend.limiter_key, self._clock())
-            await self._after_ambiguous(run, target, exc.message)
+            await self._after_ambiguous(call, target, exc.message)
             return
         self._spacing.mark(self.backend.limiter_key, self._clock())
         try:
-            await self._poll_until(run, target)
+            await call.read_back(target)
         except (StateTimeout, Unreachable) as exc:
             if plan is None:
                 raise
@@ -546,11 +445,11 @@ class VerifiedPower:
                 sending = self.backend.command(target)
             await guarded(self.name, sending, command_error)
 
-    async def _after_ambiguous(self, run: _Run, target: PowerState, why: str) -> None:
+    async def _after_ambiguous(self, call: PowerCall, target: PowerState, why: str) -> None:
         """The command may or may not have landed: read, never resend."""
-        await self._step(run, StepName(f"{target.value}_ambiguous"), why)
+        await call.step(StepName(f"{target.value}_ambiguous"), why)
         try:
-            await self._poll_until(run, target)
+            await call.read_back(target)
         except (StateTimeout, Unreachable) as exc:
             raise Ambiguous(
                 self.name,
@@ -558,99 +457,16 @@ class VerifiedPower:
                 "Not retried: read the state before deciding anything",
             ) from exc
 
-    async def _poll_until(
-        self,
-        run: _Run,
-        target: PowerState,
-        *,
-        window: float | None = None,
-        by_device: bool = False,
-    ) -> None:
-        span = self.timing.power_timeout if window is None else window
-        window_end = min(run.deadline, self._clock() + span)
-        last: PowerState | None = None
-        last_error: PowerError | None = None
-        reads = 0
-        while True:
-            try:
-                last = await self._read(run, window_end)
-                last_error = None
-                reads += 1
-            except Unreachable as exc:
-                # A device busy switching may miss a read; the window decides.
-                last_error = exc
-            if last is target and last_error is None:
-                who = "; switched by the device's own timer" if by_device else ""
-                await self._step(
-                    run, StepName(f"{target.value}_verified"), f"after {reads} read(s){who}"
-                )
-                return
-            if self._clock() + self.timing.poll_interval >= window_end:
-                break
-            await self._sleep(self.timing.poll_interval)
-        seen = _reads_seen(last, last_error)
-        raise StateTimeout(self.name, f"{target.value} not read back within {span:g}s ({seen})")
-
-    async def _read(self, run: _Run, until: float | None = None) -> PowerState:
-        end = run.deadline if until is None else min(until, run.deadline)
-        limit = min(self.timing.read_timeout, max(0.0, end - self._clock()))
-        try:
-            reading = guarded(self.name, self.backend.read_state(), read_error)
-            return await asyncio.wait_for(reading, limit)
-        except asyncio.TimeoutError:
-            raise Unreachable(self.name, f"no answer to a state read within {limit:.1f}s") from None
-
-    async def _bounded(self, run: _Run, call: Awaitable[T], limit: float) -> T:
-        remaining = max(0.0, run.deadline - self._clock())
-        return await asyncio.wait_for(call, min(limit, remaining))
-
-    async def _wait_spacing(self, run: _Run, word: str) -> None:
+    async def _wait_spacing(self, call: PowerCall, word: str) -> None:
         key = self.backend.limiter_key
         wait = self._spacing.wait_needed(key, self.timing.min_command_interval, self._clock())
         if wait > 0:
             # Named after the command it precedes: a resume must know whether
             # the off was still to come (nothing cut) or already done.
-            await self._step(
-                run, StepName(f"{word}_spacing"), f"waiting {wait:.1f}s since the last command"
+            await call.step(
+                StepName(f"{word}_spacing"), f"waiting {wait:.1f}s since the last command"
             )
             await self._sleep(wait)
-
-    async def _step(
-        self, run: _Run, name: StepName, detail: str = "", *, on_after_s: float | None = None
-    ) -> None:
-        step = PowerStep(name, self._clock() - run.started, detail, on_after_s)
-        run.steps.append(step)
-        log.info(
-            "%s: %s%s",
-            self.name,
-            name,
-            f" ({detail})" if detail else "",
-            extra={"device": self.name, "step": name},
-        )
-        if self._on_step is not None:
-            await self._on_step(step)
-
-    def _result(
-        self,
-        run: _Run,
-        action: str,
-        before: PowerState,
-        after: PowerState,
-        *,
-        verified: bool,
-        off_held_s: float | None = None,
-    ) -> PowerResult:
-        return PowerResult(
-            device=self.name,
-            action=action,
-            state_before=before,
-            state_after=after,
-            verified=verified,
-            elapsed_s=self._clock() - run.started,
-            dry_run=self.dry_run,
-            steps=tuple(run.steps),
-            off_held_s=off_held_s,
-        )
 
 
 def _timed_on_wait(plan: TimedOn, off_seconds: float, power_timeout: float) -> float:
@@ -659,14 +475,6 @@ def _timed_on_wait(plan: TimedOn, off_seconds: float, power_timeout: float) -> f
     is then read back within a power_timeout."""
     assert plan.on_after_s is not None
     return max(0.0, plan.on_after_s - off_seconds) + power_timeout
-
-
-def _reads_seen(last: PowerState | None, last_error: PowerError | None) -> str:
-    """What a read-back that timed out saw: its last state, its last error."""
-    seen = f"last read {last.value}" if last is not None else "no successful read"
-    if last_error is not None:
-        seen += f"; last error: {last_error.message}"
-    return seen
 
 
 class _NotSwitched(Exception):
