@@ -51,7 +51,7 @@ import yaml
 
 from spark_watchdog import __version__
 from spark_watchdog.agent.peers import HEARD_FRESH
-from spark_watchdog.http_server import HttpEndpoint
+from spark_watchdog.http.server import HttpEndpoint
 from spark_watchdog.lab.hardware.vllm_standin import VllmStandin
 from spark_watchdog.probes.pulse import PulseClient, pulse_bytes
 
@@ -214,7 +214,7 @@ class _PulseStubs:
 
 
 def _pulse_server(stubs: _PulseStubs, n: int) -> HttpEndpoint:
-    """Peer ``n``'s agent server: the agent's own (http_server.py), so the
+    """Peer ``n``'s agent server: the agent's own (http/server.py), so the
     agent's asks are answered as fast as a real peer answers them."""
 
     def pulse() -> tuple[int, str, bytes]:

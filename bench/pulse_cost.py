@@ -73,7 +73,7 @@ def _paced(rate: float, duration: float, step: Any) -> int:
 
 def serve(port: int, asker_port: int) -> None:
     """The agent's pulse answer and peer watch behind its HTTP server, until killed."""
-    from spark_watchdog.http_server import HttpEndpoint
+    from spark_watchdog.http.server import HttpEndpoint
 
     own = OwnPulse("spark-1", lambda: (int(time.monotonic()), BOOT))
     # The asker is a configured peer at 127.0.0.1: each carried pulse is taken.
@@ -154,7 +154,7 @@ class _Responders:
         self._thread.start()
 
     def _answer(self, index: int) -> bytes:
-        """The bytes an agent's server answers (http_lean.py), as the asker reads them."""
+        """The bytes an agent's server answers (http/lean.py), as the asker reads them."""
         body = pulse_bytes(f"spark-{index + 2}", int(time.monotonic() * 10), BOOT) + b"\n"
         return (
             b"HTTP/1.1 200 OK\r\nServer: BaseHTTP/0.6 Python/3\r\n"

@@ -54,7 +54,7 @@ from spark_watchdog.agent.snapshot import LiveValue, StateBody, ago
 from spark_watchdog.agent.vllm_watch import VllmWatch
 from spark_watchdog.agent.wind_down import WindDown
 from spark_watchdog.config.agent import AgentConfig, peers_on_management
-from spark_watchdog.http_server import (
+from spark_watchdog.http.server import (
     JSON,
     PROMETHEUS_TEXT,
     HttpEndpoint,

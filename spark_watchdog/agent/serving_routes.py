@@ -22,7 +22,7 @@ from spark_watchdog.agent.serving import (
 )
 from spark_watchdog.agent.vllm_watch import VllmWatch
 from spark_watchdog.config.launch_values import printable
-from spark_watchdog.http_server import PostRoute, Response, json_response
+from spark_watchdog.http.server import PostRoute, Response, json_response
 
 log = logging.getLogger("spark_watchdog.agent")
 

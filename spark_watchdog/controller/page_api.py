@@ -37,7 +37,7 @@ from spark_watchdog.controller.page_auth import PageAuth
 from spark_watchdog.controller.page_view import nodes_view
 from spark_watchdog.controller.status_api import StandbyEndpoint, StatusEndpoint, StatusSource
 from spark_watchdog.errors import StoreError
-from spark_watchdog.http_server import Reply, Request, json_response
+from spark_watchdog.http.server import Reply, Request, json_response
 
 # What the browser may do with the page: its own files and API, nothing else.
 SECURITY_HEADERS = {

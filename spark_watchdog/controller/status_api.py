@@ -17,7 +17,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 
 from spark_watchdog.controller.node_states import NodeState
 from spark_watchdog.controller.tallies import Tallies
-from spark_watchdog.http_server import JSON, PROMETHEUS_TEXT, HttpEndpoint, PathRoutes, Response
+from spark_watchdog.http.server import JSON, PROMETHEUS_TEXT, HttpEndpoint, PathRoutes, Response
 from spark_watchdog.verdicts import METRIC_LABELS
 
 # The verdict metric's labels: every verdict the table gives one (spark_watchdog/verdicts.py).

@@ -32,7 +32,7 @@ import requests
 
 from spark_watchdog.agent.auth import BearerAuth
 from spark_watchdog.config.secrets import Secret
-from spark_watchdog.http_server import HttpEndpoint, Response, json_response
+from spark_watchdog.http.server import HttpEndpoint, Response, json_response
 from spark_watchdog.lab.cluster import FAULTS, lab_processes
 from spark_watchdog.lab.lab_controller import ControllerProcess
 from spark_watchdog.lab.session import LabSession, signals_ignored

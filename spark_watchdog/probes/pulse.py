@@ -339,7 +339,7 @@ class _Garbage(Exception):
     """The peer broke off its answer: ``garbage``, with this error."""
 
 
-# The head an agent's server writes before a pulse (http_lean.py), read by one
+# The head an agent's server writes before a pulse (http/lean.py), read by one
 # match; any other answer is read header by header.
 _AGENT_HEAD = re.compile(
     rb"HTTP/1\.1 200 OK\r\nServer: [ -~]*\r\nDate: [ -~]*\r\n"

@@ -23,8 +23,8 @@ import requests
 from spark_watchdog.agent.daemon import Agent
 from spark_watchdog.agent.peers import PeerView, PeerWatch
 from spark_watchdog.config.agent import AgentConfig, PeerConfig, PeeringConfig, parse_agent_config
-from spark_watchdog.http_handler import json_response
-from spark_watchdog.http_server import HttpEndpoint
+from spark_watchdog.http.handler import json_response
+from spark_watchdog.http.server import HttpEndpoint
 from spark_watchdog.lab.hardware.vllm_standin import VllmStandin
 from spark_watchdog.lab.ports import free_port
 from spark_watchdog.probes.pulse import (

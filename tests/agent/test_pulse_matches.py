@@ -1,5 +1,5 @@
 """The one-match readers of a pulse exchange read exactly what their general
-readers read: a peer's request (spark_watchdog/http_lean.py ``exact_get``
+readers read: a peer's request (spark_watchdog/http/lean.py ``exact_get``
 against ``lean_get``), the pulse it carries and the one answered
 (probes/pulse.py ``parse_pulse`` against its JSON reading), and the agent's
 answer head (``_complete`` against its header-by-header reading). Each is
@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from spark_watchdog.http_handler import Routes, json_response
-from spark_watchdog.http_lean import exact_get, lean_get
+from spark_watchdog.http.handler import Routes, json_response
+from spark_watchdog.http.lean import exact_get, lean_get
 from spark_watchdog.probes import pulse as pulse_module
 from spark_watchdog.probes.pulse import OwnPulse, PulseClient, parse_pulse, pulse_bytes
 

@@ -28,7 +28,7 @@ from spark_watchdog.config.agent import parse_agent_config
 from spark_watchdog.controller.page_api import PageRoutes
 from spark_watchdog.controller.page_auth import PageAuth
 from spark_watchdog.controller.status_api import StandbyEndpoint
-from spark_watchdog.http_server import HttpEndpoint
+from spark_watchdog.http.server import HttpEndpoint
 from spark_watchdog.lab.hardware import gpu_standin
 from spark_watchdog.lab.hardware.journal_writer import Ending, Fault, boot_entries, write_boot
 from spark_watchdog.lab.hardware.vllm_standin import VllmStandin

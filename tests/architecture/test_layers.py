@@ -27,13 +27,9 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     "spark_watchdog.profiles": ("agent", "controller", "lab", "cli", "config"),
     # The one clock of a process: a foundation, it depends on nothing of ours.
     "spark_watchdog.clock": _ALL_ABOVE,
-    "spark_watchdog.http_server": ("agent", "controller", "lab", "cli"),
-    "spark_watchdog.http_handler": ("agent", "controller", "lab", "cli"),
-    "spark_watchdog.http_framing": ("agent", "controller", "lab", "cli"),
-    "spark_watchdog.http_lean": ("agent", "controller", "lab", "cli"),
+    # The HTTP server, every module of it: foundations only (errors, clock, bearer ...).
+    "spark_watchdog.http": _ALL_ABOVE,
     "spark_watchdog.bearer": ("agent", "controller", "lab", "cli", "config"),
-    "spark_watchdog.http_connection_log": ("agent", "controller", "lab", "cli"),
-    "spark_watchdog.line_budget": ("agent", "controller", "lab", "cli"),
     "spark_watchdog.probes": ("agent", "controller", "lab", "cli", "doctor"),
     "spark_watchdog.power": ("agent", "controller", "lab", "cli", "doctor"),
     "spark_watchdog.history": ("agent", "controller", "lab", "cli", "doctor"),

@@ -193,7 +193,7 @@ def test_the_http_bench_times_polls_beside_a_crowd_of_each_kind() -> None:
     import psutil
 
     from bench import http_under_load
-    from spark_watchdog.http_server import HttpEndpoint, json_response
+    from spark_watchdog.http.server import HttpEndpoint, json_response
 
     server = HttpEndpoint(
         "127.0.0.1",

@@ -16,14 +16,14 @@ from typing import Any
 import pytest
 import requests
 
-from spark_watchdog import http_server
-from spark_watchdog.http_server import (
+from spark_watchdog.http import server as http_server
+from spark_watchdog.http.line_budget import LineBudget
+from spark_watchdog.http.server import (
     MAX_BODY_DEPTH,
     HttpEndpoint,
     Response,
     json_response,
 )
-from spark_watchdog.line_budget import LineBudget
 
 pytestmark = pytest.mark.integration
 

@@ -1,4 +1,4 @@
-"""The plain-GET path (spark_watchdog/http_lean.py) answers byte for byte as
+"""The plain-GET path (spark_watchdog/http/lean.py) answers byte for byte as
 the full request handler does, and leaves every other request to it."""
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from spark_watchdog.http_handler import Exchange, Routes, json_response
-from spark_watchdog.http_lean import lean_get
-from spark_watchdog.http_server import HardenedHTTPServer, PostRoute
+from spark_watchdog.http.handler import Exchange, Routes, json_response
+from spark_watchdog.http.lean import lean_get
+from spark_watchdog.http.server import HardenedHTTPServer, PostRoute
 
 CALLS: list[str] = []
 
@@ -160,7 +160,7 @@ def test_a_post_running_when_the_server_shuts_down_is_still_answered(
     """The page's step-down ends the lease the controller's server goes down
     with: the person who pressed it hears the answer. Without the drain, the
     connection is cut unanswered."""
-    from spark_watchdog import http_server
+    from spark_watchdog.http import server as http_server
 
     if not drain:
         monkeypatch.setattr(http_server, "SHUTDOWN_DRAIN_S", 0.0)

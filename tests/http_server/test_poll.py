@@ -1,11 +1,11 @@
-"""The server loop's epoll (spark_watchdog/http_poll.py): what it hands back
+"""The server loop's epoll (spark_watchdog/http/poll.py): what it hands back
 for each descriptor, and a hang-up seen by the reader and the writer alike."""
 
 from __future__ import annotations
 
 import socket
 
-from spark_watchdog.http_poll import READ, WRITE, Poller
+from spark_watchdog.http.poll import READ, WRITE, Poller
 
 
 def test_each_ready_descriptor_comes_back_with_its_data_and_events() -> None:

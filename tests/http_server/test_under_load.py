@@ -20,9 +20,9 @@ from typing import Any
 import pytest
 import requests
 
-from spark_watchdog import http_server
-from spark_watchdog.http_framing import MAX_HEAD_BYTES
-from spark_watchdog.http_server import HttpEndpoint, PostRoute, Response, json_response
+from spark_watchdog.http import server as http_server
+from spark_watchdog.http.framing import MAX_HEAD_BYTES
+from spark_watchdog.http.server import HttpEndpoint, PostRoute, Response, json_response
 
 pytestmark = pytest.mark.integration
 

@@ -22,7 +22,7 @@ from spark_watchdog.controller.page_actions import Unavailable, run_on_loop
 from spark_watchdog.controller.page_api import PageRoutes
 from spark_watchdog.controller.page_auth import PageAuth
 from spark_watchdog.history.store import HistoryStore
-from spark_watchdog.http_server import Request
+from spark_watchdog.http.server import Request
 
 TOKEN = "unit-page-token"
 

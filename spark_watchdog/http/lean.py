@@ -6,7 +6,7 @@ the controller's poll of ``/v1/state`` every second, each peer's
 head through the email package, and the server parsed it once more to frame
 it; for a pulse that was most of the agent's cost of answering. A head that
 is plainly such a request is answered here with the same bytes
-:class:`~spark_watchdog.http_handler.Exchange` would write; anything else
+:class:`~spark_watchdog.http.handler.Exchange` would write; anything else
 (another method or version, a query, a header that changes the answer:
 ``Connection`` other than keep-alive, ``Expect``; a folded or malformed
 header line; a server whose ``paths_of`` screens requests) returns None and
@@ -30,7 +30,7 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 
-from spark_watchdog.http_handler import Route, Routes, json_response
+from spark_watchdog.http.handler import Route, Routes, json_response
 
 log = logging.getLogger("spark_watchdog.http")
 
@@ -65,7 +65,7 @@ _date_line = _DateLine()
 
 def lean_get(head: bytes, routes: Routes, address: Any = None) -> bytes | None:
     """The answer to ``head`` (a whole request head, as framed by
-    :func:`~spark_watchdog.http_framing.scan_head`) when it is a plain
+    :func:`~spark_watchdog.http.framing.scan_head`) when it is a plain
     ``GET <route> HTTP/1.1`` that keeps its connection; None for the full path.
     ``address``: the client's, for ``routes.pulse_in``."""
     if routes.paths_of is not None:

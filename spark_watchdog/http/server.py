@@ -4,7 +4,7 @@ controls, :mod:`spark_watchdog.agent.daemon`; the controller's ``/v1/status``,
 :mod:`spark_watchdog.controller.status_api`; the lab's control endpoint).
 
 One thread serves every connection, event-driven (epoll:
-:mod:`spark_watchdog.http_poll`): a connection that is open and silent, or sends a byte a second, or
+:mod:`spark_watchdog.http.poll`): a connection that is open and silent, or sends a byte a second, or
 reads its answer a byte a second, costs a socket and a few hundred bytes,
 never a thread, so a thousand of them do not keep the controller's poll
 waiting (docs/design.md, "The HTTP servers"). The routes only read snapshots
@@ -25,8 +25,8 @@ What a connection may hold, and for how long:
   answered and answers not yet taken; past that the one holding the most is
   closed.
 
-Parsing, routes and the JSON errors are :mod:`spark_watchdog.http_handler`;
-where a head ends, :mod:`spark_watchdog.http_framing`. A POST runs on a
+Parsing, routes and the JSON errors are :mod:`spark_watchdog.http.handler`;
+where a head ends, :mod:`spark_watchdog.http.framing`. A POST runs on a
 thread of its own (at most ``MAX_ROUTE_THREADS`` at once), so a serving stop
 that waits for a process group never holds up the agent's event loop or a
 scrape; so does a GET that the caller's path routes say waits on something
@@ -52,11 +52,11 @@ from collections.abc import Callable
 from typing import Any
 
 from spark_watchdog.errors import WatchdogError
-from spark_watchdog.http_connection_log import BROKEN_LOG_BURST as BROKEN_LOG_BURST
-from spark_watchdog.http_connection_log import BROKEN_LOG_WINDOW_S as BROKEN_LOG_WINDOW_S
-from spark_watchdog.http_connection_log import ConnectionLog, peer
-from spark_watchdog.http_framing import MAX_HEAD_BYTES, Scan, scan_head
-from spark_watchdog.http_handler import (
+from spark_watchdog.http.connection_log import BROKEN_LOG_BURST as BROKEN_LOG_BURST
+from spark_watchdog.http.connection_log import BROKEN_LOG_WINDOW_S as BROKEN_LOG_WINDOW_S
+from spark_watchdog.http.connection_log import ConnectionLog, peer
+from spark_watchdog.http.framing import MAX_HEAD_BYTES, Scan, scan_head
+from spark_watchdog.http.handler import (
     JSON,
     MAX_BODY_BYTES,
     MAX_BODY_DEPTH,
@@ -75,8 +75,8 @@ from spark_watchdog.http_handler import (
     json_nesting,
     json_response,
 )
-from spark_watchdog.http_lean import exact_get, lean_answer
-from spark_watchdog.http_poll import READ, WRITE, Poller
+from spark_watchdog.http.lean import exact_get, lean_answer
+from spark_watchdog.http.poll import READ, WRITE, Poller
 
 __all__ = [
     "JSON",

@@ -1,6 +1,6 @@
 """Where a request's head ends in the bytes a connection has sent so far.
 
-The HTTP server (:mod:`spark_watchdog.http_server`) reads every connection
+The HTTP server (:mod:`spark_watchdog.http.server`) reads every connection
 without blocking and keeps what has arrived; this tells it whether to wait for
 more, to hand the bytes to the request handler, or to refuse a head that will
 never fit. The limits are http.server's own (a line of at most 65,536 bytes,

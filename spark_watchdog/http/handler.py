@@ -1,7 +1,7 @@
 """One HTTP request, already read whole, answered: http.server's parsing and
 errors over bytes in memory, the caller's routes, and JSON for every error.
 
-The server (:mod:`spark_watchdog.http_server`) owns the sockets and hands
+The server (:mod:`spark_watchdog.http.server`) owns the sockets and hands
 this module a request only once its head (and, for a POST it will serve, its
 body) is in, so nothing here waits on a client. GET and HEAD routes run on
 the server's thread and only read snapshots the caller has already built;
@@ -145,9 +145,9 @@ class Routes:
     authorize: Authorize | None = None
     # Routes that match their paths themselves (None: none).
     paths_of: PathRoutes | None = None
-    # Where a plain GET's ``Pulse`` header goes (http_lean.py; None: ignored).
+    # Where a plain GET's ``Pulse`` header goes (http/lean.py; None: ignored).
     pulse_in: PulseIn | None = None
-    # The last small answer of each path, kept by http_lean.py to send again.
+    # The last small answer of each path, kept by http/lean.py to send again.
     answered: dict[str, tuple[bytes, bytes, int, str, bytes]] = field(
         default_factory=dict, compare=False, repr=False
     )

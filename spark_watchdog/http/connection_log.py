@@ -1,6 +1,6 @@
-"""What the HTTP server (spark_watchdog/http_server.py) says about its
+"""What the HTTP server (spark_watchdog/http/server.py) says about its
 connections: broken, refused, evicted, slow, or failed by a bug. Each kind
-has a line budget of its own (spark_watchdog/line_budget.py), so a flood of
+has a line budget of its own (spark_watchdog/http/line_budget.py), so a flood of
 hostile or broken clients costs the journal a few lines a minute."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import errno
 import logging
 from typing import Any
 
-from spark_watchdog.line_budget import LineBudget
+from spark_watchdog.http.line_budget import LineBudget
 
 log = logging.getLogger("spark_watchdog.http")
 
