@@ -21,9 +21,10 @@ holds its SSH and agent ports while its outlet is off and a connection to
 them times out (on loopback a free port would refuse, and a refusal is what a
 live kernel sends). Short of a power cut, a node's services can be stopped
 and started on their own (:meth:`LabNode.set_services`): a planned reboot
-(:meth:`LabCluster.shut_down`, then :meth:`LabCluster.boot_again`) and a
-wedged agent (:meth:`LabCluster.wedge_agent`) are played that way, and a
-person can switch an outlet at the PDU itself (:meth:`LabCluster.switch_by_hand`).
+(:meth:`HostLife.shut_down`, then :meth:`HostLife.boot_again`) and a wedged
+agent (:meth:`HostLife.wedge_agent`) are played that way (``LabCluster.hosts``,
+lab/host_life.py, with the power cuts and forced reboots), and a person can
+switch an outlet at the PDU itself (:meth:`LabCluster.switch_by_hand`).
 
 A node's rank runs in one of three ways (``serving``, :data:`SERVING`): a
 process the agent forks (``process``); a container the agent creates on a
@@ -47,7 +48,6 @@ import functools
 import secrets
 import signal
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -62,15 +62,14 @@ from spark_watchdog.lab.faults import FAULTS as FAULTS
 from spark_watchdog.lab.faults import MEM_COLLAPSE_RATE as MEM_COLLAPSE_RATE
 from spark_watchdog.lab.hardware import gpu_standin, lab_sshd
 from spark_watchdog.lab.hardware.host_process import HostProcess
-from spark_watchdog.lab.hardware.journal_writer import Fault, shutdown_lines
+from spark_watchdog.lab.hardware.journal_writer import Fault
 from spark_watchdog.lab.hardware.lab_sshd import LabSshKeys
 from spark_watchdog.lab.hardware.pdu_standin import (
     PduStandinThread,
 )
 from spark_watchdog.lab.hardware.real_vllm import RealHead
-from spark_watchdog.lab.hardware.sim_host import CLEAN_SHUTDOWN_MARK
+from spark_watchdog.lab.host_life import HostLife
 from spark_watchdog.lab.host_tree import (
-    halt_host,
     host_tree,
     live_rank,
     signal_processes,
@@ -85,11 +84,11 @@ from spark_watchdog.lab.lab_configs import LabTimings as LabTimings
 from spark_watchdog.lab.lab_configs import agent_config, controller_config, rank_command
 from spark_watchdog.lab.lab_pdu import outlet_commands, start_pdu, switch_over_snmp, wait_for_outlet
 from spark_watchdog.lab.netns import Link
-from spark_watchdog.lab.node import FrozenAgent, LabNode
+from spark_watchdog.lab.node import LabNode
 from spark_watchdog.lab.node_hardware import MEM_COLLAPSE_FLOOR as MEM_COLLAPSE_FLOOR
 from spark_watchdog.lab.node_hardware import MEM_RELEASED_BYTES as MEM_RELEASED_BYTES
 from spark_watchdog.lab.node_hardware import collapse_memory, reset_hardware, restore_memory
-from spark_watchdog.lab.node_journal import append_journal, append_kernel_lines
+from spark_watchdog.lab.node_journal import append_kernel_lines
 from spark_watchdog.lab.node_setup import (
     host_argv,
     install_nvml_standin,
@@ -103,9 +102,6 @@ from spark_watchdog.lab.sweep import LAB_ENV as LAB_ENV
 from spark_watchdog.lab.sweep import lab_processes as lab_processes
 from spark_watchdog.lab.sweep import sweep
 from spark_watchdog.power.base import PowerState
-
-# How long a forced reboot keeps the host dark before its boot starts.
-FORCED_REBOOT_DARK_S = 2.0
 
 
 @dataclass
@@ -136,6 +132,13 @@ class LabCluster:
     serving_mode: str = "process"
     containers: RankContainers | None = None
     _stopped: bool = False
+    # Each node's host going down and coming back (lab/host_life.py).
+    hosts: HostLife = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.hosts = HostLife(
+            self.nodes, self.tree, self._event, lambda: self._stopped, self.host_memory
+        )
 
     # -- set-up -------------------------------------------------------------
 
@@ -162,51 +165,14 @@ class LabCluster:
             join_fabric(self.nodes, self.lab_id[:6], self._agent_config)
         if self.containers is not None and self.serving_mode == "launcher":
             self.containers.write_recipe(self.nodes, self._rank_command)
-        self.pdu = start_pdu(self.vendor, self.nodes, self._outlet_changed)
+        self.pdu = start_pdu(self.vendor, self.nodes, self.hosts.outlet_changed)
         for node in self.nodes:
             assert node.host is not None
             node.host.power_on()
         if self.ssh_keys is not None:
-            threading.Thread(target=self._watch_reboots, name="lab-reboots", daemon=True).start()
+            reboots = self.hosts.watch_reboots
+            threading.Thread(target=reboots, name="lab-reboots", daemon=True).start()
         return self
-
-    def _watch_reboots(self) -> None:
-        """Act out each forced reboot a node's sshd was asked for (lab_sshd)."""
-        while not self._stopped:
-            for node in self.nodes:
-                command = lab_sshd.take_request(node.directory)
-                if command is not None and not self._stopped:
-                    if "halt" in command:
-                        self._event(f"{node.name}: halt requested over ssh")
-                        self.shut_down(node)  # and stays down: no boot_again
-                        node.go_dark()  # halted: its ports time out, like a frozen machine
-                    else:
-                        self.forced_reboot(node)
-            time.sleep(0.2)
-
-    def forced_reboot(self, node: LabNode) -> None:
-        """sysrq's restart: the host drops at once (its ports go dark, nothing
-        says goodbye) and boots again with a new boot id, the outlet untouched."""
-        assert node.host is not None
-        if self._stopped:
-            return
-        self._event(f"{node.name}: forced reboot requested over ssh: the host drops now")
-        self._stop_frozen_agent(node)
-        self._signal_tree(node, signal.SIGKILL)
-        node.host.power(PowerState.OFF)
-        node.go_dark()
-        node.forced_reboots += 1
-        node.rebooting_forced = True
-
-        def come_back() -> None:
-            if not self._stopped:
-                node.light_up()  # before the boot, which binds the ports again
-                assert node.host is not None
-                node.host.power(PowerState.ON)
-
-        timer = threading.Timer(FORCED_REBOOT_DARK_S, come_back)
-        timer.daemon = True
-        timer.start()
 
     def environment(self) -> dict[str, str]:
         """The environment of every process the lab starts (lab/node_setup.py)."""
@@ -227,23 +193,13 @@ class LabCluster:
         node.host = HostProcess(
             host_argv(node, self.environment()),
             boot_seconds=self.timings.boot_seconds,
-            on_boot=functools.partial(self._booted, node),
+            on_boot=functools.partial(self.hosts.booted, node),
         )
         return node
 
     def partition(self, node: LabNode, cut: bool = True, link: Link = "both") -> None:
         """Cut (or restore) the node's management or fabric link, or both (lab/netns.py)."""
         netns.set_link(node, up=not cut, link=link)
-
-    def _booted(self, node: LabNode, pid: int) -> None:
-        node.boots += 1
-        if node.boots > 1:
-            reset_hardware(node, self.host_memory)
-            how = "restarting after its shutdown" if node.planned_reboot else "powered on"
-            if node.rebooting_forced:
-                how = "restarting after its forced reboot"
-            node.planned_reboot = node.rebooting_forced = False
-            self._event(f"{node.name} {how}: booting (boot {node.boots})")
 
     def _event(self, text: str) -> None:
         if self.on_event is not None and not self._stopped:
@@ -255,20 +211,6 @@ class LabCluster:
 
     def _agent_config(self, node: LabNode) -> dict[str, Any]:
         return agent_config(self, node)
-
-    def _outlet_changed(self, outlet: int, state: PowerState) -> None:
-        for node in self.nodes:
-            if node.outlet == outlet and node.host is not None:
-                if state is PowerState.OFF:
-                    node.powered_off_at = time.monotonic()
-                    self._stop_frozen_agent(node)  # a wedged agent dies with the rest
-                    self._signal_tree(node, signal.SIGKILL)
-                    self._event(f"{node.name} lost power (outlet {outlet} off): tree killed")
-                    node.host.power(state)
-                    node.go_dark()
-                else:
-                    node.light_up()  # before the boot, which binds the ports again
-                    node.host.power(state)
 
     def tree(self, node: LabNode) -> list[psutil.Process]:
         """Every process of the simulated host, its rank's container's too."""
@@ -351,59 +293,6 @@ class LabCluster:
         self.pdu.call(lambda: standin.switch_by_hand(node.outlet, on))
         wait_for_outlet(standin, node.outlet, wanted, timeout)
 
-    def shut_down(self, node: LabNode) -> None:
-        """The first half of a planned reboot, as it looks from outside; the
-        outlet stays on and nothing goes through the PDU.
-
-        sshd and the agent stop (SIGTERM: the agent exits; the SSH port then
-        refuses connections), the journal records an orderly shutdown ending
-        in journald's "Journal stopped", and the host halts: what is left of
-        the boot (the vLLM rank, which the agent leaves running) is killed.
-        Until :meth:`boot_again` nothing listens on the node's ports: on
-        loopback they refuse, like a host between its sshd stopping and its
-        reboot.
-        """
-        assert node.host is not None
-        doomed = self.tree(node)  # the rank too, while the agent is still its parent
-        node.set_services(agent=False, ssh=False)
-        append_journal(node, shutdown_lines)
-        halt_host(node.host, doomed)
-        (node.directory / CLEAN_SHUTDOWN_MARK).write_text("")
-        node.planned_reboot = True
-        self._event(f"{node.name} shut down for a reboot (outlet {node.outlet} still on)")
-
-    def boot_again(self, node: LabNode) -> None:
-        """The second half of a planned reboot: the host starts again after
-        ``boot_seconds`` with a new boot id, a new journal file (its previous
-        boot ended cleanly) and its agent and SSH stand-in running."""
-        assert node.host is not None
-        node.host.power_on()
-
-    def wedge_agent(self, node: LabNode) -> dict[str, Any]:
-        """Replace the node's agent by a :class:`FrozenAgent` serving its
-        current snapshot; the host and its SSH stand-in carry on. Returns the
-        frozen snapshot."""
-        if node.netns is not None:
-            raise ValueError("wedge_agent needs nodes on loopback (not lab up --netns)")
-        if node.frozen_agent is not None:
-            raise ValueError(f"{node.name}'s agent is already wedged")
-        answer = requests.get(f"{node.agent_url}/v1/state", timeout=5)
-        answer.raise_for_status()
-        snapshot = answer.json()
-        node.set_services(agent=False, ssh=True)
-        node.frozen_agent = FrozenAgent(node.address, node.agent_port, answer.content).start()
-        return snapshot if isinstance(snapshot, dict) else {}
-
-    def unwedge_agent(self, node: LabNode) -> None:
-        """The frozen stand-in goes, the real agent starts again (same boot)."""
-        self._stop_frozen_agent(node)
-        node.set_services(agent=True, ssh=True)
-
-    def _stop_frozen_agent(self, node: LabNode) -> None:
-        frozen, node.frozen_agent = node.frozen_agent, None
-        if frozen is not None:
-            frozen.stop()
-
     def vllm_mode(self, mode: str) -> None:
         """The stand-in head's mode (nothing for a real head)."""
         head = self.nodes[0]
@@ -431,8 +320,8 @@ class LabCluster:
         reboots, as after the fault: its agent's post-boot check finds it."""
         node.clock_latched = True
         gpu_standin.write_mode(node.directory, "latched")
-        self.shut_down(node)
-        self.boot_again(node)
+        self.hosts.shut_down(node)
+        self.hosts.boot_again(node)
 
     def gpu_hang(self, node: LabNode, hang: bool = True) -> None:
         if hang:
@@ -487,7 +376,7 @@ class LabCluster:
         for node in self.nodes:
             node.mem_generation += 1
             with contextlib.suppress(Exception):
-                self._stop_frozen_agent(node)
+                self.hosts.stop_frozen_agent(node)
             self._signal_tree(node, signal.SIGKILL)
             if node.host is not None:
                 node.host.power_off()

@@ -229,7 +229,8 @@ class FrozenAgent:
     serve what its loop last published, and a signal stops or ends the whole
     process, threads and all. So the lab stops the real agent (SIGTERM) and
     serves its last snapshot, frozen, on the agent's port, in the lab's own
-    process; :meth:`LabCluster.unwedge_agent` starts the real agent again.
+    process; :meth:`HostLife.unwedge_agent` (lab/host_life.py) starts the real
+    agent again.
     """
 
     def __init__(self, address: str, port: int, state: bytes, bind_timeout: float = 10.0) -> None:

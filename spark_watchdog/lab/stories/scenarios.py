@@ -319,9 +319,9 @@ def _reboot(run: Run) -> None:
         f"{node.name} reboots as planned: its agent gets SIGTERM and exits, its SSH port "
         f"refuses for {down_s:g}s (freeze_after is {freeze_after:g}s), then a new boot",
     )
-    run.lab.shut_down(node)
+    run.lab.hosts.shut_down(node)
     verdicts.watch(max(0.0, down_s - (time.time() - run.injected_at)))
-    run.lab.boot_again(node)
+    run.lab.hosts.boot_again(node)
     run.session.say(f"{node.name} boots again after {time.time() - run.injected_at:.1f}s down")
 
     def back() -> bool:
@@ -372,7 +372,7 @@ def _stuck_agent(run: Run) -> None:
     node = pick_target(run, None, 1)
     verdicts = Verdicts(run, node)
     verdicts.poll()
-    snapshot = run.lab.wedge_agent(node)
+    snapshot = run.lab.hosts.wedge_agent(node)
     run.begin(
         "stuck-agent",
         node,
@@ -383,7 +383,7 @@ def _stuck_agent(run: Run) -> None:
     try:
         expect_verdict_holds(run, verdicts, "agent_down", alert_within=15)
     finally:
-        run.lab.unwedge_agent(node)
+        run.lab.hosts.unwedge_agent(node)
         verdicts.note()
     run.result.detected_after_s = verdicts.after_injection("agent_down")
     run.result.outcome = "agent_down" if "agent_down" in verdicts.seen else "not_detected"
