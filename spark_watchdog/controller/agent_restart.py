@@ -1,6 +1,7 @@
 """agent_down: the host answers SSH but its agent does not. An alert, and a
 restart of the agent over SSH in the background, at most once per
-``AGENT_RESTART_COOLDOWN_S`` per node (docs/design.md, "Verdicts")."""
+``AGENT_RESTART_COOLDOWN_S`` per node (docs/design.md, "Verdicts"): what
+controller/decisions.py decides from ``cooling`` and ``running``."""
 
 from __future__ import annotations
 
@@ -41,15 +42,18 @@ class AgentRestarts:
         self.io = io
         self.tasks: dict[str, asyncio.Task[None]] = {}
 
+    def cooling(self, watch: NodeWatch, now: float) -> bool:
+        """The node's agent was restarted within the cooldown."""
+        return now - watch.last_agent_restart < AGENT_RESTART_COOLDOWN_S
+
+    def running(self, node: str) -> bool:
+        task = self.tasks.get(node)
+        return task is not None and not task.done()
+
     def restart(self, watch: NodeWatch) -> None:
-        """Alert, and restart the node's agent over SSH in the background (cooldown)."""
-        now = self.clock.monotonic()
-        if now - watch.last_agent_restart < AGENT_RESTART_COOLDOWN_S:
-            return
-        running = self.tasks.get(watch.name)
-        if running is not None and not running.done():
-            return
-        watch.last_agent_restart = now
+        """Alert, and restart the node's agent over SSH in the background
+        (controller/decisions.py decided it may: no restart running, none cooling)."""
+        watch.last_agent_restart = self.clock.monotonic()
         self.notifier.send(
             Event("agent_down", f"{watch.name}: {watch.finding.summary}", watch.name)
         )

@@ -35,26 +35,24 @@ from spark_watchdog.controller import incident_log, unlatch, wedged
 from spark_watchdog.controller.agent_restart import AgentRestarts
 from spark_watchdog.controller.budgets import Budgets
 from spark_watchdog.controller.crew import Crew
+from spark_watchdog.controller.decisions import ClusterView, needs, plan
 from spark_watchdog.controller.detector import DetectionPolicy, Verdict
 from spark_watchdog.controller.freeze_path import FreezePath
+from spark_watchdog.controller.hands import Hands
 from spark_watchdog.controller.holds import Holds
 from spark_watchdog.controller.incident_log import Resolution
 from spark_watchdog.controller.io import ControllerIO
 from spark_watchdog.controller.ladder_tasks import UnlatchLadders, WedgedLadders
 from spark_watchdog.controller.ledger import HistoryUnwritable, Ledger
 from spark_watchdog.controller.monitor import Monitor
-from spark_watchdog.controller.node_states import NodeEvent, NodeState
 from spark_watchdog.controller.node_watch import NodeWatch, watch_json
 from spark_watchdog.controller.notify import Event, Notifier
-from spark_watchdog.controller.parts import Ladder, Parts, Work
-from spark_watchdog.controller.planner import (
-    ACTED_ON,
-    Decision,
-    Step,
-    decide,
-)
+from spark_watchdog.controller.parts import Parts, Work
+from spark_watchdog.controller.planner import QUIET_STEPS, Step
 from spark_watchdog.controller.power_actions import PowerActions
 from spark_watchdog.controller.serving_policy import ServingRestarts
+from spark_watchdog.controller.views import cluster_view, history_reads, node_view
+from spark_watchdog.controller.watcher_doubt import WatcherDoubt
 from spark_watchdog.errors import WatchdogError
 from spark_watchdog.history.instance_lock import InstanceLock
 from spark_watchdog.history.records import Incident
@@ -100,6 +98,8 @@ class Controller:
         now, late_after = self.clock.monotonic(), self.policy.late_after
         self.watches = {n.name: NodeWatch(n, now, late_after=late_after) for n in config.nodes}
         self._assemble()
+        self.doubt = WatcherDoubt.of(config.detection)  # its loop's stalls (watcher_doubt.py)
+        self._doubted: str | None = None  # why it doubts its view, when it alerted
         self.ticks = 0
         self._tick_started = 0.0
         self.last_sweep_s = 0.0
@@ -136,6 +136,7 @@ class Controller:
             self.power,
             self.work,
         )
+        self.parts = parts
         self.serving = ServingRestarts(parts)
         self.crew = Crew.of(parts, self.serving)
         # A frozen host's incident and its ladder (controller/freeze_path.py).
@@ -145,20 +146,30 @@ class Controller:
         self.agent_restarts = AgentRestarts(
             config, self.ledger, self.notifier, self.clock, self.io, self.fence.check_leading
         )
+        # What carries out each decision (controller/hands.py).
+        self.hands = Hands(
+            self.freeze, self.holds, self.agent_restarts, self.serving, self.wedged, self.unlatch
+        )
 
     # -- the loop ---------------------------------------------------------
 
     async def tick(self) -> None:
         self._tick_started = self.clock.monotonic()
+        self.doubt.tick_started(self._tick_started)
         for watch, before in await self.monitor.sweep():
             self._verdict_changed(watch, before)
+        now = self.clock.monotonic()
+        self.doubt.sweep_took(now - self._tick_started, now)
         if self.fence.deposed():
             return  # a pair's lost lease: it decides and starts nothing more (controller/pair.py)
         await self.holds.sync()
         await self.serving.sync_profile()
         await self.holds.check_breaker()
+        cluster = cluster_view(*self._cluster_parts())
+        self._tell_doubt(cluster)
         for watch in self.watches.values():
-            await self._act(watch)
+            if await self._act(watch, cluster):
+                cluster = cluster_view(*self._cluster_parts())
             self._tell_unreachable(watch)
         await self.freeze.refresh_offenders()
         for watch in self.watches.values():
@@ -168,6 +179,18 @@ class Controller:
         self.ticks += 1
         self.last_sweep_s = self.clock.monotonic() - self._tick_started
         self.published = self.status_json()
+
+    def _cluster_parts(self) -> tuple[Parts, ServingRestarts, WatcherDoubt, float]:
+        return self.parts, self.serving, self.doubt, self.policy.late_after
+
+    def _tell_doubt(self, cluster: ClusterView) -> None:
+        """One alert when the controller begins to doubt its own view
+        (controller/watcher_doubt.py); another only after it trusted it again."""
+        doubt = cluster.stalled or cluster.all_silent
+        if doubt is not None and self._doubted is None:
+            log.warning("%s", doubt)
+            self.notifier.send(Event("watcher_in_doubt", doubt))
+        self._doubted = doubt
 
     def _verdict_changed(self, watch: NodeWatch, before: Verdict) -> None:
         finding = watch.finding
@@ -219,83 +242,31 @@ class Controller:
             )
         )
 
-    async def _act(self, watch: NodeWatch) -> None:
-        """Monitor, decide, act for one node: settle what the last answers
-        settle, leave a node something already runs for, resume an incident
-        nothing runs, else carry out the decision."""
+    async def _act(self, watch: NodeWatch, cluster: ClusterView) -> bool:
+        """Settle what the last answers settle, then carry out what
+        controller/decisions.py decides for the node, in order. True when
+        something was done that the cluster's view must be read again for."""
         if self.fence.deposed():
-            return  # lost in the middle of this tick: start and resume nothing (pair.py)
-        await self.unlatch.answer(watch)
+            return False  # lost in the middle of this tick: start and resume nothing (pair.py)
         self.serving.settle_guard_kill(watch)
         watch.expire_expected_reboot(self.clock.monotonic(), self.policy.boot_timeout)
-        if await self._occupied(watch):
-            return
-        if watch.incident_id is not None:
-            # Ours, open, and nothing runs it (paused while the history could
-            # not be written): resume it from its record, as after a restart.
-            with contextlib.suppress(HistoryUnwritable):
-                await self.freeze.resume_incident(watch, watch.incident_id)
-            return
-        decision = await self._decide(watch)
-        if decision is None:
-            return
-        try:
-            await self._carry_out(watch, decision)
-        except HistoryUnwritable as exc:
-            # Nothing that needed a record happened; the next tick decides again.
-            log.warning("%s: %s not carried out: %s", watch.name, decision.step.value, exc)
-
-    async def _occupied(self, watch: NodeWatch) -> bool:
-        """Something already has the node: a ladder (a silent host's wedged
-        ladder is handed to the freeze path here), a state only a ladder
-        leaves, or a kill of its rank answered this very tick."""
-        kills = watch.kills_of(watch.finding.verdict)
-        if kills is not None and kills.pending is None:
-            return True  # answered just now: the next tick judges the node afresh
-        if self.work.running_for(Ladder.FENCING, watch.name):
-            return True
-        if await self.wedged.busy_with(watch):
-            return True
-        return watch.state is not NodeState.WATCHING
-
-    async def _decide(self, watch: NodeWatch) -> Decision | None:
-        """The planner's decision with the guards from the history; None when
-        there is nothing to decide (or it cannot be decided safely now)."""
-        verdict = watch.finding.verdict
-        if verdict is Verdict.HOST_FROZEN and self.ledger.problem:
-            # Holds rather than acts blind: nothing unrecorded touches power.
-            await self.holds.hold(
-                watch, f"history unwritable: {self.ledger.problem}", NodeEvent.HOLD, record=False
-            )
-            return None
-        if verdict not in ACTED_ON:
-            watch.dry_run_incident = None  # the next freeze is a new dry-run incident
-            return None  # nothing to decide: skip the history reads
-        if watch.kills_of(verdict) is not None and await self.serving.kill_recorded(watch):
-            return None
-        try:
-            guards = await self.power.guards(watch)
-        except HistoryUnwritable:
-            return None
-        return decide(watch.state, watch.finding, guards)
-
-    async def _carry_out(self, watch: NodeWatch, decision: Decision) -> None:
-        verdict = watch.finding.verdict
-        if decision.step is Step.FENCE:
-            await self.freeze.start(watch)
-        elif decision.step is Step.RECORD_DRY_RUN:
-            await self.freeze.record_dry_run(watch, decision.reason)
-        elif decision.step is Step.HOLD:
-            assert decision.event is not None
-            await self.holds.hold(watch, decision.reason, decision.event, by_controller=True)
-        elif decision.step is Step.RESTART_AGENT:
-            self.agent_restarts.restart(watch)
-        elif decision.step is Step.RESTART_SERVING:
-            self.serving.maybe_restart(watch)
-        elif decision.step is Step.UNWEDGE:
-            await self.wedged.start(watch)
-        elif verdict is not Verdict.HOST_FROZEN:
-            watch.dry_run_incident = None
+        node = node_view(watch, self.parts, self.agent_restarts)
+        reads = await history_reads(watch, needs(node, cluster), self.power, self.serving)
+        steps = plan(node, cluster, reads)
+        changed = False
+        for decision in steps:
+            if decision.step not in QUIET_STEPS:
+                changed = True
+            try:
+                await self.hands.carry_out(watch, decision)
+            except HistoryUnwritable as exc:
+                # Nothing that needed a record happened; the next tick decides again.
+                log.warning("%s: %s not carried out: %s", watch.name, decision.step.value, exc)
+                return True
+        if any(d.step is Step.HAND_TO_POWER for d in steps):
+            # The freeze path has the node now: decided again at once, not a tick later.
+            return await self._act(watch, cluster_view(*self._cluster_parts()))
+        return changed
 
     # -- start, resume, run -----------------------------------------------
 

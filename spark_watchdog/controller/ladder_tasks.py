@@ -15,11 +15,10 @@ from typing import Any
 
 from spark_watchdog.controller import incident_log, unlatch, wedged
 from spark_watchdog.controller.crew import Crew
-from spark_watchdog.controller.detector import Verdict
 from spark_watchdog.controller.incident_log import Resolution, close_dry_run
 from spark_watchdog.controller.ladder import open_incident
 from spark_watchdog.controller.ledger import HistoryUnwritable
-from spark_watchdog.controller.node_states import NodeEvent, NodeState
+from spark_watchdog.controller.node_states import NodeEvent
 from spark_watchdog.controller.node_watch import NodeWatch
 from spark_watchdog.controller.notify import Event
 from spark_watchdog.controller.parts import Ladder
@@ -37,22 +36,18 @@ class WedgedLadders:
         # The incident each node's ladder runs for (its task: host.work).
         self._incidents: dict[str, int] = {}
 
-    async def busy_with(self, watch: NodeWatch) -> bool:
-        """A ladder runs for the node: leave it be, unless the host went
-        silent, which the freeze path takes over."""
+    async def hand_over(self, watch: NodeWatch) -> None:
+        """The host went silent during its ladder: the ladder stops and the
+        freeze path takes the node (controller/decisions.py decided it)."""
         task = self.host.work.task(Ladder.UNWEDGING, watch.name)
-        if task is None or task.done():
-            return False
         incident_id = self._incidents[watch.name]
-        if watch.finding.verdict is not Verdict.HOST_FROZEN:
-            return True
         watch.leave_ladder(incident_id, NodeEvent.HANDED_TO_POWER)
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError, HistoryUnwritable):
-            await task
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, HistoryUnwritable):
+                await task
         with contextlib.suppress(HistoryUnwritable):
             await wedged.hand_over(self.host, watch, incident_id, None)
-        return False
 
     async def start(self, watch: NodeWatch) -> None:
         host, ledger = self.host, self.host.ledger
@@ -125,57 +120,41 @@ class UnlatchLadders:
     def __init__(self, host: Crew) -> None:
         self.host = host
 
-    async def answer(self, watch: NodeWatch) -> None:
-        """A boot whose GPU the agent found clock-latched: one critical alert, and
-        with policy.clock_latch_off_seconds the unlatch ladder (a clean halt, then
-        the power path's long cut: controller/unlatch.py), started once per boot
-        when the node is free: watching, no incident, no other node unlatching."""
+    def alert(self, watch: NodeWatch) -> None:
+        """A boot whose GPU the agent found clock-latched: one critical alert
+        (with policy.clock_latch_off_seconds, the unlatch ladder follows when
+        the node is free: controller/decisions.py)."""
         host = self.host
         boot = watch.clock_latched_boot
-        if boot is None:
-            return
+        watch.clock_latch_alerted = boot
         acting = host.config.policy.clock_latch_off_seconds > 0
-        if watch.clock_latch_alerted != boot:
-            watch.clock_latch_alerted = boot
-            check = (watch.snapshot or {}).get("gpu_clock_check")
-            evidence = dict(check) if isinstance(check, dict) else {}
-            then = (
-                "the controller halts it and holds its AC off "
-                f"{unlatch.off_seconds(host.config):g}s"
-                if acting and not host.config.guards.dry_run
-                else "cut its AC for a few minutes (a reboot does not clear it)"
+        check = (watch.snapshot or {}).get("gpu_clock_check")
+        evidence = dict(check) if isinstance(check, dict) else {}
+        then = (
+            f"the controller halts it and holds its AC off {unlatch.off_seconds(host.config):g}s"
+            if acting and not host.config.guards.dry_run
+            else "cut its AC for a few minutes (a reboot does not clear it)"
+        )
+        host.notifier.send(
+            Event(
+                "clock_latched",
+                f"{watch.name}: GPU clock latched on boot {boot} (busy, never above "
+                f"{evidence.get('max_busy_sm_clock_mhz')} MHz of a "
+                f"{evidence.get('floor_mhz')} MHz floor): the illegal memory access is "
+                f"likely to return; {then}",
+                watch.name,
+                None,
+                {"boot_id": boot, "check": evidence},
             )
-            host.notifier.send(
-                Event(
-                    "clock_latched",
-                    f"{watch.name}: GPU clock latched on boot {boot} (busy, never above "
-                    f"{evidence.get('max_busy_sm_clock_mhz')} MHz of a "
-                    f"{evidence.get('floor_mhz')} MHz floor): the illegal memory access is "
-                    f"likely to return; {then}",
-                    watch.name,
-                    None,
-                    {"boot_id": boot, "check": evidence},
-                )
-            )
-        if not acting or watch.clock_latch_answered == boot or not self._free(watch):
-            return
+        )
+
+    async def start(self, watch: NodeWatch) -> None:
+        """The unlatch ladder (a clean halt, then the power path's long cut:
+        controller/unlatch.py), once per boot."""
+        boot = watch.clock_latched_boot
         with contextlib.suppress(HistoryUnwritable):
             await self._start(watch)
             watch.clock_latch_answered = boot
-
-    def _free(self, watch: NodeWatch) -> bool:
-        """One unlatch at a time, on a healthy node, while nothing else in the
-        cluster is being recovered."""
-        if watch.finding.verdict is not Verdict.HEALTHY or watch.incident_id is not None:
-            return False
-        if self.host.unlatch_in_progress():
-            return False
-        if watch.state is not NodeState.WATCHING:
-            return False
-        busy = (NodeState.FENCING, NodeState.BOOTING)  # a held node elsewhere does not count
-        if any(w.state in busy for w in self.host.watches.values()):
-            return False
-        return not self.host.ladders_running()
 
     async def _start(self, watch: NodeWatch) -> None:
         host, ledger = self.host, self.host.ledger

@@ -35,6 +35,21 @@ class Step(enum.Enum):
     RESTART_SERVING = "restart_serving"
     # gpu_wedged: serving restart, then a forced reboot over SSH (controller/wedged.py)
     UNWEDGE = "unwedge"
+    # What controller/decisions.py adds around the verdict: what the controller is doing,
+    # the alerts that are news once, and what the history says.
+    HOLD_UNRECORDED = "hold_unrecorded"  # host_frozen, history unwritable: held, not recorded
+    HAND_TO_POWER = "hand_to_power"  # silent during the wedged ladder: the freeze path takes it
+    RESUME_INCIDENT = "resume_incident"  # an open incident nothing runs: resumed from its record
+    ALERT_CLOCK_LATCH = "alert_clock_latch"  # a clock-latched boot: one critical alert
+    UNLATCH = "unlatch"  # the clock-latch ladder: a clean halt, then a long AC cut
+    TELL_NO_AUTO_RESTART = "tell_no_auto_restart"  # a kill, auto_restart off: told once
+    SERVING_BUDGET_SPENT = "serving_budget_spent"  # alert once; a person decides
+    ANSWER_KILL = "answer_kill"  # a kill an earlier controller already answered
+    FORGET_DRY_RUN = "forget_dry_run"  # the next freeze is a new dry-run incident
+
+
+# Steps that change nothing the cluster's view is read from (controller/decisions.py).
+QUIET_STEPS = frozenset({Step.NOTHING, Step.FORGET_DRY_RUN, Step.ALERT_CLOCK_LATCH})
 
 
 class Action(enum.Enum):

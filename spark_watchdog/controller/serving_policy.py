@@ -43,6 +43,18 @@ PROFILE_SETTING = "serving_profile"
 KILL_EVIDENCE = {Verdict.MEMORY_EXHAUSTED: "memory_guard", Verdict.GPU_FAULT: "gpu_fault"}
 
 
+def answer_kill(watch: NodeWatch) -> None:
+    """The kill the node's verdict answers is taken care of."""
+    kills = watch.kills_of(watch.finding.verdict)
+    if kills is not None:
+        kills.answer()
+
+
+def spent_budget(done: int, budget: int, window: float) -> str:
+    """Why no serving restart: the words of the alert."""
+    return f"{done} automatic serving restarts in {window:g} s (budget {budget})"
+
+
 class ServingRestarts:
     """The serving restarts of one controller process: when, how many, with what."""
 
@@ -234,79 +246,73 @@ class ServingRestarts:
         )
         return len(mine) + sum(1 for restart_id in recorded if restart_id not in ours)
 
-    async def budget_spent(self, watch: NodeWatch) -> bool:
-        """Too many automatic serving restarts in the window: alert once, a person decides."""
+    async def count_in_window(self) -> int | None:
+        """Automatic serving restarts for serving faults in the window; None:
+        the history cannot be read now (nothing restarts; the next tick asks again)."""
+        try:
+            return await self._restarts_in_window()
+        except HistoryUnwritable:
+            return None
+
+    def refuse(self, watch: NodeWatch, why: str) -> None:
+        """The budget is spent (``why``): alert once, answer the node's kill, try
+        no restart (nor alert) for a quarter of the window; a person decides."""
         host = self.host
         cfg = host.config.serving
-        try:
-            done = await self._restarts_in_window()
-        except HistoryUnwritable:
-            return True  # nothing can be recorded now: no restart; the next tick asks again
-        if done < cfg.restart_budget:
-            return False
         self._blocked_until = host.clock.monotonic() + cfg.restart_budget_window / 4
-        kills = watch.kills_of(watch.finding.verdict)
-        if kills is not None:
-            kills.answer()  # seen, alerted: no restart for it
+        answer_kill(watch)  # seen, alerted: no restart for it
         host.notifier.send(
             Event(
                 "serving_budget_spent",
-                f"{watch.name} {watch.finding.summary}: {done} automatic serving restarts in "
-                f"{cfg.restart_budget_window:g} s (budget {cfg.restart_budget}); "
-                "not restarting: a person decides",
+                f"{watch.name} {watch.finding.summary}: {why}; not restarting: a person decides",
                 watch.name,
             )
         )
+
+    async def budget_spent(self, watch: NodeWatch) -> bool:
+        """The wedged ladder's first rung: no serving restart past the budget."""
+        done = await self.count_in_window()
+        if done is None:
+            return True
+        cfg = self.host.config.serving
+        if done < cfg.restart_budget:
+            return False
+        self.refuse(watch, spent_budget(done, cfg.restart_budget, cfg.restart_budget_window))
         return True
 
-    def maybe_restart(self, watch: NodeWatch) -> None:
-        """A serving fault on the node: open its incident and restart serving, in
-        the background, unless something else will restart it or a limit stops it."""
-        host = self.host
-        if host.unlatch_in_progress():
-            return  # a node is halting for its long cut: serving restarts after it
-        if not host.config.serving.auto_restart:
-            kills = watch.kills_of(watch.finding.verdict)
-            if kills is not None and kills.pending is not None:
-                # Told once, then not news any more: a person restarts serving.
-                kills.answer()
-                host.notifier.send(
-                    Event(
-                        watch.finding.verdict.value,
-                        f"{watch.name} {watch.finding.summary}; serving.auto_restart is off: "
-                        "restart serving by hand (spark-watchdog serving restart)",
-                        watch.name,
-                    )
-                )
-            return
-        now = host.clock.monotonic()
-        if now < self._blocked_until:
-            return
-        if self.task is not None and not self.task.done():
-            return
-        if host.ladders_running():
-            return  # a host recovery or the wedged ladder ends with a serving restart anyway
-        kills = watch.kills_of(watch.finding.verdict)
-        killed = kills is not None and kills.pending is not None
+    def running(self) -> bool:
+        """A serving restart for a fault is under way."""
+        return self.task is not None and not self.task.done()
 
-        def others(w: NodeWatch) -> bool:
-            return w is not watch
+    def blocked(self, now: float) -> bool:
+        """Refused by the budget a short while ago: no new try before then."""
+        return now < self._blocked_until
 
-        if not killed and (self.recovering(others) or self.held_down(others)):
-            # The group stalls because another node is down: its recovery
-            # restarts serving, or a person who releases it does. An incident
-            # here would only be deferred, or fail for want of that node's
-            # rank (a rank the agent killed still gets one: the kill is recorded).
-            return
-        if now - self._last_restart < host.config.serving.restart_cooldown:
-            return
+    def cooling(self, now: float) -> bool:
+        """Within serving.restart_cooldown of the last restart."""
+        return now - self._last_restart < self.host.config.serving.restart_cooldown
+
+    def tell_no_auto_restart(self, watch: NodeWatch) -> None:
+        """A kill with serving.auto_restart off: told once, then not news any
+        more: a person restarts serving."""
+        answer_kill(watch)
+        self.host.notifier.send(
+            Event(
+                watch.finding.verdict.value,
+                f"{watch.name} {watch.finding.summary}; serving.auto_restart is off: "
+                "restart serving by hand (spark-watchdog serving restart)",
+                watch.name,
+            )
+        )
+
+    def start(self, watch: NodeWatch) -> None:
+        """A serving fault on the node: open its incident and restart serving in
+        the background (controller/decisions.py decided that it may, now)."""
         self.task = asyncio.get_running_loop().create_task(self._fault_incident(watch))
 
     async def _fault_incident(self, watch: NodeWatch) -> bool:
         host, ledger = self.host, self.host.ledger
         finding = watch.finding
-        if await self.budget_spent(watch):
-            return False
         # The fault began when vLLM last progressed, not when the agent last answered.
         onset = watch.serving_fault_onset(host.clock.time())
         kind = finding.verdict.value
@@ -386,11 +392,12 @@ class ServingRestarts:
                 if isinstance(at, (int, float)) and at <= started_wall:
                     kills.answer()
 
-    async def kill_recorded(self, watch: NodeWatch) -> bool:
+    async def kill_recorded(self, watch: NodeWatch) -> bool | None:
         """A kill of the rank (its memory guard's, a GPU fault's) an earlier
         controller already opened an incident for: the same kill (agent start,
         id, time) in the evidence of an incident of the verdict's kind. Looked
-        up over a wide window: the node's clock and ours may differ."""
+        up over a wide window: the node's clock and ours may differ. None: the
+        history cannot be read now."""
         verdict = watch.finding.verdict
         kills = watch.kills_of(verdict)
         kill = None if kills is None else kills.pending
@@ -406,11 +413,10 @@ class ServingRestarts:
                 limit=20,
             )
         except HistoryUnwritable:
-            return True  # not now: the next tick asks again
+            return None  # not now: the next tick asks again
         same = ("agent_started_at", "id", "at_unix")
         for incident in found:
             recorded = incident.evidence.get(KILL_EVIDENCE[verdict])
             if isinstance(recorded, dict) and all(recorded.get(k) == kill.get(k) for k in same):
-                kills.answer()
                 return True
         return False

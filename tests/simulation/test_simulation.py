@@ -292,6 +292,18 @@ def test_a_stuck_agent_is_agent_down_never_power() -> None:
     assert "agent_down" in report.alerts
 
 
+def test_every_agent_stuck_at_once_is_doubt_about_the_watcher_not_four_agent_restarts() -> None:
+    """Every node silent at once: one alert, no agent restarted over SSH until
+    a node answers again (then the others' silence is evidence once more)."""
+    nodes = ("spark-1", "spark-2", "spark-3", "spark-4")
+    report = simulate(3, 3.0, script=[(30.0, "stuck-agent", n) for n in nodes])
+    assert report.violations == []
+    assert report.sent == []
+    assert report.alerts[0] == "watcher_in_doubt"
+    assert report.alerts.count("watcher_in_doubt") == 1
+    assert report.alerts.count("agent_down") < len(nodes)
+
+
 def test_an_outlet_found_off_is_held_and_never_switched_on() -> None:
     report = simulate(4, 3.0, script=[(30.0, "outlet-off", "spark-2"), (30.5, "freeze", "spark-2")])
     assert report.violations == []

@@ -1,0 +1,84 @@
+"""What the decision sees: each node, the rest of the cluster and the
+controller itself, read from the parts that hold it (controller/decisions.py
+decides from these; nothing here decides or changes anything)."""
+
+from __future__ import annotations
+
+import contextlib
+
+from spark_watchdog.config.controller import ControllerConfig
+from spark_watchdog.controller.agent_restart import AgentRestarts
+from spark_watchdog.controller.decisions import ClusterView, Kill, Needs, NodeView, Reads
+from spark_watchdog.controller.ledger import HistoryUnwritable
+from spark_watchdog.controller.node_states import NodeState
+from spark_watchdog.controller.node_watch import NodeWatch
+from spark_watchdog.controller.parts import Ladder, Parts
+from spark_watchdog.controller.power_actions import PowerActions
+from spark_watchdog.controller.serving_policy import ServingRestarts
+from spark_watchdog.controller.watcher_doubt import WatcherDoubt, all_silent_reason
+
+_BUSY = (NodeState.FENCING, NodeState.BOOTING)
+
+
+def node_view(watch: NodeWatch, parts: Parts, agent_restarts: AgentRestarts) -> NodeView:
+    kills = watch.kills_of(watch.finding.verdict)
+    kill = Kill.NONE
+    if kills is not None:
+        kill = Kill.ANSWERED if kills.pending is None else Kill.PENDING
+    now = parts.clock.monotonic()
+    return NodeView(
+        name=watch.name,
+        state=watch.state,
+        finding=watch.finding,
+        incident_id=watch.incident_id,
+        fencing=parts.work.running_for(Ladder.FENCING, watch.name),
+        unwedging=parts.work.running_for(Ladder.UNWEDGING, watch.name),
+        kill=kill,
+        latched_boot=watch.clock_latched_boot,
+        latch_alerted=watch.clock_latch_alerted,
+        latch_answered=watch.clock_latch_answered,
+        agent_restart_cooling=agent_restarts.cooling(watch, now),
+        agent_restart_running=agent_restarts.running(watch.name),
+    )
+
+
+def cluster_view(
+    parts: Parts, serving: ServingRestarts, doubt: WatcherDoubt, late_after: float
+) -> ClusterView:
+    """``late_after``: how long an agent may go without progress before it is silent."""
+    config: ControllerConfig = parts.config
+    now = parts.clock.monotonic()
+    watches = parts.watches.values()
+    return ClusterView(
+        history_problem=parts.ledger.problem,
+        stalled=doubt.stall_reason(now),
+        all_silent=all_silent_reason(w.agent_silent_s(now) >= late_after for w in watches),
+        latch_acting=config.policy.clock_latch_off_seconds > 0,
+        unlatch_in_progress=parts.unlatch_in_progress(),
+        ladders_running=parts.ladders_running(),
+        busy=any(w.state in _BUSY for w in watches),
+        auto_restart=config.serving.auto_restart,
+        serving_running=serving.running(),
+        serving_blocked=serving.blocked(now),
+        serving_cooling=serving.cooling(now),
+        recovering=frozenset(serving.recovering(lambda _: True)),
+        held_down=frozenset(serving.held_down(lambda _: True)),
+    )
+
+
+async def history_reads(
+    watch: NodeWatch, wanted: Needs, power: PowerActions, serving: ServingRestarts
+) -> Reads:
+    """What the history says, where the decision depends on it (``wanted``)."""
+    guards = None
+    if wanted.guards:
+        with contextlib.suppress(HistoryUnwritable):
+            guards = await power.guards(watch)
+    config = serving.host.config.serving
+    return Reads(
+        guards=guards,
+        kill_recorded=await serving.kill_recorded(watch) if wanted.kill_record else False,
+        serving_restarts=await serving.count_in_window() if wanted.serving_count else None,
+        serving_budget=config.restart_budget,
+        serving_window=config.restart_budget_window,
+    )
