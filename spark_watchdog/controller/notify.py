@@ -34,6 +34,7 @@ CRITICAL = frozenset(
         "reboot_overdue",  # went down in order and did not come back within boot_timeout
         "clock_latched",  # a GPU latched on this boot: the fault is likely to return
         "clock_latch_not_cleared",  # ... and the controller could not clear it
+        "watcher_in_doubt",  # its loop stalled or every node fell silent: silence not acted on
     }
 )
 
