@@ -8,7 +8,6 @@ tagged by ``type``; each type accepts only its own keys. Secrets are only
 from __future__ import annotations
 
 import re
-import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -22,6 +21,7 @@ from spark_watchdog.config.addresses import (
 )
 from spark_watchdog.config.files import read_yaml
 from spark_watchdog.config.history_location import check_url, is_postgres_url
+from spark_watchdog.config.power_device_types import PhysicalTarget, power_device_type
 from spark_watchdog.config.power_devices import (
     EXEC_NOT_SENT_EXIT as EXEC_NOT_SENT_EXIT,
 )
@@ -398,22 +398,10 @@ class LeadershipConfig:
 
 
 def device_timeout(device: PowerDevice) -> float:
-    """The longest a command to the device may take to leave after its gate: SNMP
-    resends on a timeout; HTTPS shakes hands before the request."""
-    if isinstance(device, SnmpDevice):
-        return device.timeout * (device.retries + 1)
-    if isinstance(device, SshDevice):
-        return device.connect_timeout
-    if isinstance(device, NutDevice):
-        # Connect, USERNAME, PASSWORD, then the INSTCMD line.
-        return 4 * device.timeout
-    if isinstance(device, KasaDevice):
-        # KLAP's two handshakes (or the legacy connect), a strip's outlet id, the command.
-        return 4 * device.timeout
-    over_http = (ShellyDevice, ShellyGen1Device, TasmotaDevice, HomeAssistantDevice)
-    if isinstance(device, over_http) and device.url.startswith("https:"):
-        return 2 * device.timeout
-    return device.timeout
+    """The longest a command to the device may take to leave after its gate (its type's
+    ``send_time``, config/power_device_types.py): SNMP resends on a timeout; HTTPS
+    shakes hands before the request."""
+    return power_device_type(device).send_time(device)
 
 
 def power_libraries_missing(config: ControllerConfig) -> list[str]:
@@ -431,89 +419,17 @@ def power_libraries_missing(config: ControllerConfig) -> list[str]:
 def pair_refusal(device: PowerDevice) -> str | None:
     """Why the device cannot serve a controller pair (None: it can): after the gate
     its command must be one request, with nothing to look up first."""
-    if isinstance(device, RedfishDevice):
-        return (
-            "a Redfish reset takes several requests after the gate (the system, its "
-            "reset action); not with a controller pair yet: use the node's PDU outlet"
-        )
-    if isinstance(device, SnmpDevice):
-        outlets = [device.outlet] if device.outlets is None else list(device.outlets)
-        if len(outlets) > 1:
-            return (
-                "an outlet group's members are switched one after another after the "
-                "gate; not with a controller pair yet: one outlet per power path"
-            )
-        if any(isinstance(o, str) for o in outlets):
-            return "a named outlet is looked up after the gate: give its number"
-    return None
+    return power_device_type(device).pair_refusal(device)
 
 
-def _host_port(host: str, port: int) -> str:
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-
-def _url_host_port(url: str) -> str:
-    """``host:port`` of an (already checked) http(s) URL, host lowercased, default port filled."""
-    parts = urlsplit(url)
-    port = parts.port or (443 if parts.scheme == "https" else 80)
-    return _host_port(parts.hostname or "", port)
-
-
-def _physical_targets(device: PowerDevice) -> list[tuple[tuple[str, ...], str, str]]:
-    """(identity, description, what) of each physical thing ``device`` switches.
+def _physical_targets(device: PowerDevice) -> list[PhysicalTarget]:
+    """(identity, description, what) of each physical thing ``device`` switches, by its
+    type's entry in config/power_device_types.py.
 
     Two entries with one identity cut the same power. SSH paths switch no
     power of their own and have none.
     """
-    if isinstance(device, SnmpDevice):
-        pdu = _host_port(device.host.lower(), device.port)
-        return [
-            (("snmp", pdu, str(outlet)), f"outlet {outlet} of PDU {pdu}", "outlet")
-            for outlet in device.outlet_list
-        ]
-    if isinstance(device, (ShellyDevice, ShellyGen1Device, TasmotaDevice)):
-        plug = _url_host_port(device.url)
-        return [
-            (
-                (device.type, plug, str(device.switch_id)),
-                f"switch {device.switch_id} of {device.type} plug {plug}",
-                "switch",
-            )
-        ]
-    if isinstance(device, NutDevice):
-        upsd = _host_port(device.host.lower(), device.port)
-        return [
-            (
-                ("nut", upsd, device.ups, str(device.outlet)),
-                f"outlet {device.outlet} of {device.ups}@{upsd}",
-                "outlet",
-            )
-        ]
-    if isinstance(device, KasaDevice):
-        plug = _host_port(device.host.lower(), device.port_or_default)
-        outlet = "" if device.outlet is None else str(device.outlet)
-        shown = "the plug" if device.outlet is None else f"outlet {device.outlet}"
-        return [(("kasa", plug, outlet), f"{shown} of kasa device {plug}", "outlet")]
-    if isinstance(device, HomeAssistantDevice):
-        home = _url_host_port(device.url)
-        return [
-            (
-                ("home_assistant", home, device.entity_id),
-                f"{device.entity_id} of Home Assistant {home}",
-                "switch",
-            )
-        ]
-    if isinstance(device, ExecDevice):
-        off = shlex.join(device.off_command)
-        return [(("exec", off), f'the exec off command "{off}"', "command")]
-    if isinstance(device, IpmiDevice):
-        bmc = _host_port(device.host.lower(), device.port)
-        return [(("ipmi", bmc), f"IPMI BMC {bmc}", "BMC")]
-    if isinstance(device, RedfishDevice):
-        bmc = _url_host_port(device.url)
-        named = f"Redfish system {device.system}" if device.system else "the Redfish system"
-        return [(("redfish", bmc, device.system or ""), f"{named} of {bmc}", "system")]
-    return []
+    return power_device_type(device).physical_targets(device)
 
 
 def _check_outlets_unshared(nodes: tuple[NodeConfig, ...]) -> None:

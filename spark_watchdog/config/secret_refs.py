@@ -24,35 +24,22 @@ from dataclasses import dataclass
 
 from spark_watchdog.config.agent import AgentConfig
 from spark_watchdog.config.controller import ControllerConfig
+from spark_watchdog.config.power_device_types import POWER_DEVICE_TYPES, power_device_type
 from spark_watchdog.config.secrets import SecretUse, check_secret
 from spark_watchdog.errors import ConfigError
 
-# Power device keys that name a secret file (power/paths.py reads these;
-# ssh hands key_file to ssh -i, which refuses a key others can read).
-DEVICE_SECRET_KEYS = (
-    "community_file",
-    "auth_key_file",
-    "priv_key_file",
-    "password_file",
-    "token_file",
-    "username_file",
+# Power device keys that name a secret file we read (an SSH key is not among
+# them: ssh -i reads it, and refuses a key others can read). Each type lists
+# its own, with what each travels in (config/power_device_types.py); here, all
+# of them in one tuple.
+DEVICE_SECRET_KEYS = tuple(
+    dict.fromkeys(
+        secret.key
+        for device_type in POWER_DEVICE_TYPES
+        for secret in device_type.secret_files
+        if secret.read
+    )
 )
-
-
-# What each power device's secret travels in (config/secrets.py, ``SecretUse``):
-# a Basic-auth password is Latin-1, a Bearer token visible ASCII, upsd's
-# PASSWORD line printable ASCII. Other secrets go through encodings that take
-# any text (Digest auth and python-kasa hash UTF-8, Tasmota's URL is encoded).
-DEVICE_SECRET_USES: dict[tuple[str, str], SecretUse] = {
-    ("redfish", "password_file"): "basic",
-    ("shelly_gen1", "password_file"): "basic",
-    ("home_assistant", "token_file"): "header",
-    ("nut", "password_file"): "nut",
-}
-
-
-def device_secret_use(device_type: str, key: str) -> SecretUse:
-    return DEVICE_SECRET_USES.get((device_type, key), "text")
 
 
 @dataclass(frozen=True)
@@ -92,16 +79,11 @@ def controller_secrets(config: ControllerConfig) -> list[SecretReference]:
         found.append(SecretReference("serving.launcher.ssh.key_file", launcher_ssh.key_file, False))
     for n, node in enumerate(config.nodes):
         for p, device in enumerate(node.power):
-            for key in DEVICE_SECRET_KEYS:
-                reference = getattr(device, key, None)
+            for secret in power_device_type(device).secret_files:
+                reference = getattr(device, secret.key)
                 if reference is not None:
-                    use = device_secret_use(device.type, key)
-                    found.append(
-                        SecretReference(f"nodes[{n}].power[{p}].{key}", reference, use=use)
-                    )
-            key_file = getattr(device, "key_file", None)
-            if key_file is not None:
-                found.append(SecretReference(f"nodes[{n}].power[{p}].key_file", key_file, False))
+                    key_path = f"nodes[{n}].power[{p}].{secret.key}"
+                    found.append(SecretReference(key_path, reference, secret.read, secret.use))
     return found
 
 

@@ -6,32 +6,22 @@ pysnmp in particular is heavy and only the SNMP module may import it.
 
 from __future__ import annotations
 
+import importlib
+import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from spark_watchdog.config.controller import (
     ControllerConfig,
-    ExecDevice,
-    HomeAssistantDevice,
-    IpmiDevice,
     KasaDevice,
     NodeConfig,
-    NutDevice,
     PowerDevice,
     RedfishDevice,
-    ShellyDevice,
-    ShellyGen1Device,
-    SnmpDevice,
-    SshDevice,
-    TasmotaDevice,
 )
-from spark_watchdog.config.secret_refs import DEVICE_SECRET_KEYS, device_secret_use
+from spark_watchdog.config.power_device_types import POWER_DEVICE_TYPES, power_device_type
 from spark_watchdog.config.secrets import Secret, read_secret
 from spark_watchdog.power.base import PowerBackend, PowerTiming
-
-# The device keys naming a secret file: one list for --check and for the reads here.
-_SECRET_KEYS = DEVICE_SECRET_KEYS
 
 
 @dataclass(frozen=True)
@@ -49,8 +39,9 @@ class PowerPath:
 
     @property
     def is_soft(self) -> bool:
-        """SSH reboots a stuck host; it cannot reach a frozen one."""
-        return isinstance(self.device, SshDevice)
+        """A path that switches no power (SSH): it reboots a stuck host, it cannot reach
+        a frozen one."""
+        return not power_device_type(self.device).switches_power
 
 
 def power_paths(config: ControllerConfig, node: NodeConfig) -> list[PowerPath]:
@@ -64,91 +55,39 @@ def power_paths(config: ControllerConfig, node: NodeConfig) -> list[PowerPath]:
 def read_device_secrets(
     path: PowerPath, environ: Mapping[str, str] | None = None
 ) -> dict[str, Secret]:
+    """The secrets the path's driver reads, by the keys its type lists (``--check`` and
+    a start checked the same ones: config/secret_refs.py)."""
     secrets: dict[str, Secret] = {}
-    for key in _SECRET_KEYS:
-        reference = getattr(path.device, key, None)
-        if reference is not None:
-            use = device_secret_use(path.kind, key)
-            secrets[key] = read_secret(f"{path.key_path}.{key}", reference, environ, use=use)
+    for secret in power_device_type(path.device).secret_files:
+        reference = getattr(path.device, secret.key)
+        if secret.read and reference is not None:
+            key_path = f"{path.key_path}.{secret.key}"
+            secrets[secret.key] = read_secret(key_path, reference, environ, use=secret.use)
     return secrets
 
 
-# Each builder imports its backend's module when a device of its type is
-# first built (pysnmp is heavy; a controller without a PDU never loads it).
+Builder = Callable[[Any, Mapping[str, Secret]], PowerBackend]
 
 
-def _snmp(device: SnmpDevice, secrets: Mapping[str, Secret]) -> PowerBackend:
-    from spark_watchdog.power.snmp_outlet import build_snmp_backend
+def _named_builder(factory: str) -> Builder:
+    """The builder a table entry names ("module:function"), its module imported when a
+    device of its type is first built (pysnmp is heavy; a controller without a PDU
+    never loads it)."""
+    module, _, function = factory.partition(":")
 
-    return build_snmp_backend(device, secrets)
+    def build(device: Any, secrets: Mapping[str, Secret]) -> PowerBackend:
+        builder = getattr(importlib.import_module(module), function)
+        return typing.cast(PowerBackend, builder(device, secrets))
 
-
-def _ipmi(device: IpmiDevice, secrets: Mapping[str, Secret]) -> PowerBackend:
-    from spark_watchdog.power.ipmi import build_ipmi_backend
-
-    return build_ipmi_backend(device, secrets)
-
-
-def _redfish(device: RedfishDevice, secrets: Mapping[str, Secret]) -> PowerBackend:
-    from spark_watchdog.power.redfish import build_redfish_backend
-
-    return build_redfish_backend(device, secrets)
+    return build
 
 
-def _shelly(device: ShellyDevice, secrets: Mapping[str, Secret]) -> PowerBackend:
-    from spark_watchdog.power.plugs import build_shelly_backend
-
-    return build_shelly_backend(device, secrets)
-
-
-def _shelly_gen1(device: ShellyGen1Device, secrets: Mapping[str, Secret]) -> PowerBackend:
-    from spark_watchdog.power.shelly_gen1 import build_shelly_gen1_backend
-
-    return build_shelly_gen1_backend(device, secrets)
-
-
-def _tasmota(device: TasmotaDevice, secrets: Mapping[str, Secret]) -> PowerBackend:
-    from spark_watchdog.power.plugs import build_tasmota_backend
-
-    return build_tasmota_backend(device, secrets)
-
-
-def _home_assistant(device: HomeAssistantDevice, secrets: Mapping[str, Secret]) -> PowerBackend:
-    from spark_watchdog.power.home_assistant import build_home_assistant_backend
-
-    return build_home_assistant_backend(device, secrets)
-
-
-def _nut(device: NutDevice, secrets: Mapping[str, Secret]) -> PowerBackend:
-    from spark_watchdog.power.nut import build_nut_backend
-
-    return build_nut_backend(device, secrets)
-
-
-def _kasa(device: KasaDevice, secrets: Mapping[str, Secret]) -> PowerBackend:
-    from spark_watchdog.power.kasa import build_kasa_backend
-
-    return build_kasa_backend(device, secrets)
-
-
-def _exec(device: ExecDevice, secrets: Mapping[str, Secret]) -> PowerBackend:
-    from spark_watchdog.power.exec_path import build_exec_backend
-
-    return build_exec_backend(device, secrets)
-
-
-# The on/off devices by their config class (SSH is the soft path: no backend).
-BUILDERS: dict[type, Callable[[Any, Mapping[str, Secret]], PowerBackend]] = {
-    SnmpDevice: _snmp,
-    IpmiDevice: _ipmi,
-    RedfishDevice: _redfish,
-    ShellyDevice: _shelly,
-    ShellyGen1Device: _shelly_gen1,
-    TasmotaDevice: _tasmota,
-    HomeAssistantDevice: _home_assistant,
-    NutDevice: _nut,
-    KasaDevice: _kasa,
-    ExecDevice: _exec,
+# The on/off devices by their config class, from the table of power device types
+# (config/power_device_types.py; SSH is the soft path: no backend).
+BUILDERS: dict[type, Builder] = {
+    device_type.config: _named_builder(device_type.factory)
+    for device_type in POWER_DEVICE_TYPES
+    if device_type.factory is not None
 }
 
 
