@@ -44,7 +44,7 @@ class AgentRestarts:
 
     def cooling(self, watch: NodeWatch, now: float) -> bool:
         """The node's agent was restarted within the cooldown."""
-        return now - watch.last_agent_restart < AGENT_RESTART_COOLDOWN_S
+        return now - watch.conduct.last_agent_restart < AGENT_RESTART_COOLDOWN_S
 
     def running(self, node: str) -> bool:
         task = self.tasks.get(node)
@@ -53,7 +53,7 @@ class AgentRestarts:
     def restart(self, watch: NodeWatch) -> None:
         """Alert, and restart the node's agent over SSH in the background
         (controller/decisions.py decided it may: no restart running, none cooling)."""
-        watch.last_agent_restart = self.clock.monotonic()
+        watch.conduct.agent_restarted(self.clock.monotonic())
         self.notifier.send(
             Event("agent_down", f"{watch.name}: {watch.finding.summary}", watch.name)
         )

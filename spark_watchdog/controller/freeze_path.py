@@ -54,9 +54,7 @@ class FreezePath:
             return
         if incident is None:
             return
-        watch.incident_id = incident.id
-        watch.rungs_done.clear()
-        watch.send_refusals = 0
+        watch.conduct.incident_opened(incident.id)
         watch.apply(NodeEvent.FROZEN_CONFIRMED)
         self._offenders_read_at = float("-inf")  # this freeze counts at the next tick
         self.crew.notifier.send(
@@ -116,14 +114,14 @@ class FreezePath:
         if error is not None:
             # recover_frozen_host holds on every error it sees; this is the last net.
             log.error("%s: recovery failed: %r", watch.name, error, exc_info=error)
-            watch.held_by_controller = True
+            watch.conduct.held(by_controller=True)
             watch.apply(NodeEvent.RECOVERY_FAILED, reason=f"recovery failed: {error}")
             self.crew.notifier.send(
                 Event("held", f"{watch.name}: recovery failed: {error}", watch.name)
             )
 
     async def record_dry_run(self, watch: NodeWatch, reason: str) -> None:
-        if watch.dry_run_incident is not None:
+        if watch.conduct.dry_run_incident is not None:
             return
         rungs = rungs_of(self.crew.config, watch)
         incident = await incident_log.open_incident(
@@ -134,7 +132,7 @@ class FreezePath:
             fault_onset=watch.agent_progress_wall,
             dry_run=True,
         )
-        watch.dry_run_incident = incident.id
+        watch.conduct.dry_run_recorded(incident.id)
         await self.crew.ledger.write(
             self.crew.ledger.store.record_action,
             watch.name,
@@ -168,8 +166,7 @@ class FreezePath:
         name = watch.name
         steps = await self.crew.ledger.read(self.crew.ledger.store.steps, incident_id)
         info = resume_plan(steps, name)
-        watch.incident_id = incident_id
-        watch.rungs_done = set(info.rungs_done)
+        watch.conduct.incident_resumed(incident_id, info.rungs_done)
         log.info("%s: resuming incident #%d (%s)", name, incident_id, info.phase.value)
         if self.crew.config.guards.dry_run:
             # Dry run sends nothing, not even an on: a person finishes this one.
@@ -180,7 +177,7 @@ class FreezePath:
                 NodeEvent.HOLD,
                 by_controller=True,
             )
-            watch.incident_id = None
+            watch.conduct.incident_handed_over()
             await incident_log.resolve(
                 self.crew.ledger,
                 incident_id,
@@ -214,17 +211,16 @@ class FreezePath:
             return
         self._offenders_read_at = now
         for name, watch in self.crew.watches.items():
-            watch.freezes_in_window = freezes.get(name, 0)
-            watch.power_cycles_total = cycles.get(name, 0)
-            suspect = watch.freezes_in_window >= guards.suspect_freezes
-            if suspect and not watch.hardware_suspect:
+            count = freezes.get(name, 0)
+            suspect = count >= guards.suspect_freezes
+            if suspect and not watch.conduct.hardware_suspect:
                 self.crew.notifier.send(
                     Event(
                         "hardware_suspect",
-                        f"{name} froze {watch.freezes_in_window} times within "
+                        f"{name} froze {count} times within "
                         f"{guards.suspect_window:g}s: the hardware may be at fault (GPU, PSU, "
                         "cable, the outlet); power cycles only treat the symptom",
                         name,
                     )
                 )
-            watch.hardware_suspect = suspect
+            watch.conduct.offender_counts(count, cycles.get(name, 0), suspect=suspect)

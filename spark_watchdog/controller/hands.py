@@ -45,11 +45,12 @@ class Hands:
         elif step is Step.RESUME_INCIDENT:
             # Ours, open, and nothing runs it (paused while the history could
             # not be written): resumed from its record, as after a restart.
-            assert watch.incident_id is not None
+            incident = watch.conduct.incident_id
+            assert incident is not None
             with contextlib.suppress(HistoryUnwritable):
-                await self.freeze.resume_incident(watch, watch.incident_id)
+                await self.freeze.resume_incident(watch, incident)
         elif step is Step.FORGET_DRY_RUN:
-            watch.dry_run_incident = None  # the next freeze is a new dry-run incident
+            watch.conduct.dry_run_recorded(None)  # the next freeze is a new dry-run incident
         else:
             await self._gentler(watch, decision)
 

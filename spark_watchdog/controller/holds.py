@@ -74,12 +74,12 @@ class Holds:
         """
         assert event in HOLD_EVENTS, event  # each leads to HELD from every state
         watch.apply(event, reason=reason, by=HeldBy.CONTROLLER if record else HeldBy.PAUSE)
-        watch.held_by_controller = False
+        watch.conduct.held(by_controller=False)
         if record:
             try:
                 await self.ledger.write(self.ledger.store.hold, watch.name, reason, by=BY)
             except HistoryUnwritable:
-                watch.held_by_controller = by_controller  # written when it can be
+                watch.conduct.held(by_controller=by_controller)  # written when it can be
         self.notifier.send(Event("held", f"{watch.name} held: {reason}", watch.name))
 
     async def sync(self) -> None:
@@ -93,14 +93,14 @@ class Holds:
         self.cluster_hold = None if cluster is None else cluster.reason
         for watch in self.watches.values():
             hold = held.get(watch.name) or cluster
-            if watch.held_by_controller:
+            if watch.conduct.held_by_controller:
                 # Our own hold, not yet in the history: write it now, release never.
                 with contextlib.suppress(HistoryUnwritable):
                     assert watch.held_reason is not None
                     await self.ledger.write(
                         self.ledger.store.hold, watch.name, watch.held_reason, by=BY
                     )
-                    watch.held_by_controller = False
+                    watch.conduct.held(by_controller=False)
                 continue
             if hold is not None and watch.state in HOLDABLE:
                 by = HeldBy.CONTROLLER if hold.created_by == BY else HeldBy.OPERATOR

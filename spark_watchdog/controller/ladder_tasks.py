@@ -51,7 +51,7 @@ class WedgedLadders:
 
     async def start(self, watch: NodeWatch) -> None:
         host, ledger = self.host, self.host.ledger
-        if watch.dry_run_incident is not None:
+        if watch.conduct.dry_run_incident is not None:
             return
         evidence = {
             "reasons": list(watch.finding.reasons),
@@ -67,7 +67,7 @@ class WedgedLadders:
             )
         )
         if host.config.guards.dry_run:
-            watch.dry_run_incident = incident.id
+            watch.conduct.dry_run_recorded(incident.id)
             await close_dry_run(
                 ledger, incident.id, "restart serving, then a forced reboot over ssh"
             )
@@ -126,7 +126,7 @@ class UnlatchLadders:
         the node is free: controller/decisions.py)."""
         host = self.host
         boot = watch.clock_latched_boot
-        watch.clock_latch_alerted = boot
+        watch.conduct.latch_alerted(boot)
         acting = host.config.policy.clock_latch_off_seconds > 0
         check = (watch.snapshot or {}).get("gpu_clock_check")
         evidence = dict(check) if isinstance(check, dict) else {}
@@ -154,7 +154,7 @@ class UnlatchLadders:
         boot = watch.clock_latched_boot
         with contextlib.suppress(HistoryUnwritable):
             await self._start(watch)
-            watch.clock_latch_answered = boot
+            watch.conduct.latch_answered(boot)
 
     async def _start(self, watch: NodeWatch) -> None:
         host, ledger = self.host, self.host.ledger
@@ -225,7 +225,7 @@ class UnlatchLadders:
                 continue
             boot = detail.get("boot_id")
             watch.arm_long_cut(float(off), boot if isinstance(boot, str) else None)
-            watch.clock_latch_answered = boot  # this boot: not again
+            watch.conduct.latch_answered(boot)  # this boot: not again
             if StepName.HANDED_TO_POWER_PATH not in names:
                 watch.expect_reboot(
                     "a halt for the clock latch may have left", host.clock.monotonic()

@@ -23,6 +23,7 @@ from spark_watchdog.controller.detector import (
 )
 from spark_watchdog.controller.http_client import ANSWERED, NO_NETWORK, UNRESOLVABLE
 from spark_watchdog.controller.intake import take_state
+from spark_watchdog.controller.node_conduct import NodeConduct
 from spark_watchdog.controller.node_states import (
     Doing,
     Held,
@@ -89,17 +90,8 @@ class NodeWatch:
     # A reboot the controller itself asked for (a forced reboot): the node is going
     # down until a new boot id, whatever its agent says before it drops.
     reboot_expected: bool = False
-    # Incident
-    incident_id: int | None = None
-    rungs_done: set[int] = field(default_factory=set)
-    # Commands a pair's send gate refused in a row (controller/recovery.py).
-    send_refusals: int = 0
-    dry_run_incident: int | None = None
-    last_agent_restart: float = float("-inf")
-    # A hold the controller placed itself (recovery failure, ambiguity) that the
-    # history could not take yet: written as soon as it can be, released never
-    # by the sync.
-    held_by_controller: bool = False
+    # What the controller has done about the node (controller/node_conduct.py).
+    conduct: NodeConduct = field(default_factory=NodeConduct)
     # Kills of the rank the agent reported (controller/rank_kills.py): by its
     # memory guard, and by the agent after a GPU fault that ended its CUDA context.
     memory_kills: ReportedKills = field(default_factory=ReportedKills)
@@ -107,15 +99,8 @@ class NodeWatch:
     # Since when (monotonic, and wall clock) the agent's GPU probe reports timeouts.
     gpu_timeout_since: float | None = None
     gpu_timeout_wall: float | None = None
-    # Repeat offenders (from the history, refreshed by the controller).
-    freezes_in_window: int = 0
-    hardware_suspect: bool = False
-    power_cycles_total: int = 0
-    # The boot whose GPU the agent found clock-latched (its post-boot check),
-    # and the boot already alerted for: one alert per boot.
+    # The boot whose GPU the agent found clock-latched (its post-boot check).
     clock_latched_boot: str | None = None
-    clock_latch_alerted: str | None = None
-    clock_latch_answered: str | None = None  # the boot an unlatch ladder ran (or ran for)
     # The off hold of the node's next power cycle, when not power_off_seconds: a
     # clock latch's long cut (controller/unlatch.py), for the boot that was (or
     # may have been) halted. Dropped when the agent reports any other boot.
@@ -458,7 +443,7 @@ def watch_json(watch: NodeWatch, now: float) -> dict[str, Any]:
         "agent_error": watch.agent_error,
         "banner_misses": watch.banner_misses,
         "banner": watch.banner_detail,
-        "incident_id": watch.incident_id,
+        "incident_id": watch.conduct.incident_id,
         "held_reason": watch.held_reason,
         "peer_seen": None
         if seen is None
@@ -468,8 +453,8 @@ def watch_json(watch: NodeWatch, now: float) -> dict[str, Any]:
             "kind": seen.kind,
             "ago_s": round(max(0.0, now - seen.at), 2),
         },
-        "freezes_in_window": watch.freezes_in_window,
-        "hardware_suspect": watch.hardware_suspect,
-        "power_cycles_total": watch.power_cycles_total,
+        "freezes_in_window": watch.conduct.freezes_in_window,
+        "hardware_suspect": watch.conduct.hardware_suspect,
+        "power_cycles_total": watch.conduct.power_cycles_total,
         "gpu_clock_latched": watch.clock_latched_boot is not None,
     }

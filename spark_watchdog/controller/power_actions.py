@@ -213,7 +213,9 @@ class PowerActions:
             max_concurrent_power_actions=g.max_concurrent_power_actions,
             rungs=len(rungs_of(self.config, watch)),
             # Rungs tried for the node's open incident; none outside one.
-            rungs_done=frozenset(watch.rungs_done if watch.incident_id is not None else ()),
+            rungs_done=frozenset(
+                watch.conduct.rungs_done if watch.conduct.incident_id is not None else ()
+            ),
             node_reboots_in_window=reboots,
             budget_window=g.budget_window,
         )

@@ -144,11 +144,11 @@ async def _ladder(
             plan = resume.plan
     while True:
         if plan is None:
-            left_rungs = [i for i in range(len(paths)) if i not in watch.rungs_done]
+            left_rungs = [i for i in range(len(paths)) if i not in watch.conduct.rungs_done]
             if not left_rungs:
                 await _give_up(host, watch, incident_id, "every power path was tried")
                 return RungOutcome.HELD
-            if watch.rungs_done:
+            if watch.conduct.rungs_done:
                 watch.apply(
                     NodeEvent.RUNG_FAILED
                     if watch.state is NodeState.FENCING
@@ -166,10 +166,9 @@ async def _ladder(
             continue
         if outcome is not RungOutcome.NEXT:
             if outcome is not RungOutcome.HELD:
-                # The incident is over: the node's next freeze starts from the first rung.
-                watch.rungs_done.clear()
+                watch.conduct.ladder_over()
             return outcome
-        watch.rungs_done.add(plan.rung)
+        watch.conduct.rung_ran(plan.rung)
         plan = None
 
 
@@ -229,7 +228,7 @@ async def _run_rung(
         finally:
             # Every way out of the rung releases the device's sockets.
             await close_quietly(power.backend)
-    watch.send_refusals = 0  # a command went out (or none was needed)
+    watch.conduct.command_went_out()
     if isinstance(held_s, Unsettled):
         return await _unsettled(host, watch, incident_id, plan, action, held_s)
     return await _restored(host, watch, incident_id, plan, action, power, held_s)
@@ -268,19 +267,21 @@ async def _not_sent(
     refused a command (recorded as withdrawn where it could be): nothing
     unrecorded was sent. Held in memory; resumed from the record once the
     history can be written, by this controller or by the one that leads."""
-    if isinstance(exc, SendRefused):
-        watch.send_refusals += 1
-        if watch.send_refusals >= SEND_REFUSALS_BEFORE_HOLD:
-            # Every retry would be refused the same way: a person looks.
-            watch.send_refusals = 0
-            await host.holds.hold(
-                watch,
-                f"{SEND_REFUSALS_BEFORE_HOLD} commands in a row not sent ({exc}): "
-                "writes to the history take longer than leadership.send_deadline",
-                NodeEvent.HOLD,
-                by_controller=True,
-            )
-            return RungOutcome.HELD
+    refused_often = (
+        isinstance(exc, SendRefused)
+        and watch.conduct.command_refused() >= SEND_REFUSALS_BEFORE_HOLD
+    )
+    if refused_often:
+        # Every retry would be refused the same way: a person looks.
+        watch.conduct.command_went_out()  # counted afresh after a release
+        await host.holds.hold(
+            watch,
+            f"{SEND_REFUSALS_BEFORE_HOLD} commands in a row not sent ({exc}): "
+            "writes to the history take longer than leadership.send_deadline",
+            NodeEvent.HOLD,
+            by_controller=True,
+        )
+        return RungOutcome.HELD
     why = "not sent" if isinstance(exc, SendRefused) else "history unwritable"
     await host.holds.hold(watch, f"{why}: {exc}", NodeEvent.HOLD, record=False)
     return RungOutcome.HELD
@@ -382,7 +383,7 @@ async def _preflight(
     """
     # Until its first rung passes the guards it counts toward the breaker, as when
     # watched; not a later rung or try, whose node may be dark by this cut.
-    if not watch.rungs_done and plan.attempt == 1 and plan.action_id is None:
+    if not watch.conduct.rungs_done and plan.attempt == 1 and plan.action_id is None:
         host.holds.nothing_sent.add(watch.name)
     frozen, why = await host.monitor.still_frozen(watch)
     if not frozen:
@@ -435,8 +436,7 @@ async def _false_alarm(
     await _note(host, incident_id, node, StepName.PREFLIGHT_ANSWERED, why=why)
     await _finish(ledger, action, "failed", why)
     await incident_log.resolve(ledger, incident_id, Resolution.FALSE_ALARM, detail={"why": why})
-    watch.incident_id = None
-    watch.rungs_done.clear()
+    watch.conduct.incident_closed()
     watch.apply(NodeEvent.FALSE_ALARM)
     host.notifier.send(Event("false_alarm", f"{node}: {why}; no power action", node, incident_id))
     return RungOutcome.FALSE_ALARM
@@ -682,8 +682,7 @@ async def finish_recovery(host: Crew, watch: NodeWatch, incident_id: int) -> Run
         Resolution.RECOVERED,
         detail={"boot_id": watch.boot_id},
     )
-    watch.incident_id = None
-    watch.rungs_done.clear()
+    watch.conduct.incident_closed()
     ttd = incident.time_to_detect_s
     ttr = incident.time_to_recover_s
     host.notifier.send(
@@ -713,7 +712,7 @@ async def _hold_and_close(
 ) -> None:
     """Hold the node (recorded, the controller's own hold) and close the incident."""
     await host.holds.hold(watch, reason, event, by_controller=True)
-    watch.incident_id = None
+    watch.conduct.incident_handed_over()
     try:
         await _note(host, incident_id, watch.name, StepName.HELD, why=reason)
         await incident_log.resolve(
@@ -730,7 +729,7 @@ async def _fail(host: Crew, watch: NodeWatch, incident_id: int, reason: str) -> 
         await _hold_and_close(host, watch, incident_id, reason, NodeEvent.RECOVERY_FAILED)
     except Exception as exc:  # the record failed too: held in memory, never released
         log.error("%s: could not record the hold: %r", watch.name, exc)
-        watch.held_by_controller = True
+        watch.conduct.held(by_controller=True)
         watch.apply(NodeEvent.RECOVERY_FAILED, reason=reason)
 
 

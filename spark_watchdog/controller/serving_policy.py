@@ -83,7 +83,7 @@ class ServingRestarts:
         if host.config.guards.dry_run:
             return False
         profile = host.config.serving.safe_profile
-        busy = self.recovering(lambda w: w.incident_id != incident_id)
+        busy = self.recovering(lambda w: w.conduct.incident_id != incident_id)
         self.profile = profile
         with contextlib.suppress(HistoryUnwritable):
             await host.ledger.write(host.ledger.store.set_setting, PROFILE_SETTING, profile, by=BY)

@@ -22,7 +22,7 @@ def at_rest(controller: Controller, world: World) -> bool:
     for name, watch in controller.watches.items():
         if watch.state is NodeState.HELD:
             continue
-        if watch.state is not NodeState.WATCHING or watch.incident_id is not None:
+        if watch.state is not NodeState.WATCHING or watch.conduct.incident_id is not None:
             return False
         if world.nodes[name].phase != "up" or watch.finding.verdict.value != "healthy":
             return False
