@@ -15,7 +15,8 @@ from spark_watchdog.history.store import HistoryStore
 from spark_watchdog.power.base import PowerState
 from spark_watchdog.simulation.fabric import PulseAttack
 from spark_watchdog.simulation.pair import PAIR_FAULTS, SimPair
-from spark_watchdog.simulation.world import Incarnation, SimNode, SimOutlet, World
+from spark_watchdog.simulation.process import Incarnation
+from spark_watchdog.simulation.world import SimNode, SimOutlet, World
 
 # The faults of a random run, drawn in this order (a seed replays its run).
 FAULTS = (

@@ -16,7 +16,8 @@ from spark_watchdog.history.records import CLUSTER
 from spark_watchdog.history.store import HistoryStore
 from spark_watchdog.power.base import PowerState
 from spark_watchdog.simulation.report import attempt_of
-from spark_watchdog.simulation.world import Truth, World
+from spark_watchdog.simulation.truth import Truth
+from spark_watchdog.simulation.world import World
 
 ALERT_KINDS = frozenset({"held", "gave_up", "circuit_breaker", "outlet_off", "ambiguous_power"})
 

@@ -44,7 +44,8 @@ from spark_watchdog.history.leadership import Leader, Lease, current
 from spark_watchdog.history.store import HistoryStore
 from spark_watchdog.sdnotify import SystemdNotifier
 from spark_watchdog.simulation.loop import VirtualLoop
-from spark_watchdog.simulation.world import Incarnation, Killed, World
+from spark_watchdog.simulation.process import Incarnation, Killed
+from spark_watchdog.simulation.world import World
 
 T = TypeVar("T")
 

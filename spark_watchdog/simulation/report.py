@@ -8,7 +8,7 @@ from dataclasses import dataclass, field, replace
 
 from spark_watchdog.history.records import IncidentStep
 from spark_watchdog.history.store import HistoryStore
-from spark_watchdog.simulation.world import InjectedBug, Killed
+from spark_watchdog.simulation.process import InjectedBug, Killed
 from spark_watchdog.steps import StepName
 
 

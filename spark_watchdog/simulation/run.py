@@ -20,51 +20,27 @@ from spark_watchdog.config.controller import ControllerConfig
 from spark_watchdog.controller.clock import Clock
 from spark_watchdog.controller.daemon import Controller
 from spark_watchdog.controller.fence import LONE, Fence
-from spark_watchdog.controller.io import ControllerIO
-from spark_watchdog.controller.notify import ABOUT_LEADERSHIP, Event, Notifier
+from spark_watchdog.controller.notify import Event, Notifier
 from spark_watchdog.errors import StoreFull, StoreLocked
 from spark_watchdog.history.core import is_write
 from spark_watchdog.history.store import HistoryStore
-from spark_watchdog.power.base import CommandSpacing, PowerState, SendGate, StepHook, VerifiedPower
-from spark_watchdog.power.paths import PowerPath, timing_for
-from spark_watchdog.power.send_window import SendWindow
+from spark_watchdog.power.base import CommandSpacing, PowerState
 from spark_watchdog.sdnotify import SystemdNotifier
 from spark_watchdog.simulation.fault_plays import FAULT_PLAYS as FAULT_PLAYS
 from spark_watchdog.simulation.fault_plays import FAULTS as FAULTS
 from spark_watchdog.simulation.fault_plays import FaultPlays
-from spark_watchdog.simulation.invariants import (
-    budget_violations,
-    command_violations,
-    end_violations,
-    halt_violations,
-    open_incident_violations,
-    power_alert_violation,
-    reboot_violations,
-    serving_restart_violations,
-)
 from spark_watchdog.simulation.loop import VirtualLoop, run_virtual
 from spark_watchdog.simulation.pair import SimPair
+from spark_watchdog.simulation.process import PROCESS, Incarnation, Killed
 from spark_watchdog.simulation.report import ErrorTrap, with_incidents
 from spark_watchdog.simulation.report import Report as Report
 from spark_watchdog.simulation.rest import at_rest, ladder_running
+from spark_watchdog.simulation.run_checks import RunChecks
 from spark_watchdog.simulation.schedule import Scripted as Scripted
 from spark_watchdog.simulation.schedule import pair_faults, random_faults
+from spark_watchdog.simulation.seams import controller_io
 from spark_watchdog.simulation.sim_config import random_config
-from spark_watchdog.simulation.world import (
-    PROCESS,
-    Incarnation,
-    InjectedBug,
-    Killed,
-    SimAgents,
-    SimOutlet,
-    World,
-    sim_agent_restart,
-    sim_banner,
-    sim_forced_reboot,
-    sim_halt,
-    sim_serving,
-    sim_witness,
-)
+from spark_watchdog.simulation.world import SimOutlet, World
 
 SelfTimed = Literal["never", "always", "failing"]
 # The share of random runs with a controller pair (simulation/pair.py).
@@ -151,22 +127,12 @@ class _Run(FaultPlays):
         self.minutes = minutes
         self.crash_after_write = crash_after_write
         self.writes = 0
-        rng = self.rng
         self.names = [f"spark-{i + 1}" for i in range(4)]
-        self.dry_run = rng.random() < 0.08
-        if "dry_run" in self.overrides.get("guards", {}):
-            self.dry_run = bool(self.overrides["guards"]["dry_run"])
-        self.config = random_config(rng, self.names, self.dry_run, self.overrides)
-        self.world = World(self.names, rng, self.config.detection.freeze_after)
-        if self_timed is not None:
-            self._time_outlets(self_timed)
+        self.dry_run, self.config, self.world = self._draw_cluster(self_timed)
         self.world.on_command_hook = self._on_command
-        self.events: list[Event] = []
         self.clock = _SimClock(self.world, 1_800_000_000.0)
         # A pair's own draws: a run without one replays as it did before pairs.
         self.pair_rng = random.Random(f"pair {seed}")
-        if pair is None:
-            pair = self.pair_rng.random() < PAIR_SHARE
         self.pair: SimPair | None = None
         # The newer faults' own draws (a link, an Xid): a run without them replays as before.
         self.newer_rng = random.Random(f"newer faults {seed}")
@@ -180,8 +146,15 @@ class _Run(FaultPlays):
         self.tasks: dict[int, set[asyncio.Task[Any]]] = {}
         self.crashes = 0
         self.faults: dict[str, int] = {}
-        self.off_counts: dict[tuple[int, int, int], int] = {}
         self.errors: list[str] = []
+        self.checks = RunChecks(
+            seed,
+            self.world,
+            self.store,
+            dry_run=self.dry_run,
+            errors=self.errors,
+            check_sender=None if self.pair is None else self.pair.check_sender,
+        )
         self.crash_after_command: int | None = None
         self.final_verdicts: dict[str, str] = {}
         # Temporary faults still to end (heal_all ends them at the quiet tail).
@@ -190,15 +163,27 @@ class _Run(FaultPlays):
         # Serving restarts for serving faults of controller processes gone (I8).
         self.retired_serving_restarts: list[tuple[float, int]] = []
 
-    def _time_outlets(self, self_timed: SelfTimed) -> None:
-        """Every outlet can (or cannot) switch itself back on, its timer working or not."""
-        for outlets in self.world.outlets.values():
-            for outlet in outlets:
-                outlet.self_timed = self_timed != "never"
-                outlet.timer_fails = self_timed == "failing"
+    def _draw_cluster(self, self_timed: SelfTimed | None) -> tuple[bool, ControllerConfig, World]:
+        """Dry run or not, the configuration and the world, drawn from the seed in
+        this order. ``self_timed``: every outlet can (or cannot) switch itself
+        back on, its timer working or not; None: as drawn."""
+        dry_run = self.rng.random() < 0.08
+        if "dry_run" in self.overrides.get("guards", {}):
+            dry_run = bool(self.overrides["guards"]["dry_run"])
+        config = random_config(self.rng, self.names, dry_run, self.overrides)
+        world = World(self.names, self.rng, config.detection.freeze_after)
+        if self_timed is not None:
+            for outlets in world.outlets.values():
+                for outlet in outlets:
+                    outlet.self_timed = self_timed != "never"
+                    outlet.timer_fails = self_timed == "failing"
+        return dry_run, config, world
 
-    def _open_history(self, pair: bool) -> HistoryStore:
-        """The run's history: in memory, or a pair's shared database (then ``self.pair``)."""
+    def _open_history(self, pair: bool | None) -> HistoryStore:
+        """The run's history: in memory, or a pair's shared database (then
+        ``self.pair``); ``pair`` None: by chance, the pair's first draw."""
+        if pair is None:
+            pair = self.pair_rng.random() < PAIR_SHARE
         if not pair:
             return HistoryStore(":memory:", clock=lambda: self.clock.time())
         # The database server's clock: the hosts' clocks may step, not its.
@@ -209,48 +194,6 @@ class _Run(FaultPlays):
         )
 
     # -- the controller process ----------------------------------------------------
-
-    def io(
-        self, incarnation: Incarnation, clock: Clock | None = None, fence: Fence = LONE
-    ) -> ControllerIO:
-        """The simulated world as the process ``incarnation`` reaches it; ``clock``
-        and ``fence``: a pair's (simulation/pair.py), else a lone controller's."""
-        world, config = self.world, self.config
-        clock = self.clock if clock is None else clock
-
-        def power(
-            path: PowerPath, on_step: StepHook, gate: SendGate, window: SendWindow | None
-        ) -> VerifiedPower:
-            outlet = world.outlets[path.node][0]
-            outlet.incarnation = incarnation
-            return VerifiedPower(
-                outlet,
-                timing_for(config, path),
-                dry_run=config.guards.dry_run,
-                on_step=on_step,
-                gate=gate,
-                send_window=window,
-                clock=clock,
-                spacing=self.spacing,  # per run: virtual time starts at 0 in each
-            )
-
-        async def inline(fn: Callable[[], Any]) -> Any:
-            incarnation.check()
-            return fn()
-
-        return ControllerIO(
-            clock=clock,
-            agents=SimAgents(world, incarnation),
-            banner=sim_banner(world, incarnation),
-            witness=sim_witness(world, incarnation),
-            power_factory=power,
-            serving=sim_serving(world, incarnation, config, clock),
-            agent_restart=sim_agent_restart(world, incarnation),
-            forced_reboot=sim_forced_reboot(world, incarnation),
-            halt=sim_halt(world, incarnation),
-            blocking=cast(Any, inline),
-            fence=fence,
-        )
 
     def new_incarnation(self) -> Incarnation:
         """A new controller process (numbers never repeat within a run)."""
@@ -267,12 +210,13 @@ class _Run(FaultPlays):
         """The real controller of ``incarnation``; from now the one the run watches."""
         if self.controller is not None:
             self.retired_serving_restarts.extend(self.controller.serving.fault_restarts)
+        clock = self.clock if clock is None else clock
         controller = Controller(
             self.config,
             cast(HistoryStore, _Store(store, self, incarnation)),
-            io=self.io(incarnation, clock, fence),
+            io=controller_io(self.world, self.config, incarnation, clock, fence, self.spacing),
             notifier=_Notifier(
-                self.config, functools.partial(self._said, incarnation), quiet=fence.deposed
+                self.config, functools.partial(self.checks.said, incarnation), quiet=fence.deposed
             ),
             systemd=SystemdNotifier(environ={}),
         )
@@ -334,39 +278,16 @@ class _Run(FaultPlays):
         with contextlib.suppress(Killed):
             self.kill("scheduled crash", incarnation)
 
-    # -- invariants at every command ---------------------------------------------
+    # -- a crash at a command ---------------------------------------------
 
     def _on_command(self, outlet: SimOutlet, target: PowerState, landed: bool, number: int) -> None:
-        now, node = self.world.now(), outlet.node.name
-        where = f"at {now:.1f}s: {target.value} to {node}"
-        for text in command_violations(
-            where,
-            node,
-            target,
-            now=now,
-            dry_run=self.dry_run,
-            truth=self.world.truth,
-            store=self.store,
-            failing=now < self.history_fault_until,
-            off_counts=self.off_counts,
-        ):
-            self.violate(text)
-        if self.pair is not None:
-            refused = self.pair.check_sender(number, where)
-            if refused is not None:
-                self.violate(refused)
+        failing = self.world.now() < self.history_fault_until
+        self.checks.command(outlet.node.name, target, number, failing=failing)
         if self.crash_after_command is not None and len(self.world.truth.commands) + 1 == (
             self.crash_after_command
         ):
             assert self.world.loop is not None
             self.world.loop.call_soon(self.kill_quietly)
-
-    def violate(self, text: str) -> None:
-        self.world.truth.violations.append(f"seed {self.seed}: {text}")
-
-    def check_incidents(self) -> None:
-        for text in open_incident_violations(self.store, self.world.now()):
-            self.violate(text)
 
     # -- the run ----------------------------------------------------------------
 
@@ -374,7 +295,7 @@ class _Run(FaultPlays):
         loop = asyncio.get_running_loop()
         self.world.loop = loop
         loop.set_task_factory(self.task_factory)
-        loop.set_exception_handler(self._unhandled)
+        loop.set_exception_handler(self.checks.unhandled)
         if self.pair is not None:
             assert isinstance(loop, VirtualLoop)
             loop.paused = self.pair.paused  # a paused leader's tasks wait (SIGSTOP)
@@ -397,8 +318,9 @@ class _Run(FaultPlays):
         while self._ladder_running() and loop.time() < end:
             await asyncio.sleep(5.0)
             elapsed = loop.time()
-        self.finish()
         assert self.controller is not None
+        restarts = sorted(at for at, _ in self.serving_fault_restarts())
+        self.checks.at_end(self.controller, self.config, restarts)
         self.final_verdicts = {n: w.verdict for n, w in self.controller.watches.items()}
         if self.pair is not None:
             self.pair.stop()
@@ -429,7 +351,7 @@ class _Run(FaultPlays):
         while elapsed < end:
             await asyncio.sleep(5.0)
             elapsed = loop.time()
-            self.check_incidents()
+            self.checks.incidents()
             if elapsed >= fault_window and not healed:
                 self.heal_all()
                 healed = True
@@ -439,26 +361,6 @@ class _Run(FaultPlays):
                 if settled >= 2:
                     break
         return elapsed
-
-    def _said(self, incarnation: Incarnation, event: Event) -> None:
-        """I13: of a pair, only the leader says anything about nodes. I14: a
-        power_action alert only for an off that reached the node's outlet."""
-        self.events.append(event)
-        if self.pair is not None and event.kind not in ABOUT_LEADERSHIP:
-            where = f"at {self.world.now():.1f}s: {event.kind} ({event.node or 'cluster'})"
-            refused = self.pair.check_sender(incarnation.number, where)
-            if refused is not None:
-                self.violate(refused.replace("I12", "I13", 1))
-        if event.kind == "power_action":
-            told = power_alert_violation(event.node, self.events, self.world)
-            if told is not None:
-                self.violate(told)
-
-    def _unhandled(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
-        """An exception nobody handled (a task's, found when it is dropped) is a bug."""
-        exc = context.get("exception")
-        if not isinstance(exc, (Killed, InjectedBug)):
-            self.errors.append(f"{context.get('message')}: {exc!r}")
 
     def _ladder_running(self) -> bool:
         """The watched controller is cutting, booting or running a ladder for a node."""
@@ -473,29 +375,6 @@ class _Run(FaultPlays):
         if self.pair is not None and not self.pair.steady():
             return False
         return at_rest(controller, self.world)
-
-    def finish(self) -> None:
-        """The end-of-run invariants (simulation/invariants.py): I3, I4, I5,
-        I6, then I8, I9 and I10; an unexpected error is a violation too."""
-        assert self.controller is not None
-        truth, guards = self.world.truth, self.config.guards
-        checks = [
-            end_violations(self.world, self.controller, self.events, self.dry_run),
-            budget_violations(truth, guards),
-            ["I6: serving restarted in dry run"] if self.dry_run and truth.serving_restarts else [],
-            serving_restart_violations(
-                self.config,
-                sorted(at for at, _ in self.serving_fault_restarts()),
-                self.store,
-                self.world,
-            ),
-            reboot_violations(truth.reboots, self.dry_run, guards),
-            halt_violations(truth.halts, self.dry_run),
-            [f"unexpected error: {error}" for error in self.errors],
-        ]
-        for check in checks:
-            for text in check:
-                self.violate(text)
 
     def serving_fault_restarts(self) -> list[tuple[float, int]]:
         """Every controller process's restarts for serving faults (virtual time)."""
@@ -518,7 +397,7 @@ class _Run(FaultPlays):
             writes=self.writes,
             sent=[(c.node, c.target.value) for c in truth.commands],
             sent_at=[c.at for c in truth.commands],
-            alerts=[e.kind for e in self.events],
+            alerts=[e.kind for e in self.checks.events],
             verdicts=self.final_verdicts,
             timed_ons=len(truth.timed_ons),
             pair=self.pair is not None,

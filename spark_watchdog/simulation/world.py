@@ -5,23 +5,20 @@ controller: an agent that answers (or is silent, refused, stuck, slow), an
 SSH port (banner, no banner, refused, connect timeout), a boot id, and
 whether its outlets give it power. ``SimOutlet`` is one PDU outlet with the
 failure modes of real PDUs. Everything the controller is told is logged in
-``Truth`` for the invariants, in virtual time.
+``Truth`` (simulation/truth.py) for the invariants, in virtual time; the
+controller reaches the world through the seams of simulation/seams.py.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import json
 import math
 import random
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from spark_watchdog.config.controller import ControllerConfig, NodeConfig, SshDevice
-from spark_watchdog.controller.clock import Clock
 from spark_watchdog.controller.http_client import (
     NO_NETWORK,
     REFUSED,
@@ -30,13 +27,6 @@ from spark_watchdog.controller.http_client import (
     HttpAnswer,
     HttpError,
 )
-from spark_watchdog.controller.io import RebootAttempt
-from spark_watchdog.controller.serving_restart import (
-    ServingNode,
-    ServingRestart,
-    ServingRestartReport,
-)
-from spark_watchdog.controller.witness import WitnessReport
 from spark_watchdog.errors import Ambiguous, Refused, Unreachable
 from spark_watchdog.power import send_window
 from spark_watchdog.power.base import TIMED_ON_MARGIN_S, PowerState, TimedOn
@@ -49,76 +39,9 @@ from spark_watchdog.simulation.fabric import (
     deliver,
     peer_report,
 )
+from spark_watchdog.simulation.process import PROCESS, Incarnation, InjectedBug
+from spark_watchdog.simulation.truth import Command, Truth
 from spark_watchdog.xid import ends_the_context
-
-# The controller process the running code belongs to (its tasks inherit it):
-# what a device attributes a command to, and what a kill cancels.
-PROCESS: contextvars.ContextVar[Incarnation | None] = contextvars.ContextVar(
-    "process", default=None
-)
-
-
-class InjectedBug(RuntimeError):
-    """A bug planted in a simulated device: the controller must hold, not crash or retry."""
-
-
-class Killed(BaseException):
-    """The controller incarnation that made this call was killed: nothing happens."""
-
-
-@dataclass
-class Incarnation:
-    """One run of the controller process, from start to crash or end."""
-
-    number: int
-    alive: bool = True
-
-    def check(self) -> None:
-        if not self.alive:
-            raise Killed(f"controller #{self.number} is dead")
-
-
-@dataclass
-class Command:
-    at: float
-    node: str
-    outlet: str
-    target: PowerState
-    incarnation: int
-    landed: bool
-
-
-@dataclass
-class Truth:
-    """What happened, as the invariants need it."""
-
-    freeze_after: float
-    life: dict[str, list[float]] = field(default_factory=dict)  # answers delivered, per node
-    commands: list[Command] = field(default_factory=list)
-    person_switches: list[tuple[float, str, PowerState]] = field(default_factory=list)
-    # (when, node): an outlet switched on by its own timer.
-    timed_ons: list[tuple[float, str]] = field(default_factory=list)
-    # (when, node, its GPU latched then, its boot): clean halts sent over SSH.
-    halts: list[tuple[float, str, bool, int]] = field(default_factory=list)
-    serving_restarts: list[float] = field(default_factory=list)
-    # (time, node, whether its GPU was wedged then) of each forced reboot received.
-    reboots: list[tuple[float, str, bool]] = field(default_factory=list)
-    violations: list[str] = field(default_factory=list)
-
-    def note_life(self, node: str, at: float) -> None:
-        """The controller was told the node was alive at ``at`` (its own answer,
-        or a believed peer's sighting); the list stays in order of time."""
-        times = self.life.setdefault(node, [])
-        if not times or at > times[-1]:
-            times.append(at)
-
-    def alive_at(self, node: str, now: float) -> float | None:
-        """The last life the controller was told of within freeze_after before now."""
-        times = self.life.get(node)
-        if not times:
-            return None
-        last = times[-1]
-        return last if now - last < self.freeze_after else None
 
 
 class SimNode:
@@ -631,167 +554,3 @@ class World:
         outlet.timer_generation += 1  # a person at the plug cancels its timer
         outlet.set_state(target)
         self.truth.person_switches.append((self.now(), node, target))
-
-
-class SimAgents:
-    def __init__(self, world: World, incarnation: Incarnation) -> None:
-        self.world = world
-        self.incarnation = incarnation
-
-    async def get(self, node: NodeConfig, path: str, timeout: float) -> HttpAnswer:
-        self.incarnation.check()
-        answer = await self.world.nodes[node.name].agent_get(path, timeout)
-        self.incarnation.check()
-        return answer
-
-
-def sim_banner(world: World, incarnation: Incarnation) -> Any:
-    async def check(host: str, port: int, timeout: float) -> BannerResult:
-        incarnation.check()
-        result = await world.nodes[host].banner(timeout)  # ssh_host is the node's name
-        incarnation.check()
-        return result
-
-    return check
-
-
-def sim_witness(world: World, incarnation: Incarnation) -> Any:
-    async def check(targets: Sequence[str], timeout: float) -> WitnessReport:
-        incarnation.check()
-        if not targets:
-            return WitnessReport(True, (), ())
-        if world.witness_down or world.controller_net_down:
-            await world.sleep(timeout)
-            return WitnessReport(False, (), tuple(targets))
-        return WitnessReport(True, tuple(targets), ())
-
-    return check
-
-
-class SimServingHttp:
-    """The agents as the real serving restart asks them (controller/serving_restart.py):
-    their state, and their serving API with its faults."""
-
-    def __init__(self, world: World, incarnation: Incarnation, agents: dict[str, str]) -> None:
-        self.world = world
-        self.incarnation = incarnation
-        self.agents = agents  # each agent's base URL: its node
-
-    async def __call__(
-        self,
-        url: str,
-        *,
-        method: str = "GET",
-        timeout: float,
-        body: Any = None,
-        headers: dict[str, str] | None = None,
-    ) -> HttpAnswer:
-        self.incarnation.check()
-        base = next(b for b in self.agents if url.startswith(b + "/"))
-        node, path = self.world.nodes[self.agents[base]], url[len(base) :]
-        if path == "/v1/state":
-            answer = await node.agent_get(path, timeout)
-        else:
-            what = path.removeprefix("/v1/serving").strip("/")
-            answer = await node.serving_call(method, what, body, timeout)
-        self.incarnation.check()
-        return answer
-
-
-def sim_serving(
-    world: World, incarnation: Incarnation, config: ControllerConfig, clock: Clock
-) -> Any:
-    """The real serving restart, against the simulated agents. A restart it
-    calls succeeded while the head does not run the profile, or runs a config
-    less safe than asked, breaks I11."""
-    agents = {n.agent.rstrip("/"): n.name for n in config.nodes}
-    http = SimServingHttp(world, incarnation, agents)
-
-    async def run(
-        head: ServingNode,
-        workers: Sequence[ServingNode],
-        token: str,
-        timeout: float,
-        profile: str,
-        heard: Callable[[str], None],
-    ) -> ServingRestartReport:
-        incarnation.check()
-        world.truth.serving_restarts.append(world.now())
-        restart = ServingRestart(
-            head, workers, token, timeout=timeout, http=http, clock=clock, heard=heard
-        )
-        report = await restart.run(profile)
-        incarnation.check()
-        node = world.nodes[head.name]
-        running = node.rank_running and node.rank_profile == profile and not node.rank_unsafe
-        if report.result == "succeeded" and not running:
-            world.truth.violations.append(
-                f"I11 at {world.now():.1f}s: a serving restart with {profile} reported "
-                f"succeeded, but {head.name} runs {node.rank_profile} "
-                f"(running {node.rank_running}, less safe than asked {node.rank_unsafe})"
-            )
-        return report
-
-    return run
-
-
-def sim_forced_reboot(world: World, incarnation: Incarnation) -> Any:
-    """The host's sysrq reboot over SSH: usually a new boot a few seconds later;
-    sometimes SSH cannot get in (nothing sent), the session hangs (it may have
-    run), or the reboot itself hangs in the driver (the host goes silent)."""
-
-    async def reboot(device: SshDevice) -> RebootAttempt:
-        incarnation.check()
-        node = world.nodes[device.host]
-        _planted_ssh_bug(node)
-        fate = world.rng.random()
-        await world.sleep(world.rng.uniform(0.5, 3.0))
-        incarnation.check()
-        if node.phase != "up" or fate < 0.1:
-            return RebootAttempt(False, "no connection")
-        world.truth.reboots.append((world.now(), node.name, node.gpu_wedged))
-        if fate < 0.2:
-            node.freeze(None)  # hung in the driver on the way down: silent
-            return RebootAttempt(None, "the session hung")
-        node.phase, node.phase_until = "post", world.now() + world.rng.uniform(2.0, 8.0)
-        return RebootAttempt(True, "dropped as the host went down")
-
-    return reboot
-
-
-def _planted_ssh_bug(node: SimNode) -> None:
-    if node.ssh_bug:
-        node.ssh_bug = False
-        raise InjectedBug(f"{node.name}: a planted bug in the ssh session")
-
-
-def sim_halt(world: World, incarnation: Incarnation) -> Any:
-    """A clean halt over SSH: the host shuts down and stays down, silent (its
-    outlet still on), until its power is cut; sometimes SSH cannot get in."""
-
-    async def halt(device: SshDevice) -> RebootAttempt:
-        incarnation.check()
-        node = world.nodes[device.host]
-        _planted_ssh_bug(node)
-        fate = world.rng.random()
-        await world.sleep(world.rng.uniform(0.5, 2.0))
-        incarnation.check()
-        if node.phase != "up" or fate < 0.1:
-            return RebootAttempt(False, "no connection")
-        world.truth.halts.append((world.now(), node.name, node.clock_latched, node.boot))
-        node.planned_reboot(world.rng.uniform(1.0, 20.0), hang=False, halt=True)
-        return RebootAttempt(True, "dropped as the host went down")
-
-    return halt
-
-
-def sim_agent_restart(world: World, incarnation: Incarnation) -> Any:
-    async def restart(device: SshDevice) -> str:
-        incarnation.check()
-        node = world.nodes[device.host]
-        await world.sleep(2.0)
-        if node.agent == "stuck":
-            node.agent_until = world.now()
-        return "restarted"
-
-    return restart
