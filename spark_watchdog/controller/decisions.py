@@ -19,7 +19,7 @@ about the watcher itself (controller/watcher_doubt.py).
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from spark_watchdog.controller.detector import Finding, Verdict
 from spark_watchdog.controller.node_states import NodeEvent, NodeState
@@ -101,7 +101,10 @@ def needs(node: NodeView, cluster: ClusterView) -> Needs:
     """Which history reads the decision for ``node`` depends on (none for most)."""
     if _settled_before_reads(node, cluster) is not None or node.finding.verdict not in ACTED_ON:
         return Needs()
-    serving = node.finding.verdict in SERVING_FAULTS and _serving_gate(node, cluster) is None
+    verdict = node.finding.verdict
+    serving = verdict is Verdict.GPU_WEDGED or (
+        verdict in SERVING_FAULTS and _serving_gate(node, cluster) is None
+    )
     return Needs(guards=True, kill_record=node.kill is Kill.PENDING, serving_count=serving)
 
 
@@ -223,8 +226,20 @@ def _acted_on(node: NodeView, cluster: ClusterView, reads: Reads) -> tuple[Decis
         decision = Decision(Step.NOTHING, "an agent restart is under way or cooling down")
     if decision.step is Step.RESTART_SERVING:
         decision = _serving_gate(node, cluster) or _serving_budget(decision, reads)
+    if decision.step is Step.UNWEDGE:
+        return _unwedge(decision, reads)
     if decision.step is Step.NOTHING and node.finding.verdict is not Verdict.HOST_FROZEN:
         return (decision, Decision(Step.FORGET_DRY_RUN, decision.reason))
+    return (decision,)
+
+
+def _unwedge(decision: Decision, reads: Reads) -> tuple[Decision, ...]:
+    """The wedged ladder, its first rung a serving restart within the budget."""
+    budget = _serving_budget(decision, reads)
+    if budget.step is Step.NOTHING:
+        return (budget,)  # the serving restarts could not be counted: next tick
+    if budget.step is Step.SERVING_BUDGET_SPENT:
+        return (budget, replace(decision, with_serving=False))
     return (decision,)
 
 

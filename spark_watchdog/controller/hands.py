@@ -68,7 +68,7 @@ class Hands:
         elif step is Step.ANSWER_KILL:
             answer_kill(watch)
         elif step is Step.UNWEDGE:
-            await self.wedged.start(watch)
+            await self.wedged.start(watch, with_serving=decision.with_serving)
         elif step is Step.HAND_TO_POWER:
             await self.wedged.hand_over(watch)
         elif step is Step.ALERT_CLOCK_LATCH:

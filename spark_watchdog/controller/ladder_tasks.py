@@ -49,7 +49,9 @@ class WedgedLadders:
         with contextlib.suppress(HistoryUnwritable):
             await wedged.hand_over(self.host, watch, incident_id, None)
 
-    async def start(self, watch: NodeWatch) -> None:
+    async def start(self, watch: NodeWatch, *, with_serving: bool) -> None:
+        """The ladder for a wedged GPU; ``with_serving``: its first rung restarts
+        serving (not past the serving budget: controller/decisions.py)."""
         host, ledger = self.host, self.host.ledger
         if watch.conduct.dry_run_incident is not None:
             return
@@ -74,12 +76,12 @@ class WedgedLadders:
             return
         watch.apply(NodeEvent.WEDGED_CONFIRMED, incident=incident.id)
         task = asyncio.get_running_loop().create_task(
-            self._run(watch, incident.id), name=f"unwedge-{watch.name}"
+            self._run(watch, incident.id, with_serving), name=f"unwedge-{watch.name}"
         )
         host.work.add(Ladder.UNWEDGING, watch.name, task)
         self._incidents[watch.name] = incident.id
 
-    async def _run(self, watch: NodeWatch, incident_id: int) -> str:
+    async def _run(self, watch: NodeWatch, incident_id: int, with_serving: bool) -> str:
         host = self.host
 
         async def failed(exc: Exception) -> None:
@@ -94,7 +96,7 @@ class WedgedLadders:
                 watch,
                 incident_id,
                 "gpu_wedged ladder",
-                wedged.unwedge(host, watch, incident_id),
+                wedged.unwedge(host, watch, incident_id, with_serving=with_serving),
                 failed,
             )
         finally:

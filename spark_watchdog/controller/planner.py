@@ -150,6 +150,8 @@ class Decision:
     reason: str
     rung: int | None = None  # 0-based index into the node's power paths
     event: NodeEvent | None = None  # what to feed the state machine, if anything
+    # UNWEDGE: whether its first rung restarts serving (not past the serving budget).
+    with_serving: bool = True
 
 
 # The verdicts ``decide`` can act on. For any other it decides nothing, so the

@@ -50,11 +50,6 @@ def answer_kill(watch: NodeWatch) -> None:
         kills.answer()
 
 
-def spent_budget(done: int, budget: int, window: float) -> str:
-    """Why no serving restart: the words of the alert."""
-    return f"{done} automatic serving restarts in {window:g} s (budget {budget})"
-
-
 class ServingRestarts:
     """The serving restarts of one controller process: when, how many, with what."""
 
@@ -268,17 +263,6 @@ class ServingRestarts:
                 watch.name,
             )
         )
-
-    async def budget_spent(self, watch: NodeWatch) -> bool:
-        """The wedged ladder's first rung: no serving restart past the budget."""
-        done = await self.count_in_window()
-        if done is None:
-            return True
-        cfg = self.host.config.serving
-        if done < cfg.restart_budget:
-            return False
-        self.refuse(watch, spent_budget(done, cfg.restart_budget, cfg.restart_budget_window))
-        return True
 
     def running(self) -> bool:
         """A serving restart for a fault is under way."""

@@ -40,10 +40,11 @@ def ssh_device(watch: NodeWatch) -> SshDevice | None:
     return next((d for d in watch.config.power if isinstance(d, SshDevice)), None)
 
 
-async def unwedge(host: Crew, watch: NodeWatch, incident_id: int) -> str:
-    """Run the ladder for one open ``gpu_wedged`` incident; its resolution."""
+async def unwedge(host: Crew, watch: NodeWatch, incident_id: int, *, with_serving: bool) -> str:
+    """Run the ladder for one open ``gpu_wedged`` incident; its resolution.
+    ``with_serving``: its first rung restarts serving (decided with the budget)."""
     reason = watch.finding.summary
-    restarted = not await host.serving.budget_spent(watch)
+    restarted = with_serving
     if restarted:
         await host.serving.restart_after(incident_id, reason, kind=KIND)
         settle = host.config.detection.gpu_wedged_after

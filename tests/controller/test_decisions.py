@@ -189,3 +189,17 @@ def test_a_serving_fault_past_its_budget_is_refused_and_within_it_restarted() ->
     busy = ClusterView(serving_running=True)
     assert not needs(stalled, busy).serving_count
     assert plan(stalled, busy, within)[0].step is Step.NOTHING
+
+
+def test_a_wedged_gpu_past_the_serving_budget_gets_its_ladder_without_the_serving_rung() -> None:
+    wedged = _frozen(finding=Finding(Verdict.GPU_WEDGED, ("gpu reads time out",)))
+    assert needs(wedged, ClusterView()).serving_count
+    within = plan(wedged, ClusterView(), Reads(guards=Guards(), serving_restarts=0))
+    assert [(d.step, d.with_serving) for d in within] == [(Step.UNWEDGE, True)]
+    spent = plan(wedged, ClusterView(), Reads(guards=Guards(), serving_restarts=6))
+    assert [(d.step, d.with_serving) for d in spent] == [
+        (Step.SERVING_BUDGET_SPENT, True),
+        (Step.UNWEDGE, False),
+    ]
+    unread = plan(wedged, ClusterView(), Reads(guards=Guards(), serving_restarts=None))
+    assert [d.step for d in unread] == [Step.NOTHING]
