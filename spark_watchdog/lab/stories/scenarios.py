@@ -40,7 +40,6 @@ from spark_watchdog.lab.cluster import (
     MEM_COLLAPSE_FLOOR,
     MEM_COLLAPSE_RATE,
 )
-from spark_watchdog.lab.hardware import lab_sshd
 from spark_watchdog.lab.lab_controller import ControllerProcess
 from spark_watchdog.lab.netns import netns_unavailable
 from spark_watchdog.lab.node import GIB, LabNode
@@ -67,7 +66,6 @@ from spark_watchdog.lab.stories.scenario_kit import (
     judge_incidents,
     pick_target,
     rank_stopped_on_the_node,
-    recovery_timeout,
     wait_resolved,
 )
 from spark_watchdog.lab.timeline import Narrator
@@ -209,103 +207,6 @@ def _mem_collapse(run: Run) -> None:
         expect_safe_restart(run)
 
 
-def _clock_latch(run: Run) -> None:
-    node = pick_target(run, None, 1)
-    if node.sshd_port is None:
-        run.result.outcome = "not_available"
-        run.result.notes.append(f"no sshd for the halt: {lab_sshd.unavailable()}")
-        return
-    boot_before = node.boot_id()
-    run.inject("clock-latch", node)
-
-    def settled() -> bool:
-        frozen = [i for i in incidents_of(run) if i.kind == "host_frozen"]
-        return bool(frozen) and all(i.status == "resolved" for i in frozen)
-
-    run.session.wait_for(
-        settled, recovery_timeout(run) + LAB_LATCH_OFF_S, f"{node.name}'s long cut to end"
-    )
-    judge_incidents(run, "host_frozen")
-    account(run)
-    expect_cycles(run, [node])  # the freeze incident's one cycle, before the latch's id joins
-    result, store = run.result, run.session.store()
-    latched = [i for i in incidents_of(run) if i.kind == "clock_latched"]
-    if len(latched) != 1:
-        result.problems.append(f"{len(latched)} clock_latched incidents, expected 1")
-    else:
-        result.incident_ids.insert(0, latched[0].id)
-        steps = [s.step for s in store.steps(latched[0].id)]
-        for step in ("halt_requested", "halt_sent", "handed_to_power_path"):
-            if step not in steps:
-                result.problems.append(f"incident #{latched[0].id}: no {step} step recorded")
-        check = latched[0].evidence.get("gpu_clock_check") or {}
-        result.notes.append(
-            f"{node.name}: {check.get('busy_readings')} busy GPU readings, none above "
-            f"{check.get('max_busy_sm_clock_mhz')} MHz (floor {check.get('floor_mhz')} MHz)"
-        )
-    for incident in incidents_of(run):
-        if incident.kind != "host_frozen":
-            continue
-        held = [
-            s.detail.get("off_seconds")
-            for s in store.steps(incident.id)
-            if s.step == "rung_started" and isinstance(s.detail, dict)
-        ]
-        if held != [LAB_LATCH_OFF_S]:
-            result.problems.append(f"incident #{incident.id}: off holds {held}, not the long one")
-    if result.alerts.count("clock_latched") != 1:
-        result.problems.append(f"clock_latched alerted {result.alerts.count('clock_latched')}x")
-    if node.boot_id() == boot_before:
-        result.problems.append(f"{node.name} did not boot again (same boot id)")
-
-    def cleared() -> bool:
-        state = run.lab.agent_state(node) or {}
-        return (state.get("gpu_clock_check") or {}).get("state") == "ok"
-
-    try:
-        run.session.wait_for(cleared, 60.0, f"{node.name}'s GPU to reach its clock again")
-    except LabTimeout as exc:
-        result.problems.append(str(exc))
-    if result.outcome == "recovered":
-        expect_safe_restart(run)
-
-
-def _gpu_hang(run: Run) -> None:
-    node = pick_target(run, None, 1)
-    if node.sshd_port is None:
-        run.result.outcome = "not_available"
-        run.result.notes.append(f"no sshd for the forced reboot: {lab_sshd.unavailable()}")
-        return
-    boot_before = node.boot_id()
-    run.inject("gpu-hang", node)
-
-    def settled() -> bool:
-        wedged = [i for i in incidents_of(run) if i.kind == "gpu_wedged"]
-        return bool(wedged) and all(i.status == "resolved" for i in wedged)
-
-    run.session.wait_for(
-        settled, recovery_timeout(run), f"the gpu_wedged incident of {node.name} to be resolved"
-    )
-    judge_incidents(run, "gpu_wedged")
-    account(run)
-    expect_no_power(run, allowed=("ssh_reboot",))
-    result, store = run.result, run.session.store()
-    for incident_id in result.incident_ids:
-        steps = [s.step for s in store.steps(incident_id)]
-        for step in ("serving_restart_done", "still_wedged", "reboot_requested", "new_boot_seen"):
-            if step not in steps:
-                result.problems.append(f"incident #{incident_id}: no {step} step recorded")
-        actions = [(a.operation, a.result) for a in store.actions(incident_id=incident_id)]
-        if actions != [("ssh_reboot", "verified")]:
-            result.problems.append(f"incident #{incident_id}: actions {actions}")
-    if node.forced_reboots != 1:
-        result.problems.append(f"{node.name} was force-rebooted {node.forced_reboots} times")
-    if node.boot_id() == boot_before:
-        result.problems.append(f"{node.name} did not boot again (same boot id)")
-    if result.outcome == "recovered":
-        expect_safe_restart(run)
-
-
 def _reboot(run: Run) -> None:
     node = pick_target(run, None, 2)
     verdicts = Verdicts(run, node)
@@ -350,7 +251,11 @@ def _reboot(run: Run) -> None:
             f"the controller never called {node.name} rebooting (ssh refused after the "
             "agent's last progress)"
         )
-    # The lab's side of "like a reboot": the new boot's journal shows a clean end.
+    _expect_a_clean_end(run, node, boot_before)
+
+
+def _expect_a_clean_end(run: Run, node: LabNode, boot_before: str | None) -> None:
+    """The lab's side of "like a reboot": the new boot's journal shows a clean end."""
     journal: dict[str, Any] = {}
 
     def journal_read() -> bool:
@@ -551,7 +456,7 @@ SCENARIOS: dict[str, Scenario] = {
             "gpu-hang",
             "a node's NVML calls hang (a wedged driver) while the host answers",
             ("recovered",),
-            _gpu_hang,
+            gpu_fault_scenarios.gpu_hang,
             doc="The lab's NVML stand-in blocks until the next boot; each lab host runs a real "
             "sshd. Expected: gpu_wedged after gpu_wedged_after (6 s in the lab), a serving "
             "restart with profile safe, still wedged, one forced reboot over the real sshd "
@@ -562,7 +467,7 @@ SCENARIOS: dict[str, Scenario] = {
             "clock-latch",
             "a node's GPU clock latches (702 MHz under load) and survives the node's reboot",
             ("recovered",),
-            _clock_latch,
+            gpu_fault_scenarios.clock_latch,
             doc="The lab's NVML stand-in answers 702 MHz under load until the node has been "
             f"without power {LAB_LATCH_CLEAR_S:g}s. Expected: the node's agent finds the GPU "
             "clock-latched on its new boot (gpu_clock_check), one clock_latched alert and "
