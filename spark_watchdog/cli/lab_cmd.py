@@ -351,17 +351,14 @@ def _list_scenarios() -> int:
     return EXIT_OK
 
 
-@_lab_errors
-def _run_scenario(args: argparse.Namespace) -> int:
-    if args.list:
-        return _list_scenarios()
+def _scenario_refused(args: argparse.Namespace) -> int | None:
+    """The exit status when ``lab run``'s arguments cannot run a scenario here, else None."""
     if args.scenario is None:
         print("spark-watchdog lab run: give --scenario NAME (see --list)", file=sys.stderr)
         return EXIT_USAGE
     if not _nodes_ok(args.nodes):
         return EXIT_USAGE
-    from spark_watchdog.lab.stories.scenarios import SCENARIOS, run_scenario
-    from spark_watchdog.lab.timeline import Narrator
+    from spark_watchdog.lab.stories.scenarios import SCENARIOS
 
     scenario = SCENARIOS[args.scenario]
     if args.nodes < scenario.min_nodes:
@@ -378,6 +375,19 @@ def _run_scenario(args: argparse.Namespace) -> int:
         return EXIT_NOT_AVAILABLE
     if not _serving_ok(args.serving, args.vllm):
         return EXIT_NOT_AVAILABLE
+    return None
+
+
+@_lab_errors
+def _run_scenario(args: argparse.Namespace) -> int:
+    if args.list:
+        return _list_scenarios()
+    refused = _scenario_refused(args)
+    if refused is not None:
+        return refused
+    from spark_watchdog.lab.stories.scenarios import run_scenario
+    from spark_watchdog.lab.timeline import Narrator
+
     keep = args.keep or args.dir is not None
     workdir = args.dir or Path(tempfile.mkdtemp(prefix=f"spark-watchdog-lab-{args.scenario}-"))
     workdir = workdir.resolve()

@@ -82,10 +82,10 @@ def _secret_checks(prefix: str, secrets: list[SecretReference], root: Path) -> l
     ]
 
 
-def node_plan(config: AgentConfig, host: NodeHost | None = None) -> list[PlannedCheck]:
-    host = host or NodeHost()
-    journal, gpu, vllm = config.probes.journal, config.probes.gpu, config.probes.vllm
-    plan = [
+def _journal_plan(config: AgentConfig, host: NodeHost) -> list[PlannedCheck]:
+    """The journal's checks: its storage, journald's sync interval, the previous boot."""
+    journal = config.probes.journal
+    return [
         PlannedCheck(
             "node.journal.persistent",
             "the journal's storage",
@@ -104,6 +104,14 @@ def node_plan(config: AgentConfig, host: NodeHost | None = None) -> list[Planned
             JOURNAL_TIMEOUT_S,
             _blocking(partial(check_previous_boot, journal)),
         ),
+    ]
+
+
+def node_plan(config: AgentConfig, host: NodeHost | None = None) -> list[PlannedCheck]:
+    host = host or NodeHost()
+    gpu, vllm = config.probes.gpu, config.probes.vllm
+    plan = [
+        *_journal_plan(config, host),
         PlannedCheck(
             "node.watchdog",
             "the hardware watchdog",

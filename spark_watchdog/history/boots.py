@@ -10,6 +10,21 @@ from spark_watchdog.history import checks, decode
 from spark_watchdog.history.core import Connection, StoreCore, writes
 from spark_watchdog.history.records import Boot, Node
 
+# The newer report wins, but a known value is never replaced by NULL, and a
+# linked incident stays linked unless another is given (BootTables.upsert_boot).
+_UPSERT_BOOT = """
+    INSERT INTO boots (node, boot_id, first_entry, last_entry, clean_shutdown,
+                       evidence, recorded_at, updated_at, incident_id)
+    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+    ON CONFLICT (node, boot_id) DO UPDATE SET
+        first_entry = COALESCE(excluded.first_entry, boots.first_entry),
+        last_entry = COALESCE(excluded.last_entry, boots.last_entry),
+        clean_shutdown = COALESCE(excluded.clean_shutdown, boots.clean_shutdown),
+        evidence = excluded.evidence,
+        updated_at = excluded.updated_at,
+        incident_id = COALESCE(excluded.incident_id, boots.incident_id)
+    """
+
 
 class BootTables(StoreCore):
     """Nodes and boots."""
@@ -77,18 +92,7 @@ class BootTables(StoreCore):
                 self._require_incident(conn, incident_id)
             self._ensure_node(conn, node, now)
             conn.execute(
-                """
-                INSERT INTO boots (node, boot_id, first_entry, last_entry, clean_shutdown,
-                                   evidence, recorded_at, updated_at, incident_id)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
-                ON CONFLICT (node, boot_id) DO UPDATE SET
-                    first_entry = COALESCE(excluded.first_entry, boots.first_entry),
-                    last_entry = COALESCE(excluded.last_entry, boots.last_entry),
-                    clean_shutdown = COALESCE(excluded.clean_shutdown, boots.clean_shutdown),
-                    evidence = excluded.evidence,
-                    updated_at = excluded.updated_at,
-                    incident_id = COALESCE(excluded.incident_id, boots.incident_id)
-                """,
+                _UPSERT_BOOT,
                 (
                     node,
                     boot,

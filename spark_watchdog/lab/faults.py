@@ -46,6 +46,8 @@ PARTITIONS: dict[str, tuple[Link, str]] = {
     "mgmt-partition": ("management", "management link went"),
     "fabric-partition": ("fabric", "fabric link went"),
 }
+# Faults of the head's engine, while its rank runs on.
+ENGINE_FAULTS = frozenset({"wedge", "crash", "idle-wedge"})
 # Faults about the serving head or the whole lab: the node argument is optional.
 CLUSTER_FAULTS = frozenset({"wedge", "crash", "crash-exit", "idle-wedge", "pdu-down", "heal"})
 
@@ -100,21 +102,8 @@ def inject(lab: Faultable, fault: str, node: LabNode | None = None) -> str:
     if fault == "thaw":
         lab.thaw(target)
         return f"{target.name} thawed (SIGCONT)"
-    if lab.real_head is not None and fault in ("wedge", "crash", "idle-wedge"):
-        return _real_fault(lab, fault)
-    if fault == "idle-wedge":
-        lab.vllm_mode("hung")
-        return (
-            f"{lab.head.name}'s engine hung while idle: nothing running, no step, "
-            "new requests wait, /health 200"
-        )
-    if fault in ("wedge", "crash"):
-        lab.vllm_mode("wedged" if fault == "wedge" else "dead")
-        return (
-            f"{lab.head.name}'s engine wedged: requests running, no step, /health 200"
-            if fault == "wedge"
-            else f"{lab.head.name}'s engine died: /health answers 503"
-        )
+    if fault in ENGINE_FAULTS:
+        return _engine_fault(lab, fault)
     if fault == "crash-exit":
         pid = lab.crash_exit(target)
         if pid is None:
@@ -143,6 +132,24 @@ def inject(lab: Faultable, fault: str, node: LabNode | None = None) -> str:
         return f"{target.name}'s {what} dark (down in its namespace)"
     lab.heal(node)
     return "healed: " + (node.name if node is not None else "every node, serving and the PDU")
+
+
+def _engine_fault(lab: Faultable, fault: str) -> str:
+    """wedge, crash and idle-wedge: the head's engine, the stand-in's or the real one."""
+    if lab.real_head is not None:
+        return _real_fault(lab, fault)
+    if fault == "idle-wedge":
+        lab.vllm_mode("hung")
+        return (
+            f"{lab.head.name}'s engine hung while idle: nothing running, no step, "
+            "new requests wait, /health 200"
+        )
+    lab.vllm_mode("wedged" if fault == "wedge" else "dead")
+    return (
+        f"{lab.head.name}'s engine wedged: requests running, no step, /health 200"
+        if fault == "wedge"
+        else f"{lab.head.name}'s engine died: /health answers 503"
+    )
 
 
 def _real_fault(lab: Faultable, fault: str) -> str:

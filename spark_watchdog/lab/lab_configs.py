@@ -173,31 +173,34 @@ def agent_config(lab: LabWiring, node: LabNode) -> dict[str, Any]:
     }
 
 
+def _controller_node(lab: LabWiring, node: LabNode) -> dict[str, Any]:
+    """One node as the controller's config names it: its agent, its SSH port and
+    its power paths (its outlet on the lab's PDU, then SSH where the lab has sshd)."""
+    assert lab.pdu is not None
+    return {
+        "name": node.name,
+        "agent": node.agent_url,
+        "ssh_host": node.address,
+        "ssh_port": node.ssh_port,
+        "power": [
+            {
+                "type": "snmp",
+                "host": LOOPBACK,
+                "port": lab.pdu.port,
+                "outlet": node.outlet,
+                "vendor": "auto",
+                "community_file": str(lab.community_file),
+                "timeout": 1.0,
+            },
+            *ssh_devices(lab, node),
+        ],
+    }
+
+
 def controller_config(lab: LabWiring, history: Path, overrides: dict[str, Any]) -> dict[str, Any]:
     """The controller's config for the lab, ``overrides`` merged section by section."""
-    assert lab.pdu is not None
     config: dict[str, Any] = {
-        "nodes": [
-            {
-                "name": n.name,
-                "agent": n.agent_url,
-                "ssh_host": n.address,
-                "ssh_port": n.ssh_port,
-                "power": [
-                    {
-                        "type": "snmp",
-                        "host": LOOPBACK,
-                        "port": lab.pdu.port,
-                        "outlet": n.outlet,
-                        "vendor": "auto",
-                        "community_file": str(lab.community_file),
-                        "timeout": 1.0,
-                    },
-                    *ssh_devices(lab, n),
-                ],
-            }
-            for n in lab.nodes
-        ],
+        "nodes": [_controller_node(lab, n) for n in lab.nodes],
         "policy": {
             "power_off_seconds": LAB_POWER_OFF_S,
             # Long enough to clear the lab's clock latch (LAB_LATCH_CLEAR_S).

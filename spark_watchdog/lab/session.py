@@ -101,44 +101,9 @@ class LabSession:
 
     def _start(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
-        self.cluster = LabCluster(
-            self.workdir / "nodes",
-            size=self.nodes,
-            timings=self.timings,
-            netns=self.netns,
-            host_memory=self.host_memory,
-            vllm=self.vllm,
-            serving_mode=self.serving,
-        )
-        self.cluster.on_event = self.lab_event
-        self.say(
-            f"starting {self.nodes} simulated DGX Sparks (agent, SSH banner, vLLM rank, "
-            "NVML and journal each) and an APC rPDU2 stand-in on loopback"
-        )
-        self.cluster.start()
-        self.cluster.wait_agents()
-        assert self.cluster.pdu is not None
-        where = f" (network namespaces, {self.cluster.nodes[0].address} ...)" if self.netns else ""
-        self.say(
-            f"agents up on {', '.join(n.name for n in self.cluster.nodes)}{where}; "
-            f"PDU on udp/127.0.0.1:{self.cluster.pdu.port}"
-        )
-        if self.serving != "process":
-            self.say(f"ranks: {SERVING[self.serving]}")
-        if self.vllm == "real":
-            self.say(
-                "the head's rank is the real vLLM server (CPU build, a small random model); "
-                "it takes a minute or two to load, with the lab's own traffic"
-            )
-        self.cluster.start_serving("plain")
-        self.say(
-            "serving: TP=4 ranks started with profile plain (adaptive verification on, "
-            "cudagraph_mode FULL_AND_PIECEWISE); the head's engine is stepping"
-            if self.nodes == 4 and self.vllm != "real"
-            else f"serving: {self.nodes} ranks started with profile plain; the head is stepping"
-        )
+        cluster = self._start_cluster()
         self.receiver = AlertReceiver()
-        config = self.cluster.controller_config(self.history_path)
+        config = cluster.controller_config(self.history_path)
         config["notify"] = {"webhooks": [{"url": self.receiver.url}], "attempts": 1}
         for key, value in self.controller_overrides.items():
             if isinstance(value, dict) and isinstance(config.get(key), dict):
@@ -146,7 +111,7 @@ class LabSession:
             else:
                 config[key] = value
         if self.adjust_config is not None:
-            self.adjust_config(self.cluster, config)
+            self.adjust_config(cluster, config)
         self.controller_config = config
         write_config(config, self.config_path)
         self.controller = self._start_controller(config)
@@ -158,6 +123,47 @@ class LabSession:
         self.wait_healthy()
         if self.timeline is not None:
             self.timeline.poll()  # "every node healthy" before anything else happens
+
+    def _start_cluster(self) -> LabCluster:
+        """The lab's nodes and PDU started (``self.cluster`` from the first, for
+        :meth:`stop`), every agent up, serving started."""
+        cluster = self.cluster = LabCluster(
+            self.workdir / "nodes",
+            size=self.nodes,
+            timings=self.timings,
+            netns=self.netns,
+            host_memory=self.host_memory,
+            vllm=self.vllm,
+            serving_mode=self.serving,
+        )
+        cluster.on_event = self.lab_event
+        self.say(
+            f"starting {self.nodes} simulated DGX Sparks (agent, SSH banner, vLLM rank, "
+            "NVML and journal each) and an APC rPDU2 stand-in on loopback"
+        )
+        cluster.start()
+        cluster.wait_agents()
+        assert cluster.pdu is not None
+        where = f" (network namespaces, {cluster.nodes[0].address} ...)" if self.netns else ""
+        self.say(
+            f"agents up on {', '.join(n.name for n in cluster.nodes)}{where}; "
+            f"PDU on udp/127.0.0.1:{cluster.pdu.port}"
+        )
+        if self.serving != "process":
+            self.say(f"ranks: {SERVING[self.serving]}")
+        if self.vllm == "real":
+            self.say(
+                "the head's rank is the real vLLM server (CPU build, a small random model); "
+                "it takes a minute or two to load, with the lab's own traffic"
+            )
+        cluster.start_serving("plain")
+        self.say(
+            "serving: TP=4 ranks started with profile plain (adaptive verification on, "
+            "cudagraph_mode FULL_AND_PIECEWISE); the head's engine is stepping"
+            if self.nodes == 4 and self.vllm != "real"
+            else f"serving: {self.nodes} ranks started with profile plain; the head is stepping"
+        )
+        return cluster
 
     def _start_controller(self, config: dict[str, Any]) -> LabController:
         if self.controller_mode == "process":

@@ -173,9 +173,8 @@ def test_the_baseline_only_shrinks() -> None:
 
 @pytest.mark.xfail(
     strict=False,
-    reason="owned by work in progress elsewhere: VerifiedPower (power/base.py, 400) and the "
-    "module (777), NodeWatch (controller/node_watch.py, 386), controller/recovery.py (782), "
-    "HardenedHTTPServer (393)",
+    reason="controller/recovery.py (781 lines at the time of writing), split by the controller's "
+    "reshape under way: drop this mark once it has landed",
 )
 def test_nothing_sits_within_5_percent_of_a_hard_limit() -> None:
     assert near_hard_limits(measure()) == []
