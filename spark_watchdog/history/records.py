@@ -19,23 +19,19 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, ClassVar
 
+from spark_watchdog.verdicts import INCIDENT_KINDS
+
 # The target of a cluster-wide hold.
 CLUSTER = "*"
 
 INCIDENT_STATUSES = ("open", "resolved")
 RESOLUTIONS = ("recovered", "gave_up", "false_alarm")
 
-# Kinds the design names (docs/design.md, "Verdicts"); the store accepts any
-# snake_case kind so the controller can add one (e.g. circuit_breaker) without
+# The kinds the controller opens incidents of: each verdict's that opens one
+# (spark_watchdog/verdicts.py), and the clock-latch ladder's (controller/unlatch.py).
+# The store accepts any snake_case kind so the controller can add one without
 # a migration.
-KNOWN_INCIDENT_KINDS = (
-    "host_frozen",
-    "serving_stalled",
-    "serving_dead",
-    "memory_exhausted",
-    "gpu_wedged",
-    "agent_down",
-)
+KNOWN_INCIDENT_KINDS = (*INCIDENT_KINDS, "clock_latched")
 
 # The steps the product writes: spark_watchdog.steps.StepName (any snake_case step is accepted).
 
