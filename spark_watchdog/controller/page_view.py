@@ -16,6 +16,8 @@ from urllib.parse import urlsplit
 
 from spark_watchdog.config.controller import ControllerConfig, NodeConfig
 from spark_watchdog.controller.peer_evidence import Sighting
+from spark_watchdog.history.records import KNOWN_INCIDENT_KINDS
+from spark_watchdog.verdicts import for_the_page
 
 # The power device settings the page shows: where the path goes, never a secret's file.
 _DEVICE_FIELDS = ("type", "host", "port", "outlet", "outlets", "url", "ups", "device")
@@ -133,9 +135,10 @@ def nodes_view(
     profile: str | None,
     breaker_open: bool,
 ) -> dict[str, Any]:
-    """``GET /v1/nodes``: every node, the profile the controller asks for, and
+    """``GET /v1/nodes``: every node, the profile the controller asks for,
     whether the circuit breaker is open (nothing is fenced; it latches into a
-    cluster hold after ``guards.breaker_latch_after``)."""
+    cluster hold after ``guards.breaker_latch_after``), and the vocabularies
+    the page draws with: each verdict's colour and words, the incident kinds."""
     return {
         "breaker_open": breaker_open,
         "serving_profile": {
@@ -144,4 +147,6 @@ def nodes_view(
             "head": config.serving.head,
         },
         "nodes": [node_view(w, now) for w in watches],
+        "verdicts": for_the_page(),
+        "incident_kinds": list(KNOWN_INCIDENT_KINDS),
     }

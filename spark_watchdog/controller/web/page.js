@@ -6,8 +6,6 @@
 const STATUS_EVERY_MS = 1000;    // /v1/status and /v1/nodes: at most every 2 s (docs/page.md)
 const INCIDENTS_EVERY_MS = 5000;
 const TOKEN_KEY = "spark-watchdog-token";
-const BAD = new Set(["host_frozen", "serving_dead", "memory_exhausted", "gpu_wedged", "isolated", "unobservable"]);
-const WARN = new Set(["serving_stalled", "agent_down"]);
 const LIVE_SIGNALS = new Set(["agent_progress", "agent_answer", "gpu", "vllm", "host"]);
 const STATE_WORDS = { fencing: "power cycle in progress", booting: "booting after power cycle", held: "held", watching: "" };
 const MEASURES = [
@@ -72,12 +70,11 @@ function noteSeen(node) {
   }
 }
 
-function verdictClass(verdict) {
-  if (verdict === "healthy") return "v-healthy";
-  if (verdict === "held") return "v-held";
-  if (BAD.has(verdict)) return "v-bad";
-  if (WARN.has(verdict)) return "v-warn";
-  return `v-${verdict}`;
+// Each verdict's colour and words come with /v1/nodes, from the controller's
+// one table of verdicts (spark_watchdog/verdicts.py): this page keeps no list.
+function verdictRow(verdict) {
+  const table = nodesView && nodesView.verdicts ? nodesView.verdicts : {};
+  return Object.prototype.hasOwnProperty.call(table, verdict) ? table[verdict] : { colour: "unknown", words: "" };
 }
 
 function signalsOf(node, extra) {
@@ -114,9 +111,10 @@ function powerOf(extra) {
 
 function nodeCard(node) {
   const extra = nodesView ? (nodesView.nodes || []).find((n) => n.name === node.name) : null;
-  const card = el("article", { class: `card ${verdictClass(node.verdict)}`, "data-node": node.name, "aria-label": `Node ${node.name}` });
+  const row = verdictRow(node.verdict);
+  const card = el("article", { class: `card v-${row.colour}`, "data-node": node.name, "aria-label": `Node ${node.name}` });
   const stateWord = STATE_WORDS[node.state] || node.state;
-  card.append(el("h3", {}, node.name, el("span", { class: "verdict", "data-verdict": node.verdict }, node.verdict)));
+  card.append(el("h3", {}, node.name, el("span", { class: "verdict", "data-verdict": node.verdict, title: row.words }, node.verdict)));
   if (stateWord) card.append(el("p", { class: "state", "data-state": node.state, text: stateWord }));
   const reasons = el("ul", { class: "reasons" });
   for (const reason of node.reasons || []) reasons.append(el("li", { text: reason }));
@@ -169,7 +167,18 @@ function drawCluster() {
     if (again) again.focus();
   }
   syncFilterNodes();
+  syncFilterKinds();
   lockActions();
+}
+
+function syncFilterKinds() {
+  const kinds = nodesView && nodesView.incident_kinds ? nodesView.incident_kinds : [];
+  const select = $("filter-kind");
+  const have = [...select.options].slice(1).map((o) => o.value);
+  if (!kinds.length || kinds.join() === have.join()) return;
+  const chosen = select.value;
+  select.replaceChildren(el("option", { value: "", text: "all kinds" }), ...kinds.map((k) => el("option", { value: k, text: k })));
+  select.value = chosen;
 }
 
 function syncFilterNodes() {
