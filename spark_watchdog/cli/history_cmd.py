@@ -42,6 +42,7 @@ from spark_watchdog.history.records import (
 from spark_watchdog.history.store import HistoryStore
 from spark_watchdog.steps import StepName
 from spark_watchdog.terminal import escape
+from spark_watchdog.verdicts import FINE
 from spark_watchdog.xid import describe
 
 DEFAULT_CONFIG = "/etc/spark-watchdog/controller.yaml"
@@ -550,7 +551,5 @@ def run_status(args: argparse.Namespace) -> int:
             f"  open incident #{escape(incident['id'])}: {escape(incident['kind'])} {escape(nodes)}"
         )
     print(f"serving profile: {escape(status.get('serving_profile') or 'as configured')}")
-    unhealthy = [
-        n for n in status.get("nodes", []) if n.get("verdict") not in ("healthy", "pending")
-    ]
+    unhealthy = [n for n in status.get("nodes", []) if n.get("verdict") not in FINE]
     return EXIT_FAILED if unhealthy else EXIT_OK

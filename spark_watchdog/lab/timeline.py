@@ -30,11 +30,12 @@ from spark_watchdog.config.controller import ControllerConfig, SnmpDevice
 from spark_watchdog.errors import StoreError
 from spark_watchdog.history.records import Incident, IncidentStep
 from spark_watchdog.history.store import HistoryStore
+from spark_watchdog.verdicts import INCIDENT_KINDS
 
 # policy.power_off_seconds' default: a GB10 "clock latch" clears after 30-60 s off.
 PRODUCTION_OFF_S = 60.0
-# Verdicts an incident line already announces, with its reasons.
-_ANNOUNCED_BY_INCIDENT = frozenset({"host_frozen", "serving_stalled", "serving_dead"})
+# Verdicts an incident line already announces, with its reasons: those that open one.
+_ANNOUNCED_BY_INCIDENT = frozenset(INCIDENT_KINDS)
 # Steps that only repeat what the next line says (the verified step has the timing).
 _QUIET_STEPS = frozenset(
     {"off_requested", "on_requested", "power_restored", "hold_done", "incident_opened"}

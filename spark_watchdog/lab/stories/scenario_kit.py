@@ -16,6 +16,7 @@ from spark_watchdog.lab.cluster import (
 )
 from spark_watchdog.lab.node import LabNode
 from spark_watchdog.lab.session import ControllerMode, LabSession, LabTimeout
+from spark_watchdog.verdicts import TAKEN_FOR_FROZEN
 
 # After detection, how long a no-rule scenario watches for a wrong action:
 # twice the lab's freeze_after, so a mistaken freeze verdict would have fired.
@@ -28,7 +29,7 @@ PERSON_ALERTS = frozenset({"gave_up", "held", "ambiguous_power", "outlet_off"})
 # refusal as silence would have fenced it.
 REBOOT_DOWN_S = 8.0
 # Verdicts that mean the controller took a node for frozen, or acted on it.
-FENCING_VERDICTS = frozenset({"host_frozen", "booting", "held", "isolated"})
+FENCING_VERDICTS = TAKEN_FOR_FROZEN
 
 
 @dataclass
