@@ -8,9 +8,9 @@ serving restart answers (controller/planner.py), the faults that count
 against the serving restart budget (controller/serving_policy.py), the
 incident kinds the history counts from the start (history/records.py), the
 page's colours and words (served with ``GET /v1/nodes``), the exit status of
-``spark-watchdog status``, and what the lab expects (docs/design.md,
-"Verdicts"). Two of the names are node states shown in a verdict's place:
-``booting`` and ``held``.
+``spark-watchdog status``, and what the lab expects.
+See docs/design.md, "Verdicts". Two of the names are node states shown in a
+verdict's place: ``booting`` and ``held``.
 
 A row has every column and none has a default, so a new verdict cannot
 leave one out; a test checks the detector's ``Verdict`` and this table
