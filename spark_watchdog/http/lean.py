@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import re
 import time
 from email.utils import formatdate
 from http import HTTPStatus
@@ -93,36 +92,6 @@ def lean_get(head: bytes, routes: Routes, address: Any = None) -> bytes | None:
         if name == _PULSE:
             carried = value.strip()
     return _answered(path, route, routes, carried, address)
-
-
-# The whole of what a peer agent's pulse client sends (probes/pulse.py): a
-# request of exactly this shape is one plain GET, read by one match instead of
-# the head scan and the line-by-line parse. Anything else, even the same
-# request with one more space, takes :func:`lean_get`'s way.
-_PEER_ASK = re.compile(
-    rb"GET (/[!-~]*) HTTP/1\.1\r\nHost: [!-~]*\r\nAccept: application/json\r\n"
-    rb"(?:Pulse: ([!-~]+)\r\n)?\r\n"
-)
-
-
-def exact_get(data: bytes, routes: Routes, address: Any) -> bytes | None:
-    """The answer to ``data`` when it is exactly one request of a peer's pulse
-    client's shape (and its path a route); None otherwise. What it answers,
-    :func:`lean_get` answers with the same bytes."""
-    if routes.paths_of is not None:
-        return None
-    match = _PEER_ASK.fullmatch(data)
-    if match is None:
-        return None
-    path = match[1].decode("latin-1")
-    route = routes.get.get(path)
-    if route is None:
-        return None
-    try:
-        return _answered(path, route, routes, match[2], address)
-    except Exception:
-        log.exception("answering a peer's pulse request failed; it takes the full path")
-        return None
 
 
 def _answered(

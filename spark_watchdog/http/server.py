@@ -75,7 +75,7 @@ from spark_watchdog.http.handler import (
     json_nesting,
     json_response,
 )
-from spark_watchdog.http.lean import exact_get, lean_answer
+from spark_watchdog.http.lean import lean_answer
 from spark_watchdog.http.poll import READ, WRITE, Poller
 
 __all__ = [
@@ -438,27 +438,9 @@ class HardenedHTTPServer:
             return
         if conn.phase != _Phase.READING:
             return  # closing: input is discarded
-        # A peer's pulse request comes whole, in one read, and its answer
-        # leaves in one send: then the connection reads on, its deadline anew.
-        answer = None if conn.inbox else exact_get(data, self.routes, conn.address)
-        if answer is not None:
-            try:
-                sent = sock.send(answer)
-            except (BlockingIOError, InterruptedError):
-                sent = 0
-            except OSError as exc:
-                self._broken(conn, exc)
-                return
-            if sent == len(answer):
-                conn.since = self._clock()
-                conn.due = conn.since + REQUEST_DEADLINE_S
-                self._phases[_Phase.READING].move_to_end(conn)
-                return
-            self._answer(conn, answer[sent:], keep_alive=True)
-        else:
-            conn.inbox += data
-            self._held += len(data)
-            self._serve(conn)
+        conn.inbox += data
+        self._held += len(data)
+        self._serve(conn)
         if self._held > MAX_HELD_BYTES:
             self._shed()
 

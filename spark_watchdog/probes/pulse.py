@@ -274,10 +274,6 @@ class PulseClient:
         except BlockingIOError:  # the kernel's send timeout
             raise TimeoutError("no answer within the timeout") from None
         data = self._receive(sock, b"")
-        # An agent's answer nearly always comes whole in one read: one match.
-        pulse = _agent_pulse(data)
-        if pulse is not None and pulse.node == self.name:
-            return PulseAnswer("ok", pulse)
         while True:
             answer = _complete(data)
             if answer is not None:
@@ -339,46 +335,12 @@ class _Garbage(Exception):
     """The peer broke off its answer: ``garbage``, with this error."""
 
 
-# The head an agent's server writes before a pulse (http/lean.py), read by one
-# match; any other answer is read header by header.
-_AGENT_HEAD = re.compile(
-    rb"HTTP/1\.1 200 OK\r\nServer: [ -~]*\r\nDate: [ -~]*\r\n"
-    rb"Content-Type: application/json\r\nContent-Length: ([0-9]{1,4})\r\n"
-    rb"Cache-Control: no-store\r\n\r\n"
-)
-
-
-# An agent's whole answer to a pulse: the head above and the pulse as
-# ``OwnPulse`` writes it, with its newline; the Content-Length is checked.
-_AGENT_ANSWER = re.compile(_AGENT_HEAD.pattern + rb"(" + _WRITTEN.pattern + rb")\n")
-
-
-def _agent_pulse(data: bytes) -> Pulse | None:
-    """The pulse in ``data`` when it is exactly one agent's answer (the common
-    case, read by one match); None for :func:`_complete`'s way."""
-    whole = _AGENT_ANSWER.fullmatch(data)
-    if whole is None or int(whole[1]) != len(whole[2]) + 1:
-        return None
-    return _pulse_of(whole[3], whole[4], whole[5], whole[6])
-
-
 def _complete(data: bytes) -> tuple[int, bytes, bool] | None:
     """The status, body and whether the peer closes, once ``data`` holds a whole
-    answer; None while more is to come.
+    HTTP/1 answer; None while more is to come.
 
     :raises http.client.HTTPException: not an HTTP answer, or one a pulse never is.
     """
-    agent = _AGENT_HEAD.match(data)
-    if agent is not None and int(agent[1]) <= MAX_PULSE_BYTES:
-        length, start = int(agent[1]), agent.end()
-        if len(data) - start < length:
-            return None
-        return 200, data[start : start + length], len(data) - start > length
-    return _complete_any(data)
-
-
-def _complete_any(data: bytes) -> tuple[int, bytes, bool] | None:
-    """:func:`_complete` of any HTTP/1 answer."""
     head, found, rest = data.partition(b"\r\n\r\n")
     if not found:
         if not data.startswith(b"HTTP/"[: len(data)]):
