@@ -15,7 +15,8 @@ from spark_watchdog.controller.ledger import HistoryUnwritable
 from spark_watchdog.controller.node_states import NodeEvent
 from spark_watchdog.controller.node_watch import NodeWatch
 from spark_watchdog.controller.planner import Decision, Step
-from spark_watchdog.controller.serving_policy import ServingRestarts, answer_kill
+from spark_watchdog.controller.serving_budget import answer_kill
+from spark_watchdog.controller.serving_policy import ServingRestarts
 
 
 @dataclass(frozen=True)
@@ -60,14 +61,17 @@ class Hands:
         if step is Step.RESTART_AGENT:
             self.agent_restarts.restart(watch)
         elif step is Step.RESTART_SERVING:
+            self.serving.budget.promise()
             self.serving.start(watch)
         elif step is Step.SERVING_BUDGET_SPENT:
-            self.serving.refuse(watch, decision.reason)
+            self.serving.budget.refuse(watch, decision.reason)
         elif step is Step.TELL_NO_AUTO_RESTART:
             self.serving.tell_no_auto_restart(watch)
         elif step is Step.ANSWER_KILL:
             answer_kill(watch)
         elif step is Step.UNWEDGE:
+            if decision.with_serving:
+                self.serving.budget.promise()
             await self.wedged.start(watch, with_serving=decision.with_serving)
         elif step is Step.HAND_TO_POWER:
             await self.wedged.hand_over(watch)

@@ -20,7 +20,6 @@ from typing import Any
 
 from spark_watchdog.config.secrets import read_secret
 from spark_watchdog.controller import incident_log
-from spark_watchdog.controller.budgets import CLOCK_STEP_MARGIN_S
 from spark_watchdog.controller.detector import Verdict
 from spark_watchdog.controller.incident_log import Resolution, close_dry_run
 from spark_watchdog.controller.ladder import open_incident
@@ -30,6 +29,7 @@ from spark_watchdog.controller.node_watch import NodeWatch
 from spark_watchdog.controller.notify import Event
 from spark_watchdog.controller.parts import Parts
 from spark_watchdog.controller.rank_kills import FRESH_S
+from spark_watchdog.controller.serving_budget import ServingBudget, answer_kill
 from spark_watchdog.controller.serving_restart import ServingNode, ServingRestartReport
 from spark_watchdog.errors import ConfigError
 from spark_watchdog.steps import StepName
@@ -43,13 +43,6 @@ PROFILE_SETTING = "serving_profile"
 KILL_EVIDENCE = {Verdict.MEMORY_EXHAUSTED: "memory_guard", Verdict.GPU_FAULT: "gpu_fault"}
 
 
-def answer_kill(watch: NodeWatch) -> None:
-    """The kill the node's verdict answers is taken care of."""
-    kills = watch.kills_of(watch.finding.verdict)
-    if kills is not None:
-        kills.answer()
-
-
 class ServingRestarts:
     """The serving restarts of one controller process: when, how many, with what."""
 
@@ -57,13 +50,10 @@ class ServingRestarts:
         self.host = host
         # The profile serving was last (re)started with by the controller.
         self.profile: str | None = None
-        # (monotonic time, record id) of the serving restarts this process made
-        # for a serving fault: the restart budget counts them exactly.
-        self.fault_restarts: list[tuple[float, int]] = []
         self.task: asyncio.Task[bool] | None = None
         self._last_restart = float("-inf")
-        # After a serving restart refused by the budget: no new try (nor alert) before this.
-        self._blocked_until = float("-inf")
+        # What counts against serving.restart_budget (controller/serving_budget.py).
+        self.budget = ServingBudget(host.config, host.clock, host.ledger, host.notifier)
 
     async def restart_after(
         self, incident_id: int | None, reason: str, *, kind: str = "host_frozen"
@@ -162,7 +152,7 @@ class ServingRestarts:
         )
         self._answer_guard_kills_before(record.started_at)
         if kind in SERVING_FAULT_KINDS:
-            self.fault_restarts.append((host.clock.monotonic(), record.id))
+            self.budget.recorded(record.id)
         if incident_id is not None:
             await incident_log.step(
                 ledger,
@@ -226,51 +216,9 @@ class ServingRestarts:
         )
         return False
 
-    async def _restarts_in_window(self) -> int:
-        """Automatic serving restarts for serving faults within restart_budget_window:
-        this process's by the monotonic clock, earlier ones from the history over a
-        window widened by CLOCK_STEP_MARGIN_S (as the power budgets count)."""
-        host = self.host
-        window = host.config.serving.restart_budget_window
-        now = host.clock.monotonic()
-        mine = [at for at, _ in self.fault_restarts if now - at < window]
-        ours = {restart_id for _, restart_id in self.fault_restarts}
-        since = host.clock.time() - window - CLOCK_STEP_MARGIN_S
-        recorded = await host.ledger.read(
-            host.ledger.store.serving_restarts_for, SERVING_FAULT_KINDS, since
-        )
-        return len(mine) + sum(1 for restart_id in recorded if restart_id not in ours)
-
-    async def count_in_window(self) -> int | None:
-        """Automatic serving restarts for serving faults in the window; None:
-        the history cannot be read now (nothing restarts; the next tick asks again)."""
-        try:
-            return await self._restarts_in_window()
-        except HistoryUnwritable:
-            return None
-
-    def refuse(self, watch: NodeWatch, why: str) -> None:
-        """The budget is spent (``why``): alert once, answer the node's kill, try
-        no restart (nor alert) for a quarter of the window; a person decides."""
-        host = self.host
-        cfg = host.config.serving
-        self._blocked_until = host.clock.monotonic() + cfg.restart_budget_window / 4
-        answer_kill(watch)  # seen, alerted: no restart for it
-        host.notifier.send(
-            Event(
-                "serving_budget_spent",
-                f"{watch.name} {watch.finding.summary}: {why}; not restarting: a person decides",
-                watch.name,
-            )
-        )
-
     def running(self) -> bool:
         """A serving restart for a fault is under way."""
         return self.task is not None and not self.task.done()
-
-    def blocked(self, now: float) -> bool:
-        """Refused by the budget a short while ago: no new try before then."""
-        return now < self._blocked_until
 
     def cooling(self, now: float) -> bool:
         """Within serving.restart_cooldown of the last restart."""

@@ -59,7 +59,7 @@ def cluster_view(
         busy=any(w.state in _BUSY for w in watches),
         auto_restart=config.serving.auto_restart,
         serving_running=serving.running(),
-        serving_blocked=serving.blocked(now),
+        serving_blocked=serving.budget.blocked(now),
         serving_cooling=serving.cooling(now),
         recovering=frozenset(serving.recovering(lambda _: True)),
         held_down=frozenset(serving.held_down(lambda _: True)),
@@ -78,7 +78,7 @@ async def history_reads(
     return Reads(
         guards=guards,
         kill_recorded=await serving.kill_recorded(watch) if wanted.kill_record else False,
-        serving_restarts=await serving.count_in_window() if wanted.serving_count else None,
+        serving_restarts=await serving.budget.count_in_window() if wanted.serving_count else None,
         serving_budget=config.restart_budget,
         serving_window=config.restart_budget_window,
     )

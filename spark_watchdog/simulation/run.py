@@ -209,7 +209,7 @@ class _Run(FaultPlays):
     ) -> Controller:
         """The real controller of ``incarnation``; from now the one the run watches."""
         if self.controller is not None:
-            self.retired_serving_restarts.extend(self.controller.serving.fault_restarts)
+            self.retired_serving_restarts.extend(self.controller.serving.budget.fault_restarts)
         clock = self.clock if clock is None else clock
         controller = Controller(
             self.config,
@@ -380,7 +380,7 @@ class _Run(FaultPlays):
         """Every controller process's restarts for serving faults (virtual time)."""
         seen = [*self.retired_serving_restarts]
         if self.controller is not None:
-            seen.extend(self.controller.serving.fault_restarts)
+            seen.extend(self.controller.serving.budget.fault_restarts)
         return list(dict.fromkeys(seen))
 
     def report(self, elapsed: float) -> Report:
