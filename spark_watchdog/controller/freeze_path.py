@@ -26,7 +26,7 @@ from spark_watchdog.controller.notify import Event
 from spark_watchdog.controller.parts import Ladder
 from spark_watchdog.controller.power_actions import rungs_of
 from spark_watchdog.controller.rank_kills import live_faults
-from spark_watchdog.controller.recovery import RungOutcome, recover_frozen_host
+from spark_watchdog.controller.recovery import FreezeLadder, FreezeTools, RungOutcome
 from spark_watchdog.controller.resume_plan import Phase, ResumeInfo, resume_plan
 from spark_watchdog.errors import IncidentAlreadyOpen
 from spark_watchdog.history.records import Incident
@@ -99,11 +99,24 @@ class FreezePath:
 
     def _spawn(self, watch: NodeWatch, incident_id: int, resume: ResumeInfo | None) -> None:
         task = asyncio.get_running_loop().create_task(
-            recover_frozen_host(self.crew, watch, incident_id, resume),
+            FreezeLadder(self._tools(), watch, incident_id).run(resume),
             name=f"recover-{watch.name}",
         )
         self.crew.work.add(Ladder.FENCING, watch.name, task)
         task.add_done_callback(lambda t: self._done(watch, t))
+
+    def _tools(self) -> FreezeTools:
+        crew = self.crew
+        return FreezeTools(
+            crew.config,
+            crew.clock,
+            crew.ledger,
+            crew.notifier,
+            crew.monitor,
+            crew.holds,
+            crew.power,
+            crew.serving,
+        )
 
     def _done(self, watch: NodeWatch, task: asyncio.Task[RungOutcome]) -> None:
         if task.cancelled():
@@ -112,7 +125,7 @@ class FreezePath:
         self._offenders_read_at = float("-inf")
         error = task.exception()
         if error is not None:
-            # recover_frozen_host holds on every error it sees; this is the last net.
+            # FreezeLadder.run holds on every error it sees; this is the last net.
             log.error("%s: recovery failed: %r", watch.name, error, exc_info=error)
             watch.conduct.held(by_controller=True)
             watch.apply(NodeEvent.RECOVERY_FAILED, reason=f"recovery failed: {error}")

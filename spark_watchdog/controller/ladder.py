@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
+from spark_watchdog.config.controller import ControllerConfig
 from spark_watchdog.controller import incident_log
-from spark_watchdog.controller.clock import wait_until
+from spark_watchdog.controller.clock import Clock, wait_until
 from spark_watchdog.controller.incident_log import Resolution
 from spark_watchdog.controller.node_watch import NodeWatch
 from spark_watchdog.controller.parts import Parts
@@ -49,7 +50,17 @@ async def wait_for(host: Parts, done: Callable[[], bool], seconds: float) -> boo
     return await wait_until(host.clock, done, seconds, host.config.detection.poll_interval)
 
 
-async def new_boot(host: Parts, watch: NodeWatch, before: str | None, within: float) -> bool:
+class Timed(Protocol):
+    """What a wait needs: the controller's clock and its config."""
+
+    @property
+    def clock(self) -> Clock: ...
+
+    @property
+    def config(self) -> ControllerConfig: ...
+
+
+async def new_boot(host: Timed, watch: NodeWatch, before: str | None, within: float) -> bool:
     """Whether the node's agent answers with a boot other than ``before`` within
     ``within`` s: the one boot wait of every ladder (a freeze's cycle, a forced
     reboot, a clock latch's long cut). A boot id not seen yet is no new boot."""

@@ -73,7 +73,7 @@ class PowerActions:
         self.watches = watches
         # How many power commands may be in flight at once.
         self.slot = asyncio.Semaphore(config.guards.max_concurrent_power_actions)
-        # Held from a rung's guard check to its record (see recovery._preflight).
+        # Held from a rung's guard check to its record (see rung.Rung._preflight).
         self.budget_lock = asyncio.Lock()
 
     def note_cycle(self, node: str, action_id: int) -> None:

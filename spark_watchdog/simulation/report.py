@@ -36,7 +36,7 @@ class Report:
     kinds: list[str] = field(default_factory=list)
     # Outlets switched on by their own timer (a self-timed cycle), not by a command.
     timed_ons: int = 0
-    # Rungs run a second time: a resumed off never seen to land (recovery.Unsettled).
+    # Rungs run a second time: a resumed off never seen to land (left_cycle.Unsettled).
     second_tries: int = 0
     # A controller pair ran (simulation/pair.py): leaderships taken, and of them
     # those taken after another controller had led.
@@ -51,7 +51,7 @@ class Report:
 
 def attempt_of(steps: list[IncidentStep]) -> int:
     """Which try of its rung the latest ``rung_started`` is: a rung runs a second
-    time only after its first off was never seen to land (recovery.Unsettled)."""
+    time only after its first off was never seen to land (left_cycle.Unsettled)."""
     started = [s for s in steps if s.step == StepName.RUNG_STARTED]
     detail = started[-1].detail if started else None
     attempt = detail.get("attempt", 1) if isinstance(detail, dict) else 1

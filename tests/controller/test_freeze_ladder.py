@@ -1,0 +1,218 @@
+"""The freeze ladder built from only what it works with (controller/recovery.py,
+controller/rung.py): a real history and real holds, the look, the power path
+and serving as small fakes, a clock that only moves when the ladder waits."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, cast
+
+from spark_watchdog.config.controller import ControllerConfig, parse_controller_config
+from spark_watchdog.controller import incident_log
+from spark_watchdog.controller.holds import Holds
+from spark_watchdog.controller.ledger import Ledger
+from spark_watchdog.controller.node_states import NodeEvent, NodeState
+from spark_watchdog.controller.node_watch import NodeWatch
+from spark_watchdog.controller.notify import Event, Notifier
+from spark_watchdog.controller.recovery import FreezeLadder, FreezeTools, RungOutcome
+from spark_watchdog.history.store import HistoryStore
+from spark_watchdog.power.base import PowerState
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def time(self) -> float:
+        return 1_800_000_000.0 + self.now
+
+    async def sleep(self, seconds: float) -> None:
+        self.now += max(seconds, 0.01)
+        await asyncio.sleep(0)
+
+
+class Told:
+    """The notifier: what was said, in order."""
+
+    def __init__(self) -> None:
+        self.kinds: list[str] = []
+
+    def send(self, event: Event) -> None:
+        self.kinds.append(event.kind)
+
+
+@dataclass
+class Look:
+    """The monitor's last look before a cut, and the boots after one."""
+
+    frozen: bool = True
+
+    async def still_frozen(self, watch: NodeWatch) -> tuple[bool, str]:
+        return self.frozen, "silent" if self.frozen else "the agent answered"
+
+    async def boots(self, watch: NodeWatch) -> list[dict[str, Any]]:
+        return []
+
+
+@dataclass
+class Outlet:
+    """One power path: its state, the cycles sent, and a node that boots after one."""
+
+    watch: NodeWatch
+    state: PowerState = PowerState.ON
+    cycles: list[float] = field(default_factory=list)
+    name: str = "pdu outlet 1"
+
+    @property
+    def backend(self) -> Outlet:
+        return self
+
+    async def aclose(self) -> None:
+        pass
+
+    async def power_state(self) -> PowerState:
+        return self.state
+
+    async def cycle(self, off_seconds: float, *, timed: bool) -> Any:
+        self.cycles.append(off_seconds)
+        self.watch.boot_id = "boot-2"  # the node comes back with a new boot
+        self.watch.snapshot = {"boot_id": "boot-2"}
+
+        @dataclass
+        class Cycled:
+            off_held_s: float | None = off_seconds
+
+        return Cycled()
+
+
+class PowerPathFake:
+    """What the ladder asks of the power actions: the slot, the lock, the path, the guard."""
+
+    def __init__(self, outlet: Outlet) -> None:
+        self.slot = asyncio.Semaphore(1)
+        self.budget_lock = asyncio.Lock()
+        self.outlet = outlet
+        self.cycles_noted: list[int] = []
+
+    def power_for(self, path: Any, watch: NodeWatch, incident_id: int) -> Any:
+        outlet = self.outlet
+
+        class Power:
+            name = outlet.name
+            backend = outlet
+
+            async def state(self) -> PowerState:
+                return await outlet.power_state()
+
+            async def cycle(self, off_seconds: float, *, timed: bool) -> Any:
+                return await outlet.cycle(off_seconds, timed=timed)
+
+        return Power()
+
+    async def rung_blocked(self, watch: NodeWatch) -> None:
+        return None
+
+    def note_cycle(self, node: str, action_id: int) -> None:
+        self.cycles_noted.append(action_id)
+
+
+class Serving:
+    def __init__(self) -> None:
+        self.restarts: list[int | None] = []
+
+    async def restart_after(self, incident_id: int | None, reason: str) -> bool:
+        self.restarts.append(incident_id)
+        return True
+
+
+def _config(tmp_path: Path) -> ControllerConfig:
+    community = tmp_path / "community"
+    community.write_text("private\n")
+    community.chmod(0o600)
+    return parse_controller_config(
+        {
+            "nodes": [
+                {
+                    "name": "spark-3",
+                    "agent": "http://127.0.0.1:9",
+                    "ssh_host": "127.0.0.1",
+                    "power": [
+                        {
+                            "type": "snmp",
+                            "host": "127.0.0.1",
+                            "outlet": 1,
+                            "vendor": "apc_rpdu2",
+                            "community_file": str(community),
+                        }
+                    ],
+                }
+            ],
+            "history": str(tmp_path / "history.db"),
+        },
+        "test",
+    )
+
+
+async def _run(tmp_path: Path, look: Look) -> tuple[RungOutcome, NodeWatch, Any, Told, Serving]:
+    config, clock, told, serving = _config(tmp_path), Clock(), Told(), Serving()
+    store = HistoryStore(config.history)
+
+    async def inline(fn: Any) -> Any:
+        return fn()
+
+    ledger = Ledger(store, cast(Notifier, told), inline)
+    watch = NodeWatch(config.nodes[0], clock.monotonic())
+    watch.boot_id = "boot-1"
+    watches = {watch.name: watch}
+    holds = Holds(config, ledger, cast(Notifier, told), clock, watches)
+    outlet = Outlet(watch)
+    incident = await incident_log.open_incident(ledger, "host_frozen", [watch.name], evidence={})
+    watch.conduct.incident_opened(incident.id)
+    watch.apply(NodeEvent.FROZEN_CONFIRMED)
+    tools = FreezeTools(
+        config,
+        clock,
+        ledger,
+        cast(Notifier, told),
+        cast(Any, look),
+        holds,
+        cast(Any, PowerPathFake(outlet)),
+        cast(Any, serving),
+    )
+    outcome = await FreezeLadder(tools, watch, incident.id).run()
+    return outcome, watch, (store, incident.id, outlet), told, serving
+
+
+def test_a_host_that_answers_at_the_last_look_is_a_false_alarm_and_nothing_is_sent(
+    tmp_path: Path,
+) -> None:
+    outcome, watch, (store, incident_id, outlet), told, serving = asyncio.run(
+        _run(tmp_path, Look(frozen=False))
+    )
+    assert outcome is RungOutcome.FALSE_ALARM
+    assert outlet.cycles == []
+    assert watch.state is NodeState.WATCHING and watch.conduct.incident_id is None
+    assert store.incident(incident_id).incident.resolution == "false_alarm"
+    assert told.kinds == ["false_alarm"]
+    assert serving.restarts == []
+
+
+def test_a_frozen_host_is_cycled_once_recorded_first_and_recovered_by_its_new_boot(
+    tmp_path: Path,
+) -> None:
+    outcome, watch, (store, incident_id, outlet), told, serving = asyncio.run(
+        _run(tmp_path, Look(frozen=True))
+    )
+    assert outcome is RungOutcome.RECOVERED
+    assert len(outlet.cycles) == 1
+    steps = [s.step for s in store.steps(incident_id)]
+    assert steps.index("rung_started") < steps.index("new_boot_seen")
+    assert store.incident(incident_id).incident.resolution == "recovered"
+    assert serving.restarts == [incident_id]
+    assert watch.conduct.incident_id is None and watch.conduct.rungs_done == frozenset()
+    assert told.kinds == ["power_restored", "recovered"]
