@@ -26,7 +26,9 @@ What a connection may hold, and for how long:
   closed.
 
 Parsing, routes and the JSON errors are :mod:`spark_watchdog.http.handler`;
-where a head ends, :mod:`spark_watchdog.http.framing`. A POST runs on a
+where a head ends, :mod:`spark_watchdog.http.framing`; each connection's
+phase, deadline and held bytes, and which to cut,
+:mod:`spark_watchdog.http.connections`. A POST runs on a
 thread of its own (at most ``MAX_ROUTE_THREADS`` at once), so a serving stop
 that waits for a process group never holds up the agent's event loop or a
 scrape; so does a GET that the caller's path routes say waits on something
@@ -37,7 +39,6 @@ connection costs one log line, and a flood of them at most
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import errno
 import http.client
@@ -55,6 +56,7 @@ from spark_watchdog.errors import WatchdogError
 from spark_watchdog.http.connection_log import BROKEN_LOG_BURST as BROKEN_LOG_BURST
 from spark_watchdog.http.connection_log import BROKEN_LOG_WINDOW_S as BROKEN_LOG_WINDOW_S
 from spark_watchdog.http.connection_log import ConnectionLog, peer
+from spark_watchdog.http.connections import NOTHING, Connection, ConnectionTable, Phase
 from spark_watchdog.http.framing import MAX_HEAD_BYTES, Scan, scan_head
 from spark_watchdog.http.handler import (
     JSON,
@@ -148,41 +150,18 @@ def open_files_limit() -> int:
     return soft if soft != resource.RLIM_INFINITY else 1 << 20
 
 
-_NOTHING = memoryview(b"")
 # What the poller hands back for the listening socket and the wake-up socket.
 _LISTENER = object()
 _WAKE = object()
 
 
-class _Phase:
-    READING = "reading"  # waiting for a request, or the rest of one
-    RUNNING = "running"  # a POST route runs on its thread
-    WRITING = "writing"  # the answer is not all taken yet
-    CLOSING = "closing"  # answered for the last time; input discarded until the linger ends
-    CLOSED = "closed"
-
-
-# What the poller watches a connection for, by phase (none while a route runs).
-_EVENTS = {
-    _Phase.READING: READ,
-    _Phase.CLOSING: READ,
-    _Phase.WRITING: WRITE,
-}
-
-
-class _Connection:
-    __slots__ = ("address", "due", "events", "inbox", "keep_alive", "outbox", "phase", "since")
-
-    def __init__(self, address: Any) -> None:
-        self.address = address
-        self.inbox = bytearray()
-        self.outbox = _NOTHING
-        self.keep_alive = True
-        self.phase = _Phase.READING
-        self.since = 0.0
-        self.due = 0.0
-        # What the poller watches for (0: not registered).
-        self.events = 0
+def _deadline_s(phase: str) -> float:
+    """How long a connection may stay in ``phase``, read as it enters it."""
+    if phase == Phase.READING:
+        return REQUEST_DEADLINE_S
+    if phase == Phase.WRITING:
+        return ANSWER_DEADLINE_S
+    return CLOSING_LINGER_S
 
 
 class HardenedHTTPServer:
@@ -219,28 +198,22 @@ class HardenedHTTPServer:
         self._wake_in.setblocking(False)
         self._wake_out.setblocking(False)
         self._poller.register(self._wake_in, READ, _WAKE)
-        self._sockets: dict[_Connection, socket.socket] = {}
-        # Connections by phase, oldest first (each phase has one deadline).
-        self._phases: dict[str, collections.OrderedDict[_Connection, None]] = {
-            phase: collections.OrderedDict()
-            for phase in (_Phase.READING, _Phase.RUNNING, _Phase.WRITING, _Phase.CLOSING)
-        }
-        self._held = 0
         self._running = 0
         self._drain_until = float("-inf")
-        self._finished: queue.SimpleQueue[tuple[_Connection, bytes, bool]] = queue.SimpleQueue()
+        self._finished: queue.SimpleQueue[tuple[Connection, bytes, bool]] = queue.SimpleQueue()
         self._stopping = threading.Event()
         self._stopped = threading.Event()
         self._log = ConnectionLog()
         self._log_due = float("-inf")
+        self._conns = ConnectionTable(self._poller, clock, self._log, _deadline_s)
 
     @property
     def open_connections(self) -> int:
-        return len(self._sockets)
+        return len(self._conns)
 
     @property
     def held_bytes(self) -> int:
-        return self._held
+        return self._conns.held
 
     # -- the loop ----------------------------------------------------------------
 
@@ -267,13 +240,12 @@ class HardenedHTTPServer:
         """After shutdown: routes still running or answers still leaving, within the drain."""
         if self._clock() >= self._drain_until:
             return False
-        return self._running > 0 or bool(self._phases[_Phase.WRITING])
+        return self._running > 0 or bool(self._conns.phases[Phase.WRITING])
 
     def server_close(self) -> None:
         """Close the port and every connection: a kept-alive one would otherwise
         go on being answered after the server stopped (a scraper reusing it)."""
-        for conn in list(self._sockets):
-            self._close(conn)
+        self._conns.close_all()
         with contextlib.suppress(KeyError, ValueError):
             self._poller.unregister(self._listener)
         self._listener.close()
@@ -287,11 +259,7 @@ class HardenedHTTPServer:
 
     def _wait(self) -> float:
         now = self._clock()
-        due = now + _TICK_S
-        for phase in (_Phase.READING, _Phase.WRITING, _Phase.CLOSING):
-            oldest = next(iter(self._phases[phase]), None)
-            if oldest is not None:
-                due = min(due, oldest.due)
+        due = self._conns.next_due(now + _TICK_S)
         if self._accept_paused_until is not None:
             due = min(due, self._accept_paused_until)
         return max(0.0, due - now)
@@ -304,22 +272,16 @@ class HardenedHTTPServer:
                 self._wake_in.recv(4096)
             self._answer_finished_routes()
         else:
-            conn: _Connection = data
-            if conn.phase == _Phase.CLOSED:
+            conn: Connection = data
+            if conn.phase == Phase.CLOSED:
                 return  # closed earlier in this turn
             if events & READ:
                 self._on_readable(conn)
-            if events & WRITE and conn.phase == _Phase.WRITING:
+            if events & WRITE and conn.phase == Phase.WRITING:
                 self._flush(conn)
 
     def _tick(self, now: float) -> None:
-        for phase in (_Phase.READING, _Phase.WRITING, _Phase.CLOSING):
-            waiting = self._phases[phase]
-            while waiting:
-                conn = next(iter(waiting))
-                if conn.due > now:
-                    break
-                self._expire(conn)
+        self._conns.expire(now)
         if self._accept_paused_until is not None and self._accept_paused_until <= now:
             self._accept_paused_until = None
             self._poller.register(self._listener, READ, _LISTENER)
@@ -336,117 +298,47 @@ class HardenedHTTPServer:
             except (BlockingIOError, InterruptedError):
                 return
             except OSError as exc:
-                if exc.errno in _OUT_OF_FILES and self._evict_oldest("no file descriptor left"):
+                if exc.errno in _OUT_OF_FILES and self._conns.evict_oldest(
+                    "no file descriptor left"
+                ):
                     continue
                 self._log.cannot_accept(_ACCEPT_PAUSE_S, exc)
                 self._poller.unregister(self._listener)
                 self._accept_paused_until = self._clock() + _ACCEPT_PAUSE_S
                 return
-            if len(self._sockets) >= self.max_connections and not self._evict_oldest(
-                f"{len(self._sockets)} connections open, the most served at once"
+            if len(self._conns) >= self.max_connections and not self._conns.evict_oldest(
+                f"{len(self._conns)} connections open, the most served at once"
             ):
                 _refuse(sock, self.max_connections)  # every open one is running a route
                 self._log.refused(address, self.max_connections)
                 continue
-            self._open(sock, address)
-
-    def _open(self, sock: socket.socket, address: Any) -> None:
-        sock.setblocking(False)
-        conn = _Connection(address)
-        self._sockets[conn] = sock
-        self._enter(conn, _Phase.READING)
-
-    def _evict_oldest(self, why: str) -> bool:
-        """Close the connection that has waited longest (never one running a route)."""
-        fronts = [
-            next(iter(self._phases[phase]), None)
-            for phase in (_Phase.CLOSING, _Phase.READING, _Phase.WRITING)
-        ]
-        candidates = [conn for conn in fronts if conn is not None]
-        if not candidates:
-            return False
-        oldest = min(candidates, key=lambda conn: conn.since)
-        if oldest.phase != _Phase.CLOSING:
-            waited = self._clock() - oldest.since
-            self._log.evicted_oldest(oldest.address, oldest.phase, waited, why)
-        self._close(oldest)
-        return True
-
-    def _shed(self) -> None:
-        """Past MAX_HELD_BYTES: close the connections holding the most."""
-        while self._held > MAX_HELD_BYTES:
-            biggest = max(self._sockets, key=_holding)
-            self._log.shed(biggest.address, _holding(biggest), MAX_HELD_BYTES)
-            self._close(biggest)
-
-    def _expire(self, conn: _Connection) -> None:
-        if conn.phase == _Phase.READING and conn.inbox:
-            self._log.slow_request(conn.address, REQUEST_DEADLINE_S)
-        elif conn.phase == _Phase.WRITING:
-            self._log.slow_answer(conn.address, len(conn.outbox), ANSWER_DEADLINE_S)
-        self._close(conn)
-
-    def _close(self, conn: _Connection) -> None:
-        sock = self._sockets.pop(conn, None)
-        if sock is None:
-            return
-        if conn.events:
-            self._poller.unregister(sock)
-        self._phases[conn.phase].pop(conn, None)
-        self._held -= _holding(conn)
-        conn.inbox = bytearray()
-        conn.outbox = _NOTHING
-        conn.phase = _Phase.CLOSED
-        with contextlib.suppress(OSError):
-            sock.close()
-
-    def _broken(self, conn: _Connection, exc: OSError) -> None:
-        self._log.failed(conn.address, exc)
-        self._close(conn)
-
-    def _enter(self, conn: _Connection, phase: str) -> None:
-        """``conn`` moves to ``phase``: its clock starts and the poller
-        watches what that phase waits for."""
-        self._phases[conn.phase].pop(conn, None)
-        now = self._clock()
-        conn.phase, conn.since = phase, now
-        if phase == _Phase.READING:
-            conn.due = now + REQUEST_DEADLINE_S
-        elif phase == _Phase.WRITING:
-            conn.due = now + ANSWER_DEADLINE_S
-        elif phase == _Phase.CLOSING:
-            conn.due = now + CLOSING_LINGER_S
-        self._phases[phase][conn] = None
-        events = _EVENTS.get(phase, 0)
-        if events != conn.events:
-            self._poller.change(self._sockets[conn], conn.events, events, conn)
-            conn.events = events
+            self._conns.open(sock, address)
 
     # -- requests in ---------------------------------------------------------------
 
-    def _on_readable(self, conn: _Connection) -> None:
-        sock = self._sockets[conn]
+    def _on_readable(self, conn: Connection) -> None:
+        sock = self._conns.sockets[conn]
         try:
             data = sock.recv(_RECV_BYTES)
         except (BlockingIOError, InterruptedError):
             return
         except OSError as exc:
-            self._broken(conn, exc)
+            self._conns.broken(conn, exc)
             return
         if not data:
-            self._close(conn)  # the client closed its side
+            self._conns.close(conn)  # the client closed its side
             return
-        if conn.phase != _Phase.READING:
+        if conn.phase != Phase.READING:
             return  # closing: input is discarded
         conn.inbox += data
-        self._held += len(data)
+        self._conns.held += len(data)
         self._serve(conn)
-        if self._held > MAX_HELD_BYTES:
-            self._shed()
+        if self._conns.held > MAX_HELD_BYTES:
+            self._conns.shed(MAX_HELD_BYTES)
 
-    def _serve(self, conn: _Connection) -> None:
+    def _serve(self, conn: Connection) -> None:
         """Answer every whole request ``conn`` has sent (pipelined ones in turn)."""
-        while conn.phase == _Phase.READING and conn.inbox:
+        while conn.phase == Phase.READING and conn.inbox:
             scan = scan_head(conn.inbox)
             if scan.scan == Scan.PARTIAL:
                 return
@@ -477,13 +369,13 @@ class HardenedHTTPServer:
             else:
                 self._exchange(conn, request)
 
-    def _take(self, conn: _Connection, end: int) -> bytes:
+    def _take(self, conn: Connection, end: int) -> bytes:
         request = bytes(conn.inbox[:end])
         del conn.inbox[:end]
-        self._held -= len(request)
+        self._conns.held -= len(request)
         return request
 
-    def _exchange(self, conn: _Connection, request: bytes) -> None:
+    def _exchange(self, conn: Connection, request: bytes) -> None:
         """Answer a request on this thread (GET, HEAD, errors: all quick)."""
         try:
             exchange = Exchange(request, conn.address, self.routes)
@@ -493,7 +385,7 @@ class HardenedHTTPServer:
             return
         self._answer(conn, exchange.answer, keep_alive=not exchange.close_connection)
 
-    def _run_route(self, conn: _Connection, request: bytes) -> None:
+    def _run_route(self, conn: Connection, request: bytes) -> None:
         """A POST (or a GET that waits on a database) runs on a thread of its
         own; its answer comes back to the loop."""
         if self._running >= MAX_ROUTE_THREADS:
@@ -501,7 +393,7 @@ class HardenedHTTPServer:
             self._answer(conn, error_answer(503, message, **{"Retry-After": "1"}), keep_alive=False)
             return
         self._running += 1
-        self._enter(conn, _Phase.RUNNING)
+        self._conns.enter(conn, Phase.RUNNING)
 
         def run() -> None:
             answer, keep_alive = error_answer(500, "internal error"), False
@@ -523,43 +415,43 @@ class HardenedHTTPServer:
             except queue.Empty:
                 return
             self._running -= 1
-            if conn.phase == _Phase.RUNNING:
+            if conn.phase == Phase.RUNNING:
                 self._answer(conn, answer, keep_alive=keep_alive)
                 self._serve(conn)
 
     # -- answers out ---------------------------------------------------------------
 
-    def _answer(self, conn: _Connection, answer: bytes, *, keep_alive: bool) -> None:
+    def _answer(self, conn: Connection, answer: bytes, *, keep_alive: bool) -> None:
         conn.keep_alive = keep_alive
         conn.outbox = memoryview(answer)
-        self._held += len(answer)
+        self._conns.held += len(answer)
         self._flush(conn)
 
-    def _flush(self, conn: _Connection) -> None:
-        sock = self._sockets[conn]
+    def _flush(self, conn: Connection) -> None:
+        sock = self._conns.sockets[conn]
         while conn.outbox:
             try:
                 sent = sock.send(conn.outbox)
             except (BlockingIOError, InterruptedError):
                 break
             except OSError as exc:
-                self._broken(conn, exc)
+                self._conns.broken(conn, exc)
                 return
             # An empty slice would still keep the whole answer alive.
-            conn.outbox = conn.outbox[sent:] if sent < len(conn.outbox) else _NOTHING
-            self._held -= sent
+            conn.outbox = conn.outbox[sent:] if sent < len(conn.outbox) else NOTHING
+            self._conns.held -= sent
         if conn.outbox:
-            if conn.phase != _Phase.WRITING:
-                self._enter(conn, _Phase.WRITING)  # its deadline runs from now, once
+            if conn.phase != Phase.WRITING:
+                self._conns.enter(conn, Phase.WRITING)  # its deadline runs from now, once
             return
         if conn.keep_alive:
-            self._enter(conn, _Phase.READING)
+            self._conns.enter(conn, Phase.READING)
             return
-        self._held -= len(conn.inbox)
+        self._conns.held -= len(conn.inbox)
         conn.inbox = bytearray()
         with contextlib.suppress(OSError):
             sock.shutdown(socket.SHUT_WR)
-        self._enter(conn, _Phase.CLOSING)
+        self._conns.enter(conn, Phase.CLOSING)
 
 
 def _refuse(sock: socket.socket, max_connections: int) -> None:
@@ -573,10 +465,6 @@ def _refuse(sock: socket.socket, max_connections: int) -> None:
         sock.setblocking(False)
         sock.send(answer)  # a fresh socket's send buffer takes it whole
     sock.close()
-
-
-def _holding(conn: _Connection) -> int:
-    return len(conn.inbox) + len(conn.outbox)
 
 
 class HttpEndpoint:
