@@ -116,7 +116,8 @@ def _through_the_controller(answer: dict[str, Any]) -> None:
     onset = watch.serving_fault_onset(WALL)
     # The agent's own age counted back from now, or its last progress (by then WALL + 2).
     assert onset is None or WALL - PAST_S <= onset <= WALL + 2.0, onset
-    names = [str(name) for name in (watch.snapshot or {}).get("peers") or {}][:50]
+    peers = (watch.snapshot or {}).get("peers")
+    names = [str(name) for name in peers][:50] if isinstance(peers, dict) else []
     for sighting in sightings([watch], names, 2.0, 10.0).values():
         assert math.isfinite(sighting.at) and sighting.at <= 2.0, sighting
     faults = live_faults(watch.snapshot, WALL)

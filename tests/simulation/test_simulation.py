@@ -30,6 +30,7 @@ def _run(seed: int) -> Report:
     return simulate(seed, MINUTES)
 
 
+@pytest.mark.xdist_group("simulation-random")  # its own worker: the module's other tests beside it
 def test_random_runs_keep_every_invariant() -> None:
     """At least 500 seeds x 10 simulated minutes of a 4-node cluster, on both cores.
     The runs are on virtual time: at a lower CPU priority they give way to the
