@@ -97,7 +97,7 @@ def _json(payload: Any) -> Reply:
 
 
 class PageRoutes:
-    """The page's routes (``http_server.PathRoutes``). ``source`` None: a
+    """The page's routes (``http.server.PathRoutes``). ``source`` None: a
     standby of a pair, which serves the page but not its data or actions."""
 
     def __init__(

@@ -27,8 +27,6 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
-import pytest
-
 PACKAGE = Path(__file__).resolve().parents[2] / "spark_watchdog"
 BASELINE = Path(__file__).with_name("size_baseline.txt")
 LIMITS = {"module": 800, "class": 400, "function": 60}
@@ -171,11 +169,6 @@ def test_the_baseline_only_shrinks() -> None:
     assert found == [], f"ratchet {BASELINE.name} (python {Path(__file__).name} --write)"
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="owned elsewhere, their splits under way: controller/recovery.py (781 lines) and "
-    "HardenedHTTPServer in http/server.py (393): drop this mark once both have landed",
-)
 def test_nothing_sits_within_5_percent_of_a_hard_limit() -> None:
     assert near_hard_limits(measure()) == []
 
