@@ -79,12 +79,14 @@ def _assert_bounded(state: dict[str, Any]) -> None:
     assert seq is None or not isinstance(seq, int) or 0 <= seq <= intake.MAX_INT, seq
 
 
-def _in_window(at: Any) -> bool:
+def _in_window(at: Any, first: float = WALL, last: float = WALL) -> bool:
+    """Within the intake's window of an answer taken at a wall clock from
+    ``first`` to ``last``."""
     from spark_watchdog.controller.intake import FUTURE_S, PAST_S
 
     if isinstance(at, bool) or not isinstance(at, (int, float)):
         return False
-    return WALL - PAST_S <= at <= WALL + FUTURE_S
+    return first - PAST_S <= at <= last + FUTURE_S
 
 
 def _assert_times(state: dict[str, Any]) -> None:
@@ -112,7 +114,9 @@ def _through_the_controller(answer: dict[str, Any]) -> None:
         watch.note_answer(answer, now, WALL + now)
     for kills in (watch.memory_kills, watch.gpu_kills):
         if kills.pending is not None:
-            assert _in_window(kills.pending.get("at_unix")), kills.pending
+            # Taken from an answer that came at WALL + 1 or WALL + 2.
+            at = kills.pending.get("at_unix")
+            assert _in_window(at, WALL + 1.0, WALL + 2.0), kills.pending
     onset = watch.serving_fault_onset(WALL)
     # The agent's own age counted back from now, or its last progress (by then WALL + 2).
     assert onset is None or WALL - PAST_S <= onset <= WALL + 2.0, onset

@@ -41,9 +41,9 @@ echo "== ruff format --check" >&2
 
 if [ "$fast" = 1 ]; then
     echo "== pytest, not integration" >&2
-    # 60 of the simulation's random seeds here (the whole suite runs 500):
+    # 30 of the simulation's random seeds here (the whole suite runs 500):
     # with the controller pair in a third of them, 500 alone take two minutes.
-    export SPARK_WATCHDOG_SIM_SEEDS="${SPARK_WATCHDOG_SIM_SEEDS:-60}"
+    export SPARK_WATCHDOG_SIM_SEEDS="${SPARK_WATCHDOG_SIM_SEEDS:-30}"
     exec .venv/bin/python -m pytest -n "${SPARK_WATCHDOG_TEST_WORKERS:-4}" --dist loadgroup \
         -m "not integration" "$@"
 fi
