@@ -14,16 +14,33 @@ from spark_watchdog.config.controller import ControllerConfig
 from spark_watchdog.controller import incident_log
 from spark_watchdog.controller.clock import Clock, wait_until
 from spark_watchdog.controller.incident_log import Resolution
+from spark_watchdog.controller.ledger import Ledger
 from spark_watchdog.controller.node_watch import NodeWatch
-from spark_watchdog.controller.parts import Parts
 from spark_watchdog.errors import IncidentAlreadyOpen
 from spark_watchdog.history.records import Incident
 
 log = logging.getLogger("spark_watchdog.controller.ladder")
 
 
+class Timed(Protocol):
+    """What a wait needs: the controller's clock and its config."""
+
+    @property
+    def clock(self) -> Clock: ...
+
+    @property
+    def config(self) -> ControllerConfig: ...
+
+
+class Recorded(Timed, Protocol):
+    """What an incident needs: the history besides the clock and the config."""
+
+    @property
+    def ledger(self) -> Ledger: ...
+
+
 async def open_incident(
-    host: Parts,
+    host: Recorded,
     kind: str,
     watch: NodeWatch,
     evidence: Mapping[str, Any],
@@ -45,19 +62,9 @@ async def open_incident(
     return incident
 
 
-async def wait_for(host: Parts, done: Callable[[], bool], seconds: float) -> bool:
+async def wait_for(host: Timed, done: Callable[[], bool], seconds: float) -> bool:
     """Poll ``done`` at the controller's poll interval for up to ``seconds``."""
     return await wait_until(host.clock, done, seconds, host.config.detection.poll_interval)
-
-
-class Timed(Protocol):
-    """What a wait needs: the controller's clock and its config."""
-
-    @property
-    def clock(self) -> Clock: ...
-
-    @property
-    def config(self) -> ControllerConfig: ...
 
 
 async def new_boot(host: Timed, watch: NodeWatch, before: str | None, within: float) -> bool:
@@ -69,7 +76,7 @@ async def new_boot(host: Timed, watch: NodeWatch, before: str | None, within: fl
 
 
 async def resolve(
-    host: Parts, incident_id: int, kind: str, resolution: Resolution, why: str
+    host: Recorded, incident_id: int, kind: str, resolution: Resolution, why: str
 ) -> str:
     """Close the incident with ``why`` recorded; returns the resolution."""
     await incident_log.resolve(host.ledger, incident_id, resolution, detail={"why": why})

@@ -15,6 +15,7 @@ from typing import Any
 
 from spark_watchdog.controller import incident_log, unlatch, wedged
 from spark_watchdog.controller.crew import Crew
+from spark_watchdog.controller.gentle_tools import GentleTools
 from spark_watchdog.controller.incident_log import Resolution, close_dry_run
 from spark_watchdog.controller.ladder import open_incident
 from spark_watchdog.controller.ledger import HistoryUnwritable
@@ -26,6 +27,13 @@ from spark_watchdog.history.records import Incident
 from spark_watchdog.steps import StepName
 
 log = logging.getLogger("spark_watchdog.controller")
+
+
+def gentle_tools(crew: Crew) -> GentleTools:
+    """Of the controller's parts, those a gentler ladder works with."""
+    return GentleTools(
+        crew.config, crew.clock, crew.ledger, crew.notifier, crew.holds, crew.power, crew.serving
+    )
 
 
 class WedgedLadders:
@@ -47,7 +55,7 @@ class WedgedLadders:
             with contextlib.suppress(asyncio.CancelledError, HistoryUnwritable):
                 await task
         with contextlib.suppress(HistoryUnwritable):
-            await wedged.hand_over(self.host, watch, incident_id, None)
+            await wedged.hand_over(gentle_tools(self.host), watch, incident_id, None)
 
     async def start(self, watch: NodeWatch, *, with_serving: bool) -> None:
         """The ladder for a wedged GPU; ``with_serving``: its first rung restarts
@@ -96,7 +104,7 @@ class WedgedLadders:
                 watch,
                 incident_id,
                 "gpu_wedged ladder",
-                wedged.unwedge(host, watch, incident_id, with_serving=with_serving),
+                wedged.unwedge(gentle_tools(host), watch, incident_id, with_serving=with_serving),
                 failed,
             )
         finally:
@@ -202,7 +210,7 @@ class UnlatchLadders:
                 watch,
                 incident_id,
                 "clock latch ladder",
-                unlatch.unlatch(host, watch, incident_id),
+                unlatch.unlatch(gentle_tools(host), watch, incident_id),
                 failed,
             )
         finally:

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from spark_watchdog.config.controller import ControllerConfig
 from spark_watchdog.controller import incident_log
-from spark_watchdog.controller.crew import Crew
+from spark_watchdog.controller.gentle_tools import GentleTools
 from spark_watchdog.controller.incident_log import Resolution
 from spark_watchdog.controller.ladder import new_boot, resolve, wait_for
 from spark_watchdog.controller.node_states import NodeEvent
@@ -51,7 +51,7 @@ def off_seconds(config: ControllerConfig) -> float:
     return max(config.policy.clock_latch_off_seconds, config.policy.power_off_seconds)
 
 
-async def unlatch(host: Crew, watch: NodeWatch, incident_id: int) -> str:
+async def unlatch(host: GentleTools, watch: NodeWatch, incident_id: int) -> str:
     """Run the ladder for one open ``clock_latched`` incident; its resolution."""
     why = await blocked(host, watch)
     if why is not None:
@@ -74,7 +74,9 @@ async def unlatch(host: Crew, watch: NodeWatch, incident_id: int) -> str:
     return await await_boot(host, watch, incident_id, boot)
 
 
-async def _halt(host: Crew, watch: NodeWatch, incident_id: int, boot: str | None) -> str | None:
+async def _halt(
+    host: GentleTools, watch: NodeWatch, incident_id: int, boot: str | None
+) -> str | None:
     """Record and send the clean halt; None when it was (or may have been) sent,
     else why not."""
     ledger, name = host.ledger, watch.name
@@ -114,7 +116,7 @@ async def _halt(host: Crew, watch: NodeWatch, incident_id: int, boot: str | None
     return None
 
 
-async def _hand_over(host: Crew, watch: NodeWatch, incident_id: int) -> None:
+async def _hand_over(host: GentleTools, watch: NodeWatch, incident_id: int) -> None:
     """Silent: the freeze path cuts it, with its guards, for the long hold."""
     name, hold = watch.name, off_seconds(host.config)
     watch.leave_ladder(incident_id, NodeEvent.HANDED_TO_POWER)
@@ -136,7 +138,9 @@ async def _hand_over(host: Crew, watch: NodeWatch, incident_id: int) -> None:
     )
 
 
-async def await_boot(host: Crew, watch: NodeWatch, incident_id: int, boot: str | None) -> str:
+async def await_boot(
+    host: GentleTools, watch: NodeWatch, incident_id: int, boot: str | None
+) -> str:
     """After the handover: the incident ends with the node's next boot."""
     config = host.config
     limit = (
@@ -153,7 +157,7 @@ async def await_boot(host: Crew, watch: NodeWatch, incident_id: int, boot: str |
     return await _unanswered(host, watch, incident_id, "no new boot after the halt and the cut")
 
 
-async def blocked(host: Crew, watch: NodeWatch) -> str | None:
+async def blocked(host: GentleTools, watch: NodeWatch) -> str | None:
     """Why the node cannot be halted and cut for its latch now; None: it can."""
     config, guards = host.config, host.config.guards
     if ssh_device(watch) is None:
@@ -171,7 +175,7 @@ async def blocked(host: Crew, watch: NodeWatch) -> str | None:
     return None
 
 
-async def _long_cut_since(host: Crew, node: str, since: float) -> int | None:
+async def _long_cut_since(host: GentleTools, node: str, since: float) -> int | None:
     """A freeze incident of the node since ``since`` that restored power after a long cut."""
     ledger = host.ledger
     incidents = await ledger.read(
@@ -190,7 +194,7 @@ async def _long_cut_since(host: Crew, node: str, since: float) -> int | None:
     return None
 
 
-async def _unanswered(host: Crew, watch: NodeWatch, incident_id: int, why: str) -> str:
+async def _unanswered(host: GentleTools, watch: NodeWatch, incident_id: int, why: str) -> str:
     """An alert: the latch stays; the node keeps its freeze protection (no hold)."""
     text = f"clock latched, not cleared: {why}; cut its AC for a few minutes when it can be spared"
     host.notifier.send(Event("clock_latch_not_cleared", f"{watch.name}: {text}", watch.name))

@@ -23,8 +23,8 @@ from __future__ import annotations
 
 from spark_watchdog.config.controller import SshDevice
 from spark_watchdog.controller import incident_log
-from spark_watchdog.controller.crew import Crew
 from spark_watchdog.controller.detector import Verdict
+from spark_watchdog.controller.gentle_tools import GentleTools
 from spark_watchdog.controller.incident_log import Resolution
 from spark_watchdog.controller.ladder import new_boot, resolve, wait_for
 from spark_watchdog.controller.node_states import NodeEvent
@@ -40,7 +40,9 @@ def ssh_device(watch: NodeWatch) -> SshDevice | None:
     return next((d for d in watch.config.power if isinstance(d, SshDevice)), None)
 
 
-async def unwedge(host: Crew, watch: NodeWatch, incident_id: int, *, with_serving: bool) -> str:
+async def unwedge(
+    host: GentleTools, watch: NodeWatch, incident_id: int, *, with_serving: bool
+) -> str:
     """Run the ladder for one open ``gpu_wedged`` incident; its resolution.
     ``with_serving``: its first rung restarts serving (decided with the budget)."""
     reason = watch.finding.summary
@@ -71,7 +73,7 @@ async def unwedge(host: Crew, watch: NodeWatch, incident_id: int, *, with_servin
 
 
 async def _forced_reboot(
-    host: Crew, watch: NodeWatch, incident_id: int, device: SshDevice, reason: str
+    host: GentleTools, watch: NodeWatch, incident_id: int, device: SshDevice, reason: str
 ) -> str:
     """The second rung: a forced reboot over SSH, recorded before it is sent,
     never repeated; then the wait for its boot."""
@@ -117,7 +119,9 @@ async def _forced_reboot(
     return await _boot_wait(host, watch, incident_id, action.id, boot_before)
 
 
-async def _reboot_blocked(host: Crew, watch: NodeWatch, device: SshDevice | None) -> str | None:
+async def _reboot_blocked(
+    host: GentleTools, watch: NodeWatch, device: SshDevice | None
+) -> str | None:
     if device is None:
         return "gpu_wedged, and no ssh path to reboot it: a person decides"
     stopped = power_blocked(
@@ -131,7 +135,7 @@ async def _reboot_blocked(host: Crew, watch: NodeWatch, device: SshDevice | None
 
 
 async def _boot_wait(
-    host: Crew, watch: NodeWatch, incident_id: int, action_id: int, boot_before: str | None
+    host: GentleTools, watch: NodeWatch, incident_id: int, action_id: int, boot_before: str | None
 ) -> str:
     ledger, store = host.ledger, host.ledger.store
     name = watch.name
@@ -187,7 +191,9 @@ async def _boot_wait(
     return await hand_over(host, watch, incident_id, action_id)
 
 
-async def hand_over(host: Crew, watch: NodeWatch, incident_id: int, action_id: int | None) -> str:
+async def hand_over(
+    host: GentleTools, watch: NodeWatch, incident_id: int, action_id: int | None
+) -> str:
     """The host went silent: the freeze path (and its own incident) takes over."""
     ledger, store = host.ledger, host.ledger.store
     watch.leave_ladder(incident_id, NodeEvent.HANDED_TO_POWER)

@@ -53,6 +53,7 @@ CARRY_OUT = {
         "rung",
         "left_cycle",
         "freeze_tools",
+        "gentle_tools",
         "ladder",
         "ladder_tasks",
         "wedged",
