@@ -75,7 +75,7 @@ POWER = {Step.FENCE, Step.RECORD_DRY_RUN}
 STARTS = POWER | {Step.UNWEDGE, Step.RESTART_AGENT, Step.RESTART_SERVING, Step.UNLATCH}
 
 
-@settings(max_examples=1000, deadline=None)
+@settings(max_examples=500, deadline=None)
 @given(node=nodes, cluster=clusters, history=reads)
 def test_nothing_starts_where_something_already_has_the_node_or_the_watcher_is_in_doubt(
     node: NodeView, cluster: ClusterView, history: Reads
@@ -109,7 +109,7 @@ def test_nothing_starts_where_something_already_has_the_node_or_the_watcher_is_i
     assert len(steps & STARTS) <= 1, "one start per node and tick"
 
 
-@settings(max_examples=1000, deadline=None)
+@settings(max_examples=500, deadline=None)
 @given(node=nodes, cluster=clusters, history=reads)
 def test_a_read_the_decision_does_not_ask_for_never_changes_it(
     node: NodeView, cluster: ClusterView, history: Reads

@@ -10,13 +10,13 @@ import re
 import subprocess
 from pathlib import Path
 
-# The simulation runs 50 random seeds here, not 500: this run is about the
+# The simulation runs 20 random seeds here, not 500: this run is about the
 # interpreter, and the host's suite covers the seeds (tests/simulation). The
 # OpenAPI tests (schemathesis) and the Docker tier (the docker extra) are
 # integration tests and not part of the unit suite.
 SCRIPT = """set -eu
 python3 --version
-export SPARK_WATCHDOG_SIM_SEEDS=50 PIP_DISABLE_PIP_VERSION_CHECK=1
+export SPARK_WATCHDOG_SIM_SEEDS=20 PIP_DISABLE_PIP_VERSION_CHECK=1
 venv={venv}
 $venv/bin/pip install -q --no-index --no-deps --no-build-isolation /src
 cd /src
