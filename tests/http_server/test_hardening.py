@@ -185,10 +185,11 @@ def test_a_dripping_client_is_cut_at_the_request_deadline(
     is free again."""
     caplog.set_level(logging.INFO, logger=HTTP_LOGGER)
     monkeypatch.setattr(http_server, "REQUEST_DEADLINE_S", 2.0)
+    # The deadline runs from the connection's opening: timed from before it.
+    started = time.monotonic()
     with socket.create_connection(("127.0.0.1", endpoint.port), timeout=10) as sock:
         peer = f"127.0.0.1:{sock.getsockname()[1]}"
         sock.sendall(b"GET /v1/state HTTP/1.1\r\n")
-        started = time.monotonic()
         closed_after = None
         sock.settimeout(0.5)
         for i in range(40):  # 20 s of one header line every 0.5 s

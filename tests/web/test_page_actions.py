@@ -64,8 +64,12 @@ class _Source:
 @pytest.fixture
 def loop() -> Iterator[asyncio.AbstractEventLoop]:
     running = asyncio.new_event_loop()
+    # Handed over once it runs: an action on a loop not running yet is a 503.
+    ready = threading.Event()
+    running.call_soon(ready.set)
     thread = threading.Thread(target=running.run_forever, name="controller-loop", daemon=True)
     thread.start()
+    assert ready.wait(30), "the loop did not start"
     yield running
     running.call_soon_threadsafe(running.stop)
     thread.join(10)
