@@ -2,20 +2,23 @@
 
 Every ``poll_interval``: pull each agent's ``/v1/state`` (short timeout),
 check SSH banners where an agent is late (and now and then otherwise),
-check the witness, classify each node (pure), decide (pure), and start what
-the decision says: a recovery ladder, a serving restart, an agent restart,
-or a hold. Long actions run as their own tasks, so detection never waits on
-them. On start, the newest unfinished incident of each node is resumed.
+check the witness, classify each node (pure), decide (pure: decisions.py,
+from the views of views.py and the history reads it needs), and hand each
+step to the part that carries it out (hands.py): a recovery ladder, a
+serving restart, an agent restart, a hold. Long actions run as their own
+tasks, so detection never waits on them. On start, the newest unfinished
+incident of each node is resumed.
 
-The loop and the freeze path live here; each part with tasks and state of
-its own lives beside it: what it sees of the nodes (monitor.py, which
-decides nothing), the holds and the circuit breaker (holds.py), the
-freeze ladder (recovery.py), every power action behind its guards
-(power_actions.py), the serving
-restarts and their budget (serving_policy.py), the wedged and clock-latch
-ladders' tasks (ladder_tasks.py), agent restarts (agent_restart.py) and the
-power budgets (budgets.py). They get what they work with explicitly
-(parts.py, crew.py) and never reach back into the controller.
+The loop lives here; each part with tasks and state of its own lives
+beside it: what it sees of the nodes (monitor.py, which decides nothing),
+the holds and the circuit breaker (holds.py), the freeze ladder
+(recovery.py, rung.py), every power action behind its guards
+(power_actions.py), the serving restarts and their budget
+(serving_policy.py, serving_budget.py), the wedged and clock-latch ladders'
+tasks (ladder_tasks.py), agent restarts (agent_restart.py), the power
+budgets (budgets.py) and the doubt about its own view (watcher_doubt.py).
+They get what they work with explicitly (parts.py, crew.py and, for the
+ladders, only the parts they use) and never reach back into the controller.
 
 All I/O goes through the ``ControllerIO`` it is given, and all time through
 its clock (docs/design.md, "Proof"), so the simulation runs this very code.

@@ -253,7 +253,7 @@ async def _drive(controller: Controller) -> None:
         raise AssertionError(f"the controller did not reach {target} poll sweeps")
 
     await ticks(1)
-    # A freeze recovered by one verified cycle (what recover_frozen_host writes).
+    # A freeze recovered by one verified cycle (what the freeze ladder writes).
     frozen = await ledger.write(
         store.open_incident, "host_frozen", ["spark-3"], detected_at=time.time(), evidence={}
     )
