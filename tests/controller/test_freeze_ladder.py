@@ -9,41 +9,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
+from part_fakes import StepClock, Told, inline
+
 from spark_watchdog.config.controller import ControllerConfig, parse_controller_config
 from spark_watchdog.controller import incident_log
 from spark_watchdog.controller.holds import Holds
 from spark_watchdog.controller.ledger import Ledger
 from spark_watchdog.controller.node_states import NodeEvent, NodeState
 from spark_watchdog.controller.node_watch import NodeWatch
-from spark_watchdog.controller.notify import Event, Notifier
+from spark_watchdog.controller.notify import Notifier
 from spark_watchdog.controller.recovery import FreezeLadder, FreezeTools, RungOutcome
 from spark_watchdog.history.store import HistoryStore
 from spark_watchdog.power.base import PowerState
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def monotonic(self) -> float:
-        return self.now
-
-    def time(self) -> float:
-        return 1_800_000_000.0 + self.now
-
-    async def sleep(self, seconds: float) -> None:
-        self.now += max(seconds, 0.01)
-        await asyncio.sleep(0)
-
-
-class Told:
-    """The notifier: what was said, in order."""
-
-    def __init__(self) -> None:
-        self.kinds: list[str] = []
-
-    def send(self, event: Event) -> None:
-        self.kinds.append(event.kind)
 
 
 @dataclass
@@ -159,11 +136,8 @@ def _config(tmp_path: Path) -> ControllerConfig:
 
 
 async def _run(tmp_path: Path, look: Look) -> tuple[RungOutcome, NodeWatch, Any, Told, Serving]:
-    config, clock, told, serving = _config(tmp_path), Clock(), Told(), Serving()
+    config, clock, told, serving = _config(tmp_path), StepClock(), Told(), Serving()
     store = HistoryStore(config.history)
-
-    async def inline(fn: Any) -> Any:
-        return fn()
 
     ledger = Ledger(store, cast(Notifier, told), inline)
     watch = NodeWatch(config.nodes[0], clock.monotonic())

@@ -9,6 +9,8 @@ import asyncio
 from pathlib import Path
 from typing import Any, cast
 
+from part_fakes import StepClock, Told, inline
+
 from spark_watchdog.config.controller import SshDevice, parse_controller_config
 from spark_watchdog.controller import incident_log, wedged
 from spark_watchdog.controller.gentle_tools import GentleTools
@@ -17,35 +19,12 @@ from spark_watchdog.controller.io import RebootAttempt
 from spark_watchdog.controller.ledger import Ledger
 from spark_watchdog.controller.node_states import NodeEvent, NodeState
 from spark_watchdog.controller.node_watch import NodeWatch
-from spark_watchdog.controller.notify import Event, Notifier
+from spark_watchdog.controller.notify import Notifier
 from spark_watchdog.controller.planner import Action, Guards
 from spark_watchdog.history.store import HistoryStore
 
 WEDGED = {"probes": {"gpu": {"state": "timeout"}}}
 ANSWERS = {"probes": {"gpu": {"state": "ok"}}}
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def monotonic(self) -> float:
-        return self.now
-
-    def time(self) -> float:
-        return 1_800_000_000.0 + self.now
-
-    async def sleep(self, seconds: float) -> None:
-        self.now += max(seconds, 0.01)
-        await asyncio.sleep(0)
-
-
-class Told:
-    def __init__(self) -> None:
-        self.kinds: list[str] = []
-
-    def send(self, event: Event) -> None:
-        self.kinds.append(event.kind)
 
 
 class Power:
@@ -100,10 +79,7 @@ async def _unwedge(
         },
         "test",
     )
-    clock, told, store = Clock(), Told(), HistoryStore(config.history)
-
-    async def inline(fn: Any) -> Any:
-        return fn()
+    clock, told, store = StepClock(), Told(), HistoryStore(config.history)
 
     ledger = Ledger(store, cast(Notifier, told), inline)
     watch = NodeWatch(config.nodes[0], clock.now)
