@@ -18,7 +18,7 @@ import tracemalloc
 from pathlib import Path
 from typing import Any
 
-from spark_watchdog.controller.flight_recorder import FlightRecorder
+from spark_watchdog.controller.look.flight_recorder import FlightRecorder
 
 GIB = 1024**3
 

@@ -20,7 +20,7 @@ What is counted, precisely, so that the figures compare over time:
 
 - **Product code**: a frame whose code file lies under spark_watchdog/, except
   spark_watchdog/simulation/ (the stand-in world) and spark_watchdog/history/
-  (the storage behind controller/ledger.py, reached through the ledger as the
+  (the storage behind controller/record/ledger.py, reached through the ledger as the
   agents and the outlet are through their seams): a history frame is not
   counted, nor anything it calls. Comprehensions and generator expressions
   count as the function they are written in (Python 3.12 inlines most).

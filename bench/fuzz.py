@@ -145,14 +145,14 @@ def _instrumented_imports(name: str) -> None:
 
             import spark_watchdog.power.snmp
         elif name == "snapshot":
-            import spark_watchdog.controller.http_client
-            import spark_watchdog.controller.node_watch
+            import spark_watchdog.controller.look.http_client
+            import spark_watchdog.controller.look.node_watch
         elif name == "config":
             import spark_watchdog.config.agent
             import spark_watchdog.config.controller
         elif name == "intake":
-            import spark_watchdog.controller.intake
-            import spark_watchdog.controller.node_watch
+            import spark_watchdog.controller.look.intake
+            import spark_watchdog.controller.look.node_watch
             import spark_watchdog.history.records  # noqa: F401
         targets.check(targets.TARGETS[name], b"")  # the harness's own lazy imports
 

@@ -1,5 +1,5 @@
 """The fuzz target ``intake``: an agent's ``/v1/state`` object through the
-controller's intake (spark_watchdog/controller/intake.py) and on to what is
+controller's intake (spark_watchdog/controller/look/intake.py) and on to what is
 built on it: the node's record, its kills and peers' sightings, an incident's
 onset and evidence written to a real (in-memory SQLite) history and read back
 as ``show --json`` and the page do, and the page's view of the node.
@@ -37,7 +37,7 @@ def fuzz_intake(data: bytes) -> None:
         return  # no JSON object: the controller's HTTP reading says so (target snapshot)
     if not isinstance(answer, dict):
         return
-    from spark_watchdog.controller.intake import take_state
+    from spark_watchdog.controller.look.intake import take_state
 
     taken = take_state(answer, WALL)
     _assert_bounded(taken.state)
@@ -59,7 +59,7 @@ def _values(value: Any, depth: int = 0) -> Iterator[tuple[Any, int]]:
 
 
 def _assert_bounded(state: dict[str, Any]) -> None:
-    from spark_watchdog.controller import intake
+    from spark_watchdog.controller.look import intake
 
     for value, depth in _values(state):
         assert depth <= intake.MAX_DEPTH + 1, depth
@@ -82,7 +82,7 @@ def _assert_bounded(state: dict[str, Any]) -> None:
 def _in_window(at: Any, first: float = WALL, last: float = WALL) -> bool:
     """Within the intake's window of an answer taken at a wall clock from
     ``first`` to ``last``."""
-    from spark_watchdog.controller.intake import FUTURE_S, PAST_S
+    from spark_watchdog.controller.look.intake import FUTURE_S, PAST_S
 
     if isinstance(at, bool) or not isinstance(at, (int, float)):
         return False
@@ -103,11 +103,11 @@ def _assert_times(state: dict[str, Any]) -> None:
 
 def _through_the_controller(answer: dict[str, Any]) -> None:
     from spark_watchdog.config.controller import NodeConfig
-    from spark_watchdog.controller.intake import PAST_S
-    from spark_watchdog.controller.node_watch import NodeWatch
-    from spark_watchdog.controller.page_view import node_view
-    from spark_watchdog.controller.peer_evidence import sightings
-    from spark_watchdog.controller.rank_kills import live_faults
+    from spark_watchdog.controller.look.intake import PAST_S
+    from spark_watchdog.controller.look.node_watch import NodeWatch
+    from spark_watchdog.controller.look.peer_evidence import sightings
+    from spark_watchdog.controller.look.rank_kills import live_faults
+    from spark_watchdog.controller.page.page_view import node_view
 
     watch = NodeWatch(NodeConfig(name="spark-1", agent="http://spark-1:9720"), 0.0)
     for now in (1.0, 2.0):  # the second compares against the first

@@ -531,7 +531,7 @@ _READ_LOOP: asyncio.AbstractEventLoop | None = None
 
 
 def _answer(data: bytes) -> Any:
-    from spark_watchdog.controller.http_client import read_answer
+    from spark_watchdog.controller.look.http_client import read_answer
 
     global _READ_LOOP
     if _READ_LOOP is None:
@@ -544,9 +544,9 @@ def _answer(data: bytes) -> Any:
 
 def fuzz_snapshot(data: bytes) -> None:
     from spark_watchdog.config.controller import NodeConfig
-    from spark_watchdog.controller.detector import DetectionPolicy, classify
-    from spark_watchdog.controller.http_client import HttpError
-    from spark_watchdog.controller.node_watch import NodeWatch, watch_json
+    from spark_watchdog.controller.decide.detector import DetectionPolicy, classify
+    from spark_watchdog.controller.look.http_client import HttpError
+    from spark_watchdog.controller.look.node_watch import NodeWatch, watch_json
 
     answer = _answer(data)
     watch = NodeWatch(NodeConfig(name="spark-1", agent="http://spark-1:9720"), 0.0)
@@ -625,7 +625,7 @@ def _snmp_errors() -> tuple[type[BaseException], ...]:
 
 
 def _snapshot_errors() -> tuple[type[BaseException], ...]:
-    from spark_watchdog.controller.http_client import HttpError
+    from spark_watchdog.controller.look.http_client import HttpError
 
     return (HttpError,)
 

@@ -7,7 +7,7 @@ under 100 ms, and the server's memory stay bounded.
 
 The agent runs as a real subprocess (``spark-watchdog agent`` against the vLLM
 stand-in, production defaults); the controller's side is the real status
-endpoint (:class:`spark_watchdog.controller.status_api.StatusEndpoint`) in a
+endpoint (:class:`spark_watchdog.controller.page.status_api.StatusEndpoint`) in a
 subprocess of its own, serving a published status of ``--nodes`` synthetic
 nodes. For each server and each crowd (none, 1,000 of one kind, 1,000 of
 each kind at once, which is past the 2,048 cap), this script opens the crowd
@@ -343,8 +343,8 @@ def _synthetic_status(nodes: int) -> dict[str, Any]:
 
 def serve_status(port: int, nodes: int) -> int:
     """The controller's status endpoint over a synthetic status, until SIGTERM."""
-    from spark_watchdog.controller.status_api import StatusEndpoint
-    from spark_watchdog.controller.tallies import Tallies
+    from spark_watchdog.controller.page.status_api import StatusEndpoint
+    from spark_watchdog.controller.record.tallies import Tallies
 
     class Source:
         published = _synthetic_status(nodes)

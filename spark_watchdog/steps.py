@@ -65,13 +65,13 @@ class StepName(str, enum.Enum):
     SERVING_RESTART_STARTED = "serving_restart_started"
     SERVING_RESTART_DONE = "serving_restart_done"
     STACKS_RECORDED = "stacks_recorded"  # the ranks' Python stacks, taken before the stop
-    # The wedged-but-alive ladder (controller/wedged.py)
+    # The wedged-but-alive ladder (controller/act/wedged.py)
     STILL_WEDGED = "still_wedged"  # the serving restart did not bring the GPU back
     REBOOT_REQUESTED = "reboot_requested"  # the forced reboot, recorded before it is sent
     REBOOT_SENT = "reboot_sent"
     REBOOT_NOT_SENT = "reboot_not_sent"  # certainly not sent (no connection, key refused)
     HANDED_TO_POWER_PATH = "handed_to_power_path"  # silent after the reboot: the freeze path
-    # A clock-latched GPU (controller/unlatch.py): a clean halt before the long cut
+    # A clock-latched GPU (controller/act/unlatch.py): a clean halt before the long cut
     HALT_REQUESTED = "halt_requested"  # recorded before it is sent
     HALT_SENT = "halt_sent"
     HALT_NOT_SENT = "halt_not_sent"

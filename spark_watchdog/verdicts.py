@@ -1,11 +1,11 @@
 """Every verdict a node can show, in one table: what it means and what follows.
 
-The detector (controller/detector.py) decides which verdict a node has; this
+The detector (controller/decide/detector.py) decides which verdict a node has; this
 table says everything else about each one, and every list of verdicts in the
 product is derived from it: the labels of the verdict metric
-(controller/status_api.py), what the controller acts on and which faults a
-serving restart answers (controller/planner.py), the faults that count
-against the serving restart budget (controller/serving_policy.py), the
+(controller/page/status_api.py), what the controller acts on and which faults a
+serving restart answers (controller/decide/planner.py), the faults that count
+against the serving restart budget (controller/serving/serving_policy.py), the
 incident kinds the history counts from the start (history/records.py), the
 page's colours and words (served with ``GET /v1/nodes``), the exit status of
 ``spark-watchdog status``, and what the lab expects.
@@ -34,7 +34,7 @@ class Severity(enum.Enum):
 
 
 class Answer(enum.Enum):
-    """What the controller's planner does about a verdict (controller/planner.py, ``decide``)."""
+    """What the controller's planner does about a verdict (controller/decide/planner.py)."""
 
     NOTHING = "nothing"  # it watches (an alert may go: controller/daemon.py)
     POWER = "power"  # the escalation ladder (docs/design.md, "The escalation ladder")
@@ -61,7 +61,7 @@ class VerdictRow:
     """One verdict. No column has a default: every row says every one."""
 
     name: str
-    # A node state shown in the verdict's place (controller/node_watch.py), not
+    # A node state shown in the verdict's place (controller/look/node_watch.py), not
     # a verdict of the detector.
     node_state: bool
     severity: Severity
@@ -288,9 +288,9 @@ def row(name: str) -> VerdictRow:
     return BY_NAME[name]
 
 
-# The detector's verdicts (controller/detector.py, Verdict), without the node states.
+# The detector's verdicts (controller/decide/detector.py, Verdict), without the node states.
 DETECTED = tuple(r.name for r in TABLE if not r.node_state)
-# The labels of spark_watchdog_node_verdict, in this order (controller/status_api.py).
+# The labels of spark_watchdog_node_verdict, in this order (controller/page/status_api.py).
 METRIC_LABELS = tuple(r.name for r in TABLE if r.metric)
 # Incident kinds whose serving restart counts against serving.restart_budget.
 SERVING_FAULT_KINDS = tuple(r.name for r in TABLE if r.serving_fault)

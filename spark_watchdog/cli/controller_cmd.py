@@ -65,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
     if is_postgres_url(config.history):
         # One of a pair, a standby until it takes the lease:
         # docs/design.md, "Controller pair".
-        from spark_watchdog.controller.pair import run_pair
+        from spark_watchdog.controller.pair.pair import run_pair
 
         return run_pair(config)
     from spark_watchdog.controller.daemon import serve

@@ -1,6 +1,6 @@
 """``show ID``'s drawing of an incident's flight recorder: one sparkline per
 measure, the state changes with their time before detection
-(:mod:`spark_watchdog.controller.flight_recorder` keeps the samples)."""
+(:mod:`spark_watchdog.controller.look.flight_recorder` keeps the samples)."""
 
 from __future__ import annotations
 

@@ -26,7 +26,7 @@ from spark_watchdog.history.locate import configured_history
 from spark_watchdog.steps import StepName
 
 if TYPE_CHECKING:
-    from spark_watchdog.controller.serving_restart import ServingRestartReport
+    from spark_watchdog.controller.serving.serving_restart import ServingRestartReport
     from spark_watchdog.history.store import HistoryStore
 
 SETTING = "serving_profile"
@@ -69,7 +69,7 @@ def _check_profile(config: ControllerConfig, profile: str) -> tuple[int, str] | 
     agent does not offer is refused, so the next restart cannot stop every
     rank and then fail. With no agent to ask, only built-in profiles pass.
     """
-    from spark_watchdog.controller.serving_restart import (
+    from spark_watchdog.controller.serving.serving_restart import (
         ServingNode,
         serving_offers,
         unknown_profile_problem,
@@ -130,7 +130,7 @@ def run_profile(args: argparse.Namespace) -> int:
 
 def run_restart(args: argparse.Namespace) -> int:
     from spark_watchdog.controller.io import serving_restart_for
-    from spark_watchdog.controller.serving_restart import PreflightFailed, ServingNode
+    from spark_watchdog.controller.serving.serving_restart import PreflightFailed, ServingNode
 
     try:
         config = load_controller_config(args.config)
@@ -205,7 +205,7 @@ def _record_end(
     store: HistoryStore, incident_id: int, record_id: int, report: ServingRestartReport
 ) -> None:
     """The restart's outcome, its incident's last steps, and the profile in force
-    (which a running controller reads from here: controller/serving_policy.py)."""
+    (which a running controller reads from here: controller/serving/serving_policy.py)."""
     store.finish_serving_restart(
         record_id, report.result, step_durations=report.step_durations, error=report.error
     )

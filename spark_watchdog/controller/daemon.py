@@ -34,28 +34,29 @@ from typing import Any
 
 from spark_watchdog.config.controller import ControllerConfig
 from spark_watchdog.config.history_location import is_postgres_url
-from spark_watchdog.controller import incident_log, unlatch, wedged
-from spark_watchdog.controller.agent_restart import AgentRestarts
-from spark_watchdog.controller.budgets import Budgets
-from spark_watchdog.controller.crew import Crew
-from spark_watchdog.controller.decisions import ClusterView, needs, plan
-from spark_watchdog.controller.detector import DetectionPolicy, Verdict
-from spark_watchdog.controller.freeze_path import FreezePath
-from spark_watchdog.controller.hands import Hands
-from spark_watchdog.controller.holds import Holds
-from spark_watchdog.controller.incident_log import Resolution
+from spark_watchdog.controller.act import unlatch, wedged
+from spark_watchdog.controller.act.agent_restart import AgentRestarts
+from spark_watchdog.controller.act.crew import Crew
+from spark_watchdog.controller.act.freeze_path import FreezePath
+from spark_watchdog.controller.act.hands import Hands
+from spark_watchdog.controller.act.holds import Holds
+from spark_watchdog.controller.act.ladder_tasks import UnlatchLadders, WedgedLadders
+from spark_watchdog.controller.act.parts import Parts, Work
+from spark_watchdog.controller.act.power_actions import PowerActions
+from spark_watchdog.controller.decide.decisions import ClusterView, needs, plan
+from spark_watchdog.controller.decide.detector import DetectionPolicy, Verdict
+from spark_watchdog.controller.decide.planner import QUIET_STEPS, Step
+from spark_watchdog.controller.decide.watcher_doubt import WatcherDoubt
 from spark_watchdog.controller.io import ControllerIO
-from spark_watchdog.controller.ladder_tasks import UnlatchLadders, WedgedLadders
-from spark_watchdog.controller.ledger import HistoryUnwritable, Ledger
-from spark_watchdog.controller.monitor import Monitor
-from spark_watchdog.controller.node_watch import NodeWatch, watch_json
-from spark_watchdog.controller.notify import Event, Notifier
-from spark_watchdog.controller.parts import Parts, Work
-from spark_watchdog.controller.planner import QUIET_STEPS, Step
-from spark_watchdog.controller.power_actions import PowerActions
-from spark_watchdog.controller.serving_policy import ServingRestarts
+from spark_watchdog.controller.look.monitor import Monitor
+from spark_watchdog.controller.look.node_watch import NodeWatch, watch_json
+from spark_watchdog.controller.record import incident_log
+from spark_watchdog.controller.record.budgets import Budgets
+from spark_watchdog.controller.record.incident_log import Resolution
+from spark_watchdog.controller.record.ledger import HistoryUnwritable, Ledger
+from spark_watchdog.controller.record.notify import Event, Notifier
+from spark_watchdog.controller.serving.serving_policy import ServingRestarts
 from spark_watchdog.controller.views import cluster_view, history_reads, node_view
-from spark_watchdog.controller.watcher_doubt import WatcherDoubt
 from spark_watchdog.errors import WatchdogError
 from spark_watchdog.history.instance_lock import InstanceLock
 from spark_watchdog.history.records import Incident
@@ -78,9 +79,9 @@ class Controller:
         self.config = config
         self.io = io or ControllerIO.production(config)
         self.clock = self.io.clock
-        # A lone controller's refuses nothing; a pair's is its lease (controller/fence.py).
+        # A lone controller's refuses nothing; a pair's is its lease (controller/pair/fence.py).
         self.fence = self.io.fence
-        # A deposed leader of a pair says nothing more about nodes (controller/fence.py).
+        # A deposed leader of a pair says nothing more about nodes (controller/pair/fence.py).
         self.notifier = notifier or Notifier(config.notify, quiet=self.fence.deposed)
         self.ledger = Ledger(store, self.notifier, self.io.blocking)
         # What /metrics counts: incidents, actions, verdict changes (in memory).
@@ -113,19 +114,19 @@ class Controller:
         self.systemd = systemd
 
     def _assemble(self) -> None:
-        """The parts, each given what it works with (controller/parts.py)."""
+        """The parts, each given what it works with (controller/act/parts.py)."""
         config = self.config
-        # Node and cluster holds, and the breaker that places one (controller/holds.py).
+        # Node and cluster holds, and the breaker that places one (controller/act/holds.py).
         self.holds = Holds(config, self.ledger, self.notifier, self.clock, self.watches)
         self.budgets = Budgets(config, self.ledger, self.clock)
-        # Every power action behind its guards (controller/power_actions.py).
+        # Every power action behind its guards (controller/act/power_actions.py).
         self.power = PowerActions(
             config, self.ledger, self.notifier, self.io, self.budgets, self.holds, self.watches
         )
-        # What the controller sees of each node, written into the watches (controller/monitor.py).
+        # What the controller sees of each node, in the watches (controller/look/monitor.py).
         self.monitor = Monitor(config, self.io, self.watches, self.policy)
         self.recorder = self.monitor.recorder
-        # Every ladder's task, by kind and node (controller/parts.py).
+        # Every ladder's task, by kind and node (controller/act/parts.py).
         self.work = Work()
         # What every part works with, handed over explicitly: never the controller.
         parts = Parts(
@@ -142,14 +143,14 @@ class Controller:
         self.parts = parts
         self.serving = ServingRestarts(parts)
         self.crew = Crew.of(parts, self.serving)
-        # A frozen host's incident and its ladder (controller/freeze_path.py).
+        # A frozen host's incident and its ladder (controller/act/freeze_path.py).
         self.freeze = FreezePath(self.crew)
         self.wedged = WedgedLadders(self.crew)
         self.unlatch = UnlatchLadders(self.crew)
         self.agent_restarts = AgentRestarts(
             config, self.ledger, self.notifier, self.clock, self.io, self.fence.check_leading
         )
-        # What carries out each decision (controller/hands.py).
+        # What carries out each decision (controller/act/hands.py).
         self.hands = Hands(
             self.freeze, self.holds, self.agent_restarts, self.serving, self.wedged, self.unlatch
         )
@@ -164,7 +165,7 @@ class Controller:
         now = self.clock.monotonic()
         self.doubt.sweep_took(now - self._tick_started, now)
         if self.fence.deposed():
-            return  # a pair's lost lease: it decides and starts nothing more (controller/pair.py)
+            return  # a pair's lost lease: it starts nothing more (controller/pair/pair.py)
         await self.holds.sync()
         await self.serving.sync_profile()
         await self.holds.check_breaker()
@@ -188,7 +189,7 @@ class Controller:
 
     def _tell_doubt(self, cluster: ClusterView) -> None:
         """One alert when the controller begins to doubt its own view
-        (controller/watcher_doubt.py); another only after it trusted it again."""
+        (controller/decide/watcher_doubt.py); another only after it trusted it again."""
         doubt = cluster.stalled or cluster.all_silent
         if doubt is not None and self._doubted is None:
             log.warning("%s", doubt)
@@ -247,7 +248,7 @@ class Controller:
 
     async def _act(self, watch: NodeWatch, cluster: ClusterView) -> bool:
         """Settle what the last answers settle, then carry out what
-        controller/decisions.py decides for the node, in order. True when
+        controller/decide/decisions.py decides for the node, in order. True when
         something was done that the cluster's view must be read again for."""
         if self.fence.deposed():
             return False  # lost in the middle of this tick: start and resume nothing (pair.py)
@@ -344,7 +345,7 @@ class Controller:
     def cancel_tasks(self) -> list[asyncio.Task[Any]]:
         """Cancel every task this controller started (ladders, checks, restarts);
         those it cancelled. What ``run`` does when it ends, and a pair's lost
-        lease at once (controller/pair.py)."""
+        lease at once (controller/pair/pair.py)."""
         pending: list[asyncio.Task[Any]] = [
             t
             for t in [
@@ -399,7 +400,9 @@ async def serve(config: ControllerConfig) -> None:
     if is_postgres_url(config.history):
         # The instance lock below is a file beside an SQLite history; nothing
         # would keep a second controller on a PostgreSQL history from acting.
-        raise WatchdogError("a PostgreSQL history is served by controller/pair.py's serve_pair")
+        raise WatchdogError(
+            "a PostgreSQL history is served by controller/pair/pair.py's serve_pair"
+        )
     lock = InstanceLock(config.history)
     lock.acquire()  # HistoryLocked names the other controller
     try:
@@ -409,7 +412,7 @@ async def serve(config: ControllerConfig) -> None:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
         controller = Controller(config, store)
-        from spark_watchdog.controller.page_api import page_endpoint
+        from spark_watchdog.controller.page.page_api import page_endpoint
 
         endpoint = page_endpoint(config, controller, controller, lambda: loop)
         endpoint.start()

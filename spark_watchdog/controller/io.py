@@ -19,14 +19,14 @@ from typing import Protocol, TypeVar
 
 from spark_watchdog.config.controller import ControllerConfig, NodeConfig, SshDevice
 from spark_watchdog.controller.clock import Clock, SystemClock
-from spark_watchdog.controller.fence import LONE, Fence
-from spark_watchdog.controller.http_client import HttpAnswer, request
-from spark_watchdog.controller.serving_restart import (
+from spark_watchdog.controller.look.http_client import HttpAnswer, request
+from spark_watchdog.controller.look.witness import WitnessReport, check_witness
+from spark_watchdog.controller.pair.fence import LONE, Fence
+from spark_watchdog.controller.serving.serving_restart import (
     ServingNode,
     ServingRestart,
     ServingRestartReport,
 )
-from spark_watchdog.controller.witness import WitnessReport, check_witness
 from spark_watchdog.errors import ConfigError
 from spark_watchdog.power.base import SendGate, StepHook, VerifiedPower
 from spark_watchdog.power.paths import PowerPath, build_backend, read_device_secrets, timing_for
@@ -65,7 +65,7 @@ BannerCheck = Callable[[str, int, float], Awaitable[BannerResult]]
 WitnessCheck = Callable[[Sequence[str], float], Awaitable[WitnessReport]]
 PowerFactory = Callable[[PowerPath, StepHook, SendGate, SendWindow | None], VerifiedPower]
 # head, workers, token, timeout, profile, and what to tell of each node whose
-# agent answers (a sign of life: controller/node_watch.py).
+# agent answers (a sign of life: controller/look/node_watch.py).
 ServingRunner = Callable[
     [ServingNode, Sequence[ServingNode], str, float, str, Callable[[str], None]],
     Awaitable[ServingRestartReport],
@@ -85,7 +85,7 @@ class ControllerIO:
     blocking: Blocking
     forced_reboot: ForcedReboot
     halt: ForcedReboot
-    # How far this controller may act: alone, always; in a pair, its lease (controller/fence.py).
+    # How far it may act: alone, always; in a pair, its lease (controller/pair/fence.py).
     fence: Fence = LONE
 
     @classmethod
@@ -151,8 +151,8 @@ def serving_restart_for(
         return ServingRestart(
             head, workers, token, timeout=timeout, order=launcher.order, heard=heard
         )
-    from spark_watchdog.controller.cluster_launcher import LauncherRestart
-    from spark_watchdog.controller.launcher_commands import (
+    from spark_watchdog.controller.serving.cluster_launcher import LauncherRestart
+    from spark_watchdog.controller.serving.launcher_commands import (
         CommandRunner,
         LocalRunner,
         SshRunner,

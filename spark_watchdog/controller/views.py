@@ -1,5 +1,5 @@
 """What the decision sees: each node, the rest of the cluster and the
-controller itself, read from the parts that hold it (controller/decisions.py
+controller itself, read from the parts that hold it (controller/decide/decisions.py
 decides from these; nothing here decides or changes anything)."""
 
 from __future__ import annotations
@@ -7,15 +7,15 @@ from __future__ import annotations
 import contextlib
 
 from spark_watchdog.config.controller import ControllerConfig
-from spark_watchdog.controller.agent_restart import AgentRestarts
-from spark_watchdog.controller.decisions import ClusterView, Kill, Needs, NodeView, Reads
-from spark_watchdog.controller.ledger import HistoryUnwritable
-from spark_watchdog.controller.node_states import NodeState
-from spark_watchdog.controller.node_watch import NodeWatch
-from spark_watchdog.controller.parts import Ladder, Parts
-from spark_watchdog.controller.power_actions import PowerActions
-from spark_watchdog.controller.serving_policy import ServingRestarts
-from spark_watchdog.controller.watcher_doubt import WatcherDoubt, all_silent_reason
+from spark_watchdog.controller.act.agent_restart import AgentRestarts
+from spark_watchdog.controller.act.parts import Ladder, Parts
+from spark_watchdog.controller.act.power_actions import PowerActions
+from spark_watchdog.controller.decide.decisions import ClusterView, Kill, Needs, NodeView, Reads
+from spark_watchdog.controller.decide.node_states import NodeState
+from spark_watchdog.controller.decide.watcher_doubt import WatcherDoubt, all_silent_reason
+from spark_watchdog.controller.look.node_watch import NodeWatch
+from spark_watchdog.controller.record.ledger import HistoryUnwritable
+from spark_watchdog.controller.serving.serving_policy import ServingRestarts
 
 _BUSY = (NodeState.FENCING, NodeState.BOOTING)
 

@@ -35,7 +35,7 @@ from datetime import datetime
 from email.utils import parsedate_to_datetime
 
 from spark_watchdog.config.controller import NodeConfig
-from spark_watchdog.controller.http_client import HttpError, request
+from spark_watchdog.controller.look.http_client import HttpError, request
 from spark_watchdog.doctor.controller_checks import AGENT_PATIENCE_S, state_url
 from spark_watchdog.doctor.result import Finding, fail, ok, skip, warn
 

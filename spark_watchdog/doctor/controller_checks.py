@@ -10,8 +10,8 @@ import time
 from collections.abc import Sequence
 
 from spark_watchdog.config.controller import DetectionConfig, NodeConfig
-from spark_watchdog.controller.http_client import HttpError, request
-from spark_watchdog.controller.witness import check_witness
+from spark_watchdog.controller.look.http_client import HttpError, request
+from spark_watchdog.controller.look.witness import check_witness
 from spark_watchdog.doctor.result import Finding, fail, ok, warn
 from spark_watchdog.power.ssh_banner import check_ssh_banner
 

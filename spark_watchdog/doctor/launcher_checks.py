@@ -7,7 +7,7 @@ import os
 import shutil
 
 from spark_watchdog.config.controller import ControllerConfig
-from spark_watchdog.controller.launcher_commands import SshRunner
+from spark_watchdog.controller.serving.launcher_commands import SshRunner
 from spark_watchdog.doctor.result import Finding, fail, ok
 from spark_watchdog.errors import ConfigError
 

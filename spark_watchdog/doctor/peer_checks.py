@@ -16,7 +16,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from spark_watchdog.config.controller import ControllerConfig
-from spark_watchdog.controller.http_client import HttpError, request
+from spark_watchdog.controller.look.http_client import HttpError, request
 from spark_watchdog.doctor.controller_checks import AGENT_PATIENCE_S, state_url
 from spark_watchdog.doctor.result import Finding, fail, ok, skip, warn
 

@@ -179,7 +179,7 @@ class Lease:
         self.store = store
         self.dialect = store.dialect
         # The connection renewals go through: one of their own in a controller
-        # (controller/pair.py), so a renewal never waits behind this process's
+        # (controller/pair/pair.py), so a renewal never waits behind this process's
         # own writes on the store's connection.
         self.renewals = renewals or store
         self.holder = holder or new_holder()

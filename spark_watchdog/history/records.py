@@ -28,7 +28,7 @@ INCIDENT_STATUSES = ("open", "resolved")
 RESOLUTIONS = ("recovered", "gave_up", "false_alarm")
 
 # The kinds the controller opens incidents of: each verdict's that opens one
-# (spark_watchdog/verdicts.py), and the clock-latch ladder's (controller/unlatch.py).
+# (spark_watchdog/verdicts.py), and the clock-latch ladder's (controller/act/unlatch.py).
 # The store accepts any snake_case kind so the controller can add one without
 # a migration.
 KNOWN_INCIDENT_KINDS = (*INCIDENT_KINDS, "clock_latched")

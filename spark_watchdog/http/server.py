@@ -1,7 +1,7 @@
 """The HTTP server the agent and the controller share: routes given by the
 caller (the agent's ``/v1/state``, ``/v1/boots``, ``/metrics`` and serving
 controls, :mod:`spark_watchdog.agent.daemon`; the controller's ``/v1/status``,
-:mod:`spark_watchdog.controller.status_api`; the lab's control endpoint).
+:mod:`spark_watchdog.controller.page.status_api`; the lab's control endpoint).
 
 One thread serves every connection, event-driven (epoll:
 :mod:`spark_watchdog.http.poll`): a connection that is open and silent, or sends a byte a second, or

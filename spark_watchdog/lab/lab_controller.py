@@ -31,9 +31,9 @@ import yaml
 
 from spark_watchdog.config.controller import ControllerConfig, parse_controller_config
 from spark_watchdog.controller.daemon import Controller
-from spark_watchdog.controller.fence import LONE, Fence
 from spark_watchdog.controller.io import ControllerIO
-from spark_watchdog.controller.page_api import page_endpoint
+from spark_watchdog.controller.page.page_api import page_endpoint
+from spark_watchdog.controller.pair.fence import LONE, Fence
 from spark_watchdog.history.store import HistoryStore
 
 log = logging.getLogger("spark_watchdog.lab")
@@ -69,7 +69,7 @@ class ControllerThread:
     """The controller on its own event loop in a daemon thread, with /v1/status."""
 
     def __init__(self, config: dict[str, Any], *, fence: Fence = LONE) -> None:
-        """``fence``: how far it may act (controller/fence.py); a lone controller's by default."""
+        """``fence``: how far it may act (controller/pair/fence.py); alone by default."""
         self.config = parse_controller_config(config, "lab controller config")
         self.store = HistoryStore(self.config.history)
         io = ControllerIO.production(self.config, fence=fence)

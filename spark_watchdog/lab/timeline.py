@@ -41,7 +41,7 @@ _QUIET_STEPS = frozenset(
     {"off_requested", "on_requested", "power_restored", "hold_done", "incident_opened"}
 )
 
-# The wedged-but-alive ladder's steps (controller/wedged.py), as people read them.
+# The wedged-but-alive ladder's steps (controller/act/wedged.py), as people read them.
 _WEDGED_STEPS = {
     "still_wedged": "the GPU still does not answer",
     "reboot_requested": "forced reboot over ssh (recorded before it is sent)",

@@ -8,10 +8,10 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 
 from spark_watchdog.config.controller import ControllerConfig, GuardsConfig
+from spark_watchdog.controller.act.parts import Ladder
 from spark_watchdog.controller.daemon import Controller
-from spark_watchdog.controller.node_states import NodeState
-from spark_watchdog.controller.notify import Event
-from spark_watchdog.controller.parts import Ladder
+from spark_watchdog.controller.decide.node_states import NodeState
+from spark_watchdog.controller.record.notify import Event
 from spark_watchdog.history.records import CLUSTER
 from spark_watchdog.history.store import HistoryStore
 from spark_watchdog.power.base import PowerState

@@ -3,7 +3,7 @@
 Two controller processes share one SQLite history, which holds the real
 lease (history/leadership.py, the contract both engines pass). Each runs
 what a pair's controller runs: ``stand_by`` until it takes the lease, then
-``lead`` (controller/pair.py), which builds the real controller on I/O
+``lead`` (controller/pair/pair.py), which builds the real controller on I/O
 fenced by that lease, keeps the lease, and cancels everything when it is
 lost; the process then exits, and starts again later as a new standby, as
 systemd would start it. Only the lease keeper differs: a task of the
@@ -29,8 +29,8 @@ from typing import Any, Protocol, TypeVar
 from spark_watchdog.config.controller import ControllerConfig
 from spark_watchdog.controller.clock import Clock
 from spark_watchdog.controller.daemon import Controller
-from spark_watchdog.controller.fence import Fence
-from spark_watchdog.controller.pair import (
+from spark_watchdog.controller.pair.fence import Fence
+from spark_watchdog.controller.pair.pair import (
     LeadershipLost,
     LeadSeams,
     LoopLeaseKeeper,

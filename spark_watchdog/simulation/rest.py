@@ -4,7 +4,7 @@ come to rest: when the run's quiet tail may end (simulation/run.py)."""
 from __future__ import annotations
 
 from spark_watchdog.controller.daemon import Controller
-from spark_watchdog.controller.node_states import NodeState
+from spark_watchdog.controller.decide.node_states import NodeState
 from spark_watchdog.simulation.world import World
 
 

@@ -19,8 +19,8 @@ from typing import Any, Literal, cast
 from spark_watchdog.config.controller import ControllerConfig
 from spark_watchdog.controller.clock import Clock
 from spark_watchdog.controller.daemon import Controller
-from spark_watchdog.controller.fence import LONE, Fence
-from spark_watchdog.controller.notify import Event, Notifier
+from spark_watchdog.controller.pair.fence import LONE, Fence
+from spark_watchdog.controller.record.notify import Event, Notifier
 from spark_watchdog.errors import StoreFull, StoreLocked
 from spark_watchdog.history.core import is_write
 from spark_watchdog.history.store import HistoryStore

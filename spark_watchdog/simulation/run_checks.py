@@ -11,7 +11,7 @@ from typing import Any
 
 from spark_watchdog.config.controller import ControllerConfig
 from spark_watchdog.controller.daemon import Controller
-from spark_watchdog.controller.notify import ABOUT_LEADERSHIP, Event
+from spark_watchdog.controller.record.notify import ABOUT_LEADERSHIP, Event
 from spark_watchdog.history.store import HistoryStore
 from spark_watchdog.power.base import PowerState
 from spark_watchdog.simulation.invariants import (

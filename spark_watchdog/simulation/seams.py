@@ -10,15 +10,15 @@ from typing import Any, cast
 
 from spark_watchdog.config.controller import ControllerConfig, NodeConfig, SshDevice
 from spark_watchdog.controller.clock import Clock
-from spark_watchdog.controller.fence import Fence
-from spark_watchdog.controller.http_client import HttpAnswer
 from spark_watchdog.controller.io import ControllerIO, RebootAttempt
-from spark_watchdog.controller.serving_restart import (
+from spark_watchdog.controller.look.http_client import HttpAnswer
+from spark_watchdog.controller.look.witness import WitnessReport
+from spark_watchdog.controller.pair.fence import Fence
+from spark_watchdog.controller.serving.serving_restart import (
     ServingNode,
     ServingRestart,
     ServingRestartReport,
 )
-from spark_watchdog.controller.witness import WitnessReport
 from spark_watchdog.power.base import CommandSpacing, SendGate, StepHook, VerifiedPower
 from spark_watchdog.power.paths import PowerPath, timing_for
 from spark_watchdog.power.send_window import SendWindow
@@ -63,7 +63,7 @@ def sim_witness(world: World, incarnation: Incarnation) -> Any:
 
 
 class SimServingHttp:
-    """The agents as the real serving restart asks them (controller/serving_restart.py):
+    """The agents as the real serving restart asks them (controller/serving/serving_restart.py):
     their state, and their serving API with its faults."""
 
     def __init__(self, world: World, incarnation: Incarnation, agents: dict[str, str]) -> None:

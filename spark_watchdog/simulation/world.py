@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
-from spark_watchdog.controller.http_client import (
+from spark_watchdog.controller.look.http_client import (
     NO_NETWORK,
     REFUSED,
     SILENCE,

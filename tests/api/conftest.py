@@ -25,9 +25,9 @@ import requests
 
 from spark_watchdog.agent.daemon import Agent
 from spark_watchdog.config.agent import parse_agent_config
-from spark_watchdog.controller.page_api import PageRoutes
-from spark_watchdog.controller.page_auth import PageAuth
-from spark_watchdog.controller.status_api import StandbyEndpoint
+from spark_watchdog.controller.page.page_api import PageRoutes
+from spark_watchdog.controller.page.page_auth import PageAuth
+from spark_watchdog.controller.page.status_api import StandbyEndpoint
 from spark_watchdog.http.server import HttpEndpoint
 from spark_watchdog.lab.hardware import gpu_standin
 from spark_watchdog.lab.hardware.journal_writer import Ending, Fault, boot_entries, write_boot
@@ -257,7 +257,7 @@ def controller_server(
 @pytest.fixture(scope="module")
 def standby_server() -> Iterator[RunningServer]:
     """A standby of a controller pair's endpoint, with what a standby loop keeps
-    (controller/pair.py): the lease it last read, led by another controller."""
+    (controller/pair/pair.py): the lease it last read, led by another controller."""
     view = {
         "holder": "mgmt-2:4242:0a1b2c3d",
         "history": "ok",
@@ -273,7 +273,7 @@ def standby_server() -> Iterator[RunningServer]:
         },
     }
     port = free_port()
-    # What controller/page_api.py's standby_endpoint builds: the page, without its data.
+    # What controller/page/page_api.py's standby_endpoint builds: the page, without its data.
     routes = PageRoutes(None, PageAuth(None), lambda: None)
     endpoint = StandbyEndpoint("127.0.0.1", port, lambda: dict(view), paths_of=routes)
     endpoint.start()

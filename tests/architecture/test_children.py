@@ -36,7 +36,7 @@ OWN_BOUNDS = {
     # A launcher may leave the cluster running behind it: its output goes to a
     # temporary file (a pipe would hold it), its group is killed at the
     # deadline, and only the tail is read back.
-    "controller/launcher_commands.py",
+    "controller/serving/launcher_commands.py",
 }
 
 

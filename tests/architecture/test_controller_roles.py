@@ -1,14 +1,22 @@
-"""Inside the controller each module has one role, and the roles point one way
-(docs/architecture.md, "Deciding and carrying out"):
+"""Inside the controller each sub-package has one role, and the roles point one
+way (docs/architecture.md, "Deciding and carrying out"). One rule per package:
+what it may import from the rest of the controller.
 
-- **decide** (pure: no I/O, no clock of its own) imports nothing but the
-  other pure modules and the vocabularies below the daemons;
-- **look** (what the controller sees and how it judges) never imports what
-  decides or carries out;
-- **carry out** (the ladders, the serving and agent restarts, the power
-  actions) never imports the decision: a part that carries out does not ask
-  again whether it may.
+- ``decide`` (pure: no I/O, no clock of its own) imports nothing of the
+  controller but itself, and only the vocabularies below the daemons;
+- ``look`` (what the controller sees and how it judges it) imports only the
+  judges of ``decide`` and the seams to the outside;
+- ``act`` and ``serving`` (the ladders, the power actions, the serving and
+  agent restarts) carry out: they never import the decision, the page or the
+  pair; a part that carries out does not ask again whether it may;
+- ``record`` (the history's door, incidents, alerts, tallies) never imports
+  what looks deeper than a node's answer, decides or carries out;
+- ``page`` (the status API and the operator's page) reads and records, and
+  never carries out;
+- ``pair`` (two controllers and their lease) sits above the loop.
 
+The decision itself (``decide.decisions``, ``decide.watcher_doubt``) is
+imported only by the loop: ``daemon`` and the ``views`` it builds each tick.
 Every import counts, under ``TYPE_CHECKING`` and inside functions too
 (tests/architecture/test_layers.py reads them the same way).
 """
@@ -18,11 +26,7 @@ from __future__ import annotations
 from import_graph import PACKAGE, graph
 
 C = "spark_watchdog.controller."
-DECIDE = {
-    f"{C}{m}"
-    for m in ("detector", "planner", "decisions", "watcher_doubt", "node_states", "resume_plan")
-}
-# What a pure module may import besides the others: vocabularies and plain data.
+# What a pure module may import besides decide: vocabularies and plain data.
 BELOW = (
     "spark_watchdog.verdicts",
     "spark_watchdog.xid",
@@ -30,74 +34,83 @@ BELOW = (
     "spark_watchdog.config",
     "spark_watchdog.history.records",
 )
-LOOK = {
-    f"{C}{m}"
-    for m in (
-        "monitor",
-        "node_watch",
-        "node_conduct",
-        "intake",
-        "peer_evidence",
-        "rank_kills",
-        "witness",
-        "flight_recorder",
-        "http_client",
-    )
+SEAMS = ("io", "clock")
+JUDGES = ("decide.detector", "decide.node_states", "decide.planner", "decide.resume_plan")
+# What each package may import from the rest of the controller.
+MAY_IMPORT: dict[str, tuple[str, ...]] = {
+    "decide": ("decide",),
+    "look": ("look", *JUDGES, *SEAMS),
+    "act": ("act", "look", "serving", "record", "pair.fence", *JUDGES, *SEAMS),
+    "serving": ("serving", "look", "record", "act.ladder", "act.parts", *JUDGES, *SEAMS),
+    "record": ("record", "look.http_client", "pair.fence", "clock"),
+    "page": ("page", "look", "record", *JUDGES),
+    "pair": ("pair", "page", "record", "daemon", *SEAMS),
 }
-CARRY_OUT = {
-    f"{C}{m}"
-    for m in (
-        "hands",
-        "freeze_path",
-        "recovery",
-        "rung",
-        "left_cycle",
-        "freeze_tools",
-        "gentle_tools",
-        "ladder",
-        "ladder_tasks",
-        "wedged",
-        "unlatch",
-        "agent_restart",
-        "serving_policy",
-        "serving_budget",
-        "serving_restart",
-        "power_actions",
-        "holds",
-    )
-}
-# What only the loop and the views it builds may import: the decision and the views.
-DECIDING = {f"{C}decisions", f"{C}views", f"{C}watcher_doubt"}
+THE_LOOP = ("daemon", "views")
+THE_DECISION = ("decide.decisions", "decide.watcher_doubt")
+
+
+def _within(target: str, names: tuple[str, ...]) -> bool:
+    return any(target == f"{C}{n}" or target.startswith(f"{C}{n}.") for n in names)
+
+
+def _package(module: str) -> str:
+    return module[len(C) :].split(".")[0]
 
 
 def role_breaches(edges: dict[str, dict[str, int]]) -> list[str]:
     wrong = []
     for module, targets in edges.items():
+        if not module.startswith(C):
+            continue
+        package = _package(module)
         for target, line in targets.items():
-            if not target.startswith("spark_watchdog."):
-                continue
             where = f"{module}:{line} imports {target}"
-            if module in DECIDE and target not in DECIDE and not target.startswith(BELOW):
-                wrong.append(f"{where} (decide is pure)")
-            if module in LOOK and (target in CARRY_OUT or target in DECIDING):
-                wrong.append(f"{where} (look decides and does nothing)")
-            if module in CARRY_OUT and target in DECIDING:
-                wrong.append(f"{where} (carrying out does not decide again)")
+            if not target.startswith(C):
+                outside = target.startswith("spark_watchdog.") and not target.startswith(BELOW)
+                if package == "decide" and outside:
+                    wrong.append(f"{where} (decide is pure)")
+                continue
+            if target == C.rstrip(".") or target == f"{C}{_package(target)}":
+                continue  # a package's empty __init__, named by `from package import module`
+            if _within(target, THE_DECISION) and package not in THE_LOOP:
+                wrong.append(f"{where} (only the loop asks the decision)")
+            elif package in MAY_IMPORT and not _within(target, MAY_IMPORT[package]):
+                wrong.append(
+                    f"{where} ({package} may import only {', '.join(MAY_IMPORT[package])})"
+                )
     return sorted(wrong)
 
 
-def test_each_role_imports_only_what_its_role_allows() -> None:
+def test_each_package_imports_only_what_its_role_allows() -> None:
     assert role_breaches(graph()) == []
 
 
-def test_every_role_names_modules_that_exist() -> None:
-    present = {f"{C}{p.stem}" for p in (PACKAGE / "controller").glob("*.py")}
-    assert (DECIDE | LOOK | CARRY_OUT | DECIDING) - present == set()
+def test_every_module_of_the_controller_has_a_role() -> None:
+    """A new module goes into a package whose rule holds it, or beside the loop."""
+    loose = {p.stem for p in (PACKAGE / "controller").glob("*.py")} - {"__init__"}
+    assert loose == {*THE_LOOP, *SEAMS}
+    packages = {p.name for p in (PACKAGE / "controller").iterdir() if (p / "__init__.py").exists()}
+    assert packages == set(MAY_IMPORT)
+
+
+def test_the_rules_name_modules_that_exist() -> None:
+    for names in MAY_IMPORT.values():
+        for name in names:
+            path = PACKAGE / "controller" / name.replace(".", "/")
+            assert path.is_dir() or path.with_suffix(".py").exists(), name
 
 
 def test_the_check_finds_a_ladder_that_asks_the_decision() -> None:
-    edges = {f"{C}wedged": {f"{C}decisions": 7}, f"{C}planner": {f"{C}ledger": 3}}
+    edges = {
+        f"{C}act.wedged": {f"{C}decide.decisions": 7},
+        f"{C}decide.planner": {f"{C}record.ledger": 3, "spark_watchdog.power.snmp": 4},
+        f"{C}look.monitor": {f"{C}act.hands": 9, f"{C}decide.detector": 2},
+    }
     assert role_breaches(edges) == [
-        f"{C}planner:3 imports {C}ledger (decide is pure)",
-        f"{C}wedged:7 imports {C}decisions (carrying out does not decide again)",
+        f"{C}act.wedged:7 imports {C}decide.decisions (only the loop asks the decision)",
+        f"{C}decide.planner:3 imports {C}record.ledger (decide may import only decide)",
+        f"{C}decide.planner:4 imports spark_watchdog.power.snmp (decide is pure)",
+        f"{C}look.monitor:9 imports {C}act.hands (look may import only look, "
+        "decide.detector, decide.node_states, decide.planner, decide.resume_plan, io, clock)",
     ]

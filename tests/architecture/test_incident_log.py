@@ -1,5 +1,5 @@
 """One incident log: the controller opens, steps and resolves incidents only
-through controller/incident_log.py (docs/architecture.md)."""
+through controller/record/incident_log.py (docs/architecture.md)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ def test_incidents_are_written_through_the_incident_log_only() -> None:
         extra = used - ALLOWED.get(module.name, set())
         if extra:
             found[module.name] = sorted(extra)
-    assert found == {}, f"incident writes outside controller/incident_log.py: {found}"
+    assert found == {}, f"incident writes outside controller/record/incident_log.py: {found}"
 
 
 def test_the_check_finds_a_direct_write() -> None:

@@ -9,15 +9,15 @@ import ast
 from dataclasses import fields
 from pathlib import Path
 
-from spark_watchdog.controller.node_conduct import NodeConduct
-from spark_watchdog.controller.node_watch import NodeWatch
+from spark_watchdog.controller.look.node_conduct import NodeConduct
+from spark_watchdog.controller.look.node_watch import NodeWatch
 
 PACKAGE = Path(__file__).resolve().parents[2] / "spark_watchdog"
 WATCH_FIELDS = {f.name for f in fields(NodeWatch)}
 CONDUCT_FIELDS = {n for f in fields(NodeConduct) for n in (f.name, f.name.lstrip("_"))}
 # Look-side facts the monitor writes as it looks.
 MONITOR_WRITES = {"finding", "banner_checked_at"}
-OWN = {"controller/node_watch.py", "controller/node_conduct.py"}
+OWN = {"controller/look/node_watch.py", "controller/look/node_conduct.py"}
 
 
 def _base(node: ast.expr) -> str:
@@ -58,7 +58,7 @@ def record_writes_outside(root: Path = PACKAGE) -> list[str]:
         if where in OWN:
             continue
         for line, attr in _writes(path.read_text()):
-            if where == "controller/monitor.py" and attr in MONITOR_WRITES:
+            if where == "controller/look/monitor.py" and attr in MONITOR_WRITES:
                 continue
             bad.append(f"{where}:{line} writes {attr}")
     return bad
@@ -69,8 +69,8 @@ def test_only_the_monitor_writes_what_is_seen_and_only_its_methods_what_is_done(
 
 
 def test_the_check_finds_a_field_assigned_from_a_ladder(tmp_path: Path) -> None:
-    (tmp_path / "controller").mkdir()
-    (tmp_path / "controller" / "ladder.py").write_text(
+    (tmp_path / "controller" / "act").mkdir(parents=True)
+    (tmp_path / "controller" / "act" / "ladder.py").write_text(
         "def f(watch):\n"
         "    watch.conduct.incident_id = 3\n"
         "    watch.conduct.rungs_done.add(1)\n"
@@ -78,7 +78,7 @@ def test_the_check_finds_a_field_assigned_from_a_ladder(tmp_path: Path) -> None:
         "    watch.conduct.incident_opened(3)\n"
     )
     assert record_writes_outside(tmp_path) == [
-        "controller/ladder.py:2 writes conduct.incident_id",
-        "controller/ladder.py:3 writes conduct.rungs_done",
-        "controller/ladder.py:4 writes finding",
+        "controller/act/ladder.py:2 writes conduct.incident_id",
+        "controller/act/ladder.py:3 writes conduct.rungs_done",
+        "controller/act/ladder.py:4 writes finding",
     ]

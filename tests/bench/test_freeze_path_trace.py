@@ -15,9 +15,9 @@ def test_the_trace_runs_from_the_poll_to_the_power_off_through_the_freeze_path()
     assert path.frozen_at_s < path.poll_sent_s <= path.ladder_created_s <= path.power_off_s
     assert path.out_of_order == 0
     modules = set(path.whole.modules)
-    assert {"controller/detector.py", "controller/recovery.py"} <= modules
+    assert {"controller/decide/detector.py", "controller/act/recovery.py"} <= modules
     assert any(m.startswith("power/") for m in path.ladder.modules)
-    assert "controller/detector.py" in path.tick.modules
+    assert "controller/decide/detector.py" in path.tick.modules
     # Neither the simulation nor the history's internals are counted.
     assert not any(m.startswith(("simulation/", "history/")) for m in modules)
     # The whole path is its two parts.
@@ -47,4 +47,4 @@ def test_the_figures_print_as_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["whole"]["moves"] == len(data["moves"]) > 0
-    assert data["per_module"]["controller/detector.py"]["calls"] > 0
+    assert data["per_module"]["controller/decide/detector.py"]["calls"] > 0

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from spark_watchdog.cli.main import main
-from spark_watchdog.controller.flight_recorder import FlightRecorder
+from spark_watchdog.controller.look.flight_recorder import FlightRecorder
 from spark_watchdog.history.store import HistoryStore
 
 
@@ -314,7 +314,7 @@ def test_show_prints_the_innermost_frames_of_the_stacks(
 def test_show_says_a_live_gpu_fault_and_the_journal_s_lines_each_with_its_source(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from spark_watchdog.controller.rank_kills import live_faults
+    from spark_watchdog.controller.look.rank_kills import live_faults
 
     fault = {"id": 1, "xid": 31, "at_unix": 5037.7, "gpu": 0, "result": "stopped"}
     path = tmp_path / "history.db"

@@ -19,9 +19,9 @@ from typing import Any
 import pytest
 
 from spark_watchdog.config.controller import NodeConfig
-from spark_watchdog.controller.http_client import HttpAnswer, HttpError, request
-from spark_watchdog.controller.node_watch import NodeWatch
-from spark_watchdog.controller.serving_restart import ServingNode, ServingRestart
+from spark_watchdog.controller.look.http_client import HttpAnswer, HttpError, request
+from spark_watchdog.controller.look.node_watch import NodeWatch
+from spark_watchdog.controller.serving.serving_restart import ServingNode, ServingRestart
 
 pytestmark = pytest.mark.integration
 

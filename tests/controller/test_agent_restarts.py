@@ -1,4 +1,4 @@
-"""An agent restart as a part of its own (controller/agent_restart.py), built
+"""An agent restart as a part of its own (controller/act/agent_restart.py), built
 from only what it works with: the config, a real history, the notifier, a
 clock and the one I/O seam it uses (the restart over SSH)."""
 
@@ -9,10 +9,10 @@ from pathlib import Path
 from typing import Any, cast
 
 from spark_watchdog.config.controller import SshDevice, parse_controller_config
-from spark_watchdog.controller.agent_restart import AGENT_RESTART_COOLDOWN_S, AgentRestarts
-from spark_watchdog.controller.ledger import Ledger
-from spark_watchdog.controller.node_watch import NodeWatch
-from spark_watchdog.controller.notify import Event, Notifier
+from spark_watchdog.controller.act.agent_restart import AGENT_RESTART_COOLDOWN_S, AgentRestarts
+from spark_watchdog.controller.look.node_watch import NodeWatch
+from spark_watchdog.controller.record.ledger import Ledger
+from spark_watchdog.controller.record.notify import Event, Notifier
 from spark_watchdog.history.store import HistoryStore
 
 

@@ -15,7 +15,7 @@ import pytest
 from spark_watchdog.config.controller import parse_controller_config
 from spark_watchdog.controller.daemon import Controller
 from spark_watchdog.controller.io import ControllerIO
-from spark_watchdog.controller.monitor import LATE_BANNER_INTERVAL_S
+from spark_watchdog.controller.look.monitor import LATE_BANNER_INTERVAL_S
 from spark_watchdog.history.store import HistoryStore
 from spark_watchdog.lab.ports import free_port
 from spark_watchdog.power.ssh_banner import BannerResult, check_ssh_banner

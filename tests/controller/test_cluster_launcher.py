@@ -17,14 +17,14 @@ from typing import Any, Literal
 import pytest
 
 from spark_watchdog.config.controller import LauncherConfig, parse_controller_config
-from spark_watchdog.controller.cluster_launcher import (
+from spark_watchdog.controller.serving.cluster_launcher import (
     launcher_environment,
     launcher_values,
     profile_from,
     profile_requests,
     substitute,
 )
-from spark_watchdog.controller.serving_restart import ServingNode, ServingRestart, _unsafe
+from spark_watchdog.controller.serving.serving_restart import ServingNode, ServingRestart, _unsafe
 from spark_watchdog.errors import ConfigError
 from spark_watchdog.profiles import BUILTIN_PROFILES, SAFE, EffectiveConfig, Profile, flag_json
 

@@ -15,7 +15,7 @@ import pytest
 import requests
 
 from spark_watchdog.config.controller import NotifyConfig, WebhookConfig
-from spark_watchdog.controller.http_client import (
+from spark_watchdog.controller.look.http_client import (
     NO_NETWORK,
     REFUSED,
     SILENCE,
@@ -24,10 +24,10 @@ from spark_watchdog.controller.http_client import (
     failure_kind,
     request,
 )
-from spark_watchdog.controller.notify import Event, Notifier
-from spark_watchdog.controller.status_api import StatusEndpoint
-from spark_watchdog.controller.tallies import Tallies
-from spark_watchdog.controller.witness import check_witness
+from spark_watchdog.controller.look.witness import check_witness
+from spark_watchdog.controller.page.status_api import StatusEndpoint
+from spark_watchdog.controller.record.notify import Event, Notifier
+from spark_watchdog.controller.record.tallies import Tallies
 from spark_watchdog.lab.ports import free_port
 
 pytestmark = pytest.mark.integration

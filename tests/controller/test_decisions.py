@@ -1,5 +1,5 @@
 """The one place that decides whether anything happens to a node now
-(controller/decisions.py): what the controller is already doing, the doubt
+(controller/decide/decisions.py): what the controller is already doing, the doubt
 about the watcher and what the history says, over any combination of them."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from dataclasses import replace
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from spark_watchdog.controller.decisions import (
+from spark_watchdog.controller.decide.decisions import (
     ClusterView,
     Kill,
     NodeView,
@@ -17,9 +17,9 @@ from spark_watchdog.controller.decisions import (
     needs,
     plan,
 )
-from spark_watchdog.controller.detector import Finding, Verdict
-from spark_watchdog.controller.node_states import NodeState
-from spark_watchdog.controller.planner import SERVING_FAULTS, Guards, Step
+from spark_watchdog.controller.decide.detector import Finding, Verdict
+from spark_watchdog.controller.decide.node_states import NodeState
+from spark_watchdog.controller.decide.planner import SERVING_FAULTS, Guards, Step
 
 STALLED = "the controller's loop stalled"
 SILENT = "every node fell silent at once"

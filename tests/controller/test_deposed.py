@@ -1,4 +1,4 @@
-"""A deposed leader of a pair says nothing about nodes (controller/fence.py):
+"""A deposed leader of a pair says nothing about nodes (controller/pair/fence.py):
 its notifier lets only the leadership events out, and a write its lease
 refuses is not a history problem to alert about."""
 
@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from spark_watchdog.config.controller import NotifyConfig, WebhookConfig
-from spark_watchdog.controller.ledger import HistoryUnwritable, Ledger, NotLeading
-from spark_watchdog.controller.notify import Event, Notifier
+from spark_watchdog.controller.record.ledger import HistoryUnwritable, Ledger, NotLeading
+from spark_watchdog.controller.record.notify import Event, Notifier
 from spark_watchdog.errors import NotLeader, StoreError
 
 

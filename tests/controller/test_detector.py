@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from spark_watchdog.controller.detector import (
+from spark_watchdog.controller.decide.detector import (
     DetectionPolicy,
     NodeObservation,
     Verdict,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from spark_watchdog.cli.flight_view import render, sparkline
-from spark_watchdog.controller.flight_recorder import FIELDS, FlightRecorder, sample_of
+from spark_watchdog.controller.look.flight_recorder import FIELDS, FlightRecorder, sample_of
 
 GIB = 1024**3
 

@@ -1,5 +1,5 @@
-"""The freeze ladder built from only what it works with (controller/recovery.py,
-controller/rung.py): a real history and real holds, the look, the power path
+"""The freeze ladder built from only what it works with (controller/act/recovery.py,
+controller/act/rung.py): a real history and real holds, the look, the power path
 and serving as small fakes, a clock that only moves when the ladder waits."""
 
 from __future__ import annotations
@@ -12,13 +12,13 @@ from typing import Any, cast
 from part_fakes import StepClock, Told, inline
 
 from spark_watchdog.config.controller import ControllerConfig, parse_controller_config
-from spark_watchdog.controller import incident_log
-from spark_watchdog.controller.holds import Holds
-from spark_watchdog.controller.ledger import Ledger
-from spark_watchdog.controller.node_states import NodeEvent, NodeState
-from spark_watchdog.controller.node_watch import NodeWatch
-from spark_watchdog.controller.notify import Notifier
-from spark_watchdog.controller.recovery import FreezeLadder, FreezeTools, RungOutcome
+from spark_watchdog.controller.act.holds import Holds
+from spark_watchdog.controller.act.recovery import FreezeLadder, FreezeTools, RungOutcome
+from spark_watchdog.controller.decide.node_states import NodeEvent, NodeState
+from spark_watchdog.controller.look.node_watch import NodeWatch
+from spark_watchdog.controller.record import incident_log
+from spark_watchdog.controller.record.ledger import Ledger
+from spark_watchdog.controller.record.notify import Notifier
 from spark_watchdog.history.store import HistoryStore
 from spark_watchdog.power.base import PowerState
 

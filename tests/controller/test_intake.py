@@ -1,4 +1,4 @@
-"""What the controller takes from an agent's /v1/state (controller/intake.py):
+"""What the controller takes from an agent's /v1/state (controller/look/intake.py):
 one bad value from one agent is left out, with its reason, and blinds nothing."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 
 from bench.fuzz_targets import corpus
 from spark_watchdog.config.controller import NodeConfig
-from spark_watchdog.controller.intake import (
+from spark_watchdog.controller.look.intake import (
     FUTURE_S,
     MAX_DEPTH,
     MAX_ITEMS,
@@ -19,9 +19,9 @@ from spark_watchdog.controller.intake import (
     PAST_S,
     take_state,
 )
-from spark_watchdog.controller.node_watch import NodeWatch
-from spark_watchdog.controller.peer_evidence import sightings
-from spark_watchdog.controller.rank_kills import live_faults
+from spark_watchdog.controller.look.node_watch import NodeWatch
+from spark_watchdog.controller.look.peer_evidence import sightings
+from spark_watchdog.controller.look.rank_kills import live_faults
 
 WALL = 1_764_000_000.0  # the controller's wall clock in these tests
 REAL = json.loads(dict(corpus("snapshot"))["seed-real-v1-state.http"].partition(b"\r\n\r\n")[2])

@@ -16,7 +16,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from spark_watchdog.controller.launcher_commands import LocalRunner
+from spark_watchdog.controller.serving.launcher_commands import LocalRunner
 
 
 def test_a_command_runs_with_the_profile_in_its_environment_and_its_output_kept(

@@ -1,4 +1,4 @@
-"""The leader's renewals keep their time on a busy controller (controller/pair.py),
+"""The leader's renewals keep their time on a busy controller (controller/pair/pair.py),
 and a lost lease is said once, at once."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import cast
 
 from spark_watchdog.config.controller import LeadershipConfig
-from spark_watchdog.controller.pair import LeaseKeeper
+from spark_watchdog.controller.pair.pair import LeaseKeeper
 from spark_watchdog.errors import StoreError
 from spark_watchdog.history.leadership import Lease
 

@@ -1,11 +1,11 @@
 """The transition table is the only way a node's state changes
-(controller/node_states.py): a hold never needs a second guess."""
+(controller/decide/node_states.py): a hold never needs a second guess."""
 
 from __future__ import annotations
 
 import pytest
 
-from spark_watchdog.controller.node_states import (
+from spark_watchdog.controller.decide.node_states import (
     HOLD_EVENTS,
     TRANSITIONS,
     Booting,
@@ -85,7 +85,7 @@ def test_the_tagged_value_and_the_table_agree() -> None:
 
 def test_a_gentler_ladder_ends_only_its_own_state() -> None:
     from spark_watchdog.config.controller import NodeConfig
-    from spark_watchdog.controller.node_watch import NodeWatch
+    from spark_watchdog.controller.look.node_watch import NodeWatch
 
     watch = NodeWatch(NodeConfig(name="spark-1", agent="http://spark-1:9101"), 0.0)
     watch.apply(NodeEvent.WEDGED_CONFIRMED, incident=3)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from spark_watchdog.config.controller import NodeConfig
-from spark_watchdog.controller.detector import Verdict
-from spark_watchdog.controller.http_client import ANSWERED, NO_NETWORK, SILENCE
-from spark_watchdog.controller.node_watch import NodeWatch
+from spark_watchdog.controller.decide.detector import Verdict
+from spark_watchdog.controller.look.http_client import ANSWERED, NO_NETWORK, SILENCE
+from spark_watchdog.controller.look.node_watch import NodeWatch
 
 
 def watch() -> NodeWatch:
@@ -148,8 +148,8 @@ def test_an_agent_answer_to_a_serving_request_is_a_sign_of_life() -> None:
     a request (any status) is told; one that does not answer is not."""
     import asyncio
 
-    from spark_watchdog.controller.http_client import HttpAnswer, HttpError
-    from spark_watchdog.controller.serving_restart import ServingNode, heard_through
+    from spark_watchdog.controller.look.http_client import HttpAnswer, HttpError
+    from spark_watchdog.controller.serving.serving_restart import ServingNode, heard_through
 
     nodes = [ServingNode("spark-1", "http://a:9720"), ServingNode("spark-2", "http://b:9720/")]
 

@@ -1,4 +1,4 @@
-"""Two real controller processes on one PostgreSQL history (controller/pair.py).
+"""Two real controller processes on one PostgreSQL history (controller/pair/pair.py).
 
 A simulated cluster of real processes (agents, SSH banners, the SNMP PDU
 stand-in), a real PostgreSQL server, and two ``spark-watchdog controller``
@@ -26,7 +26,7 @@ import pytest
 import requests
 import yaml
 
-from spark_watchdog.controller.pair import STOP_WITHIN_S
+from spark_watchdog.controller.pair.pair import STOP_WITHIN_S
 from spark_watchdog.history.leadership import Lease
 from spark_watchdog.lab.cluster import LabCluster
 from spark_watchdog.lab.controller_pair import (

@@ -58,7 +58,7 @@ from typing import Any
 
 import pytest
 
-from spark_watchdog.controller.fence import Fence
+from spark_watchdog.controller.pair.fence import Fence
 from spark_watchdog.errors import StoreError
 from spark_watchdog.history.leadership import current
 from spark_watchdog.history.postgres import PostgresHistoryStore

@@ -1,5 +1,5 @@
 """What the controller takes from the agents' reports on their peers
-(controller/peer_evidence.py): only a peer it reads as alive itself, with the
+(controller/look/peer_evidence.py): only a peer it reads as alive itself, with the
 report's age counted, and nothing from a report that says anything else."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from spark_watchdog.controller.peer_evidence import Sighting, group_sightings, sightings
+from spark_watchdog.controller.look.peer_evidence import Sighting, group_sightings, sightings
 
 FREEZE_AFTER = 8.0
 NODES = ("spark-1", "spark-2", "spark-3", "spark-4")

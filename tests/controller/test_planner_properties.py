@@ -13,15 +13,15 @@ from dataclasses import dataclass
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from spark_watchdog.controller.detector import (
+from spark_watchdog.controller.decide.detector import (
     DetectionPolicy,
     Finding,
     NodeObservation,
     Verdict,
     classify,
 )
-from spark_watchdog.controller.node_states import NodeEvent, NodeState, transition
-from spark_watchdog.controller.planner import Guards, Step, decide
+from spark_watchdog.controller.decide.node_states import NodeEvent, NodeState, transition
+from spark_watchdog.controller.decide.planner import Guards, Step, decide
 
 POLICY = DetectionPolicy(freeze_after=8.0, banner_misses=2)
 TICK = 1.0
@@ -245,7 +245,7 @@ def test_decide_acts_only_on_the_verdicts_the_controller_reads_guards_for(
     """The controller skips the guards' history reads for a verdict outside
     ACTED_ON (controller/daemon.py); that is safe only if decide would do
     nothing for it in any state with any guards."""
-    from spark_watchdog.controller.planner import ACTED_ON
+    from spark_watchdog.controller.decide.planner import ACTED_ON
 
     guards = Guards(node_held=held, dry_run=dry_run, node_cycles_in_window=cycles, rungs=rungs)
     decision = decide(state, Finding(verdict, ("x",)), guards)

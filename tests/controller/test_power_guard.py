@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from spark_watchdog.controller.detector import Finding, Verdict
-from spark_watchdog.controller.node_states import NodeState
-from spark_watchdog.controller.planner import (
+from spark_watchdog.controller.decide.detector import Finding, Verdict
+from spark_watchdog.controller.decide.node_states import NodeState
+from spark_watchdog.controller.decide.planner import (
     Action,
     Block,
     Guards,

@@ -1,8 +1,8 @@
-"""The live GPU faults a host_frozen incident keeps (controller/rank_kills.py)."""
+"""The live GPU faults a host_frozen incident keeps (controller/look/rank_kills.py)."""
 
 from __future__ import annotations
 
-from spark_watchdog.controller.rank_kills import LIVE_FAULTS_KEPT, live_faults
+from spark_watchdog.controller.look.rank_kills import LIVE_FAULTS_KEPT, live_faults
 
 AT = 1_800_000_000.0  # 2027-01-15 08:00:00 UTC
 

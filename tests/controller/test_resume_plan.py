@@ -1,11 +1,11 @@
-"""Reading an incident's log back (controller/resume_plan.py): what a
+"""Reading an incident's log back (controller/decide/resume_plan.py): what a
 controller that takes over, or restarts, resumes from."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from spark_watchdog.controller.resume_plan import resume_plan
+from spark_watchdog.controller.decide.resume_plan import resume_plan
 from spark_watchdog.history.records import IncidentStep
 from spark_watchdog.steps import OFF_SIDE
 

@@ -1,4 +1,4 @@
-"""The serving restart budget as a part of its own (controller/serving_budget.py),
+"""The serving restart budget as a part of its own (controller/serving/serving_budget.py),
 built from only what it works with: the config, a clock, a real history, a
 notifier that keeps what it was told."""
 
@@ -9,10 +9,10 @@ from pathlib import Path
 from typing import Any, cast
 
 from spark_watchdog.config.controller import parse_controller_config
-from spark_watchdog.controller.ledger import Ledger
-from spark_watchdog.controller.node_watch import NodeWatch
-from spark_watchdog.controller.notify import Event, Notifier
-from spark_watchdog.controller.serving_budget import PROMISE_S, ServingBudget
+from spark_watchdog.controller.look.node_watch import NodeWatch
+from spark_watchdog.controller.record.ledger import Ledger
+from spark_watchdog.controller.record.notify import Event, Notifier
+from spark_watchdog.controller.serving.serving_budget import PROMISE_S, ServingBudget
 from spark_watchdog.history.store import HistoryStore
 
 

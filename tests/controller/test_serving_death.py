@@ -18,7 +18,7 @@ import pytest
 from spark_watchdog.agent.serving import ServingLauncher
 from spark_watchdog.config.agent import parse_agent_config
 from spark_watchdog.config.controller import NodeConfig
-from spark_watchdog.controller.detector import (
+from spark_watchdog.controller.decide.detector import (
     DEATH_AHEAD_S,
     DetectionPolicy,
     NodeObservation,
@@ -26,7 +26,7 @@ from spark_watchdog.controller.detector import (
     classify,
     serving_died_at,
 )
-from spark_watchdog.controller.node_watch import NodeWatch
+from spark_watchdog.controller.look.node_watch import NodeWatch
 
 POLICY = DetectionPolicy()
 WALL = 1_700_000_100.0

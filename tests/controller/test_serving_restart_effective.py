@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from spark_watchdog.controller.serving_restart import ServingNode, ServingRestart
+from spark_watchdog.controller.serving.serving_restart import ServingNode, ServingRestart
 
 pytestmark = pytest.mark.integration
 
@@ -216,7 +216,7 @@ def test_a_profile_the_engine_never_showed_succeeds_saying_it_is_not_confirmed(
 def test_a_new_rank_started_after_the_agent_s_clock_stepped_back_is_the_new_one() -> None:
     """A host just power-cycled: its clock synced backwards between the old
     rank's start and the new one's. Another start time is another rank."""
-    from spark_watchdog.controller.serving_restart import not_the_new_rank
+    from spark_watchdog.controller.serving.serving_restart import not_the_new_rank
 
     before = 1_800_000_000.0
 

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 import requests
 
-from spark_watchdog.controller.status_api import StatusEndpoint
-from spark_watchdog.controller.tallies import Tallies
+from spark_watchdog.controller.page.status_api import StatusEndpoint
+from spark_watchdog.controller.record.tallies import Tallies
 
 pytestmark = pytest.mark.integration
 

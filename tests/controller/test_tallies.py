@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from spark_watchdog.config.controller import NotifyConfig
-from spark_watchdog.controller.ledger import Ledger
-from spark_watchdog.controller.notify import Notifier
-from spark_watchdog.controller.tallies import Tallies
+from spark_watchdog.controller.record.ledger import Ledger
+from spark_watchdog.controller.record.notify import Notifier
+from spark_watchdog.controller.record.tallies import Tallies
 from spark_watchdog.history.store import HistoryStore
 
 

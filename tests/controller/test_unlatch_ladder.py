@@ -1,5 +1,5 @@
 """The clock-latch ladder built from only what it works with
-(controller/unlatch.py, controller/gentle_tools.py): a real history and real
+(controller/act/unlatch.py, controller/act/gentle_tools.py): a real history and real
 holds; the power actions (its guards and the halt over SSH) as a small fake
 whose halted host falls silent, then boots again after its long cut; a clock
 that only moves when the ladder waits."""
@@ -11,15 +11,16 @@ from pathlib import Path
 from typing import Any, cast
 
 from spark_watchdog.config.controller import SshDevice, parse_controller_config
-from spark_watchdog.controller import incident_log, unlatch
-from spark_watchdog.controller.gentle_tools import GentleTools
-from spark_watchdog.controller.holds import Holds
+from spark_watchdog.controller.act import unlatch
+from spark_watchdog.controller.act.gentle_tools import GentleTools
+from spark_watchdog.controller.act.holds import Holds
+from spark_watchdog.controller.decide.node_states import NodeEvent, NodeState
+from spark_watchdog.controller.decide.planner import Action, Guards
 from spark_watchdog.controller.io import RebootAttempt
-from spark_watchdog.controller.ledger import Ledger
-from spark_watchdog.controller.node_states import NodeEvent, NodeState
-from spark_watchdog.controller.node_watch import NodeWatch
-from spark_watchdog.controller.notify import Event, Notifier
-from spark_watchdog.controller.planner import Action, Guards
+from spark_watchdog.controller.look.node_watch import NodeWatch
+from spark_watchdog.controller.record import incident_log
+from spark_watchdog.controller.record.ledger import Ledger
+from spark_watchdog.controller.record.notify import Event, Notifier
 from spark_watchdog.history.store import HistoryStore
 
 

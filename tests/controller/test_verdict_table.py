@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 
 from spark_watchdog import verdicts
-from spark_watchdog.controller import planner, status_api
-from spark_watchdog.controller.detector import Verdict, verdicts_where
+from spark_watchdog.controller.decide import planner
+from spark_watchdog.controller.decide.detector import Verdict, verdicts_where
+from spark_watchdog.controller.page import status_api
 from spark_watchdog.history import records
 from spark_watchdog.verdicts import TABLE, Answer, Colour, Severity, VerdictRow
 
@@ -125,7 +126,7 @@ def test_the_page_gets_a_colour_and_words_for_every_verdict() -> None:
     assert page["healthy"]["colour"] == Colour.OK.value
     assert page["held"]["colour"] == Colour.HELD.value
     assert {p["colour"] for p in page.values()} <= {c.value for c in Colour}
-    css = (ROOT / "spark_watchdog" / "controller" / "web" / "page.css").read_text()
+    css = (ROOT / "spark_watchdog" / "controller" / "page" / "web" / "page.css").read_text()
     for colour in Colour:
         assert f".v-{colour.value} " in css, colour  # page.js draws the card as v-<colour>
         assert f"--{colour.value}:" in css, colour

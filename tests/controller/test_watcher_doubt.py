@@ -1,9 +1,9 @@
-"""The controller's doubt about its own view (controller/watcher_doubt.py):
+"""The controller's doubt about its own view (controller/decide/watcher_doubt.py):
 a stalled loop, or every node silent at once."""
 
 from __future__ import annotations
 
-from spark_watchdog.controller.watcher_doubt import WatcherDoubt, all_silent_reason
+from spark_watchdog.controller.decide.watcher_doubt import WatcherDoubt, all_silent_reason
 
 
 def _doubt() -> WatcherDoubt:

@@ -1,5 +1,5 @@
 """The wedged-but-alive ladder built from only what it works with
-(controller/wedged.py, controller/gentle_tools.py): a real history and real
+(controller/act/wedged.py, controller/act/gentle_tools.py): a real history and real
 holds; the power actions (its guards and the forced reboot over SSH) and
 serving as small fakes; a clock that only moves when the ladder waits."""
 
@@ -12,15 +12,16 @@ from typing import Any, cast
 from part_fakes import StepClock, Told, inline
 
 from spark_watchdog.config.controller import SshDevice, parse_controller_config
-from spark_watchdog.controller import incident_log, wedged
-from spark_watchdog.controller.gentle_tools import GentleTools
-from spark_watchdog.controller.holds import Holds
+from spark_watchdog.controller.act import wedged
+from spark_watchdog.controller.act.gentle_tools import GentleTools
+from spark_watchdog.controller.act.holds import Holds
+from spark_watchdog.controller.decide.node_states import NodeEvent, NodeState
+from spark_watchdog.controller.decide.planner import Action, Guards
 from spark_watchdog.controller.io import RebootAttempt
-from spark_watchdog.controller.ledger import Ledger
-from spark_watchdog.controller.node_states import NodeEvent, NodeState
-from spark_watchdog.controller.node_watch import NodeWatch
-from spark_watchdog.controller.notify import Notifier
-from spark_watchdog.controller.planner import Action, Guards
+from spark_watchdog.controller.look.node_watch import NodeWatch
+from spark_watchdog.controller.record import incident_log
+from spark_watchdog.controller.record.ledger import Ledger
+from spark_watchdog.controller.record.notify import Notifier
 from spark_watchdog.history.store import HistoryStore
 
 WEDGED = {"probes": {"gpu": {"state": "timeout"}}}

@@ -46,10 +46,10 @@ from spark_watchdog.agent.probe_runner import Observation, iso_time
 from spark_watchdog.config.agent import MemoryGuardConfig
 from spark_watchdog.config.controller import parse_controller_config
 from spark_watchdog.controller.daemon import Controller
-from spark_watchdog.controller.fence import Fence
 from spark_watchdog.controller.io import ControllerIO
-from spark_watchdog.controller.status_api import render as render_controller
-from spark_watchdog.controller.status_api import render_standby
+from spark_watchdog.controller.page.status_api import render as render_controller
+from spark_watchdog.controller.page.status_api import render_standby
+from spark_watchdog.controller.pair.fence import Fence
 from spark_watchdog.history.store import HistoryStore
 from spark_watchdog.lab.hardware.vllm_standin import VllmStandin
 from spark_watchdog.lab.ports import free_port as _closed_port
@@ -292,7 +292,7 @@ def controller_exposition(tmp_path_factory: pytest.TempPathFactory) -> Expositio
     config = parse_controller_config(controller_config(tmp_path_factory.mktemp("controller")))
     store = HistoryStore(config.history)
     try:
-        # As one controller of a pair leads (controller/pair.py): its families too.
+        # As one controller of a pair leads (controller/pair/pair.py): its families too.
         leads = Fence(leadership=lambda: {"holder": "mgmt-1:4242:ab12cd34", "epoch": 3})
         controller = Controller(config, store, io=ControllerIO.production(config, fence=leads))
         asyncio.run(_drive(controller))

@@ -23,7 +23,7 @@ import requests
 import yaml
 
 from spark_watchdog.config.controller import NotifyConfig
-from spark_watchdog.controller.notify import Event, Notifier
+from spark_watchdog.controller.record.notify import Event, Notifier
 from spark_watchdog.lab.ports import free_port
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "deploy/alertmanager/alertmanager.example.yml"

@@ -59,7 +59,9 @@ def test_the_wheel_carries_the_operator_s_page(wheel: Path) -> None:
     import zipfile
 
     names = set(zipfile.ZipFile(wheel).namelist())
-    page = {f"spark_watchdog/controller/web/{n}" for n in ("index.html", "page.css", "page.js")}
+    page = {
+        f"spark_watchdog/controller/page/web/{n}" for n in ("index.html", "page.css", "page.js")
+    }
     assert page <= names, sorted(page - names)
 
 

@@ -24,9 +24,9 @@ from docker_tier import Dockerd, bound_code, standin_command, wait_for
 from spark_watchdog.agent.daemon import Agent
 from spark_watchdog.config.agent import parse_agent_config
 from spark_watchdog.config.controller import LauncherConfig
-from spark_watchdog.controller.cluster_launcher import LauncherRestart
-from spark_watchdog.controller.launcher_commands import LocalRunner
-from spark_watchdog.controller.serving_restart import ServingNode
+from spark_watchdog.controller.serving.cluster_launcher import LauncherRestart
+from spark_watchdog.controller.serving.launcher_commands import LocalRunner
+from spark_watchdog.controller.serving.serving_restart import ServingNode
 from spark_watchdog.lab.ports import free_port
 from spark_watchdog.sdnotify import SystemdNotifier
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from spark_watchdog.controller.node_states import TRANSITIONS, NodeEvent, NodeState, diagram
+from spark_watchdog.controller.decide.node_states import TRANSITIONS, NodeEvent, NodeState, diagram
 
 ROOT = Path(__file__).resolve().parents[2]
 BLOCK = re.compile(
@@ -22,8 +22,8 @@ def documented() -> str:
 
 def test_the_drawing_is_the_table() -> None:
     assert documented() == diagram(), (
-        "docs/architecture.md's state diagram differs from controller/node_states.py's "
-        "TRANSITIONS: paste the output of `python -m spark_watchdog.controller.node_states`"
+        "docs/architecture.md's state diagram differs from controller/decide/node_states.py's "
+        "TRANSITIONS: paste the output of `python -m spark_watchdog.controller.decide.node_states`"
     )
 
 

@@ -65,6 +65,6 @@ def test_the_api_s_verdict_enum_is_the_table() -> None:
 def test_the_page_keeps_no_list_of_verdicts(name: str) -> None:
     """Its colours and words come with /v1/nodes; a node state it words (booting,
     held) is no verdict list."""
-    text = (ROOT / "spark_watchdog" / "controller" / "web" / name).read_text()
+    text = (ROOT / "spark_watchdog" / "controller" / "page" / "web" / name).read_text()
     quoted = [r.name for r in TABLE if not r.node_state and re.search(rf"[\"'>]{r.name}\b", text)]
     assert not quoted

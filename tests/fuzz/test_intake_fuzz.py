@@ -1,5 +1,5 @@
 """Bounded fuzzing of the controller's intake of an agent's /v1/state
-(controller/intake.py), through to the history and the page (bench/fuzz_intake.py).
+(controller/look/intake.py), through to the history and the page (bench/fuzz_intake.py).
 
 Near-valid answers: a real /v1/state body (tests/fuzz/corpus/snapshot) with
 the sections the controller acts on added (GPU faults, a memory guard kill,

@@ -340,7 +340,7 @@ def test_a_lease_not_extended_for_a_whole_lease_has_run_out_by_the_hosts_clock_a
     stores: Stores,
 ) -> None:
     """A leader paused past its lease knows it has run out before it touches
-    the database again: from then it says nothing about nodes (controller/fence.py)."""
+    the database again: from then it says nothing about nodes (controller/pair/fence.py)."""
     now = [100.0]
     a = stores.candidate(lease_s=30.0, monotonic=lambda: now[0])
     assert a.ran_out()  # not leading

@@ -37,7 +37,7 @@ import psutil
 import pytest
 
 from spark_watchdog.config.controller import LauncherSshConfig, SshDevice
-from spark_watchdog.controller.launcher_commands import SshRunner
+from spark_watchdog.controller.serving.launcher_commands import SshRunner
 from spark_watchdog.errors import Ambiguous, Refused, Unreachable
 from spark_watchdog.lab.hardware.lab_sshd import use_pam
 from spark_watchdog.lab.ports import free_port
@@ -838,7 +838,7 @@ def test_the_forced_reboot_says_honestly_whether_it_left(sshd: Sshd) -> None:
     assert "sysrq-trigger" in sshd.device().forced_command
 
 
-# -- the cluster launcher's commands over SSH (controller/launcher_commands.py) --
+# -- the cluster launcher's commands over SSH (controller/serving/launcher_commands.py) --
 
 
 def _launcher_runner(server: Sshd, port: int | None = None) -> SshRunner:

@@ -15,7 +15,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from spark_watchdog.controller.cluster_launcher import launcher_values, substitute
+from spark_watchdog.controller.serving.cluster_launcher import launcher_values, substitute
 from spark_watchdog.profiles import BUILTIN_PROFILES, PLAIN, SAFE
 
 # Importing vLLM takes a while on a loaded machine: generous, not a measure.

@@ -1,5 +1,5 @@
 """A serving restart decided and not yet recorded counts against the serving
-budget (controller/serving_policy.py): two wedged nodes decided in one tick
+budget (controller/serving/serving_policy.py): two wedged nodes decided in one tick
 must not both restart serving past a budget of one."""
 
 from __future__ import annotations

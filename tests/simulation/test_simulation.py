@@ -499,7 +499,9 @@ def test_i11_catches_a_restart_that_calls_a_less_safe_head_a_success(
 ) -> None:
     """The invariant itself can fail: a restart that no longer reads the head's
     effective config reports success for a head running less safe than asked."""
-    monkeypatch.setattr("spark_watchdog.controller.serving_restart._unsafe", lambda *a: False)
+    monkeypatch.setattr(
+        "spark_watchdog.controller.serving.serving_restart._unsafe", lambda *a: False
+    )
     report = simulate(1, 4.0, script=_freeze_then("serving-wrong-profile", "spark-1"))
     assert any(v.startswith("I11") for v in report.violations), report.violations
 
@@ -609,7 +611,7 @@ def test_i1_catches_a_controller_that_ignores_what_the_peers_saw(
 ) -> None:
     """The invariant can fail: with the peers' reports and the head's engine
     ignored, the cut cable gets a live node cycled, and I1 says so."""
-    from spark_watchdog.controller import monitor
+    from spark_watchdog.controller.look import monitor
 
     monkeypatch.setattr(monitor, "sightings", lambda *_: {})
     monkeypatch.setattr(monitor, "group_sightings", lambda *_: {})
@@ -629,7 +631,7 @@ def test_the_head_s_engine_steps_alone_keep_a_cut_off_rank_from_being_cycled(
     """Serving as proof of life: with the pulses' reports ignored, the head's
     engine still steps (every step needs spark-2's rank, over the fabric), so
     spark-2 is unreachable, not frozen. Without that too, I1 fires."""
-    from spark_watchdog.controller import monitor
+    from spark_watchdog.controller.look import monitor
 
     monkeypatch.setattr(monitor, "sightings", lambda *_: {})
     script: list[Scripted] = [(30.0, "mgmt-partition-90", "spark-2")]
@@ -729,8 +731,8 @@ def test_a_power_action_alert_tells_of_an_off_that_left_and_i14_can_fail(
     """These seeds withdraw offs at the send gate (life seen at the last
     moment): no power_action alert for them. Alerting when the off is
     recorded ahead, as before, breaks I14."""
-    from spark_watchdog.controller.notify import Event
-    from spark_watchdog.controller.power_actions import PowerActions
+    from spark_watchdog.controller.act.power_actions import PowerActions
+    from spark_watchdog.controller.record.notify import Event
     from spark_watchdog.steps import StepName
 
     report = simulate(seed, 6.0)

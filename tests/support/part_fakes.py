@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from spark_watchdog.controller.notify import Event
+from spark_watchdog.controller.record.notify import Event
 
 
 class StepClock:

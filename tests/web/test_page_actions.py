@@ -18,9 +18,9 @@ import pytest
 
 from spark_watchdog.config.controller import ControllerConfig, parse_controller_config
 from spark_watchdog.config.secrets import Secret
-from spark_watchdog.controller.page_actions import Unavailable, run_on_loop
-from spark_watchdog.controller.page_api import PageRoutes
-from spark_watchdog.controller.page_auth import PageAuth
+from spark_watchdog.controller.page.page_actions import Unavailable, run_on_loop
+from spark_watchdog.controller.page.page_api import PageRoutes
+from spark_watchdog.controller.page.page_auth import PageAuth
 from spark_watchdog.history.store import HistoryStore
 from spark_watchdog.http.server import Request
 

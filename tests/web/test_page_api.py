@@ -122,7 +122,7 @@ def test_one_incident_with_an_absurd_time_blinds_no_listing(
     store = page_controller.thread.store
     now = time.time()
     # A GPU fault's time in microseconds, as a controller wrote it before it
-    # checked what its agents send (controller/intake.py).
+    # checked what its agents send (controller/look/intake.py).
     absurd = store.open_incident(
         "gpu_fault", ["spark-1"], evidence={}, detected_at=now, fault_onset=1.7e15
     )

@@ -1,0 +1,2 @@
+"""The status API and the operator's page: what they show and the actions they take
+(docs/page.md)."""
