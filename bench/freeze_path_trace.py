@@ -4,9 +4,10 @@ One scripted freeze in the simulation (spark_watchdog/simulation: the real
 controller on virtual time, docs/simulation.md), every Python call traced
 (``sys.setprofile``) from the controller's poll of the frozen node that
 yields the ``host_frozen`` verdict up to the first power command that cuts
-the node's power. Prints the figures, the modules one by one, and each
-task's module sequence; ``--json`` prints the same as JSON, every move
-included. The figures recorded, and the goal:
+the node's power. Prints the figures by both measures (below: by steps,
+the headline, and by every product frame, the measure until 2026-12-07),
+the modules one by one, and each task's module sequence; ``--json`` prints
+the same as JSON, every move included. The figures recorded, and the goal:
 docs/benchmarks.md, "The freeze path, poll to power".
 
     .venv/bin/python -m bench.freeze_path_trace
@@ -61,13 +62,26 @@ What is counted, precisely, so that the figures compare over time:
   that an earlier move on the path left. **Modules**: those where counted
   product code ran; **functions**: the distinct product functions that
   started; **calls**: how many times one started.
+- **By steps** (``steps``, the headline): the same, over the steps of the
+  path alone: a step is a plain function or method; a property, a
+  constructor (``__init__``), a default-value callable and a clock read are
+  not (bench/freeze_path_steps.py says which exactly). What is not a step is
+  transparent: what it calls counts from the nearest step that called it,
+  and its own start and end are no move.
+- **By every product frame** (``frames``): every product frame counts, a
+  property's getter as much as a function; the figures recorded until
+  2026-12-07 were counted so.
 - **The parts**: the tick (its task and the tasks it awaited: the poll, the
   verdict, the decision, the incident opened, the ladder's task created) and
-  the ladder (the rest, to the command). Each part's figures are counted as
-  the whole path's, over its tasks alone.
+  the ladder (the rest, to the command). Of the tick, its **cluster-wide
+  work** (the holds read, the serving profile synced, the breaker checked,
+  the cluster's view built: what every tick does whichever node froze) is
+  counted apart as well. Each part's figures are counted as the whole
+  path's, over its tasks (or the cluster-wide work) alone.
 
 Each task's module sequence lists its first module and then the module each
-of its moves enters, in order; ``--json`` has every move with its function.
+of its moves enters, in order (by steps); ``--json`` has every move of both
+measures with its function.
 """
 
 from __future__ import annotations
@@ -80,14 +94,15 @@ import inspect
 import json
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from types import CodeType, FrameType
 from typing import Any
 
 import spark_watchdog
+from bench.freeze_path_steps import StepCodes, cluster_wide, qualname
 from spark_watchdog.simulation.run import simulate
 
 PACKAGE = Path(spark_watchdog.__file__).resolve().parent
@@ -107,16 +122,39 @@ class TraceError(RuntimeError):
     """The run did not have the shape this measurement reads (no power command, no poll)."""
 
 
+@dataclass(frozen=True)
+class _Link:
+    """A product frame's place: its code and the frame it was called from (for its
+    task's first frame: the one that created the task). A generator resumed
+    elsewhere gets a new link."""
+
+    serial: int
+    task: int
+    module: str
+    code: CodeType
+    parent: _Link | None
+
+
 @dataclass
 class _Frame:
     """A product frame that started and has not ended."""
 
     frame: FrameType
-    serial: int
-    task: int
-    module: str
+    link: _Link
     excluded: bool  # not counted: another node's, or the history's
     elsewhere: bool  # another node's (and what it calls)
+
+    @property
+    def serial(self) -> int:
+        return self.link.serial
+
+    @property
+    def task(self) -> int:
+        return self.link.task
+
+    @property
+    def module(self) -> str:
+        return self.link.module
 
 
 @dataclass
@@ -124,8 +162,7 @@ class _Task:
     creator: int | None
     created_at: int  # event number
     created_s: float  # virtual time
-    creator_module: str | None
-    creator_frame: int | None  # serial of the product frame that created it
+    creator_frame: _Link | None  # the product frame that created it
     elsewhere: bool  # created by another node's function
     label: str | None = None  # its first product function
     end: int | None = None  # when its first product frame ended
@@ -139,8 +176,9 @@ class _Event:
     fresh: bool  # a start that is a new call, not a resumption
     module: str
     function: str
-    other: str | None  # the caller's module (start), the one returned into (end)
     excluded: bool
+    link: _Link  # the frame starting or ending
+    caller: _Link | None  # the frame called from (start), the one returned into (end)
 
 
 @dataclass(frozen=True)
@@ -152,6 +190,7 @@ class Move:
     source: str
     target: str
     function: str  # the function starting, or ending
+    cluster_wide: bool = False  # of the tick's work for the cluster as a whole
 
 
 @dataclass(frozen=True)
@@ -166,9 +205,23 @@ class Figures:
     tasks: int
 
 
+@dataclass(frozen=True)
+class Measure:
+    """The path counted one way: the whole, its parts, and what it went through."""
+
+    whole: Figures
+    tick: Figures  # the poll, the verdict and the decision, in the controller's loop
+    cluster_wide: Figures  # of the tick: its work for the cluster as a whole
+    ladder: Figures  # the freeze ladder's task(s), up to the command
+    moves: list[Move]
+    sequence: list[str]
+    tasks: dict[str, list[str]] = field(default_factory=dict)
+    per_module: dict[str, dict[str, int]] = field(default_factory=dict)
+
+
 @dataclass
 class FreezePath:
-    """One trace: the whole path, its two parts, and what it went through."""
+    """One trace, counted by steps (the headline) and by every product frame."""
 
     seed: int
     node: str
@@ -176,13 +229,8 @@ class FreezePath:
     poll_sent_s: float
     ladder_created_s: float
     power_off_s: float
-    whole: Figures
-    tick: Figures  # the poll, the verdict and the decision, in the controller's loop
-    ladder: Figures  # the freeze ladder's task(s), up to the command
-    moves: list[Move]
-    sequence: list[str]
-    tasks: dict[str, list[str]] = field(default_factory=dict)
-    per_module: dict[str, dict[str, int]] = field(default_factory=dict)
+    steps: Measure  # a move enters or leaves a step: a plain function (freeze_path_steps.py)
+    frames: Measure  # a move enters or leaves any product frame (the measure until 2026-12-07)
     # Frames that ended while not on top of their task's stack: 0, or the figures are off.
     out_of_order: int = 0
 
@@ -201,11 +249,6 @@ def module_of(code: CodeType) -> str | None:
     if path.is_relative_to(SIMULATION):
         return SIMULATION_CODE
     return path.relative_to(PACKAGE).as_posix()
-
-
-def _qualname(code: CodeType) -> str:
-    """The function's qualified name (``Class.method``; Python 3.10 has the bare name only)."""
-    return str(getattr(code, "co_qualname", code.co_name))
 
 
 def _product_object(value: object) -> bool:
@@ -299,16 +342,18 @@ class Tracer:
         elsewhere = top.elsewhere if top else bool(info and info.elsewhere)
         elsewhere = elsewhere or self._elsewhere(frame)
         excluded = excluded or elsewhere or module.startswith(HISTORY)
-        entry = _Frame(frame, self._serial + 1, task, module, excluded, elsewhere)
         self._serial += 1
+        link = _Link(self._serial, task, module, code, None)
+        entry = _Frame(frame, link, excluded, elsewhere)
         self._live[id(frame)] = entry
         if info is not None and info.label is None:
-            info.label = _qualname(code)
+            info.label = qualname(code)
         self._push(frame, entry, fresh=True)
 
     def _push(self, frame: FrameType, entry: _Frame, fresh: bool) -> None:
         stack = self._stacks.setdefault(entry.task, [])
-        caller = stack[-1].module if stack else self._creator_module(entry.task)
+        caller = self._below(entry.task, stack)
+        entry.link = replace(entry.link, parent=caller)  # where it was called from, this time
         stack.append(entry)
         at = self._next()
         if fresh:
@@ -320,15 +365,19 @@ class Tracer:
                 True,
                 fresh,
                 entry.module,
-                _qualname(frame.f_code),
-                caller,
+                qualname(frame.f_code),
                 entry.excluded,
+                entry.link,
+                caller,
             )
         )
 
-    def _creator_module(self, task: int) -> str | None:
+    def _below(self, task: int, stack: list[_Frame]) -> _Link | None:
+        """The frame on top of the task's stack, or the one that created the task."""
+        if stack:
+            return stack[-1].link
         info = self.tasks.get(task)
-        return None if info is None else info.creator_module
+        return None if info is None else info.creator_frame
 
     def _elsewhere(self, frame: FrameType) -> bool:
         """Its arguments name another node, and not the frozen one, or came from
@@ -394,7 +443,7 @@ class Tracer:
             info = self.tasks.get(entry.task)
             if info is not None and not stack and info.end is None:
                 info.end = at
-        back = stack[-1].module if stack else self._creator_module(entry.task)
+        back = self._below(entry.task, stack)
         if entry.elsewhere and not (stack and stack[-1].elsewhere) and _product_object(arg):
             self._foreign[id(arg)] = arg  # what another node's function gave back
         self.events.append(
@@ -404,9 +453,10 @@ class Tracer:
                 False,
                 False,
                 entry.module,
-                _qualname(code),
-                back,
+                qualname(code),
                 entry.excluded,
+                entry.link,
+                back,
             )
         )
 
@@ -420,8 +470,7 @@ class Tracer:
             creator=creator or None,
             created_at=self._next(),
             created_s=_now(),
-            creator_module=None if top is None else top.module,
-            creator_frame=None if top is None else top.serial,
+            creator_frame=None if top is None else top.link,
             elsewhere=top.elsewhere if top else bool(parent and parent.elsewhere),
         )
 
@@ -492,7 +541,7 @@ def _add_awaited(tracer: Tracer, path: _Path, end: int) -> None:
         if not begin <= info.created_at <= until or info.end is None or info.end > end:
             continue
         made_by = info.creator_frame
-        creator_end = None if made_by is None else tracer.frame_end.get(made_by)
+        creator_end = None if made_by is None else tracer.frame_end.get(made_by.serial)
         if creator_end is None or creator_end > info.end:
             path.segments[task] = (info.created_at, info.end)
             path.parts[task] = path.parts[info.creator]
@@ -508,12 +557,18 @@ def _counted(tracer: Tracer, path: _Path) -> list[_Event]:
     ]
 
 
-def _moves(tracer: Tracer, path: _Path, counted: list[_Event]) -> list[Move]:
+def _moves(
+    tracer: Tracer,
+    path: _Path,
+    counted: list[_Event],
+    caller_of: Callable[[_Event], _Link | None],
+) -> list[Move]:
     moves: list[Move] = []
     for e in counted:
-        if e.other is None or e.other == e.module:
+        caller = caller_of(e)
+        if caller is None or caller.module == e.module:
             continue
-        source, target = (e.other, e.module) if e.start else (e.module, e.other)
+        source, target = (caller.module, e.module) if e.start else (e.module, caller.module)
         label = tracer.tasks[e.task].label if e.task in tracer.tasks else None
         moves.append(
             Move(
@@ -524,6 +579,7 @@ def _moves(tracer: Tracer, path: _Path, counted: list[_Event]) -> list[Move]:
                 source,
                 target,
                 e.function,
+                cluster_wide(e.link),
             )
         )
     return moves
@@ -562,12 +618,15 @@ def _per_module(counted: list[_Event], moves: list[Move]) -> dict[str, dict[str,
     return dict(sorted(table.items()))
 
 
-def read_path(tracer: Tracer, seed: int, frozen_at: float) -> FreezePath:
-    """The figures of a finished trace (the module docstring defines them)."""
-    path = _find_path(tracer, frozen_at)
-    assert tracer.power_off is not None
-    counted = _counted(tracer, path)
-    moves = _moves(tracer, path, counted)
+def _measure(
+    tracer: Tracer,
+    path: _Path,
+    counted: list[_Event],
+    caller_of: Callable[[_Event], _Link | None],
+) -> Measure:
+    """The path counted over ``counted``, each event's move from ``caller_of`` it."""
+    moves = _moves(tracer, path, counted, caller_of)
+    wide = {id(e) for e in counted if cluster_wide(e.link)}
     parts = {
         part: _figures(
             [e for e in counted if path.parts[e.task] == part],
@@ -575,10 +634,30 @@ def read_path(tracer: Tracer, seed: int, frozen_at: float) -> FreezePath:
         )
         for part in ("tick", "ladder")
     }
-    first = moves[0].source if moves else ""
     tasks: dict[str, list[str]] = {}
     for move in moves:
         tasks.setdefault(move.task, [move.source]).append(move.target)
+    return Measure(
+        whole=_figures(counted, moves),
+        tick=parts["tick"],
+        cluster_wide=_figures(
+            [e for e in counted if id(e) in wide], [m for m in moves if m.cluster_wide]
+        ),
+        ladder=parts["ladder"],
+        moves=moves,
+        sequence=[moves[0].source if moves else "", *(m.target for m in moves)],
+        tasks=tasks,
+        per_module=_per_module(counted, moves),
+    )
+
+
+def read_path(tracer: Tracer, seed: int, frozen_at: float) -> FreezePath:
+    """The figures of a finished trace (the module docstring defines them)."""
+    path = _find_path(tracer, frozen_at)
+    assert tracer.power_off is not None
+    counted = _counted(tracer, path)
+    codes = StepCodes.loaded()
+    steps = [e for e in counted if codes.is_step(e.link.code)]
     return FreezePath(
         seed=seed,
         node=tracer.node,
@@ -586,13 +665,8 @@ def read_path(tracer: Tracer, seed: int, frozen_at: float) -> FreezePath:
         poll_sent_s=path.poll.time_s,
         ladder_created_s=tracer.tasks[path.ladder].created_s,
         power_off_s=tracer.power_off.time_s,
-        whole=_figures(counted, moves),
-        tick=parts["tick"],
-        ladder=parts["ladder"],
-        moves=moves,
-        sequence=[first, *(m.target for m in moves)],
-        tasks=tasks,
-        per_module=_per_module(counted, moves),
+        steps=_measure(tracer, path, steps, lambda e: codes.nearest(e.caller)),
+        frames=_measure(tracer, path, counted, lambda e: e.caller),
         out_of_order=tracer.out_of_order,
     )
 
@@ -627,32 +701,51 @@ def trace_freeze(
     return read_path(tracer, seed, at)
 
 
+_ROWS: tuple[tuple[str, Callable[[Figures], int]], ...] = (
+    ("product modules", lambda f: len(f.modules)),
+    ("functions (distinct)", lambda f: f.functions),
+    ("calls", lambda f: f.calls),
+    ("moves between modules", lambda f: f.moves),
+    ("  of which re-entries", lambda f: f.reentries),
+    ("tasks", lambda f: f.tasks),
+)
+
+
+def _table(measure: Measure) -> list[str]:
+    parts = (measure.whole, measure.tick, measure.cluster_wide, measure.ladder)
+    lines = [f"{'':24}{'whole path':>12}{'tick':>8}{'of it cluster-wide':>20}{'ladder':>8}"]
+    for name, read in _ROWS:
+        a, b, c, d = (read(f) for f in parts)
+        lines.append(f"{name:24}{a:>12}{b:>8}{c:>20}{d:>8}")
+    return lines
+
+
 def render(path: FreezePath) -> str:
     """The figures as tables, then each task's module sequence."""
+    steps, frames = path.steps, path.frames
     lines = [
         f"The freeze path, poll to power: seed {path.seed}, {path.node} frozen at "
         f"{path.frozen_at_s:g} s (virtual time)",
         f"poll of the frozen node sent at {path.poll_sent_s:g} s, ladder's task created at "
         f"{path.ladder_created_s:g} s, power off sent at {path.power_off_s:g} s",
         "",
-        f"{'':24}{'whole path':>12}{'tick':>8}{'ladder':>8}",
+        "By steps (plain functions; properties, constructors, default callables and clock "
+        "reads are not steps):",
+        *_table(steps),
+        "",
+        "By every product frame (the measure until 2026-12-07):",
+        *_table(frames),
+        "",
+        f"{'module':36}{'functions':>10}{'calls':>7}{'entries':>9}{'entries (frames)':>18}",
     ]
-    rows = (
-        ("product modules", lambda f: len(f.modules)),
-        ("functions (distinct)", lambda f: f.functions),
-        ("calls", lambda f: f.calls),
-        ("moves between modules", lambda f: f.moves),
-        ("  of which re-entries", lambda f: f.reentries),
-        ("tasks", lambda f: f.tasks),
-    )
-    for name, read in rows:
-        figures = (read(path.whole), read(path.tick), read(path.ladder))
-        lines.append(f"{name:24}{figures[0]:>12}{figures[1]:>8}{figures[2]:>8}")
-    lines += ["", f"{'module':36}{'functions':>10}{'calls':>7}{'entries':>9}"]
-    for module, row in path.per_module.items():
-        lines.append(f"{module:36}{row['functions']:>10}{row['calls']:>7}{row['entries']:>9}")
-    lines += ["", "module sequence, each task as it ran (task: its first product function):"]
-    for task, sequence in path.tasks.items():
+    for module in sorted({*steps.per_module, *frames.per_module}):
+        row = steps.per_module.get(module, {"functions": 0, "calls": 0, "entries": 0})
+        every = frames.per_module.get(module, {}).get("entries", 0)
+        lines.append(
+            f"{module:36}{row['functions']:>10}{row['calls']:>7}{row['entries']:>9}{every:>18}"
+        )
+    lines += ["", "module sequence by steps, each task as it ran (task: its first step):"]
+    for task, sequence in steps.tasks.items():
         lines.append(f"  {task}: " + " > ".join(m.removesuffix(".py") for m in sequence))
     return "\n".join(lines)
 
