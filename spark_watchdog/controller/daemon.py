@@ -247,12 +247,11 @@ class Controller:
         )
 
     async def _act(self, watch: NodeWatch, cluster: ClusterView) -> bool:
-        """Settle what the last answers settle, then carry out what
-        controller/decide/decisions.py decides for the node, in order. True when
-        something was done that the cluster's view must be read again for."""
+        """Carry out what controller/decide/decisions.py decides for the node, in
+        order. True when something was done that the cluster's view must be read
+        again for."""
         if self.fence.deposed():
             return False  # lost in the middle of this tick: start and resume nothing (pair.py)
-        self.serving.settle_guard_kill(watch)
         watch.expire_expected_reboot(self.clock.monotonic(), self.policy.boot_timeout)
         node = node_view(watch, self.parts, self.agent_restarts)
         reads = await history_reads(watch, needs(node, cluster), self.power, self.serving)

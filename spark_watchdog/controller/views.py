@@ -10,7 +10,14 @@ from spark_watchdog.config.controller import ControllerConfig
 from spark_watchdog.controller.act.agent_restart import AgentRestarts
 from spark_watchdog.controller.act.parts import Ladder, Parts
 from spark_watchdog.controller.act.power_actions import PowerActions
-from spark_watchdog.controller.decide.decisions import ClusterView, Kill, Needs, NodeView, Reads
+from spark_watchdog.controller.decide.decisions import (
+    ClusterView,
+    GuardKill,
+    Kill,
+    Needs,
+    NodeView,
+    Reads,
+)
 from spark_watchdog.controller.decide.node_states import NodeState
 from spark_watchdog.controller.decide.watcher_doubt import WatcherDoubt, all_silent_reason
 from spark_watchdog.controller.look.node_watch import NodeWatch
@@ -39,7 +46,18 @@ def node_view(watch: NodeWatch, parts: Parts, agent_restarts: AgentRestarts) -> 
         latch_answered=watch.conduct.clock_latch_answered,
         agent_restart_cooling=agent_restarts.cooling(watch, now),
         agent_restart_running=agent_restarts.running(watch.name),
+        guard_kill=_guard_kill(watch, parts.clock.time()),
+        dry_run_recorded=watch.conduct.dry_run_incident is not None,
     )
+
+
+def _guard_kill(watch: NodeWatch, wall: float) -> GuardKill:
+    kill = watch.memory_kills.pending
+    if kill is None:
+        return GuardKill.NONE
+    if watch.memory_kills.grown_old(wall):
+        return GuardKill.OLD
+    return GuardKill.KILLED if kill.get("result") == "killed" else GuardKill.FAILED
 
 
 def cluster_view(

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from spark_watchdog.controller.decide.decisions import (
     ClusterView,
+    GuardKill,
     Kill,
     NodeView,
     Reads,
@@ -38,6 +39,8 @@ nodes = st.builds(
     latch_answered=st.sampled_from([None, "b1"]),
     agent_restart_cooling=st.booleans(),
     agent_restart_running=st.booleans(),
+    guard_kill=st.sampled_from(list(GuardKill)),
+    dry_run_recorded=st.booleans(),
 )
 clusters = st.builds(
     ClusterView,
@@ -106,6 +109,12 @@ def test_nothing_starts_where_something_already_has_the_node_or_the_watcher_is_i
         assert node.latch_answered != node.latched_boot
     if Step.HAND_TO_POWER in steps:
         assert node.unwedging and node.finding.verdict is Verdict.HOST_FROZEN
+    if steps & {Step.RECORD_DRY_RUN, Step.UNWEDGE}:
+        assert not node.dry_run_recorded, "one dry-run incident a spell"
+    guard_settled = node.guard_kill in (GuardKill.FAILED, GuardKill.OLD)
+    if guard_settled and node.finding.verdict is Verdict.MEMORY_EXHAUSTED:
+        assert Step.RESTART_SERVING not in steps, "a kill that is no news restarts nothing"
+    assert (Step.ALERT_GUARD_FAILED in steps) is (node.guard_kill is GuardKill.FAILED)
     assert len(steps & STARTS) <= 1, "one start per node and tick"
 
 
@@ -203,3 +212,38 @@ def test_a_wedged_gpu_past_the_serving_budget_gets_its_ladder_without_the_servin
     ]
     unread = plan(wedged, ClusterView(), Reads(guards=Guards(), serving_restarts=None))
     assert [d.step for d in unread] == [Step.NOTHING]
+
+
+def test_a_guard_trip_that_killed_nothing_is_an_alert_and_no_serving_restart() -> None:
+    exhausted = _frozen(
+        finding=Finding(Verdict.MEMORY_EXHAUSTED, ("guard tripped",)), kill=Kill.PENDING
+    )
+    history = Reads(guards=Guards(), serving_restarts=0)
+    killed = replace(exhausted, guard_kill=GuardKill.KILLED)
+    assert [d.step for d in plan(killed, ClusterView(), history)] == [Step.RESTART_SERVING]
+    failed = replace(exhausted, guard_kill=GuardKill.FAILED)
+    assert not needs(failed, ClusterView()).kill_record
+    assert [d.step for d in plan(failed, ClusterView(), history)] == [
+        Step.ALERT_GUARD_FAILED,
+        Step.NOTHING,
+    ]
+    old = replace(exhausted, guard_kill=GuardKill.OLD)
+    assert [d.step for d in plan(old, ClusterView(), history)] == [
+        Step.FORGET_OLD_KILL,
+        Step.NOTHING,
+    ]
+    # On another verdict the guard's kill is settled and the verdict decided as ever.
+    frozen = _frozen(guard_kill=GuardKill.FAILED)
+    steps = plan(frozen, ClusterView(), Reads(guards=Guards()))
+    assert [d.step for d in steps] == [Step.ALERT_GUARD_FAILED, Step.FENCE]
+
+
+def test_dry_run_records_one_incident_a_spell() -> None:
+    dry = Reads(guards=Guards(dry_run=True), serving_restarts=0)
+    assert [d.step for d in plan(_frozen(), ClusterView(), dry)] == [Step.RECORD_DRY_RUN]
+    recorded = _frozen(dry_run_recorded=True)
+    assert [d.step for d in plan(recorded, ClusterView(), dry)] == [Step.NOTHING]
+    wedged = _frozen(finding=Finding(Verdict.GPU_WEDGED, ("gpu reads time out",)))
+    assert [d.step for d in plan(wedged, ClusterView(), dry)] == [Step.UNWEDGE]
+    again = replace(wedged, dry_run_recorded=True)
+    assert [d.step for d in plan(again, ClusterView(), dry)] == [Step.NOTHING]

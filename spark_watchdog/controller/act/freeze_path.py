@@ -134,8 +134,7 @@ class FreezePath:
             )
 
     async def record_dry_run(self, watch: NodeWatch, reason: str) -> None:
-        if watch.conduct.dry_run_incident is not None:
-            return
+        """One dry-run incident for this spell (decided once: controller/decide/decisions.py)."""
         rungs = rungs_of(self.crew.config, watch)
         incident = await incident_log.open_incident(
             self.crew.ledger,

@@ -69,6 +69,10 @@ class Hands:
             self.serving.tell_no_auto_restart(watch)
         elif step is Step.ANSWER_KILL:
             answer_kill(watch)
+        elif step is Step.ALERT_GUARD_FAILED:
+            self.serving.tell_guard_failed(watch)
+        elif step is Step.FORGET_OLD_KILL:
+            watch.answer_guard_kill()
         elif step is Step.UNWEDGE:
             if decision.with_serving:
                 self.serving.budget.promise()

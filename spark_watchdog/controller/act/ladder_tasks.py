@@ -62,8 +62,6 @@ class WedgedLadders:
         """The ladder for a wedged GPU; ``with_serving``: its first rung restarts
         serving (not past the serving budget: controller/decide/decisions.py)."""
         host, ledger = self.host, self.host.ledger
-        if watch.conduct.dry_run_incident is not None:
-            return
         evidence = {
             "reasons": list(watch.finding.reasons),
             "agent_state": watch.snapshot,

@@ -41,6 +41,15 @@ class Kill(enum.Enum):
     ANSWERED = "answered"  # answered this very tick: the next tick judges afresh
 
 
+class GuardKill(enum.Enum):
+    """The node's memory guard kill reported and not answered yet, whatever the verdict."""
+
+    NONE = "none"
+    KILLED = "killed"  # fresh, and it killed the rank: answered by a serving restart
+    FAILED = "failed"  # fresh, and it killed nothing: an alert, not a cluster restart
+    OLD = "old"  # reported longer ago than a report is news (a hold, a failed restart)
+
+
 @dataclass(frozen=True)
 class NodeView:
     """One node as the decision sees it."""
@@ -57,6 +66,8 @@ class NodeView:
     latch_answered: str | None = None  # the boot an unlatch ladder was started for
     agent_restart_cooling: bool = False  # an agent restart within its cooldown
     agent_restart_running: bool = False
+    guard_kill: GuardKill = GuardKill.NONE
+    dry_run_recorded: bool = False  # this spell's dry-run incident is recorded already
 
 
 @dataclass(frozen=True)
@@ -99,6 +110,7 @@ class Needs:
 
 def needs(node: NodeView, cluster: ClusterView) -> Needs:
     """Which history reads the decision for ``node`` depends on (none for most)."""
+    node = _after_guard(node)
     if _settled_before_reads(node, cluster) is not None or node.finding.verdict not in ACTED_ON:
         return Needs()
     verdict = node.finding.verdict
@@ -110,13 +122,33 @@ def needs(node: NodeView, cluster: ClusterView) -> Needs:
 
 def plan(node: NodeView, cluster: ClusterView, reads: Reads) -> tuple[Decision, ...]:
     """Every step the controller takes for ``node`` now, in order."""
-    steps = _latch(node, cluster)
+    steps = (*_guard(node), *_latch(node, cluster))
+    node = _after_guard(node)
     if any(d.step is Step.UNLATCH for d in steps):
         return steps  # the node is the unlatch ladder's now
     settled = _settled_before_reads(node, cluster)
     if settled is not None:
         return (*steps, settled)
     return (*steps, *_acted_on(node, cluster, reads))
+
+
+def _guard(node: NodeView) -> tuple[Decision, ...]:
+    """A memory guard kill that restarts nothing: one that killed nothing is an
+    alert; one pending too long (a hold, a failed restart) is no longer news."""
+    if node.guard_kill is GuardKill.FAILED:
+        return (Decision(Step.ALERT_GUARD_FAILED, "the memory guard tripped and killed nothing"),)
+    if node.guard_kill is GuardKill.OLD:
+        return (Decision(Step.FORGET_OLD_KILL, "the memory guard's kill is no longer news"),)
+    return ()
+
+
+def _after_guard(node: NodeView) -> NodeView:
+    """The node as the rest of the plan sees it once :func:`_guard`'s steps are
+    carried out: a memory_exhausted verdict's kill answered, judged afresh next tick."""
+    settled = node.guard_kill in (GuardKill.FAILED, GuardKill.OLD)
+    if settled and node.finding.verdict is Verdict.MEMORY_EXHAUSTED and node.kill is Kill.PENDING:
+        return replace(node, kill=Kill.ANSWERED)
+    return node
 
 
 def _latch(node: NodeView, cluster: ClusterView) -> tuple[Decision, ...]:
@@ -220,6 +252,9 @@ def _acted_on(node: NodeView, cluster: ClusterView, reads: Reads) -> tuple[Decis
     if reads.guards is None:
         return (Decision(Step.NOTHING, "the guards could not be read: next tick"),)
     decision = decide(node.state, node.finding, reads.guards)
+    if decision.step in (Step.RECORD_DRY_RUN, Step.UNWEDGE) and node.dry_run_recorded:
+        # Dry run: one incident a spell records what would be done, not one a tick.
+        return (Decision(Step.NOTHING, "dry run: recorded for this spell already"),)
     if decision.step is Step.RESTART_AGENT and (
         node.agent_restart_running or node.agent_restart_cooling
     ):

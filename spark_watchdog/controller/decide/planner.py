@@ -46,10 +46,22 @@ class Step(enum.Enum):
     SERVING_BUDGET_SPENT = "serving_budget_spent"  # alert once; a person decides
     ANSWER_KILL = "answer_kill"  # a kill an earlier controller already answered
     FORGET_DRY_RUN = "forget_dry_run"  # the next freeze is a new dry-run incident
+    # A memory guard kill that is not a cluster restart: one that killed nothing
+    # (an alert: look at the node now), or one that grew old pending (no longer news).
+    ALERT_GUARD_FAILED = "alert_guard_failed"
+    FORGET_OLD_KILL = "forget_old_kill"
 
 
 # Steps that change nothing the cluster's view is read from (controller/decide/decisions.py).
-QUIET_STEPS = frozenset({Step.NOTHING, Step.FORGET_DRY_RUN, Step.ALERT_CLOCK_LATCH})
+QUIET_STEPS = frozenset(
+    {
+        Step.NOTHING,
+        Step.FORGET_DRY_RUN,
+        Step.ALERT_CLOCK_LATCH,
+        Step.ALERT_GUARD_FAILED,
+        Step.FORGET_OLD_KILL,
+    }
+)
 
 
 class Action(enum.Enum):

@@ -59,6 +59,12 @@ class ReportedKills:
         self.pending = dict(kill)
         self.pending["agent_started_at"] = agent_started_at
 
+    def grown_old(self, wall: float) -> bool:
+        """The pending kill was reported more than ``FRESH_S`` ago (a hold, a
+        failed restart kept it pending): no longer news."""
+        at = None if self.pending is None else self.pending.get("at_unix")
+        return isinstance(at, (int, float)) and wall - at > FRESH_S
+
     def answer(self) -> None:
         """The pending kill is taken care of (an incident, or a person)."""
         if self.pending is not None:

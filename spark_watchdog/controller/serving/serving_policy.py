@@ -295,26 +295,18 @@ class ServingRestarts:
 
     # -- memory guard kills ---------------------------------------------------
 
-    def settle_guard_kill(self, watch: NodeWatch) -> None:
-        """A guard trip that killed nothing is an alert, not a cluster restart; a
-        pending kill that grew old (a hold, a failed restart) is no longer news."""
-        kill = watch.guard_kill
-        if kill is None:
-            return
-        at = kill.get("at_unix")
-        stale = isinstance(at, (int, float)) and self.host.clock.time() - at > FRESH_S
-        if kill.get("result") == "killed" and not stale:
-            return
+    def tell_guard_failed(self, watch: NodeWatch) -> None:
+        """A guard trip that killed nothing: an alert, not a cluster restart."""
+        kill = watch.guard_kill or {}
         watch.answer_guard_kill()
-        if not stale:
-            self.host.notifier.send(
-                Event(
-                    "memory_guard_failed",
-                    f"{watch.name}: the memory guard tripped and {kill.get('result')}: "
-                    f"{'; '.join(map(str, kill.get('reasons') or []))}; look at the node now",
-                    watch.name,
-                )
+        self.host.notifier.send(
+            Event(
+                "memory_guard_failed",
+                f"{watch.name}: the memory guard tripped and {kill.get('result')}: "
+                f"{'; '.join(map(str, kill.get('reasons') or []))}; look at the node now",
+                watch.name,
             )
+        )
 
     def _answer_guard_kills_before(self, started_wall: float) -> None:
         """A serving restart that began after a kill answers it, whatever began it."""
