@@ -14,6 +14,7 @@ from spark_watchdog.config.controller import NodeConfig
 from spark_watchdog.controller.look.intake import (
     FUTURE_S,
     MAX_DEPTH,
+    MAX_INT,
     MAX_ITEMS,
     MAX_STRING,
     PAST_S,
@@ -152,3 +153,55 @@ def test_the_reasons_are_bounded() -> None:
     raw = state(**nans)
     dropped = take_state(raw, WALL).dropped
     assert len(dropped) == 21 and dropped[-1] == "and 80 more"
+
+
+# Values at each bound of what a field without a rule keeps, and past it.
+EDGES: list[Any] = [
+    None,
+    True,
+    0,
+    MAX_INT,
+    -MAX_INT,
+    MAX_INT + 1,
+    -MAX_INT - 1,
+    10**400,
+    -0.0,
+    1e300,
+    math.inf,
+    -math.inf,
+    math.nan,
+    "",
+    "x" * MAX_STRING,
+    "x" * (MAX_STRING + 1),
+    "a\0b",
+    "\x1b[2J",
+    {"k": 1},
+    [],
+]
+
+
+@pytest.mark.parametrize("value", EDGES, ids=lambda v: repr(v)[:24])
+@pytest.mark.parametrize("key", ["version", "serving.note", "peers.spark-2.via"])
+def test_a_field_without_a_rule_is_taken_as_a_list_item_of_it_is(value: Any, key: str) -> None:
+    """The intake keeps a plain value of a field without a rule as it is, without
+    the general rules' path: it keeps and drops exactly what they do (one of
+    them as an item of a list)."""
+    *outer, name = key.split(".")
+
+    def answer(field: Any) -> dict[str, Any]:
+        raw: dict[str, Any] = {name: field}
+        for part in reversed(outer):
+            raw = {part: raw}
+        return state(**raw)
+
+    def inner(taken: dict[str, Any]) -> Any:
+        for part in outer:
+            taken = taken[part]
+        return taken
+
+    alone, listed = take_state(answer(value), WALL), take_state(answer([value]), WALL)
+    as_item, kept = inner(listed.state)[name], inner(alone.state).get(name, "dropped")
+    assert kept == (as_item[0] if as_item else "dropped")
+    assert alone.dropped == tuple(r.replace(f"{name}[0]", name) for r in listed.dropped)
+    if as_item and not isinstance(value, (dict, list)):
+        assert kept is value  # as it is

@@ -31,11 +31,11 @@ REAL_STATE: dict[str, Any] = {
 
 NUMBERS = (
     st.integers(-(2**70), 2**70)
-    | st.sampled_from([10**31, 2**63, 2**63 - 1, -1, 0])
+    | st.sampled_from([10**31, 2**63, 2**63 - 1, -(2**63 - 1), -(2**63), -1, 0])
     | st.floats(allow_nan=True, allow_infinity=True)
     | st.sampled_from([1.7e15, -1.7e15, 1e300, WALL, WALL + 301, WALL - 86_401])
 )
-TEXT = st.text(max_size=8) | st.sampled_from(["a\x00b", "\x1b[2J", "x" * 9000, "soon"])
+TEXT = st.text(max_size=8) | st.sampled_from(["a\x00b", "\x1b[2J", "x" * 9000, "x" * 8192, "soon"])
 JSON = st.recursive(
     st.none() | st.booleans() | NUMBERS | TEXT,
     lambda inner: (
@@ -57,7 +57,11 @@ PATHS = (
     ("peers",),
     ("peers", "spark-3", "seq"),
     ("peers", "spark-3", "progress_ago_s"),
+    ("peers", "spark-3", "via"),
     ("serving",),
+    # Fields without a rule: a plain value is kept as it is, within the bounds.
+    ("version",),
+    ("serving", "note"),
 )
 FAULT_KEYS = ("id", "xid", "at_unix", "gpu", "result")
 

@@ -62,23 +62,41 @@ RULES: dict[tuple[str, ...], str] = {
 }
 
 
-def _tree(rules: Mapping[tuple[str, ...], str]) -> dict[str, Any]:
+@dataclass(frozen=True, slots=True)
+class _Rules:
+    """One place in the answer's shape: its own rule, and what its keys and
+    items are; worked out once, not at every answer."""
+
+    rule: str | None
+    children: dict[str, _Rules]  # every key with a rule below it (``_ANY`` too)
+    notes: frozenset[str]  # the fields only the controller writes here (agent_<time>)
+    anything: _Rules | None  # what a key or item without one of its own is
+
+
+def _tree(rules: Mapping[tuple[str, ...], str]) -> _Rules:
     root: dict[str, Any] = {}
     for path, kind in rules.items():
         node = root
         for key in path:
             node = node.setdefault(key, {})
         node[_LEAF] = kind
-    return root
+    return _rules_of(root)
 
 
-_TREE = _tree(RULES)
-_DROP = object()
+def _rules_of(node: dict[str, Any]) -> _Rules:
+    children = {k: _rules_of(sub) for k, sub in node.items() if k != _LEAF}
+    notes = frozenset(agent_field(k) for k, sub in children.items() if sub.rule == TIME)
+    return _Rules(node.get(_LEAF), children, notes, children.get(_ANY))
 
 
 def agent_field(name: str) -> str:
     """Where the agent's own value of a time the controller replaced is kept."""
     return f"agent_{name}"
+
+
+_TREE = _tree(RULES)
+_NO_RULES = _Rules(None, {}, frozenset(), None)  # below a place without rules
+_DROP = object()
 
 
 @dataclass(frozen=True)
@@ -148,11 +166,11 @@ def _short_repr(value: Any) -> str:
 
 
 def _mapping(
-    raw: Mapping[str, Any], where: str, tree: dict[str, Any] | None, depth: int, intake: _Intake
+    raw: Mapping[str, Any], where: str, tree: _Rules | None, depth: int, intake: _Intake
 ) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    children = {} if tree is None else {k: v for k, v in tree.items() if k != _LEAF}
-    notes = {agent_field(k) for k, sub in children.items() if sub.get(_LEAF) == TIME}
+    rules = _NO_RULES if tree is None else tree
+    children, notes, anything = rules.children, rules.notes, rules.anything
     for count, (key, value) in enumerate(raw.items()):
         if count >= MAX_ITEMS:
             intake.drop(where, f"more than {MAX_ITEMS} keys; the rest left out")
@@ -160,13 +178,26 @@ def _mapping(
         if not isinstance(key, str) or len(key) > MAX_NAME or "\0" in key:
             intake.drop(where, f"a key that is not a short text: {_shown(key)}")
             continue
+        sub = children.get(key, anything)
+        if sub is None and key not in notes:
+            # No rule here: a plain JSON scalar within bounds is kept as it is
+            # (what _value would keep), without building its path.
+            kind = type(value)
+            if (
+                value is None
+                or kind is bool
+                or (kind is str and len(value) <= MAX_STRING and "\0" not in value)
+                or (kind is int and -MAX_INT <= value <= MAX_INT)
+                or (kind is float and math.isfinite(value))
+            ):
+                out[key] = value
+                continue
         shown = key if key.isascii() and key.isprintable() else ascii(key)
         path = f"{where}.{shown}" if where else shown
         if key in notes:
             intake.drop(path, "a field only the controller writes")
             continue
-        sub = children.get(key, children.get(_ANY))
-        rule = None if sub is None else sub.get(_LEAF)
+        rule = None if sub is None else sub.rule
         if rule == TIME:
             _take_time(out, key, value, path, intake)
             continue
@@ -212,7 +243,7 @@ def _ruled(rule: str, value: Any, where: str, intake: _Intake) -> Any:
     return value
 
 
-def _value(value: Any, where: str, tree: dict[str, Any] | None, depth: int, intake: _Intake) -> Any:
+def _value(value: Any, where: str, tree: _Rules | None, depth: int, intake: _Intake) -> Any:
     if value is None or isinstance(value, bool):
         return value
     if isinstance(value, int):
@@ -235,11 +266,11 @@ def _value(value: Any, where: str, tree: dict[str, Any] | None, depth: int, inta
 
 
 def _list(
-    raw: list[Any], where: str, tree: dict[str, Any] | None, depth: int, intake: _Intake
+    raw: list[Any], where: str, tree: _Rules | None, depth: int, intake: _Intake
 ) -> list[Any]:
     if len(raw) > MAX_ITEMS:
         intake.drop(where, f"{len(raw)} items; the newest {MAX_ITEMS} kept")
         raw = raw[-MAX_ITEMS:]
-    sub = None if tree is None or not isinstance(tree.get(_ANY), dict) else tree[_ANY]
+    sub = None if tree is None else tree.anything
     kept = (_value(item, f"{where}[{n}]", sub, depth + 1, intake) for n, item in enumerate(raw))
     return [item for item in kept if item is not _DROP]
