@@ -41,11 +41,13 @@ CLUSTER_WIDE = frozenset(
     {
         "Holds.sync",
         "ServingRestarts.sync_profile",
-        "Holds.check_breaker",
+        "Holds.note_breaker",
+        "Holds.breaker_open_for",
+        "plan_cluster",
+        "Hands.carry_out_cluster",
         "cluster_view",
         "WatcherDoubt.sweep_took",
         "Controller._cluster_parts",
-        "Controller._tell_doubt",
     }
 )
 

@@ -43,7 +43,7 @@ from spark_watchdog.controller.act.holds import Holds
 from spark_watchdog.controller.act.ladder_tasks import UnlatchLadders, WedgedLadders
 from spark_watchdog.controller.act.parts import Parts, Work
 from spark_watchdog.controller.act.power_actions import PowerActions
-from spark_watchdog.controller.decide.decisions import ClusterView, needs, plan
+from spark_watchdog.controller.decide.decisions import ClusterView, needs, plan, plan_cluster
 from spark_watchdog.controller.decide.detector import DetectionPolicy, Verdict
 from spark_watchdog.controller.decide.planner import QUIET_STEPS, Step
 from spark_watchdog.controller.decide.watcher_doubt import WatcherDoubt
@@ -151,8 +151,8 @@ class Controller:
             config, self.ledger, self.notifier, self.clock, self.io, self.fence.check_leading
         )
         # What carries out each decision (controller/act/hands.py).
-        self.hands = Hands(
-            self.freeze, self.holds, self.agent_restarts, self.serving, self.wedged, self.unlatch
+        self.hands = Hands.of(
+            self.crew, self.freeze, self.agent_restarts, self.wedged, self.unlatch
         )
 
     # -- the loop ---------------------------------------------------------
@@ -168,9 +168,14 @@ class Controller:
             return  # a pair's lost lease: it starts nothing more (controller/pair/pair.py)
         await self.holds.sync()
         await self.serving.sync_profile()
-        await self.holds.check_breaker()
+        self.holds.note_breaker()
         cluster = cluster_view(*self._cluster_parts())
-        self._tell_doubt(cluster)
+        cluster_steps = plan_cluster(cluster)
+        for decision in cluster_steps:
+            await self.hands.carry_out_cluster(decision)
+        self._doubted = cluster.stalled or cluster.all_silent
+        if any(d.step not in QUIET_STEPS for d in cluster_steps):
+            cluster = cluster_view(*self._cluster_parts())
         for watch in self.watches.values():
             if await self._act(watch, cluster):
                 cluster = cluster_view(*self._cluster_parts())
@@ -184,17 +189,8 @@ class Controller:
         self.last_sweep_s = self.clock.monotonic() - self._tick_started
         self.published = self.status_json()
 
-    def _cluster_parts(self) -> tuple[Parts, ServingRestarts, WatcherDoubt, float]:
-        return self.parts, self.serving, self.doubt, self.policy.late_after
-
-    def _tell_doubt(self, cluster: ClusterView) -> None:
-        """One alert when the controller begins to doubt its own view
-        (controller/decide/watcher_doubt.py); another only after it trusted it again."""
-        doubt = cluster.stalled or cluster.all_silent
-        if doubt is not None and self._doubted is None:
-            log.warning("%s", doubt)
-            self.notifier.send(Event("watcher_in_doubt", doubt))
-        self._doubted = doubt
+    def _cluster_parts(self) -> tuple[Parts, ServingRestarts, WatcherDoubt, float, bool]:
+        return self.parts, self.serving, self.doubt, self.policy.late_after, bool(self._doubted)
 
     def _verdict_changed(self, watch: NodeWatch, before: Verdict) -> None:
         finding = watch.finding

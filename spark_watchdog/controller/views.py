@@ -61,9 +61,14 @@ def _guard_kill(watch: NodeWatch, wall: float) -> GuardKill:
 
 
 def cluster_view(
-    parts: Parts, serving: ServingRestarts, doubt: WatcherDoubt, late_after: float
+    parts: Parts,
+    serving: ServingRestarts,
+    doubt: WatcherDoubt,
+    late_after: float,
+    doubt_alerted: bool = False,
 ) -> ClusterView:
-    """``late_after``: how long an agent may go without progress before it is silent."""
+    """``late_after``: how long an agent may go without progress before it is
+    silent; ``doubt_alerted``: the doubt's alert went out this spell."""
     config: ControllerConfig = parts.config
     now = parts.clock.monotonic()
     watches = parts.watches.values()
@@ -81,6 +86,12 @@ def cluster_view(
         serving_cooling=serving.cooling(now),
         recovering=frozenset(serving.recovering(lambda _: True)),
         held_down=frozenset(serving.held_down(lambda _: True)),
+        doubt_alerted=doubt_alerted,
+        nodes=len(parts.watches),
+        breaker_open_s=parts.holds.breaker_open_for(now),
+        breaker_trouble=parts.holds.breaker_trouble,
+        breaker_latch_after=config.guards.breaker_latch_after,
+        cluster_held=parts.holds.cluster_hold is not None,
     )
 
 

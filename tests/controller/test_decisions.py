@@ -17,6 +17,7 @@ from spark_watchdog.controller.decide.decisions import (
     Reads,
     needs,
     plan,
+    plan_cluster,
 )
 from spark_watchdog.controller.decide.detector import Finding, Verdict
 from spark_watchdog.controller.decide.node_states import NodeState
@@ -57,6 +58,12 @@ clusters = st.builds(
     serving_cooling=st.booleans(),
     recovering=st.sampled_from([frozenset(), frozenset({"spark-1"}), frozenset({"spark-2"})]),
     held_down=st.sampled_from([frozenset(), frozenset({"spark-2"})]),
+    doubt_alerted=st.booleans(),
+    nodes=st.just(4),
+    breaker_open_s=st.sampled_from([None, 0.0, 299.0, 300.0, 900.0]),
+    breaker_trouble=st.sampled_from([(), ("spark-1", "spark-2", "spark-3")]),
+    breaker_latch_after=st.just(300.0),
+    cluster_held=st.booleans(),
 )
 guards = st.builds(
     Guards,
@@ -247,3 +254,28 @@ def test_dry_run_records_one_incident_a_spell() -> None:
     assert [d.step for d in plan(wedged, ClusterView(), dry)] == [Step.UNWEDGE]
     again = replace(wedged, dry_run_recorded=True)
     assert [d.step for d in plan(again, ClusterView(), dry)] == [Step.NOTHING]
+
+
+@settings(max_examples=500, deadline=None)
+@given(cluster=clusters)
+def test_the_cluster_is_held_only_once_its_breaker_stayed_open(cluster: ClusterView) -> None:
+    steps = [d.step for d in plan_cluster(cluster)]
+    latched = Step.LATCH_BREAKER in steps
+    stayed_open = (cluster.breaker_open_s or 0.0) >= cluster.breaker_latch_after
+    open_now = cluster.breaker_open_s is not None
+    assert latched is (open_now and stayed_open and not cluster.cluster_held)
+    doubt = cluster.stalled or cluster.all_silent
+    assert (Step.ALERT_WATCHER_DOUBT in steps) is (doubt is not None and not cluster.doubt_alerted)
+
+
+def test_the_breakers_latch_names_the_nodes_it_counted() -> None:
+    cluster = ClusterView(
+        nodes=4,
+        breaker_open_s=301.0,
+        breaker_trouble=("spark-1", "spark-3"),
+        breaker_latch_after=300,
+    )
+    (latch,) = plan_cluster(cluster)
+    assert latch.step is Step.LATCH_BREAKER
+    assert "2/4 nodes" in latch.reason and "(spark-1, spark-3) for 301s" in latch.reason
+    assert plan_cluster(replace(cluster, breaker_open_s=299.0)) == ()

@@ -5,9 +5,11 @@ whether the step may happen; that was decided."""
 from __future__ import annotations
 
 import contextlib
+import logging
 from dataclasses import dataclass
 
 from spark_watchdog.controller.act.agent_restart import AgentRestarts
+from spark_watchdog.controller.act.crew import Crew
 from spark_watchdog.controller.act.freeze_path import FreezePath
 from spark_watchdog.controller.act.holds import Holds
 from spark_watchdog.controller.act.ladder_tasks import UnlatchLadders, WedgedLadders
@@ -15,8 +17,11 @@ from spark_watchdog.controller.decide.node_states import NodeEvent
 from spark_watchdog.controller.decide.planner import Decision, Step
 from spark_watchdog.controller.look.node_watch import NodeWatch
 from spark_watchdog.controller.record.ledger import HistoryUnwritable
+from spark_watchdog.controller.record.notify import Event, Notifier
 from spark_watchdog.controller.serving.serving_budget import answer_kill
 from spark_watchdog.controller.serving.serving_policy import ServingRestarts
+
+log = logging.getLogger("spark_watchdog.controller")
 
 
 @dataclass(frozen=True)
@@ -27,6 +32,28 @@ class Hands:
     serving: ServingRestarts
     wedged: WedgedLadders
     unlatch: UnlatchLadders
+    notifier: Notifier
+
+    @classmethod
+    def of(
+        cls,
+        crew: Crew,
+        freeze: FreezePath,
+        agent_restarts: AgentRestarts,
+        wedged: WedgedLadders,
+        unlatch: UnlatchLadders,
+    ) -> Hands:
+        """The hands of one controller: its ladders' and restarts' parts, and
+        from its crew the holds, the serving restarts and the notifier."""
+        return cls(freeze, crew.holds, agent_restarts, crew.serving, wedged, unlatch, crew.notifier)
+
+    async def carry_out_cluster(self, decision: Decision) -> None:
+        """Carry out one step for the cluster as a whole."""
+        if decision.step is Step.ALERT_WATCHER_DOUBT:
+            log.warning("%s", decision.reason)
+            self.notifier.send(Event("watcher_in_doubt", decision.reason))
+        elif decision.step is Step.LATCH_BREAKER:
+            await self.holds.latch_breaker(decision.reason)
 
     async def carry_out(self, watch: NodeWatch, decision: Decision) -> None:
         """Carry out one step for the node.

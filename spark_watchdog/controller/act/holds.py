@@ -5,7 +5,8 @@ without a controller running; ``sync`` brings each node's state in line
 with the history every sweep. The controller holds a node itself when a
 guard, an ambiguous power outcome or an error says a person must look
 (``hold``), and the whole cluster when the circuit breaker stays open
-(``check_breaker``): more nodes look frozen at once than a network fault
+(``latch_breaker``, decided by controller/decide/decisions.py once the
+breaker stayed open): more nodes look frozen at once than a network fault
 could not explain.
 """
 
@@ -50,6 +51,8 @@ class Holds:
         self.cluster_hold: str | None = None
         # Since when more nodes than the breaker allows look frozen (monotonic).
         self._breaker_since: float | None = None
+        # The nodes the breaker counted at its last look.
+        self.breaker_trouble: tuple[str, ...] = ()
         # Nodes fencing in a rung that has sent nothing yet (its preflight, or
         # its wait for the breaker): silent by no doing of the controller's.
         self.nothing_sent: set[str] = set()
@@ -132,26 +135,26 @@ class Holds:
             and w.off_seconds_override is None  # halted by the controller for its latch
         ]
 
-    async def check_breaker(self) -> None:
+    def note_breaker(self) -> None:
+        """Count what the breaker counts, and since when it is open
+        (``planner.breaker_trips``); whether it latches is decided
+        (controller/decide/decisions.py, ``plan_cluster``)."""
         trouble = self._breaker_count()
+        self.breaker_trouble = tuple(trouble)
         nodes = len(self.watches)
         if not breaker_trips(len(trouble), nodes, self.config.guards.max_unhealthy_fraction):
             self._breaker_since = None
             return
-        now = self.clock.monotonic()
         if self._breaker_since is None:
-            self._breaker_since = now
+            self._breaker_since = self.clock.monotonic()
             log.warning("circuit breaker open: %d/%d nodes look frozen", len(trouble), nodes)
-        # Open: nothing is fenced. Latched into a cluster hold only if it lasts.
-        if now - self._breaker_since < self.config.guards.breaker_latch_after:
-            return
-        if self.cluster_hold is not None:
-            return
-        reason = (
-            f"circuit breaker: {len(trouble)}/{nodes} nodes look frozen without a TCP handshake "
-            f"({', '.join(trouble)}) for {now - self._breaker_since:.0f}s; "
-            "release with: spark-watchdog release '*'"
-        )
+
+    def breaker_open_for(self, now: float) -> float | None:
+        """How long the breaker has been open (None: it is closed)."""
+        return None if self._breaker_since is None else now - self._breaker_since
+
+    async def latch_breaker(self, reason: str) -> None:
+        """Hold the whole cluster: in the history, and each node that may be held now."""
         with contextlib.suppress(HistoryUnwritable):
             await self.ledger.write(self.ledger.store.hold, CLUSTER, reason, by=BY)
             self.cluster_hold = reason

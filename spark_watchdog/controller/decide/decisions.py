@@ -87,6 +87,12 @@ class ClusterView:
     serving_cooling: bool = False  # within serving.restart_cooldown of the last restart
     recovering: frozenset[str] = frozenset()  # frozen, being fenced or booted
     held_down: frozenset[str] = frozenset()  # held for a person and not healthy
+    doubt_alerted: bool = False  # the doubt's alert went out this spell
+    nodes: int = 0
+    breaker_open_s: float | None = None  # how long the circuit breaker has been open
+    breaker_trouble: tuple[str, ...] = ()  # the nodes it counts
+    breaker_latch_after: float = 300.0  # guards.breaker_latch_after
+    cluster_held: bool = False  # the history holds the whole cluster
 
 
 @dataclass(frozen=True)
@@ -149,6 +155,30 @@ def _after_guard(node: NodeView) -> NodeView:
     if settled and node.finding.verdict is Verdict.MEMORY_EXHAUSTED and node.kill is Kill.PENDING:
         return replace(node, kill=Kill.ANSWERED)
     return node
+
+
+def plan_cluster(cluster: ClusterView) -> tuple[Decision, ...]:
+    """What the controller does for the cluster as a whole now, before any node:
+    one alert when it begins to doubt its own view (controller/decide/watcher_doubt.py),
+    and a cluster hold when the circuit breaker stayed open ``breaker_latch_after``
+    (docs/design.md, "Guards"). An open breaker itself fences nothing: the power
+    guard reads it (planner.power_blocked)."""
+    steps: list[Decision] = []
+    doubt = cluster.stalled or cluster.all_silent
+    if doubt is not None and not cluster.doubt_alerted:
+        steps.append(Decision(Step.ALERT_WATCHER_DOUBT, doubt))
+    open_s = cluster.breaker_open_s
+    if open_s is not None and open_s >= cluster.breaker_latch_after and not cluster.cluster_held:
+        trouble = cluster.breaker_trouble
+        steps.append(
+            Decision(
+                Step.LATCH_BREAKER,
+                f"circuit breaker: {len(trouble)}/{cluster.nodes} nodes look frozen without a "
+                f"TCP handshake ({', '.join(trouble)}) for {open_s:.0f}s; "
+                "release with: spark-watchdog release '*'",
+            )
+        )
+    return tuple(steps)
 
 
 def _latch(node: NodeView, cluster: ClusterView) -> tuple[Decision, ...]:

@@ -50,6 +50,9 @@ class Step(enum.Enum):
     # (an alert: look at the node now), or one that grew old pending (no longer news).
     ALERT_GUARD_FAILED = "alert_guard_failed"
     FORGET_OLD_KILL = "forget_old_kill"
+    # For the cluster (controller/decide/decisions.py, ``plan_cluster``):
+    ALERT_WATCHER_DOUBT = "alert_watcher_doubt"  # the watcher doubts its own view: one alert
+    LATCH_BREAKER = "latch_breaker"  # the breaker stayed open: the whole cluster held
 
 
 # Steps that change nothing the cluster's view is read from (controller/decide/decisions.py).
@@ -60,6 +63,7 @@ QUIET_STEPS = frozenset(
         Step.ALERT_CLOCK_LATCH,
         Step.ALERT_GUARD_FAILED,
         Step.FORGET_OLD_KILL,
+        Step.ALERT_WATCHER_DOUBT,
     }
 )
 
