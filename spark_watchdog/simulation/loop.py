@@ -30,6 +30,11 @@ class _VirtualSelector(selectors.DefaultSelector):
         self._loop = loop
 
     def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
+        if timeout == 0:
+            # Callbacks are ready: time stays. A callback from call_soon_threadsafe
+            # is in the ready queue already; its byte on the self-pipe waits for
+            # the next poll (nothing in the simulation runs threads).
+            return []
         ready = super().select(0)  # the loop's self-pipe only: never blocks
         if ready:
             return ready
