@@ -21,7 +21,12 @@ from spark_watchdog.controller.decide.decisions import (
 )
 from spark_watchdog.controller.decide.detector import Finding, Verdict
 from spark_watchdog.controller.decide.node_states import NodeState
-from spark_watchdog.controller.decide.planner import SERVING_FAULTS, Guards, Step
+from spark_watchdog.controller.decide.planner import (
+    SERVING_FAULTS,
+    Guards,
+    Step,
+    serving_after_recovery,
+)
 
 STALLED = "the controller's loop stalled"
 SILENT = "every node fell silent at once"
@@ -279,3 +284,11 @@ def test_the_breakers_latch_names_the_nodes_it_counted() -> None:
     assert latch.step is Step.LATCH_BREAKER
     assert "2/4 nodes" in latch.reason and "(spark-1, spark-3) for 301s" in latch.reason
     assert plan_cluster(replace(cluster, breaker_open_s=299.0)) == ()
+
+
+def test_a_recoverys_serving_rung_waits_for_another_nodes_recovery() -> None:
+    waits = serving_after_recovery({"spark-3", "spark-2"}, for_incident=True)
+    assert waits.step is Step.NOTHING and "spark-2, spark-3" in waits.reason
+    assert serving_after_recovery(set(), for_incident=True).step is Step.RESTART_SERVING
+    # A restart of no incident's has no recovery to hand over to: it runs now.
+    assert serving_after_recovery({"spark-2"}, for_incident=False).step is Step.RESTART_SERVING

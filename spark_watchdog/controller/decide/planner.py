@@ -17,6 +17,7 @@ once.
 from __future__ import annotations
 
 import enum
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from spark_watchdog.controller.decide.detector import Finding, Verdict, verdicts_where
@@ -223,6 +224,16 @@ def _frozen(guards: Guards) -> Decision:
     return Decision(
         Step.FENCE, f"host_frozen: power path {rung + 1}", rung, NodeEvent.FROZEN_CONFIRMED
     )
+
+
+def serving_after_recovery(others_recovering: Collection[str], *, for_incident: bool) -> Decision:
+    """A recovery's serving rung: every rank restarts together, so while another
+    node is still being recovered (frozen, fenced or booting) the restart waits
+    for that recovery, which ends with one of its own."""
+    if others_recovering and for_incident:
+        waiting = ", ".join(sorted(others_recovering))
+        return Decision(Step.NOTHING, f"waiting for {waiting}: its recovery restarts serving")
+    return Decision(Step.RESTART_SERVING, "the recovery ends with serving restarted")
 
 
 def breaker_trips(host_trouble: int, nodes: int, max_unhealthy_fraction: float) -> bool:

@@ -23,6 +23,7 @@ from spark_watchdog.controller.act.ladder import open_incident
 from spark_watchdog.controller.act.parts import Parts
 from spark_watchdog.controller.decide.detector import Verdict
 from spark_watchdog.controller.decide.node_states import NodeState
+from spark_watchdog.controller.decide.planner import Step, serving_after_recovery
 from spark_watchdog.controller.look.node_watch import NodeWatch
 from spark_watchdog.controller.look.rank_kills import FRESH_S
 from spark_watchdog.controller.record import incident_log
@@ -58,10 +59,8 @@ class ServingRestarts:
     async def restart_after(
         self, incident_id: int | None, reason: str, *, kind: str = "host_frozen"
     ) -> bool:
-        """Switch to the safe profile and restart serving everywhere.
-
-        Every rank restarts together, so while another node is still being
-        recovered the restart waits for that recovery, which ends with one.
+        """Switch to the safe profile and restart serving everywhere, now or
+        after another node's recovery (``planner.serving_after_recovery``).
         In dry run nothing is restarted.
         """
         host = self.host
@@ -69,10 +68,11 @@ class ServingRestarts:
             return False
         profile = host.config.serving.safe_profile
         busy = self.recovering(lambda w: w.conduct.incident_id != incident_id)
+        now = serving_after_recovery(busy, for_incident=incident_id is not None)
         self.profile = profile
         with contextlib.suppress(HistoryUnwritable):
             await host.ledger.write(host.ledger.store.set_setting, PROFILE_SETTING, profile, by=BY)
-        if busy and incident_id is not None:
+        if now.step is not Step.RESTART_SERVING and incident_id is not None:
             await incident_log.step(
                 host.ledger,
                 incident_id,
