@@ -65,12 +65,14 @@ class VirtualLoop(asyncio.SelectorEventLoop):
     def call_soon(  # type: ignore[override]
         self, callback: Callable[..., Any], *args: Any, context: Any = None
     ) -> asyncio.Handle:
-        # A task's step and its wakeup are bound to the task (asyncio's own tasks).
-        task = getattr(callback, "__self__", None)
-        if self.paused is not None and isinstance(task, asyncio.Task) and self.paused(task):
-            handle = asyncio.Handle(callback, args, self, context)
-            self._kept.append((handle, callback, args, context))
-            return handle
+        paused = self.paused  # None but in a pair's runs: nothing more to look at
+        if paused is not None:
+            # A task's step and its wakeup are bound to the task (asyncio's own tasks).
+            task = getattr(callback, "__self__", None)
+            if isinstance(task, asyncio.Task) and paused(task):
+                handle = asyncio.Handle(callback, args, self, context)
+                self._kept.append((handle, callback, args, context))
+                return handle
         return super().call_soon(callback, *args, context=context)
 
     def resume(self) -> None:
