@@ -134,7 +134,8 @@ class PeerEyes:
         if len(self.sent) >= MAX_REMEMBERED:
             # Keep the last pulse of each run; drop the oldest of the rest.
             lasts = {(p.boot_id, p.run): i for i, p in enumerate(self.sent)}
-            drop = next((i for i in range(len(self.sent)) if i not in lasts.values()), 0)
+            kept = set(lasts.values())
+            drop = next((i for i in range(len(self.sent)) if i not in kept), 0)
             del self.sent[drop]
         self.sent.append(pulse)
 

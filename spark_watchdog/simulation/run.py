@@ -86,6 +86,9 @@ class _Store:
         self._incarnation = incarnation
 
     def __getattr__(self, name: str) -> Any:
+        """The store's attribute; a method wrapped, once (a controller calls
+        its store's methods many times a tick): the wrapper stays on this
+        object, so the next lookup finds it and this is not called again."""
         method = getattr(self._store, name)
         if not callable(method):
             return method
@@ -103,6 +106,8 @@ class _Store:
                     run.kill("after a write", incarnation)
             return result
 
+        if name not in vars(self._store):  # the class's method, never rebound
+            self.__dict__[name] = call
         return call
 
 

@@ -12,6 +12,7 @@ controller reaches the world through the seams of simulation/seams.py.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import math
 import random
@@ -369,6 +370,7 @@ class SimNode:
 LATCH_CLEAR_S = 90.0
 
 
+@functools.lru_cache(maxsize=4096)  # a rank's start, written into every answer
 def _agent_time(world_seconds: float) -> str:
     """A world time as an agent writes its times (ISO-8601 UTC)."""
     moment = datetime.fromtimestamp(AGENT_EPOCH + world_seconds, timezone.utc)
