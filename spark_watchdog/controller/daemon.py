@@ -115,40 +115,31 @@ class Controller:
 
     def _assemble(self) -> None:
         """The parts, each given what it works with (controller/act/parts.py)."""
-        config = self.config
+        config, io, ledger = self.config, self.io, self.ledger
+        notifier, watches = self.notifier, self.watches
         # Node and cluster holds, and the breaker that places one (controller/act/holds.py).
-        self.holds = Holds(config, self.ledger, self.notifier, self.clock, self.watches)
-        self.budgets = Budgets(config, self.ledger, self.clock)
+        self.holds = Holds(config, ledger, notifier, self.clock, watches)
+        self.budgets = Budgets(config, ledger, self.clock)
         # Every power action behind its guards (controller/act/power_actions.py).
-        self.power = PowerActions(
-            config, self.ledger, self.notifier, self.io, self.budgets, self.holds, self.watches
-        )
+        self.power = PowerActions(config, ledger, notifier, io, self.budgets, self.holds, watches)
         # What the controller sees of each node, in the watches (controller/look/monitor.py).
-        self.monitor = Monitor(config, self.io, self.watches, self.policy)
+        self.monitor = Monitor(config, io, watches, self.policy)
         self.recorder = self.monitor.recorder
         # Every ladder's task, by kind and node (controller/act/parts.py).
         self.work = Work()
-        # What every part works with, handed over explicitly: never the controller.
+        # What the views and the ladders' tasks work with, handed over: never the controller.
         parts = Parts(
-            config,
-            self.io,
-            self.ledger,
-            self.notifier,
-            self.watches,
-            self.monitor,
-            self.holds,
-            self.power,
-            self.work,
+            config, io, ledger, notifier, watches, self.monitor, self.holds, self.power, self.work
         )
         self.parts = parts
-        self.serving = ServingRestarts(parts)
+        self.serving = ServingRestarts(config, io, ledger, notifier, watches, self.recorder)
         self.crew = Crew.of(parts, self.serving)
         # A frozen host's incident and its ladder (controller/act/freeze_path.py).
         self.freeze = FreezePath(self.crew)
         self.wedged = WedgedLadders(self.crew)
         self.unlatch = UnlatchLadders(self.crew)
         self.agent_restarts = AgentRestarts(
-            config, self.ledger, self.notifier, self.clock, self.io, self.fence.check_leading
+            config, ledger, notifier, self.clock, io, self.fence.check_leading
         )
         # What carries out each decision (controller/act/hands.py).
         self.hands = Hands.of(

@@ -22,6 +22,7 @@ from spark_watchdog.controller.decide.node_states import NodeState
 from spark_watchdog.controller.decide.watcher_doubt import WatcherDoubt, all_silent_reason
 from spark_watchdog.controller.look.node_watch import NodeWatch
 from spark_watchdog.controller.record.ledger import HistoryUnwritable
+from spark_watchdog.controller.serving.kill_records import kill_recorded
 from spark_watchdog.controller.serving.serving_policy import ServingRestarts
 
 _BUSY = (NodeState.FENCING, NodeState.BOOTING)
@@ -103,10 +104,10 @@ async def history_reads(
     if wanted.guards:
         with contextlib.suppress(HistoryUnwritable):
             guards = await power.guards(watch)
-    config = serving.host.config.serving
+    config = serving.config.serving
     return Reads(
         guards=guards,
-        kill_recorded=await serving.kill_recorded(watch) if wanted.kill_record else False,
+        kill_recorded=await kill_recorded(serving.ledger, watch) if wanted.kill_record else False,
         serving_restarts=await serving.budget.count_in_window() if wanted.serving_count else None,
         serving_budget=config.restart_budget,
         serving_window=config.restart_budget_window,

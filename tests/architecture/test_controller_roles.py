@@ -41,7 +41,7 @@ MAY_IMPORT: dict[str, tuple[str, ...]] = {
     "decide": ("decide",),
     "look": ("look", *JUDGES, *SEAMS),
     "act": ("act", "look", "serving", "record", "pair.fence", *JUDGES, *SEAMS),
-    "serving": ("serving", "look", "record", "act.ladder", "act.parts", *JUDGES, *SEAMS),
+    "serving": ("serving", "look", "record", "act.ladder", *JUDGES, *SEAMS),
     "record": ("record", "look.http_client", "pair.fence", "clock"),
     "page": ("page", "look", "record", *JUDGES),
     "pair": ("pair", "page", "record", "daemon", *SEAMS),

@@ -1,9 +1,10 @@
 """The parts every piece of the controller works with, handed over explicitly.
 
-``Parts`` is built once by the controller (controller/daemon.py) and given
-to the serving restarts and, as ``Crew`` (controller/act/crew.py), to every
-ladder: the config, the I/O seams with their clock and fence, the history
-(``Ledger``), the notifier, the node watches, and the parts that look
+``Parts`` is built once by the controller (controller/daemon.py), read by
+the views it decides from (controller/views.py) and given, as ``Crew``
+(controller/act/crew.py), to the ladders' tasks: the config, the I/O seams
+with their clock and fence, the history (``Ledger``), the notifier, the node
+watches, and the parts that look
 (``Monitor``), hold (``Holds``) and cut power (``PowerActions``). None of
 them is the controller, and none of them reaches back into it.
 

@@ -15,21 +15,24 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
+from spark_watchdog.config.controller import ControllerConfig
 from spark_watchdog.config.secrets import read_secret
 from spark_watchdog.controller.act.ladder import open_incident
-from spark_watchdog.controller.act.parts import Parts
+from spark_watchdog.controller.clock import Clock
 from spark_watchdog.controller.decide.detector import Verdict
 from spark_watchdog.controller.decide.node_states import NodeState
 from spark_watchdog.controller.decide.planner import Step, serving_after_recovery
+from spark_watchdog.controller.io import ControllerIO
+from spark_watchdog.controller.look.flight_recorder import FlightRecorder
 from spark_watchdog.controller.look.node_watch import NodeWatch
-from spark_watchdog.controller.look.rank_kills import FRESH_S
 from spark_watchdog.controller.record import incident_log
 from spark_watchdog.controller.record.incident_log import Resolution, close_dry_run
-from spark_watchdog.controller.record.ledger import BY, HistoryUnwritable
-from spark_watchdog.controller.record.notify import Event
+from spark_watchdog.controller.record.ledger import BY, HistoryUnwritable, Ledger
+from spark_watchdog.controller.record.notify import Event, Notifier
+from spark_watchdog.controller.serving.kill_records import KILL_EVIDENCE, answer_kills_before
 from spark_watchdog.controller.serving.serving_budget import ServingBudget, answer_kill
 from spark_watchdog.controller.serving.serving_restart import ServingNode, ServingRestartReport
 from spark_watchdog.errors import ConfigError
@@ -40,21 +43,32 @@ log = logging.getLogger("spark_watchdog.controller")
 
 # The history's setting of the profile in force (cli/serving_cmd.py sets it too).
 PROFILE_SETTING = "serving_profile"
-# What an incident's evidence calls the kill it answers, by the verdict.
-KILL_EVIDENCE = {Verdict.MEMORY_EXHAUSTED: "memory_guard", Verdict.GPU_FAULT: "gpu_fault"}
 
 
 class ServingRestarts:
     """The serving restarts of one controller process: when, how many, with what."""
 
-    def __init__(self, host: Parts) -> None:
-        self.host = host
+    def __init__(
+        self,
+        config: ControllerConfig,
+        io: ControllerIO,
+        ledger: Ledger,
+        notifier: Notifier,
+        watches: Mapping[str, NodeWatch],
+        recorder: FlightRecorder,
+    ) -> None:
+        self.config, self.io, self.ledger, self.notifier = config, io, ledger, notifier
+        self.watches, self.recorder = watches, recorder
         # The profile serving was last (re)started with by the controller.
         self.profile: str | None = None
         self.task: asyncio.Task[bool] | None = None
         self._last_restart = float("-inf")
         # What counts against serving.restart_budget (controller/serving/serving_budget.py).
-        self.budget = ServingBudget(host.config, host.clock, host.ledger, host.notifier)
+        self.budget = ServingBudget(config, io.clock, ledger, notifier)
+
+    @property
+    def clock(self) -> Clock:
+        return self.io.clock
 
     async def restart_after(
         self, incident_id: int | None, reason: str, *, kind: str = "host_frozen"
@@ -63,18 +77,17 @@ class ServingRestarts:
         after another node's recovery (``planner.serving_after_recovery``).
         In dry run nothing is restarted.
         """
-        host = self.host
-        if host.config.guards.dry_run:
+        if self.config.guards.dry_run:
             return False
-        profile = host.config.serving.safe_profile
+        profile = self.config.serving.safe_profile
         busy = self.recovering(lambda w: w.conduct.incident_id != incident_id)
         now = serving_after_recovery(busy, for_incident=incident_id is not None)
         self.profile = profile
         with contextlib.suppress(HistoryUnwritable):
-            await host.ledger.write(host.ledger.store.set_setting, PROFILE_SETTING, profile, by=BY)
+            await self.ledger.write(self.ledger.store.set_setting, PROFILE_SETTING, profile, by=BY)
         if now.step is not Step.RESTART_SERVING and incident_id is not None:
             await incident_log.step(
-                host.ledger,
+                self.ledger,
                 incident_id,
                 StepName.SERVING_RESTART_DEFERRED,
                 detail={"waiting_for": busy},
@@ -87,9 +100,8 @@ class ServingRestarts:
         (``serving profile P``) or restart serving with one (``serving
         restart``) while the controller runs, and its status and page then
         show that one, not the one it read at its start."""
-        host = self.host
         try:
-            setting = await host.ledger.read(host.ledger.store.setting, PROFILE_SETTING)
+            setting = await self.ledger.read(self.ledger.store.setting, PROFILE_SETTING)
         except HistoryUnwritable:
             return  # as it was; the next tick reads again
         if setting is not None:
@@ -100,7 +112,7 @@ class ServingRestarts:
         serving restarts once their recovery ends, with its own restart."""
         return [
             w.name
-            for w in self.host.watches.values()
+            for w in self.watches.values()
             if among(w)
             and (
                 w.state in (NodeState.FENCING, NodeState.BOOTING)
@@ -114,18 +126,18 @@ class ServingRestarts:
         without them; it restarts once a person releases them and they answer."""
         return [
             w.name
-            for w in self.host.watches.values()
+            for w in self.watches.values()
             if among(w) and w.state is NodeState.HELD and w.finding.verdict is not Verdict.HEALTHY
         ]
 
     def _heard(self, node: str) -> None:
         """A node's agent answered a serving request: a sign of life."""
-        watch = self.host.watches.get(node)
+        watch = self.watches.get(node)
         if watch is not None:
-            watch.note_heard(self.host.clock.monotonic())
+            watch.note_heard(self.clock.monotonic())
 
     def _layout(self) -> tuple[ServingNode, list[ServingNode]] | None:
-        config = self.host.config
+        config = self.config
         head = config.serving.head
         if head is None or config.serving.token_file is None:
             return None
@@ -134,23 +146,23 @@ class ServingRestarts:
         return head_node, [n for n in nodes if n.name != head]
 
     async def _restart(self, profile: str, incident_id: int | None, reason: str, kind: str) -> bool:
-        host, ledger = self.host, self.host.ledger
+        ledger = self.ledger
         layout = self._layout()
         if layout is None:
             log.info("serving restart skipped: serving.head and serving.token_file not set")
             return False
-        token_file = host.config.serving.token_file
+        token_file = self.config.serving.token_file
         assert token_file is not None
         try:
             token = read_secret("serving.token_file", token_file).reveal()
         except ConfigError as exc:
-            host.notifier.send(Event("serving_restart_failed", str(exc)))
+            self.notifier.send(Event("serving_restart_failed", str(exc)))
             return False
         head, workers = layout
         record = await ledger.write(
             ledger.store.start_serving_restart, profile, incident_id=incident_id
         )
-        self._answer_guard_kills_before(record.started_at)
+        answer_kills_before(self.watches.values(), record.started_at)
         if kind in SERVING_FAULT_KINDS:
             self.budget.recorded(record.id)
         if incident_id is not None:
@@ -160,11 +172,11 @@ class ServingRestarts:
                 StepName.SERVING_RESTART_STARTED,
                 detail={"profile": profile, "reason": reason},
             )
-        host.fence.check_leading()
-        report = await host.io.serving(
-            head, workers, token, host.config.serving.start_timeout, profile, self._heard
+        self.io.fence.check_leading()
+        report = await self.io.serving(
+            head, workers, token, self.config.serving.start_timeout, profile, self._heard
         )
-        self._last_restart = host.clock.monotonic()
+        self._last_restart = self.clock.monotonic()
         await self._record_report(record.id, incident_id, report)
         return self._announce(profile, report)
 
@@ -173,7 +185,7 @@ class ServingRestarts:
     ) -> None:
         """The restart's outcome in the history: the restart's row, and the
         incident's steps (stacks taken, the result)."""
-        ledger = self.host.ledger
+        ledger = self.ledger
         if incident_id is not None and report.stacks:
             await incident_log.step(
                 ledger,
@@ -200,7 +212,7 @@ class ServingRestarts:
 
     def _announce(self, profile: str, report: ServingRestartReport) -> bool:
         """Tell how the restart went; True when serving came back."""
-        notifier = self.host.notifier
+        notifier = self.notifier
         total = sum(report.step_durations.values())
         if report.result == "succeeded":
             notifier.send(
@@ -222,13 +234,13 @@ class ServingRestarts:
 
     def cooling(self, now: float) -> bool:
         """Within serving.restart_cooldown of the last restart."""
-        return now - self._last_restart < self.host.config.serving.restart_cooldown
+        return now - self._last_restart < self.config.serving.restart_cooldown
 
     def tell_no_auto_restart(self, watch: NodeWatch) -> None:
         """A kill with serving.auto_restart off: told once, then not news any
         more: a person restarts serving."""
         answer_kill(watch)
-        self.host.notifier.send(
+        self.notifier.send(
             Event(
                 watch.finding.verdict.value,
                 f"{watch.name} {watch.finding.summary}; serving.auto_restart is off: "
@@ -243,15 +255,15 @@ class ServingRestarts:
         self.task = asyncio.get_running_loop().create_task(self._fault_incident(watch))
 
     async def _fault_incident(self, watch: NodeWatch) -> bool:
-        host, ledger = self.host, self.host.ledger
+        ledger = self.ledger
         finding = watch.finding
         # The fault began when vLLM last progressed, not when the agent last answered.
-        onset = watch.serving_fault_onset(host.clock.time())
+        onset = watch.serving_fault_onset(self.clock.time())
         kind = finding.verdict.value
         evidence: dict[str, Any] = {
             "reasons": list(finding.reasons),
             "agent_state": watch.snapshot,
-            "flight_recorder": host.recorder.evidence(watch.name),
+            "flight_recorder": self.recorder.evidence(watch.name),
         }
         kills = watch.kills_of(finding.verdict)
         kill = None if kills is None else kills.pending
@@ -261,7 +273,7 @@ class ServingRestarts:
             at = kill.get("at_unix")
             onset = float(at) if isinstance(at, (int, float)) else onset
         try:
-            incident = await open_incident(host, kind, watch, evidence, onset)
+            incident = await open_incident(self, kind, watch, evidence, onset)
         except HistoryUnwritable as exc:
             # Nothing restarts unrecorded; the fault is still there at the next tick.
             log.warning(
@@ -272,10 +284,10 @@ class ServingRestarts:
             return False
         if kills is not None:
             kills.answer()
-        host.notifier.send(
+        self.notifier.send(
             Event("incident_opened", f"{watch.name} {finding.summary}", watch.name, incident.id)
         )
-        if host.config.guards.dry_run:
+        if self.config.guards.dry_run:
             await close_dry_run(ledger, incident.id, "restart serving")
             return False
         try:
@@ -293,13 +305,11 @@ class ServingRestarts:
             return False
         return ok
 
-    # -- memory guard kills ---------------------------------------------------
-
     def tell_guard_failed(self, watch: NodeWatch) -> None:
         """A guard trip that killed nothing: an alert, not a cluster restart."""
         kill = watch.guard_kill or {}
         watch.answer_guard_kill()
-        self.host.notifier.send(
+        self.notifier.send(
             Event(
                 "memory_guard_failed",
                 f"{watch.name}: the memory guard tripped and {kill.get('result')}: "
@@ -307,40 +317,3 @@ class ServingRestarts:
                 watch.name,
             )
         )
-
-    def _answer_guard_kills_before(self, started_wall: float) -> None:
-        """A serving restart that began after a kill answers it, whatever began it."""
-        for watch in self.host.watches.values():
-            for kills in (watch.memory_kills, watch.gpu_kills):
-                at = None if kills.pending is None else kills.pending.get("at_unix")
-                if isinstance(at, (int, float)) and at <= started_wall:
-                    kills.answer()
-
-    async def kill_recorded(self, watch: NodeWatch) -> bool | None:
-        """A kill of the rank (its memory guard's, a GPU fault's) an earlier
-        controller already opened an incident for: the same kill (agent start,
-        id, time) in the evidence of an incident of the verdict's kind. Looked
-        up over a wide window: the node's clock and ours may differ. None: the
-        history cannot be read now."""
-        verdict = watch.finding.verdict
-        kills = watch.kills_of(verdict)
-        kill = None if kills is None else kills.pending
-        at = None if kill is None else kill.get("at_unix")
-        if kills is None or kill is None or not isinstance(at, (int, float)):
-            return False
-        try:
-            found = await self.host.ledger.read(
-                self.host.ledger.store.list_incidents,
-                node=watch.name,
-                kind=verdict.value,
-                since=float(at) - 4 * FRESH_S,
-                limit=20,
-            )
-        except HistoryUnwritable:
-            return None  # not now: the next tick asks again
-        same = ("agent_started_at", "id", "at_unix")
-        for incident in found:
-            recorded = incident.evidence.get(KILL_EVIDENCE[verdict])
-            if isinstance(recorded, dict) and all(recorded.get(k) == kill.get(k) for k in same):
-                return True
-        return False
