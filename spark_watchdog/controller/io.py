@@ -28,8 +28,8 @@ from spark_watchdog.controller.serving.serving_restart import (
     ServingRestartReport,
 )
 from spark_watchdog.errors import ConfigError
-from spark_watchdog.power.base import SendGate, StepHook, VerifiedPower
-from spark_watchdog.power.paths import PowerPath, build_backend, read_device_secrets, timing_for
+from spark_watchdog.power.base import PowerTiming, SendGate, StepHook, VerifiedPower
+from spark_watchdog.power.paths import PowerPath, build_backend, read_device_secrets
 from spark_watchdog.power.send_window import SendWindow
 from spark_watchdog.power.ssh_banner import BannerResult, check_ssh_banner
 
@@ -63,7 +63,11 @@ class Blocking(Protocol):
 
 BannerCheck = Callable[[str, int, float], Awaitable[BannerResult]]
 WitnessCheck = Callable[[Sequence[str], float], Awaitable[WitnessReport]]
-PowerFactory = Callable[[PowerPath, StepHook, SendGate, SendWindow | None], VerifiedPower]
+# A verified power path: the path and its timing (worked out once at the start,
+# controller/act/power_actions.py), its write-ahead hook, its gate and its send window.
+PowerFactory = Callable[
+    [PowerPath, PowerTiming, StepHook, SendGate, SendWindow | None], VerifiedPower
+]
 # head, workers, token, timeout, profile, and what to tell of each node whose
 # agent answers (a sign of life: controller/look/node_watch.py).
 ServingRunner = Callable[
@@ -120,12 +124,16 @@ async def in_thread(fn: Callable[[], T]) -> T:
 
 def device_power_factory(config: ControllerConfig, clock: Clock) -> PowerFactory:
     def make(
-        path: PowerPath, on_step: StepHook, gate: SendGate, window: SendWindow | None
+        path: PowerPath,
+        timing: PowerTiming,
+        on_step: StepHook,
+        gate: SendGate,
+        window: SendWindow | None,
     ) -> VerifiedPower:
         backend = build_backend(path, read_device_secrets(path))
         return VerifiedPower(
             backend,
-            timing_for(config, path),
+            timing,
             dry_run=config.guards.dry_run,
             on_step=on_step,
             gate=gate,

@@ -10,7 +10,7 @@ from typing import Any, cast
 
 from spark_watchdog.config.controller import ControllerConfig, NodeConfig, SshDevice
 from spark_watchdog.controller.clock import Clock
-from spark_watchdog.controller.io import ControllerIO, RebootAttempt
+from spark_watchdog.controller.io import ControllerIO, PowerFactory, RebootAttempt
 from spark_watchdog.controller.look.http_client import HttpAnswer
 from spark_watchdog.controller.look.witness import WitnessReport
 from spark_watchdog.controller.pair.fence import Fence
@@ -19,8 +19,14 @@ from spark_watchdog.controller.serving.serving_restart import (
     ServingRestart,
     ServingRestartReport,
 )
-from spark_watchdog.power.base import CommandSpacing, SendGate, StepHook, VerifiedPower
-from spark_watchdog.power.paths import PowerPath, timing_for
+from spark_watchdog.power.base import (
+    CommandSpacing,
+    PowerTiming,
+    SendGate,
+    StepHook,
+    VerifiedPower,
+)
+from spark_watchdog.power.paths import PowerPath
 from spark_watchdog.power.send_window import SendWindow
 from spark_watchdog.power.ssh_banner import BannerResult
 from spark_watchdog.simulation.process import Incarnation, InjectedBug
@@ -191,6 +197,38 @@ def sim_agent_restart(world: World, incarnation: Incarnation) -> Any:
     return restart
 
 
+def sim_power(
+    world: World,
+    incarnation: Incarnation,
+    config: ControllerConfig,
+    clock: Clock,
+    spacing: CommandSpacing,
+) -> PowerFactory:
+    """A node's outlet as its verified power path, at the timing the controller gives."""
+
+    def power(
+        path: PowerPath,
+        timing: PowerTiming,
+        on_step: StepHook,
+        gate: SendGate,
+        window: SendWindow | None,
+    ) -> VerifiedPower:
+        outlet = world.outlets[path.node][0]
+        outlet.incarnation = incarnation
+        return VerifiedPower(
+            outlet,
+            timing,
+            dry_run=config.guards.dry_run,
+            on_step=on_step,
+            gate=gate,
+            send_window=window,
+            clock=clock,
+            spacing=spacing,
+        )
+
+    return power
+
+
 def controller_io(
     world: World,
     config: ControllerConfig,
@@ -203,22 +241,6 @@ def controller_io(
     and ``fence``: a pair's (simulation/pair.py), else a lone controller's;
     ``spacing``: the run's own (virtual time starts at 0 in each run)."""
 
-    def power(
-        path: PowerPath, on_step: StepHook, gate: SendGate, window: SendWindow | None
-    ) -> VerifiedPower:
-        outlet = world.outlets[path.node][0]
-        outlet.incarnation = incarnation
-        return VerifiedPower(
-            outlet,
-            timing_for(config, path),
-            dry_run=config.guards.dry_run,
-            on_step=on_step,
-            gate=gate,
-            send_window=window,
-            clock=clock,
-            spacing=spacing,
-        )
-
     async def inline(fn: Callable[[], Any]) -> Any:
         incarnation.check()
         return fn()
@@ -228,7 +250,7 @@ def controller_io(
         agents=SimAgents(world, incarnation),
         banner=sim_banner(world, incarnation),
         witness=sim_witness(world, incarnation),
-        power_factory=power,
+        power_factory=sim_power(world, incarnation, config, clock, spacing),
         serving=sim_serving(world, incarnation, config, clock),
         agent_restart=sim_agent_restart(world, incarnation),
         forced_reboot=sim_forced_reboot(world, incarnation),

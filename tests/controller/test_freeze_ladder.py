@@ -13,6 +13,7 @@ from part_fakes import StepClock, Told, inline
 
 from spark_watchdog.config.controller import ControllerConfig, parse_controller_config
 from spark_watchdog.controller.act.holds import Holds
+from spark_watchdog.controller.act.power_actions import RungPath, freeze_rungs
 from spark_watchdog.controller.act.recovery import FreezeLadder, FreezeTools, RungOutcome
 from spark_watchdog.controller.decide.node_states import NodeEvent, NodeState
 from spark_watchdog.controller.look.node_watch import NodeWatch
@@ -44,6 +45,7 @@ class Outlet:
     state: PowerState = PowerState.ON
     cycles: list[float] = field(default_factory=list)
     name: str = "pdu outlet 1"
+    asked: list[tuple[str, int]] = field(default_factory=list)  # (power path, rung) asked for
 
     @property
     def backend(self) -> Outlet:
@@ -68,15 +70,18 @@ class Outlet:
 
 
 class PowerPathFake:
-    """What the ladder asks of the power actions: the slot, the lock, the path, the guard."""
+    """What the ladder asks of the power actions: the rungs, the slot, the lock, the
+    path, the guard."""
 
-    def __init__(self, outlet: Outlet) -> None:
+    def __init__(self, outlet: Outlet, rungs: dict[str, tuple[RungPath, ...]]) -> None:
+        self.rungs = rungs
         self.slot = asyncio.Semaphore(1)
         self.budget_lock = asyncio.Lock()
         self.outlet = outlet
         self.cycles_noted: list[int] = []
 
-    def power_for(self, path: Any, watch: NodeWatch, incident_id: int) -> Any:
+    def power_for(self, path: RungPath, rung: int, watch: NodeWatch, incident_id: int) -> Any:
+        self.outlet.asked.append((path.path.key_path, rung))
         outlet = self.outlet
 
         class Power:
@@ -155,7 +160,7 @@ async def _run(tmp_path: Path, look: Look) -> tuple[RungOutcome, NodeWatch, Any,
         cast(Notifier, told),
         cast(Any, look),
         holds,
-        cast(Any, PowerPathFake(outlet)),
+        cast(Any, PowerPathFake(outlet, freeze_rungs(config))),
         cast(Any, serving),
     )
     outcome = await FreezeLadder(tools, watch, incident.id).run()
@@ -184,6 +189,7 @@ def test_a_frozen_host_is_cycled_once_recorded_first_and_recovered_by_its_new_bo
     )
     assert outcome is RungOutcome.RECOVERED
     assert len(outlet.cycles) == 1
+    assert outlet.asked == [("nodes[0].power[0]", 0)]  # the node's first rung, by the plan
     steps = [s.step for s in store.steps(incident_id)]
     assert steps.index("rung_started") < steps.index("new_boot_seen")
     assert store.incident(incident_id).incident.resolution == "recovered"

@@ -14,6 +14,7 @@ from spark_watchdog.config.controller import SshDevice, parse_controller_config
 from spark_watchdog.controller.act import unlatch
 from spark_watchdog.controller.act.gentle_tools import GentleTools
 from spark_watchdog.controller.act.holds import Holds
+from spark_watchdog.controller.act.power_actions import RungPath, freeze_rungs
 from spark_watchdog.controller.decide.node_states import NodeEvent, NodeState
 from spark_watchdog.controller.decide.planner import Action, Guards
 from spark_watchdog.controller.io import RebootAttempt
@@ -67,8 +68,8 @@ class Told:
 
 
 class Power:
-    def __init__(self, host: Host, *, held: bool) -> None:
-        self.host, self.held = host, held
+    def __init__(self, host: Host, *, held: bool, rungs: dict[str, tuple[RungPath, ...]]) -> None:
+        self.host, self.held, self.rungs = host, held, rungs
         self.halts: list[str] = []
 
     async def guards(self, watch: NodeWatch, action: Action = Action.CYCLE) -> Guards:
@@ -126,7 +127,7 @@ async def _unlatch(tmp_path: Path, *, held: bool) -> tuple[str, NodeWatch, Power
     watch.boot_id, watch.agent_answer_at = "boot-1", clock.now
     host = clock.host = Host(watch, clock)
     holds = Holds(config, ledger, cast(Notifier, told), cast(Any, clock), {watch.name: watch})
-    power = Power(host, held=held)
+    power = Power(host, held=held, rungs=freeze_rungs(config))
     incident = await incident_log.open_incident(ledger, unlatch.KIND, [watch.name], evidence={})
     watch.apply(NodeEvent.LATCH_CONFIRMED, incident=incident.id)
     serving: Any = None  # the clock-latch ladder restarts no serving itself

@@ -18,7 +18,6 @@ from typing import Any
 
 from spark_watchdog.controller.act.crew import Crew
 from spark_watchdog.controller.act.parts import Ladder
-from spark_watchdog.controller.act.power_actions import rungs_of
 from spark_watchdog.controller.act.recovery import FreezeLadder, FreezeTools, RungOutcome
 from spark_watchdog.controller.decide.node_states import NodeEvent
 from spark_watchdog.controller.decide.resume_plan import Phase, ResumeInfo, resume_plan
@@ -135,7 +134,7 @@ class FreezePath:
 
     async def record_dry_run(self, watch: NodeWatch, reason: str) -> None:
         """One dry-run incident for this spell (decided once: controller/decide/decisions.py)."""
-        rungs = rungs_of(self.crew.config, watch)
+        rungs = self.crew.power.rungs[watch.name]
         incident = await incident_log.open_incident(
             self.crew.ledger,
             "host_frozen",
@@ -149,7 +148,7 @@ class FreezePath:
             self.crew.ledger.store.record_action,
             watch.name,
             "cycle",
-            device=f"power path {rungs[0].key_path}" if rungs else "none",
+            device=f"power path {rungs[0].path.key_path}" if rungs else "none",
             incident_id=incident.id,
             rung=0,
             dry_run=True,

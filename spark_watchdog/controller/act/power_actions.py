@@ -1,6 +1,10 @@
 """Every power action of the controller, behind its guards (docs/design.md, "Guards").
 
-``power_for`` builds a verified power path (power/base.py) whose every step
+Each node's rungs, the power paths that can reach a frozen host and their
+timings, are worked out once, when the controller starts (its config is
+never reloaded while it runs): ``rungs``, read by the ladder, the guards,
+the clock-latch ladder and the dry run alike. ``power_for`` builds one
+rung's verified power path (power/base.py) whose every step
 is written to the history before its command leaves, with the send gate
 that reads the holds and the pair's fence right before an off. ``guards``
 gathers what ``planner.power_blocked`` judges (holds, breaker, the budget
@@ -15,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from spark_watchdog.config.controller import ControllerConfig, SshDevice
@@ -31,8 +35,8 @@ from spark_watchdog.controller.record.ledger import HistoryUnwritable, Ledger
 from spark_watchdog.controller.record.notify import Event, Notifier
 from spark_watchdog.errors import SendRefused, WatchdogError
 from spark_watchdog.history.records import CLUSTER
-from spark_watchdog.power.base import PowerState, PowerStep, VerifiedPower
-from spark_watchdog.power.paths import PowerPath, power_paths
+from spark_watchdog.power.base import PowerState, PowerStep, PowerTiming, VerifiedPower
+from spark_watchdog.power.paths import PowerPath, power_paths, timing_for
 from spark_watchdog.steps import StepName
 
 log = logging.getLogger("spark_watchdog.controller")
@@ -45,10 +49,25 @@ _BEFORE_A_CUT = frozenset(
 _NOTHING_LEFT = frozenset({StepName.OFF_WITHDRAWN, StepName.ON_WITHDRAWN})
 
 
-def rungs_of(config: ControllerConfig, watch: NodeWatch) -> list[PowerPath]:
-    """The node's power paths that can reach a frozen host (SSH cannot)."""
-    node = config.node(watch.name)
-    return [p for p in power_paths(config, node) if not p.is_soft]
+@dataclass(frozen=True)
+class RungPath:
+    """One rung of a node's freeze ladder: a power path that can reach a frozen
+    host (SSH cannot), and its timing."""
+
+    path: PowerPath
+    timing: PowerTiming
+
+
+def freeze_rungs(config: ControllerConfig) -> dict[str, tuple[RungPath, ...]]:
+    """Each node's rungs, in the order its power paths are configured."""
+    return {
+        node.name: tuple(
+            RungPath(path, timing_for(config, path))
+            for path in power_paths(config, node)
+            if not path.is_soft
+        )
+        for node in config.nodes
+    }
 
 
 class PowerActions:
@@ -71,6 +90,8 @@ class PowerActions:
         self.budgets = budgets
         self.holds = holds
         self.watches = watches
+        # Each node's rungs, by its name: worked out once, the config never changes.
+        self.rungs = freeze_rungs(config)
         # How many power commands may be in flight at once.
         self.slot = asyncio.Semaphore(config.guards.max_concurrent_power_actions)
         # Held from a rung's guard check to its record (see rung.Rung._preflight).
@@ -79,8 +100,10 @@ class PowerActions:
     def note_cycle(self, node: str, action_id: int) -> None:
         self.budgets.note_cycle(node, action_id)
 
-    def power_for(self, path: PowerPath, watch: NodeWatch, incident_id: int) -> VerifiedPower:
-        """A verified power path whose every step is written ahead, with the send gate.
+    def power_for(
+        self, rung_path: RungPath, rung: int, watch: NodeWatch, incident_id: int
+    ) -> VerifiedPower:
+        """Rung ``rung``'s verified power path, its every step written ahead, with the send gate.
 
         What its cycle raises steers the ladder (controller/act/recovery.py):
 
@@ -93,7 +116,7 @@ class PowerActions:
         :raises FoundOff: the outlet was off before anything was sent.
         :raises Ambiguous: a command may or may not have landed: held for a person.
         """
-        rung = rungs_of(self.config, watch).index(path)
+        path = rung_path.path
 
         async def write_ahead(step: PowerStep) -> None:
             # Awaited by VerifiedPower *before* each command leaves.
@@ -108,7 +131,9 @@ class PowerActions:
             return why
 
         # The lease's send window once more, from inside the backend (power/send_window.py).
-        return self.io.power_factory(path, write_ahead, gate, self.fence.send_refusal)
+        return self.io.power_factory(
+            path, rung_path.timing, write_ahead, gate, self.fence.send_refusal
+        )
 
     async def _write_ahead(
         self, path: PowerPath, rung: int, node: str, incident_id: int, step: PowerStep
@@ -211,7 +236,7 @@ class PowerActions:
             cluster_budget=g.cluster_budget,
             power_actions_in_flight=in_flight,
             max_concurrent_power_actions=g.max_concurrent_power_actions,
-            rungs=len(rungs_of(self.config, watch)),
+            rungs=len(self.rungs[watch.name]),
             # Rungs tried for the node's open incident; none outside one.
             rungs_done=frozenset(
                 watch.conduct.rungs_done if watch.conduct.incident_id is not None else ()

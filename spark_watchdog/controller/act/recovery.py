@@ -33,7 +33,6 @@ from typing import Any
 
 from spark_watchdog.controller.act.freeze_tools import FreezeTools, RungOutcome
 from spark_watchdog.controller.act.ladder import new_boot
-from spark_watchdog.controller.act.power_actions import rungs_of
 from spark_watchdog.controller.act.rung import Rung
 from spark_watchdog.controller.clock import remaining
 from spark_watchdog.controller.decide.detector import Verdict
@@ -93,7 +92,7 @@ class FreezeLadder:
 
     async def _ladder(self, resume: ResumeInfo | None) -> RungOutcome:
         watch = self.watch
-        paths = rungs_of(self.tools.config, watch)
+        paths = self.tools.power.rungs[watch.name]
         plan: RungPlan | None = None
         if resume is not None:
             if resume.phase is Phase.SERVING:

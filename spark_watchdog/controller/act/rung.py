@@ -17,6 +17,7 @@ from typing import Any
 
 from spark_watchdog.controller.act.freeze_tools import LadderSteps, RungOutcome
 from spark_watchdog.controller.act.left_cycle import LeftCycle, Unsettled
+from spark_watchdog.controller.act.power_actions import RungPath
 from spark_watchdog.controller.decide.node_states import NodeEvent
 from spark_watchdog.controller.decide.planner import Block
 from spark_watchdog.controller.decide.resume_plan import RungPlan
@@ -25,7 +26,6 @@ from spark_watchdog.controller.record.incident_log import Resolution
 from spark_watchdog.controller.record.ledger import HistoryUnwritable
 from spark_watchdog.errors import Ambiguous, FoundOff, PowerError, SendRefused, Withdrawn
 from spark_watchdog.power.base import HOLD_TOLERANCE_S, PowerState, VerifiedPower, close_quietly
-from spark_watchdog.power.paths import PowerPath
 from spark_watchdog.steps import StepName
 
 log = logging.getLogger("spark_watchdog.controller")
@@ -45,7 +45,7 @@ SEND_REFUSALS_BEFORE_HOLD = 3
 class Rung:
     """One power path's turn in an incident."""
 
-    def __init__(self, ladder: LadderSteps, path: PowerPath, plan: RungPlan) -> None:
+    def __init__(self, ladder: LadderSteps, path: RungPath, plan: RungPlan) -> None:
         self.ladder = ladder
         self.tools = ladder.tools
         self.watch = ladder.watch
@@ -65,7 +65,7 @@ class Rung:
         watch, plan, tools, ladder = self.watch, self.plan, self.tools, self.ladder
         node = watch.name
         watch.apply(NodeEvent.RUNG_STARTED, rung=plan.rung)
-        power = tools.power.power_for(self.path, watch, ladder.incident_id)
+        power = tools.power.power_for(self.path, plan.rung, watch, ladder.incident_id)
         if plan.boot_before is None:
             plan.boot_before = watch.boot_id
         async with tools.power.slot:

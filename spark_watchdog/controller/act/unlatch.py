@@ -31,7 +31,6 @@ from __future__ import annotations
 from spark_watchdog.config.controller import ControllerConfig
 from spark_watchdog.controller.act.gentle_tools import GentleTools
 from spark_watchdog.controller.act.ladder import new_boot, resolve, wait_for
-from spark_watchdog.controller.act.power_actions import rungs_of
 from spark_watchdog.controller.act.wedged import ssh_device
 from spark_watchdog.controller.decide.node_states import NodeEvent
 from spark_watchdog.controller.decide.planner import Action, power_blocked
@@ -159,10 +158,10 @@ async def await_boot(
 
 async def blocked(host: GentleTools, watch: NodeWatch) -> str | None:
     """Why the node cannot be halted and cut for its latch now; None: it can."""
-    config, guards = host.config, host.config.guards
+    guards = host.config.guards
     if ssh_device(watch) is None:
         return "no ssh path to halt it cleanly"
-    if not rungs_of(config, watch):
+    if not host.power.rungs[watch.name]:
         return "no power path that can cut its outlet"
     stopped = power_blocked(await host.power.guards(watch, Action.LONG_CUT), Action.LONG_CUT)
     if stopped is not None:
