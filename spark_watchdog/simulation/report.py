@@ -43,6 +43,9 @@ class Report:
     pair: bool = False
     epochs: int = 0
     takeovers: int = 0
+    # How the quiet tail ended (docs/simulation.md, "The tail"): "at rest",
+    # "left to a person" or "at the cap".
+    tail: str = "at the cap"
 
     @property
     def node_hours(self) -> float:

@@ -34,12 +34,12 @@ from spark_watchdog.simulation.pair import SimPair
 from spark_watchdog.simulation.process import PROCESS, Incarnation, Killed
 from spark_watchdog.simulation.report import ErrorTrap, with_incidents
 from spark_watchdog.simulation.report import Report as Report
-from spark_watchdog.simulation.rest import at_rest, ladder_running
 from spark_watchdog.simulation.run_checks import RunChecks
 from spark_watchdog.simulation.schedule import Scripted as Scripted
 from spark_watchdog.simulation.schedule import pair_faults, random_faults
 from spark_watchdog.simulation.seams import controller_io
 from spark_watchdog.simulation.sim_config import random_config
+from spark_watchdog.simulation.tail import QuietTail
 from spark_watchdog.simulation.world import SimOutlet, World
 
 SelfTimed = Literal["never", "always", "failing"]
@@ -111,7 +111,7 @@ class _Store:
         return call
 
 
-class _Run(FaultPlays):
+class _Run(FaultPlays, QuietTail):
     def __init__(
         self,
         seed: int,
@@ -315,7 +315,7 @@ class _Run(FaultPlays):
         # (a head that never gets ready holds it for serving.start_timeout).
         cut = max(policy.power_off_seconds, policy.clock_latch_off_seconds)
         tail = 4 * (cut + g.boot_timeout + 60.0) + self.config.serving.start_timeout + 120.0
-        elapsed = await self._faults_then_rest(loop, fault_window, fault_window + tail)
+        elapsed, how = await self._faults_then_rest(loop, fault_window, fault_window + tail)
         # A ladder begun late in the tail (a clock latch answered once its node
         # was free) runs to its end, for at most one more of the longest: the
         # invariants judge where a ladder ends, not its middle.
@@ -331,7 +331,7 @@ class _Run(FaultPlays):
             self.pair.stop()
         self.kill_quietly()
         await asyncio.sleep(0)
-        return self.report(elapsed)
+        return self.report(elapsed, how)
 
     def _schedule_faults(self, loop: asyncio.AbstractEventLoop, fault_window: float) -> None:
         """The script's faults, or random ones (a Poisson process) over the fault window."""
@@ -346,49 +346,7 @@ class _Run(FaultPlays):
         for at, fault, on in self.script if self.script is not None else schedule:
             loop.call_at(at, self.inject, fault, on)
 
-    async def _faults_then_rest(
-        self, loop: asyncio.AbstractEventLoop, fault_window: float, end: float
-    ) -> float:
-        """Watch the incidents through the fault window, heal everything, then wait
-        (until ``end`` at most) for the world to come to rest; the time reached."""
-        elapsed, settled = 0.0, 0
-        healed = False
-        while elapsed < end:
-            await asyncio.sleep(5.0)
-            elapsed = loop.time()
-            self.checks.incidents()
-            if elapsed >= fault_window and not healed:
-                self.heal_all()
-                healed = True
-            elif healed:
-                # Done early once everything has come to rest twice in a row.
-                settled = settled + 1 if self.settled() else 0
-                if settled >= 2:
-                    break
-        return elapsed
-
-    def _ladder_running(self) -> bool:
-        """The watched controller is cutting, booting or running a ladder for a node."""
-        controller = self.controller
-        return controller is not None and self.incarnation.alive and ladder_running(controller)
-
-    def settled(self) -> bool:
-        """The watched controller (and a pair) steady, its world at rest."""
-        controller = self.controller
-        if controller is None or not self.incarnation.alive:
-            return False
-        if self.pair is not None and not self.pair.steady():
-            return False
-        return at_rest(controller, self.world)
-
-    def serving_fault_restarts(self) -> list[tuple[float, int]]:
-        """Every controller process's restarts for serving faults (virtual time)."""
-        seen = [*self.retired_serving_restarts]
-        if self.controller is not None:
-            seen.extend(self.controller.serving.budget.fault_restarts)
-        return list(dict.fromkeys(seen))
-
-    def report(self, elapsed: float) -> Report:
+    def report(self, elapsed: float, tail: str) -> Report:
         truth = self.world.truth
         seen = Report(
             seed=self.seed,
@@ -408,6 +366,7 @@ class _Run(FaultPlays):
             pair=self.pair is not None,
             epochs=0 if self.pair is None else self.pair.epochs,
             takeovers=0 if self.pair is None else self.pair.takeovers,
+            tail=tail,
         )
         return with_incidents(seen, self.store)
 
