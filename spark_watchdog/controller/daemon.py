@@ -38,13 +38,14 @@ from spark_watchdog.controller.act import unlatch, wedged
 from spark_watchdog.controller.act.agent_restart import AgentRestarts
 from spark_watchdog.controller.act.crew import Crew
 from spark_watchdog.controller.act.freeze_path import FreezePath
+from spark_watchdog.controller.act.gentle_tools import GentleTools
 from spark_watchdog.controller.act.hands import Hands
 from spark_watchdog.controller.act.holds import Holds
 from spark_watchdog.controller.act.ladder_tasks import UnlatchLadders, WedgedLadders
 from spark_watchdog.controller.act.parts import Parts, Work
 from spark_watchdog.controller.act.power_actions import PowerActions
 from spark_watchdog.controller.decide.decisions import ClusterView, needs, plan, plan_cluster
-from spark_watchdog.controller.decide.detector import DetectionPolicy, Verdict
+from spark_watchdog.controller.decide.detector import DetectionPolicy
 from spark_watchdog.controller.decide.planner import QUIET_STEPS, Step
 from spark_watchdog.controller.decide.watcher_doubt import WatcherDoubt
 from spark_watchdog.controller.io import ControllerIO
@@ -54,7 +55,8 @@ from spark_watchdog.controller.record import incident_log
 from spark_watchdog.controller.record.budgets import Budgets
 from spark_watchdog.controller.record.incident_log import Resolution
 from spark_watchdog.controller.record.ledger import HistoryUnwritable, Ledger
-from spark_watchdog.controller.record.notify import Event, Notifier
+from spark_watchdog.controller.record.notify import Notifier
+from spark_watchdog.controller.record.verdict_alerts import VerdictAlerts
 from spark_watchdog.controller.serving.serving_policy import ServingRestarts
 from spark_watchdog.controller.views import cluster_view, history_reads, node_view
 from spark_watchdog.errors import WatchdogError
@@ -87,10 +89,10 @@ class Controller:
         # What /metrics counts: incidents, actions, verdict changes (in memory).
         self.tallies = self.ledger.tallies
         self.tallies.seed_nodes(n.name for n in config.nodes)
-        self._counted_verdicts: dict[str, str] = {}
-        # Nodes called unreachable (monotonic time the verdict began); the alert
-        # goes once the verdict has lasted freeze_after (_tell_unreachable).
-        self._unreachable_since: dict[str, float] = {}
+        # What each verdict change tells a person and counts (controller/record/verdict_alerts.py).
+        self.alerts = VerdictAlerts(
+            self.notifier, self.clock, self.tallies, config.detection.freeze_after
+        )
         self.policy = DetectionPolicy(
             freeze_after=config.detection.freeze_after,
             banner_misses=config.detection.banner_misses,
@@ -136,8 +138,11 @@ class Controller:
         self.crew = Crew.of(parts, self.serving)
         # A frozen host's incident and its ladder (controller/act/freeze_path.py).
         self.freeze = FreezePath(self.crew)
-        self.wedged = WedgedLadders(self.crew)
-        self.unlatch = UnlatchLadders(self.crew)
+        tools = GentleTools(
+            config, self.clock, ledger, notifier, self.holds, self.power, self.serving
+        )
+        self.wedged = WedgedLadders(tools, self.work, watches, self.recorder)
+        self.unlatch = UnlatchLadders(tools, self.work, watches, self.recorder)
         self.agent_restarts = AgentRestarts(
             config, ledger, notifier, self.clock, io, self.fence.check_leading
         )
@@ -152,7 +157,7 @@ class Controller:
         self._tick_started = self.clock.monotonic()
         self.doubt.tick_started(self._tick_started)
         for watch, before in await self.monitor.sweep():
-            self._verdict_changed(watch, before)
+            self.alerts.changed(watch, before)
         now = self.clock.monotonic()
         self.doubt.sweep_took(now - self._tick_started, now)
         if self.fence.deposed():
@@ -170,68 +175,15 @@ class Controller:
         for watch in self.watches.values():
             if await self._act(watch, cluster):
                 cluster = cluster_view(*self._cluster_parts())
-            self._tell_unreachable(watch)
+            self.alerts.tell_unreachable(watch)
         await self.freeze.refresh_offenders()
-        for watch in self.watches.values():
-            if self._counted_verdicts.get(watch.name) != watch.verdict:
-                self._counted_verdicts[watch.name] = watch.verdict
-                self.tallies.note_verdict(watch.name, watch.verdict)
+        self.alerts.count(self.watches.values())
         self.ticks += 1
         self.last_sweep_s = self.clock.monotonic() - self._tick_started
         self.published = self.status_json()
 
     def _cluster_parts(self) -> tuple[Parts, ServingRestarts, WatcherDoubt, float, bool]:
         return self.parts, self.serving, self.doubt, self.policy.late_after, bool(self._doubted)
-
-    def _verdict_changed(self, watch: NodeWatch, before: Verdict) -> None:
-        finding = watch.finding
-        log.info(
-            "%s: %s",
-            watch.name,
-            finding.summary,
-            extra={"node": watch.name, "verdict": finding.verdict.value},
-        )
-        if finding.verdict is Verdict.UNOBSERVABLE:
-            self.notifier.send(Event("unobservable", f"{watch.name} {finding.summary}", watch.name))
-        if finding.verdict is Verdict.UNREACHABLE:
-            self._unreachable_since[watch.name] = self.clock.monotonic()
-        else:
-            self._unreachable_since.pop(watch.name, None)
-        handed_over = watch.off_seconds_override is not None  # halted for a clock latch
-        if (
-            before is Verdict.REBOOTING
-            and finding.verdict is not Verdict.HEALTHY
-            and not handed_over
-        ):
-            # Gone down in order, not back within boot_timeout: a person should look
-            # (silent, it becomes host_frozen; still refusing, it is never fenced).
-            self.notifier.send(
-                Event("reboot_overdue", f"{watch.name} {finding.summary}", watch.name)
-            )
-
-    def _tell_unreachable(self, watch: NodeWatch) -> None:
-        """The ``unreachable`` alert, once the verdict has lasted ``freeze_after``.
-
-        The path that broke is the controller's own to the node: its cable,
-        switch port, NIC or VLAN. A host that freezes right after the
-        controller last saw it is briefly unreachable too (its peers' or the
-        head's last sightings are newer than the controller's own), until those
-        are ``freeze_after`` old and it is host_frozen. So the alert waits:
-        the verdict still standing ``freeze_after`` after it began means the
-        node was seen alive after the controller lost it (docs/design.md, "Peers").
-        """
-        since = self._unreachable_since.get(watch.name)
-        if since is None or self.clock.monotonic() - since < self.config.detection.freeze_after:
-            return
-        del self._unreachable_since[watch.name]  # told once per spell
-        self.notifier.send(
-            Event(
-                "unreachable",
-                f"{watch.name} {watch.finding.summary}; check the management path to it "
-                f"({watch.config.agent}, ssh {watch.config.banner_host})",
-                watch.name,
-            )
-        )
 
     async def _act(self, watch: NodeWatch, cluster: ClusterView) -> bool:
         """Carry out what controller/decide/decisions.py decides for the node, in

@@ -9,8 +9,9 @@ what it may import from the rest of the controller.
 - ``act`` and ``serving`` (the ladders, the power actions, the serving and
   agent restarts) carry out: they never import the decision, the page or the
   pair; a part that carries out does not ask again whether it may;
-- ``record`` (the history's door, incidents, alerts, tallies) never imports
-  what looks deeper than a node's answer, decides or carries out;
+- ``record`` (the history's door, incidents, alerts, tallies) tells and
+  keeps what was seen and done: it never imports what carries out, the
+  decision, the page or the pair's loop;
 - ``page`` (the status API and the operator's page) reads and records, and
   never carries out;
 - ``pair`` (two controllers and their lease) sits above the loop.
@@ -42,7 +43,7 @@ MAY_IMPORT: dict[str, tuple[str, ...]] = {
     "look": ("look", *JUDGES, *SEAMS),
     "act": ("act", "look", "serving", "record", "pair.fence", *JUDGES, *SEAMS),
     "serving": ("serving", "look", "record", "act.ladder", *JUDGES, *SEAMS),
-    "record": ("record", "look.http_client", "pair.fence", "clock"),
+    "record": ("record", "look", "pair.fence", "clock", *JUDGES),
     "page": ("page", "look", "record", *JUDGES),
     "pair": ("pair", "page", "record", "daemon", *SEAMS),
 }
