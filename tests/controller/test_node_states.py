@@ -98,3 +98,17 @@ def test_a_gentler_ladder_ends_only_its_own_state() -> None:
     watch.apply(NodeEvent.LATCH_CONFIRMED, incident=5)
     watch.leave_ladder(5, NodeEvent.HANDED_TO_POWER)
     assert watch.state is NodeState.WATCHING
+
+
+def test_a_watchs_state_is_the_kind_of_what_it_does_through_every_change() -> None:
+    from spark_watchdog.config.controller import NodeConfig
+    from spark_watchdog.controller.look.node_watch import NodeWatch
+
+    config = NodeConfig(name="spark-1", agent="http://spark-1:9101")
+    watch = NodeWatch(config, 0.0)
+    assert (watch.name, watch.state) == ("spark-1", NodeState.WATCHING)
+    assert NodeWatch(config, 0.0, doing=Held("a person", HeldBy.OPERATOR)).state is NodeState.HELD
+    for event in (NodeEvent.FROZEN_CONFIRMED, NodeEvent.RUNG_STARTED, NodeEvent.POWER_RESTORED):
+        assert watch.apply(event, rung=0) is watch.state is watch.doing.kind
+    assert watch.apply(NodeEvent.HOLD, reason="operator") is watch.state is NodeState.HELD
+    assert watch.apply(NodeEvent.RELEASE) is watch.state is watch.doing.kind

@@ -106,10 +106,13 @@ class NodeWatch:
     # may have been) halted. Dropped when the agent reports any other boot.
     off_seconds_override: float | None = None
     halted_boot: str | None = None
+    # Plain reads: the config's name (never changes), the kind of ``doing`` (set in apply).
+    name: str = field(init=False)
+    state: NodeState = field(init=False)
 
-    @property
-    def name(self) -> str:
-        return self.config.name
+    def __post_init__(self) -> None:
+        self.name = self.config.name
+        self.state = self.doing.kind
 
     @property
     def last_life_at(self) -> float | None:
@@ -373,10 +376,6 @@ class NodeWatch:
         )
 
     @property
-    def state(self) -> NodeState:
-        return self.doing.kind
-
-    @property
     def held_reason(self) -> str | None:
         return self.doing.reason if isinstance(self.doing, Held) else None
 
@@ -395,7 +394,8 @@ class NodeWatch:
             state lacks what it carries.
         """
         self.doing = enter(self.doing, event, rung=rung, incident=incident, reason=reason, by=by)
-        return self.doing.kind
+        self.state = self.doing.kind
+        return self.state
 
     def leave_ladder(self, incident: int, event: NodeEvent = NodeEvent.LADDER_ENDED) -> None:
         """The gentler ladder of ``incident`` ended (``LADDER_ENDED``) or gave
