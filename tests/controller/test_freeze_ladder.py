@@ -46,6 +46,7 @@ class Outlet:
     cycles: list[float] = field(default_factory=list)
     name: str = "pdu outlet 1"
     asked: list[tuple[str, int]] = field(default_factory=list)  # (power path, rung) asked for
+    counted: list[int] = field(default_factory=list)  # the actions counted against the budgets
 
     @property
     def backend(self) -> Outlet:
@@ -69,6 +70,16 @@ class Outlet:
         return Cycled()
 
 
+class Budgets:
+    """The cycles a rung counts against the budgets once it is recorded."""
+
+    def __init__(self, counted: list[int]) -> None:
+        self.counted = counted
+
+    def note_cycle(self, node: str, action_id: int) -> None:
+        self.counted.append(action_id)
+
+
 class PowerPathFake:
     """What the ladder asks of the power actions: the rungs, the slot, the lock, the
     path, the guard."""
@@ -78,7 +89,7 @@ class PowerPathFake:
         self.slot = asyncio.Semaphore(1)
         self.budget_lock = asyncio.Lock()
         self.outlet = outlet
-        self.cycles_noted: list[int] = []
+        self.budgets = Budgets(outlet.counted)
 
     def power_for(self, path: RungPath, rung: int, watch: NodeWatch, incident_id: int) -> Any:
         self.outlet.asked.append((path.path.key_path, rung))
@@ -98,9 +109,6 @@ class PowerPathFake:
 
     async def rung_blocked(self, watch: NodeWatch) -> None:
         return None
-
-    def note_cycle(self, node: str, action_id: int) -> None:
-        self.cycles_noted.append(action_id)
 
 
 class Serving:
@@ -190,6 +198,7 @@ def test_a_frozen_host_is_cycled_once_recorded_first_and_recovered_by_its_new_bo
     assert outcome is RungOutcome.RECOVERED
     assert len(outlet.cycles) == 1
     assert outlet.asked == [("nodes[0].power[0]", 0)]  # the node's first rung, by the plan
+    assert outlet.counted == [a.id for a in store.actions(node=watch.name, limit=None)] != []
     steps = [s.step for s in store.steps(incident_id)]
     assert steps.index("rung_started") < steps.index("new_boot_seen")
     assert store.incident(incident_id).incident.resolution == "recovered"

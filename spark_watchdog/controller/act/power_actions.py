@@ -97,9 +97,6 @@ class PowerActions:
         # Held from a rung's guard check to its record (see rung.Rung._preflight).
         self.budget_lock = asyncio.Lock()
 
-    def note_cycle(self, node: str, action_id: int) -> None:
-        self.budgets.note_cycle(node, action_id)
-
     def power_for(
         self, rung_path: RungPath, rung: int, watch: NodeWatch, incident_id: int
     ) -> VerifiedPower:

@@ -136,7 +136,7 @@ class Rung:
             step=StepName.RUNG_STARTED,
             step_detail=detail,
         )
-        tools.power.note_cycle(watch.name, action.id)
+        tools.power.budgets.note_cycle(watch.name, action.id)
         return action
 
     async def _not_sent(self, exc: HistoryUnwritable | SendRefused) -> RungOutcome:
