@@ -121,7 +121,7 @@ def test_nothing_starts_where_something_already_has_the_node_or_the_watcher_is_i
         assert node.latch_answered != node.latched_boot
     if Step.HAND_TO_POWER in steps:
         assert node.unwedging and node.finding.verdict is Verdict.HOST_FROZEN
-    if steps & {Step.RECORD_DRY_RUN, Step.UNWEDGE}:
+    if steps & {Step.RECORD_DRY_RUN, Step.UNWEDGE, Step.RESTART_SERVING}:
         assert not node.dry_run_recorded, "one dry-run incident a spell"
     guard_settled = node.guard_kill in (GuardKill.FAILED, GuardKill.OLD)
     if guard_settled and node.finding.verdict is Verdict.MEMORY_EXHAUSTED:
@@ -259,6 +259,10 @@ def test_dry_run_records_one_incident_a_spell() -> None:
     assert [d.step for d in plan(wedged, ClusterView(), dry)] == [Step.UNWEDGE]
     again = replace(wedged, dry_run_recorded=True)
     assert [d.step for d in plan(again, ClusterView(), dry)] == [Step.NOTHING]
+    dead = _frozen(finding=Finding(Verdict.SERVING_DEAD, ("no rank",)))
+    assert [d.step for d in plan(dead, ClusterView(), dry)] == [Step.RESTART_SERVING]
+    told = replace(dead, dry_run_recorded=True)
+    assert [d.step for d in plan(told, ClusterView(), dry)] == [Step.NOTHING]
 
 
 @settings(max_examples=500, deadline=None)

@@ -282,7 +282,7 @@ def _acted_on(node: NodeView, cluster: ClusterView, reads: Reads) -> tuple[Decis
     if reads.guards is None:
         return (Decision(Step.NOTHING, "the guards could not be read: next tick"),)
     decision = decide(node.state, node.finding, reads.guards)
-    if decision.step in (Step.RECORD_DRY_RUN, Step.UNWEDGE) and node.dry_run_recorded:
+    if decision.step in _DRY_RUN_ONCE and node.dry_run_recorded:
         # Dry run: one incident a spell records what would be done, not one a tick.
         return (Decision(Step.NOTHING, "dry run: recorded for this spell already"),)
     if decision.step is Step.RESTART_AGENT and (
@@ -296,6 +296,10 @@ def _acted_on(node: NodeView, cluster: ClusterView, reads: Reads) -> tuple[Decis
     if decision.step is Step.NOTHING and node.finding.verdict is not Verdict.HOST_FROZEN:
         return (decision, Decision(Step.FORGET_DRY_RUN, decision.reason))
     return (decision,)
+
+
+# What opens an incident that dry run records and closes at once: once a spell.
+_DRY_RUN_ONCE = (Step.RECORD_DRY_RUN, Step.UNWEDGE, Step.RESTART_SERVING)
 
 
 def _unwedge(decision: Decision, reads: Reads) -> tuple[Decision, ...]:

@@ -19,7 +19,8 @@ class NodeConduct:
     _rungs_done: set[int] = field(default_factory=set)
     # Commands a pair's send gate refused in a row (controller/act/recovery.py).
     send_refusals: int = 0
-    # The dry-run incident of the current freeze: one per freeze, not one per tick.
+    # The dry-run incident of the current spell (a freeze, a serving fault, a
+    # wedged GPU): one per spell, not one per tick.
     dry_run_incident: int | None = None
     last_agent_restart: float = float("-inf")  # monotonic
     # A hold the controller placed itself (recovery failure, ambiguity) that the
@@ -77,7 +78,7 @@ class NodeConduct:
     # -- everything else ---------------------------------------------------
 
     def dry_run_recorded(self, incident: int | None) -> None:
-        """The freeze's dry-run incident (None: the next freeze is a new one)."""
+        """The spell's dry-run incident (None: the next spell's is a new one)."""
         self.dry_run_incident = incident
 
     def agent_restarted(self, at: float) -> None:

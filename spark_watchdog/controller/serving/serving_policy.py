@@ -254,12 +254,11 @@ class ServingRestarts:
         the background (controller/decide/decisions.py decided that it may, now)."""
         self.task = asyncio.get_running_loop().create_task(self._fault_incident(watch))
 
-    async def _fault_incident(self, watch: NodeWatch) -> bool:
-        ledger = self.ledger
+    def _evidence(self, watch: NodeWatch) -> tuple[dict[str, Any], float | None]:
+        """What a serving fault's incident records, and when the fault began."""
         finding = watch.finding
         # The fault began when vLLM last progressed, not when the agent last answered.
         onset = watch.serving_fault_onset(self.clock.time())
-        kind = finding.verdict.value
         evidence: dict[str, Any] = {
             "reasons": list(finding.reasons),
             "agent_state": watch.snapshot,
@@ -272,6 +271,13 @@ class ServingRestarts:
             # The rank died when the guard killed it, or when the GPU fault ended it.
             at = kill.get("at_unix")
             onset = float(at) if isinstance(at, (int, float)) else onset
+        return evidence, onset
+
+    async def _fault_incident(self, watch: NodeWatch) -> bool:
+        ledger, finding = self.ledger, watch.finding
+        kind = finding.verdict.value
+        kills = watch.kills_of(finding.verdict)
+        evidence, onset = self._evidence(watch)
         try:
             incident = await open_incident(self, kind, watch, evidence, onset)
         except HistoryUnwritable as exc:
@@ -288,6 +294,7 @@ class ServingRestarts:
             Event("incident_opened", f"{watch.name} {finding.summary}", watch.name, incident.id)
         )
         if self.config.guards.dry_run:
+            watch.conduct.dry_run_recorded(incident.id)  # one a spell, not one a tick
             await close_dry_run(ledger, incident.id, "restart serving")
             return False
         try:
