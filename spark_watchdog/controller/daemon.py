@@ -17,8 +17,8 @@ the holds and the circuit breaker (holds.py), the freeze ladder
 (serving_policy.py, serving_budget.py), the wedged and clock-latch ladders'
 tasks (ladder_tasks.py), agent restarts (agent_restart.py), the power
 budgets (budgets.py) and the doubt about its own view (watcher_doubt.py).
-They get what they work with explicitly (parts.py, crew.py and, for the
-ladders, only the parts they use) and never reach back into the controller.
+Each gets only the parts it works with, handed over explicitly, and none
+reaches back into the controller.
 
 All I/O goes through the ``ControllerIO`` it is given, and all time through
 its clock (docs/design.md, "Proof"), so the simulation runs this very code.
@@ -36,8 +36,8 @@ from spark_watchdog.config.controller import ControllerConfig
 from spark_watchdog.config.history_location import is_postgres_url
 from spark_watchdog.controller.act import unlatch, wedged
 from spark_watchdog.controller.act.agent_restart import AgentRestarts
-from spark_watchdog.controller.act.crew import Crew
 from spark_watchdog.controller.act.freeze_path import FreezePath
+from spark_watchdog.controller.act.freeze_tools import FreezeTools
 from spark_watchdog.controller.act.gentle_tools import GentleTools
 from spark_watchdog.controller.act.hands import Hands
 from spark_watchdog.controller.act.holds import Holds
@@ -135,9 +135,11 @@ class Controller:
         )
         self.parts = parts
         self.serving = ServingRestarts(config, io, ledger, notifier, watches, self.recorder)
-        self.crew = Crew.of(parts, self.serving)
         # A frozen host's incident and its ladder (controller/act/freeze_path.py).
-        self.freeze = FreezePath(self.crew)
+        freeze_tools = FreezeTools(
+            config, self.clock, ledger, notifier, self.monitor, self.holds, self.power, self.serving
+        )
+        self.freeze = FreezePath(freeze_tools, self.work, watches, self.fence)
         tools = GentleTools(
             config, self.clock, ledger, notifier, self.holds, self.power, self.serving
         )
@@ -147,9 +149,7 @@ class Controller:
             config, ledger, notifier, self.clock, io, self.fence.check_leading
         )
         # What carries out each decision (controller/act/hands.py).
-        self.hands = Hands.of(
-            self.crew, self.freeze, self.agent_restarts, self.wedged, self.unlatch
-        )
+        self.hands = Hands.of(tools, self.freeze, self.agent_restarts, self.wedged, self.unlatch)
 
     # -- the loop ---------------------------------------------------------
 

@@ -14,15 +14,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Mapping
 from typing import Any
 
-from spark_watchdog.controller.act.crew import Crew
-from spark_watchdog.controller.act.parts import Ladder
+from spark_watchdog.controller.act.parts import Ladder, Work
 from spark_watchdog.controller.act.recovery import FreezeLadder, FreezeTools, RungOutcome
 from spark_watchdog.controller.decide.node_states import NodeEvent
 from spark_watchdog.controller.decide.resume_plan import Phase, ResumeInfo, resume_plan
 from spark_watchdog.controller.look.node_watch import NodeWatch
 from spark_watchdog.controller.look.rank_kills import live_faults
+from spark_watchdog.controller.pair.fence import Fence
 from spark_watchdog.controller.record import incident_log
 from spark_watchdog.controller.record.incident_log import Resolution
 from spark_watchdog.controller.record.ledger import HistoryUnwritable
@@ -38,8 +39,14 @@ OFFENDERS_REFRESH_S = 300.0
 
 
 class FreezePath:
-    def __init__(self, crew: Crew) -> None:
-        self.crew = crew
+    """Each frozen host's incident and its ladder's task. Takes the ladder's
+    tools, the work table (every ladder's task), the node watches and the
+    fence (a pair's lease), and nothing else."""
+
+    def __init__(
+        self, tools: FreezeTools, work: Work, watches: Mapping[str, NodeWatch], fence: Fence
+    ) -> None:
+        self.tools, self.work, self.watches, self.fence = tools, work, watches, fence
         # When the repeat-offender counts were last read from the history (monotonic).
         self._offenders_read_at = float("-inf")
 
@@ -47,7 +54,7 @@ class FreezePath:
         try:
             incident = await self._open_incident(watch)
         except HistoryUnwritable as exc:
-            await self.crew.holds.hold(
+            await self.tools.holds.hold(
                 watch, f"history unwritable: {exc}", NodeEvent.HOLD, record=False
             )
             return
@@ -56,7 +63,7 @@ class FreezePath:
         watch.conduct.incident_opened(incident.id)
         watch.apply(NodeEvent.FROZEN_CONFIRMED)
         self._offenders_read_at = float("-inf")  # this freeze counts at the next tick
-        self.crew.notifier.send(
+        self.tools.notifier.send(
             Event(
                 "incident_opened", f"{watch.name} {watch.finding.summary}", watch.name, incident.id
             )
@@ -70,7 +77,7 @@ class FreezePath:
             "last_agent_state": watch.snapshot,
             "boot_id": watch.boot_id,
             "banner": watch.banner_detail,
-            "flight_recorder": self.crew.recorder.evidence(watch.name),
+            "flight_recorder": self.tools.monitor.recorder.evidence(watch.name),
             # What the agent told of its GPU before the silence: often all there is.
             "live_gpu_faults": live_faults(watch.snapshot, watch.agent_progress_wall),
         }
@@ -78,7 +85,7 @@ class FreezePath:
     async def _open_incident(self, watch: NodeWatch) -> Incident | None:
         try:
             incident: Incident = await incident_log.open_incident(
-                self.crew.ledger,
+                self.tools.ledger,
                 "host_frozen",
                 [watch.name],
                 evidence=self._evidence(watch),
@@ -87,7 +94,7 @@ class FreezePath:
         except IncidentAlreadyOpen as exc:
             # Ours would be running (and _act would not get here): a leftover.
             log.error("%s: %s; not opening another", watch.name, exc)
-            await self.crew.holds.hold(
+            await self.tools.holds.hold(
                 watch,
                 f"incident #{exc.incident_id} is still open: a person decides",
                 NodeEvent.HOLD,
@@ -98,24 +105,11 @@ class FreezePath:
 
     def _spawn(self, watch: NodeWatch, incident_id: int, resume: ResumeInfo | None) -> None:
         task = asyncio.get_running_loop().create_task(
-            FreezeLadder(self._tools(), watch, incident_id).run(resume),
+            FreezeLadder(self.tools, watch, incident_id).run(resume),
             name=f"recover-{watch.name}",
         )
-        self.crew.work.add(Ladder.FENCING, watch.name, task)
+        self.work.add(Ladder.FENCING, watch.name, task)
         task.add_done_callback(lambda t: self._done(watch, t))
-
-    def _tools(self) -> FreezeTools:
-        crew = self.crew
-        return FreezeTools(
-            crew.config,
-            crew.clock,
-            crew.ledger,
-            crew.notifier,
-            crew.monitor,
-            crew.holds,
-            crew.power,
-            crew.serving,
-        )
 
     def _done(self, watch: NodeWatch, task: asyncio.Task[RungOutcome]) -> None:
         if task.cancelled():
@@ -128,15 +122,15 @@ class FreezePath:
             log.error("%s: recovery failed: %r", watch.name, error, exc_info=error)
             watch.conduct.held(by_controller=True)
             watch.apply(NodeEvent.RECOVERY_FAILED, reason=f"recovery failed: {error}")
-            self.crew.notifier.send(
+            self.tools.notifier.send(
                 Event("held", f"{watch.name}: recovery failed: {error}", watch.name)
             )
 
     async def record_dry_run(self, watch: NodeWatch, reason: str) -> None:
         """One dry-run incident for this spell (decided once: controller/decide/decisions.py)."""
-        rungs = self.crew.power.rungs[watch.name]
+        rungs = self.tools.power.rungs[watch.name]
         incident = await incident_log.open_incident(
-            self.crew.ledger,
+            self.tools.ledger,
             "host_frozen",
             [watch.name],
             evidence=self._evidence(watch),
@@ -144,8 +138,8 @@ class FreezePath:
             dry_run=True,
         )
         watch.conduct.dry_run_recorded(incident.id)
-        await self.crew.ledger.write(
-            self.crew.ledger.store.record_action,
+        await self.tools.ledger.write(
+            self.tools.ledger.store.record_action,
             watch.name,
             "cycle",
             device=f"power path {rungs[0].path.key_path}" if rungs else "none",
@@ -155,7 +149,7 @@ class FreezePath:
             step=StepName.DRY_RUN,
             step_detail={"decision": reason},
         )
-        self.crew.notifier.send(
+        self.tools.notifier.send(
             Event(
                 "incident_opened",
                 f"{watch.name} {watch.finding.summary} (dry run: {reason})",
@@ -164,7 +158,7 @@ class FreezePath:
             )
         )
         await incident_log.resolve(
-            self.crew.ledger,
+            self.tools.ledger,
             incident.id,
             Resolution.FALSE_ALARM,
             detail={"dry_run": True},
@@ -172,16 +166,16 @@ class FreezePath:
 
     async def resume_incident(self, watch: NodeWatch, incident_id: int) -> None:
         """Continue one open incident from its record: the same code as a fresh one."""
-        if self.crew.fence.deposed():
+        if self.fence.deposed():
             return  # a pair's lost lease: the incident is the new leader's to resume
         name = watch.name
-        steps = await self.crew.ledger.read(self.crew.ledger.store.steps, incident_id)
+        steps = await self.tools.ledger.read(self.tools.ledger.store.steps, incident_id)
         info = resume_plan(steps, name)
         watch.conduct.incident_resumed(incident_id, info.rungs_done)
         log.info("%s: resuming incident #%d (%s)", name, incident_id, info.phase.value)
-        if self.crew.config.guards.dry_run:
+        if self.tools.config.guards.dry_run:
             # Dry run sends nothing, not even an on: a person finishes this one.
-            await self.crew.holds.hold(
+            await self.tools.holds.hold(
                 watch,
                 f"incident #{incident_id} is open and the controller runs in dry run "
                 f"({info.phase.value}); check the outlet",
@@ -190,7 +184,7 @@ class FreezePath:
             )
             watch.conduct.incident_handed_over()
             await incident_log.resolve(
-                self.crew.ledger,
+                self.tools.ledger,
                 incident_id,
                 Resolution.GAVE_UP,
                 detail={"why": "the controller runs in dry run: held for a person"},
@@ -203,29 +197,29 @@ class FreezePath:
         self._spawn(watch, incident_id, info)
 
     async def supersede(self, older: Incident, newer: Incident) -> None:
-        await incident_log.supersede(self.crew.ledger, older.id, newer.id)
+        await incident_log.supersede(self.tools.ledger, older.id, newer.id)
 
     async def refresh_offenders(self) -> None:
         """Freezes per node within suspect_window and cycles ever, from the history:
         every OFFENDERS_REFRESH_S, and after each freeze incident opens. A node that
         becomes hardware_suspect gets one alert."""
-        now = self.crew.clock.monotonic()
+        now = self.tools.clock.monotonic()
         if now - self._offenders_read_at < OFFENDERS_REFRESH_S:
             return
-        guards = self.crew.config.guards
+        guards = self.tools.config.guards
         try:
-            freezes, cycles = await self.crew.ledger.read(
-                self.crew.ledger.store.repeat_offenders,
-                self.crew.clock.time() - guards.suspect_window,
+            freezes, cycles = await self.tools.ledger.read(
+                self.tools.ledger.store.repeat_offenders,
+                self.tools.clock.time() - guards.suspect_window,
             )
         except HistoryUnwritable:
             return
         self._offenders_read_at = now
-        for name, watch in self.crew.watches.items():
+        for name, watch in self.watches.items():
             count = freezes.get(name, 0)
             suspect = count >= guards.suspect_freezes
             if suspect and not watch.conduct.hardware_suspect:
-                self.crew.notifier.send(
+                self.tools.notifier.send(
                     Event(
                         "hardware_suspect",
                         f"{name} froze {count} times within "

@@ -9,8 +9,8 @@ import logging
 from dataclasses import dataclass
 
 from spark_watchdog.controller.act.agent_restart import AgentRestarts
-from spark_watchdog.controller.act.crew import Crew
 from spark_watchdog.controller.act.freeze_path import FreezePath
+from spark_watchdog.controller.act.gentle_tools import GentleTools
 from spark_watchdog.controller.act.holds import Holds
 from spark_watchdog.controller.act.ladder_tasks import UnlatchLadders, WedgedLadders
 from spark_watchdog.controller.decide.node_states import NodeEvent
@@ -37,15 +37,18 @@ class Hands:
     @classmethod
     def of(
         cls,
-        crew: Crew,
+        tools: GentleTools,
         freeze: FreezePath,
         agent_restarts: AgentRestarts,
         wedged: WedgedLadders,
         unlatch: UnlatchLadders,
     ) -> Hands:
         """The hands of one controller: its ladders' and restarts' parts, and
-        from its crew the holds, the serving restarts and the notifier."""
-        return cls(freeze, crew.holds, agent_restarts, crew.serving, wedged, unlatch, crew.notifier)
+        from the gentler ladders' tools the holds, the serving restarts and
+        the notifier."""
+        return cls(
+            freeze, tools.holds, agent_restarts, tools.serving, wedged, unlatch, tools.notifier
+        )
 
     async def carry_out_cluster(self, decision: Decision) -> None:
         """Carry out one step for the cluster as a whole."""

@@ -1,12 +1,11 @@
-"""The parts every piece of the controller works with, handed over explicitly.
+"""The controller's parts as the views it decides from read them.
 
-``Parts`` is built once by the controller (controller/daemon.py), read by
-the views it decides from (controller/views.py) and given, as ``Crew``
-(controller/act/crew.py), to the ladders' tasks: the config, the I/O seams
-with their clock and fence, the history (``Ledger``), the notifier, the node
-watches, and the parts that look
-(``Monitor``), hold (``Holds``) and cut power (``PowerActions``). None of
-them is the controller, and none of them reaches back into it.
+``Parts`` is built once by the controller (controller/daemon.py) and read by
+the views (controller/views.py): the config, the I/O seams with their clock
+and fence, the history (``Ledger``), the notifier, the node watches, and the
+parts that look (``Monitor``), hold (``Holds``) and cut power
+(``PowerActions``). None of them is the controller, and none of them reaches
+back into it; each part that carries out takes only the few it uses.
 
 ``Work`` is what the controller is doing: every ladder's task, by kind and
 node, so that one ladder can ask whether another runs, and a lost lease can
