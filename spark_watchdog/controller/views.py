@@ -48,7 +48,7 @@ def node_view(watch: NodeWatch, parts: Parts, agent_restarts: AgentRestarts) -> 
         agent_restart_cooling=agent_restarts.cooling(watch, now),
         agent_restart_running=agent_restarts.running(watch.name),
         guard_kill=_guard_kill(watch, parts.clock.time()),
-        dry_run_recorded=watch.conduct.dry_run_incident is not None,
+        dry_run_recorded=watch.conduct.dry_run_step,
     )
 
 

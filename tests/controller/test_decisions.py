@@ -46,7 +46,9 @@ nodes = st.builds(
     agent_restart_cooling=st.booleans(),
     agent_restart_running=st.booleans(),
     guard_kill=st.sampled_from(list(GuardKill)),
-    dry_run_recorded=st.booleans(),
+    dry_run_recorded=st.sampled_from(
+        [None, Step.RECORD_DRY_RUN, Step.UNWEDGE, Step.RESTART_SERVING]
+    ),
 )
 clusters = st.builds(
     ClusterView,
@@ -121,8 +123,8 @@ def test_nothing_starts_where_something_already_has_the_node_or_the_watcher_is_i
         assert node.latch_answered != node.latched_boot
     if Step.HAND_TO_POWER in steps:
         assert node.unwedging and node.finding.verdict is Verdict.HOST_FROZEN
-    if steps & {Step.RECORD_DRY_RUN, Step.UNWEDGE, Step.RESTART_SERVING}:
-        assert not node.dry_run_recorded, "one dry-run incident a spell"
+    for once in steps & {Step.RECORD_DRY_RUN, Step.UNWEDGE, Step.RESTART_SERVING}:
+        assert node.dry_run_recorded is not once, "one dry-run incident a spell of each"
     guard_settled = node.guard_kill in (GuardKill.FAILED, GuardKill.OLD)
     if guard_settled and node.finding.verdict is Verdict.MEMORY_EXHAUSTED:
         assert Step.RESTART_SERVING not in steps, "a kill that is no news restarts nothing"
@@ -253,16 +255,21 @@ def test_a_guard_trip_that_killed_nothing_is_an_alert_and_no_serving_restart() -
 def test_dry_run_records_one_incident_a_spell() -> None:
     dry = Reads(guards=Guards(dry_run=True), serving_restarts=0)
     assert [d.step for d in plan(_frozen(), ClusterView(), dry)] == [Step.RECORD_DRY_RUN]
-    recorded = _frozen(dry_run_recorded=True)
+    recorded = _frozen(dry_run_recorded=Step.RECORD_DRY_RUN)
     assert [d.step for d in plan(recorded, ClusterView(), dry)] == [Step.NOTHING]
     wedged = _frozen(finding=Finding(Verdict.GPU_WEDGED, ("gpu reads time out",)))
     assert [d.step for d in plan(wedged, ClusterView(), dry)] == [Step.UNWEDGE]
-    again = replace(wedged, dry_run_recorded=True)
+    again = replace(wedged, dry_run_recorded=Step.UNWEDGE)
     assert [d.step for d in plan(again, ClusterView(), dry)] == [Step.NOTHING]
     dead = _frozen(finding=Finding(Verdict.SERVING_DEAD, ("no rank",)))
     assert [d.step for d in plan(dead, ClusterView(), dry)] == [Step.RESTART_SERVING]
-    told = replace(dead, dry_run_recorded=True)
+    told = replace(dead, dry_run_recorded=Step.RESTART_SERVING)
     assert [d.step for d in plan(told, ClusterView(), dry)] == [Step.NOTHING]
+    # A serving fault's record does not hide the freeze that follows it (an
+    # out-of-memory kill, then the host hangs), nor a wedged GPU's record the freeze.
+    for before in (Step.RESTART_SERVING, Step.UNWEDGE):
+        hung = _frozen(dry_run_recorded=before)
+        assert [d.step for d in plan(hung, ClusterView(), dry)] == [Step.RECORD_DRY_RUN]
 
 
 @settings(max_examples=500, deadline=None)

@@ -20,6 +20,7 @@ from typing import Any
 from spark_watchdog.controller.act.parts import Ladder, Work
 from spark_watchdog.controller.act.recovery import FreezeLadder, FreezeTools, RungOutcome
 from spark_watchdog.controller.decide.node_states import NodeEvent
+from spark_watchdog.controller.decide.planner import Step
 from spark_watchdog.controller.decide.resume_plan import Phase, ResumeInfo, resume_plan
 from spark_watchdog.controller.look.node_watch import NodeWatch
 from spark_watchdog.controller.look.rank_kills import live_faults
@@ -137,7 +138,7 @@ class FreezePath:
             fault_onset=watch.agent_progress_wall,
             dry_run=True,
         )
-        watch.conduct.dry_run_recorded(incident.id)
+        watch.conduct.dry_run_recorded(incident.id, Step.RECORD_DRY_RUN)
         await self.tools.ledger.write(
             self.tools.ledger.store.record_action,
             watch.name,

@@ -18,6 +18,7 @@ from spark_watchdog.controller.act.gentle_tools import GentleTools
 from spark_watchdog.controller.act.ladder import open_incident
 from spark_watchdog.controller.act.parts import Ladder, Work
 from spark_watchdog.controller.decide.node_states import NodeEvent
+from spark_watchdog.controller.decide.planner import Step
 from spark_watchdog.controller.look.flight_recorder import FlightRecorder
 from spark_watchdog.controller.look.node_watch import NodeWatch
 from spark_watchdog.controller.record import incident_log
@@ -90,7 +91,7 @@ class WedgedLadders(_Tasks):
             )
         )
         if tools.config.guards.dry_run:
-            watch.conduct.dry_run_recorded(incident.id)
+            watch.conduct.dry_run_recorded(incident.id, Step.UNWEDGE)
             await close_dry_run(
                 ledger, incident.id, "restart serving, then a forced reboot over ssh"
             )

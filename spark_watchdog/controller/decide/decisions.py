@@ -67,7 +67,9 @@ class NodeView:
     agent_restart_cooling: bool = False  # an agent restart within its cooldown
     agent_restart_running: bool = False
     guard_kill: GuardKill = GuardKill.NONE
-    dry_run_recorded: bool = False  # this spell's dry-run incident is recorded already
+    # What this spell's dry-run incident recorded (RECORD_DRY_RUN, UNWEDGE or
+    # RESTART_SERVING), or None: not one yet.
+    dry_run_recorded: Step | None = None
 
 
 @dataclass(frozen=True)
@@ -282,7 +284,7 @@ def _acted_on(node: NodeView, cluster: ClusterView, reads: Reads) -> tuple[Decis
     if reads.guards is None:
         return (Decision(Step.NOTHING, "the guards could not be read: next tick"),)
     decision = decide(node.state, node.finding, reads.guards)
-    if decision.step in _DRY_RUN_ONCE and node.dry_run_recorded:
+    if decision.step in _DRY_RUN_ONCE and node.dry_run_recorded is decision.step:
         # Dry run: one incident a spell records what would be done, not one a tick.
         return (Decision(Step.NOTHING, "dry run: recorded for this spell already"),)
     if decision.step is Step.RESTART_AGENT and (
@@ -298,7 +300,8 @@ def _acted_on(node: NodeView, cluster: ClusterView, reads: Reads) -> tuple[Decis
     return (decision,)
 
 
-# What opens an incident that dry run records and closes at once: once a spell.
+# What opens an incident that dry run records and closes at once: once a spell
+# of each (a serving fault's record does not hide the freeze that follows it).
 _DRY_RUN_ONCE = (Step.RECORD_DRY_RUN, Step.UNWEDGE, Step.RESTART_SERVING)
 
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from spark_watchdog.controller.decide.planner import Step
+
 
 @dataclass
 class NodeConduct:
@@ -22,6 +24,9 @@ class NodeConduct:
     # The dry-run incident of the current spell (a freeze, a serving fault, a
     # wedged GPU): one per spell, not one per tick.
     dry_run_incident: int | None = None
+    # What it recorded: the freeze's rung, the wedged ladder or a serving restart
+    # (a spell of one kind does not hide the next spell of another).
+    dry_run_step: Step | None = None
     last_agent_restart: float = float("-inf")  # monotonic
     # A hold the controller placed itself (recovery failure, ambiguity) that the
     # history could not take yet: written as soon as it can be, released never
@@ -77,9 +82,10 @@ class NodeConduct:
 
     # -- everything else ---------------------------------------------------
 
-    def dry_run_recorded(self, incident: int | None) -> None:
+    def dry_run_recorded(self, incident: int | None, step: Step | None = None) -> None:
         """The spell's dry-run incident (None: the next spell's is a new one)."""
         self.dry_run_incident = incident
+        self.dry_run_step = step if incident is not None else None
 
     def agent_restarted(self, at: float) -> None:
         self.last_agent_restart = at

@@ -294,7 +294,7 @@ class ServingRestarts:
             Event("incident_opened", f"{watch.name} {finding.summary}", watch.name, incident.id)
         )
         if self.config.guards.dry_run:
-            watch.conduct.dry_run_recorded(incident.id)  # one a spell, not one a tick
+            watch.conduct.dry_run_recorded(incident.id, Step.RESTART_SERVING)  # once a spell
             await close_dry_run(ledger, incident.id, "restart serving")
             return False
         try:
