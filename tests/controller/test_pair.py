@@ -125,6 +125,12 @@ def test_a_controller_that_exits_is_started_again_as_its_unit_would(pair: Contro
     assert time.monotonic() - exited >= RESTART_S - 0.5
     again = pair.processes["a"]
     assert again.pid != a.pid and again.poll() is None
+    # The lease says it leads before its log line is read back: wait for the line.
+    wait_for(
+        lambda: "leading at epoch 2" in pair.log("a").split(RESTARTED)[-1],
+        30,
+        "the second start's log telling it leads at epoch 2",
+    )
     first, second = pair.log("a").split(RESTARTED)
     assert "stopped leading" in first and "(it exited with 1)" in second
     assert "leading at epoch 2" in second
