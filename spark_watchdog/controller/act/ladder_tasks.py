@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from spark_watchdog.controller.act import unlatch, wedged
@@ -31,34 +32,24 @@ from spark_watchdog.steps import StepName
 log = logging.getLogger("spark_watchdog.controller")
 
 
+@dataclass(eq=False)
 class _Tasks:
     """What a gentler ladder's task works with: the ladder's own tools, the
     controller's work (every ladder's task), the node watches and the flight
-    recorder (an incident's evidence). Never the controller's whole crew."""
+    recorder (an incident's evidence), and nothing else."""
 
-    def __init__(
-        self,
-        tools: GentleTools,
-        work: Work,
-        watches: Mapping[str, NodeWatch],
-        recorder: FlightRecorder,
-    ) -> None:
-        self.tools, self.work, self.watches, self.recorder = tools, work, watches, recorder
+    tools: GentleTools
+    work: Work
+    watches: Mapping[str, NodeWatch]
+    recorder: FlightRecorder
 
 
+@dataclass(eq=False)
 class WedgedLadders(_Tasks):
     """The wedged-but-alive ladder of each node, and its incident."""
 
-    def __init__(
-        self,
-        tools: GentleTools,
-        work: Work,
-        watches: Mapping[str, NodeWatch],
-        recorder: FlightRecorder,
-    ) -> None:
-        super().__init__(tools, work, watches, recorder)
-        # The incident each node's ladder runs for (its task: self.work).
-        self._incidents: dict[str, int] = {}
+    # The incident each node's ladder runs for (its task: self.work).
+    _incidents: dict[str, int] = field(default_factory=dict, init=False)
 
     async def hand_over(self, watch: NodeWatch) -> None:
         """The host went silent during its ladder: the ladder stops and the
@@ -138,6 +129,7 @@ class WedgedLadders(_Tasks):
                 )
 
 
+@dataclass(eq=False)
 class UnlatchLadders(_Tasks):
     """The clock latch: its alert, and its ladder, one node at a time."""
 
