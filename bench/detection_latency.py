@@ -34,11 +34,20 @@ fabric at the production interval, the controller weighs what they saw, and
 the head's stand-in engine steps only while every rank answers it there, so
 its steps are life for the workers too (``serving.step_group``). A freeze
 must still be called within the same goal (docs/design.md, "Peers").
+
+``--cpu-hog`` runs it beside a rank loading every core: one busy process per
+core at normal priority, and the controller as its own process at the nice
+value of its unit (``Nice=``, systemd/spark-watchdog-controller.service), as a
+controller on a Spark runs beside its vLLM rank. A freeze must still be
+called within the same goal.
+
+    .venv/bin/python -m bench.detection_latency --faults freeze --repeat 5 --cpu-hog
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import platform
 import statistics
@@ -52,6 +61,7 @@ from typing import Any
 
 import psutil
 
+from bench._beside_rank import RankLoad
 from bench.production import PRODUCTION_TIMINGS, production_settings
 from spark_watchdog.history.records import Incident, IncidentStep
 from spark_watchdog.lab.session import LabSession, LabTimeout
@@ -130,17 +140,25 @@ _SPLIT_STEPS = (
 
 
 def run_fault(
-    fault: str, repeat: int, off_seconds: float, workdir: Path, peers: bool = False
+    fault: str,
+    repeat: int,
+    off_seconds: float,
+    workdir: Path,
+    peers: bool = False,
+    load: RankLoad | None = None,
 ) -> list[Repetition]:
+    """``load``: the controller as its own process at its unit's weight, every
+    core loaded beside it (``--cpu-hog``)."""
     session = LabSession(
         workdir / fault,
         nodes=4,
         timings=PRODUCTION_TIMINGS,
         controller_overrides=production_overrides(off_seconds),
         netns=peers,
+        controller_mode="thread" if load is None else "process",
     )
     reps: list[Repetition] = []
-    with session:
+    with session, _beside(session, load):
         lab = session.lab
         for i in range(repeat):
             session.wait_healthy(timeout=120)
@@ -177,6 +195,12 @@ def run_fault(
                 f"{_fmt(rep.recovered_s)}"
             )
     return reps
+
+
+def _beside(session: LabSession, load: RankLoad | None) -> contextlib.AbstractContextManager[Any]:
+    if load is None:
+        return contextlib.nullcontext()
+    return load.beside(getattr(session.controller, "pid", None))
 
 
 def _await_resolution(session: LabSession, before: set[int]) -> Incident:
@@ -288,17 +312,26 @@ def main(argv: list[str] | None = None) -> int:
         help="nodes in network namespaces with a fabric: agents pulse their peers, the head's "
         "engine needs every rank (root)",
     )
+    parser.add_argument(
+        "--cpu-hog",
+        action="store_true",
+        help="load every core with a busy process (the rank) and run the controller as its "
+        "own process at its unit's Nice=",
+    )
     parser.add_argument("--json-out", type=Path)
     args = parser.parse_args(argv)
     if args.repeat < 1:
         parser.error("--repeat must be at least 1")
     started = time.time()
     reps: list[Repetition] = []
+    load = RankLoad() if args.cpu_hog else None
     with tempfile.TemporaryDirectory(prefix="sw-bench-detect-") as tmp:
         for fault in args.faults:
-            reps += run_fault(fault, args.repeat, args.off_seconds, Path(tmp), args.peers)
+            reps += run_fault(fault, args.repeat, args.off_seconds, Path(tmp), args.peers, load)
     summary = summarize(reps)
     print_tables(summary)
+    if load is not None:
+        print(f"\n{load.describe()}")
     if args.json_out:
         document = {
             "benchmark": "detection_latency",
@@ -308,6 +341,7 @@ def main(argv: list[str] | None = None) -> int:
             "duration_s": round(time.time() - started, 1),
             "settings": {
                 "peers": args.peers,
+                **({} if load is None else {"cpu_hog": load.settings()}),
                 "agent": asdict(PRODUCTION_TIMINGS),
                 **production_overrides(args.off_seconds),
             },
