@@ -19,6 +19,7 @@ from spark_watchdog.config.addresses import (
     check_http_url,
     check_tcp_target,
 )
+from spark_watchdog.config.colocated import Around, ColocatedConfig, check_colocated
 from spark_watchdog.config.files import read_yaml
 from spark_watchdog.config.history_location import check_url, is_postgres_url
 from spark_watchdog.config.power_device_types import PhysicalTarget, power_device_type
@@ -475,6 +476,9 @@ class ControllerConfig:
     leadership: LeadershipConfig = setting(default_factory=LeadershipConfig)
     # Targets the controller must reach before it fences anything: tcp://host:port.
     witness: tuple[str, ...] = setting(default_factory=tuple)
+    # Controllers on the Sparks themselves, in order (config/colocated.py); None:
+    # one controller on a host of its own (or the pair).
+    colocated: ColocatedConfig | None = setting(None)
 
     def __post_init__(self) -> None:
         names = [n.name for n in self.nodes]
@@ -518,6 +522,19 @@ class ControllerConfig:
         for i, target in enumerate(self.witness):
             check_tcp_target(f"witness[{i}]", target)
         _check_outlets_unshared(self.nodes)
+        if self.colocated is not None:
+            check_colocated(self.colocated, self._around())
+
+    def _around(self) -> Around:
+        """What the order of controllers on the Sparks is checked against."""
+        return Around(
+            nodes={n.name: (n.agent, n.ssh_host) for n in self.nodes},
+            freeze_after=self.detection.freeze_after,
+            listen_address=self.listen.address,
+            listen_port=self.listen.port,
+            witness=self.witness,
+            postgres=is_postgres_url(self.history),
+        )
 
     def node(self, name: str) -> NodeConfig:
         for node in self.nodes:

@@ -64,12 +64,19 @@ def _classes(cls: type, seen: set[type]) -> None:
 def test_every_key_of_every_device_type_is_documented() -> None:
     lines = EXAMPLE.read_text().splitlines()
     documented: set[str] = set()
+    key = r"^(\s*)(?:- )?([a-z_]+):"
     for number, line in enumerate(lines):
-        match = re.match(r"^(\s*)(?:- )?([a-z_]+):", line)
+        # A key of a commented-out block (colocated:) counts as an active one.
+        active = re.match(key, line)
+        match = active or re.match(key, re.sub(r"^#\s?", "", line))
         if not match:
             continue
         above = lines[number - 1].strip() if number else ""
-        if above.startswith("#") or " #" in line:
+        # The explanation above it: a comment (for a commented-out key, not another one).
+        explained = above.startswith("#") and (
+            active is not None or not re.match(key, above.lstrip("#").strip())
+        )
+        if explained or " #" in line:
             documented.add(match.group(2))
     classes: set[type] = set()
     _classes(ControllerConfig, classes)
