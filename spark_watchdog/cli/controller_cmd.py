@@ -5,14 +5,20 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import socket
 import sys
 from typing import Any
 
 from spark_watchdog import logs
-from spark_watchdog.config.controller import load_controller_config, power_libraries_missing
+from spark_watchdog.config.controller import (
+    ControllerConfig,
+    load_controller_config,
+    power_libraries_missing,
+)
 from spark_watchdog.config.history_location import is_postgres_url
 from spark_watchdog.config.secret_refs import check_secrets, controller_secrets
 from spark_watchdog.errors import ConfigError, WatchdogError
+from spark_watchdog.terminal import escape
 
 log = logging.getLogger("spark_watchdog.controller")
 
@@ -34,6 +40,12 @@ def add_parser(commands: Any) -> None:
         help="validate the config and every secret file it names, and exit (a credential "
         "name is checked only where $CREDENTIALS_DIRECTORY is set, as in the unit)",
     )
+    parser.add_argument(
+        "--node",
+        metavar="NAME",
+        help="the node this controller runs on, where controllers run on the Sparks "
+        "(colocated:); default: this host's short name",
+    )
     parser.add_argument("--debug", action="store_true", help="log debug messages")
     parser.set_defaults(func=run)
 
@@ -53,9 +65,16 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"spark-watchdog controller: {exc}", file=sys.stderr)
         return 2
+    node = _this_node(config, args.node)
+    placed = _place(config, node)
+    if placed.startswith("!"):
+        print(f"spark-watchdog controller: {args.config}: {placed[1:]}", file=sys.stderr)
+        return 2
     if args.check:
         names = ", ".join(n.name for n in config.nodes)
         print(f"{args.config}: ok ({len(config.nodes)} nodes: {names})")
+        if placed:
+            print(f"  {placed}")
         for note in secrets.notes():
             print(f"  {note}")
         return 0
@@ -71,8 +90,31 @@ def run(args: argparse.Namespace) -> int:
     from spark_watchdog.controller.daemon import serve
 
     try:
-        asyncio.run(serve(config))
+        asyncio.run(serve(config, node))
     except WatchdogError as exc:
         log.error("%s", exc)
         return 1
     return 0
+
+
+def _this_node(config: ControllerConfig, given: str | None) -> str | None:
+    """Where this controller runs: ``--node``, else (controllers on the Sparks) the
+    host's short name; None for a controller on a host of its own."""
+    if given is not None or config.colocated is None:
+        return given
+    return socket.gethostname().split(".", 1)[0]
+
+
+def _place(config: ControllerConfig, node: str | None) -> str:
+    """Where this controller stands in the order of controllers on the Sparks: a
+    line for ``--check``, "" for a controller on a host of its own, or "!" and
+    why it has no place."""
+    if config.colocated is None:
+        return ""
+    order = config.colocated.order
+    if node not in order:
+        return (
+            f"!this controller runs on {escape(node or '?')}, which has no place in "
+            f"colocated.controllers ({', '.join(order)}): pass --node with one of them"
+        )
+    return f"runs on {node}: place {order.index(node) + 1} of {len(order)}"

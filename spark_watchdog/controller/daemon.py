@@ -42,13 +42,14 @@ from spark_watchdog.controller.act.gentle_tools import GentleTools
 from spark_watchdog.controller.act.hands import Hands
 from spark_watchdog.controller.act.holds import Holds
 from spark_watchdog.controller.act.ladder_tasks import UnlatchLadders, WedgedLadders
-from spark_watchdog.controller.act.parts import Parts, Work
+from spark_watchdog.controller.act.parts import Ladder, Parts, Work
 from spark_watchdog.controller.act.power_actions import PowerActions
 from spark_watchdog.controller.decide.decisions import ClusterView, needs, plan, plan_cluster
-from spark_watchdog.controller.decide.detector import DetectionPolicy
+from spark_watchdog.controller.decide.detector import DetectionPolicy, Verdict
 from spark_watchdog.controller.decide.planner import QUIET_STEPS, Step
 from spark_watchdog.controller.decide.watcher_doubt import WatcherDoubt
 from spark_watchdog.controller.io import ControllerIO
+from spark_watchdog.controller.look.controller_peers import ControllerPeers
 from spark_watchdog.controller.look.monitor import Monitor
 from spark_watchdog.controller.look.node_watch import NodeWatch, watch_json
 from spark_watchdog.controller.record import incident_log
@@ -77,6 +78,7 @@ class Controller:
         io: ControllerIO | None = None,
         notifier: Notifier | None = None,
         systemd: SystemdNotifier | None = None,
+        node: str | None = None,
     ) -> None:
         self.config = config
         self.io = io or ControllerIO.production(config)
@@ -93,16 +95,13 @@ class Controller:
         self.alerts = VerdictAlerts(
             self.notifier, self.clock, self.tallies, config.detection.freeze_after
         )
-        self.policy = DetectionPolicy(
-            freeze_after=config.detection.freeze_after,
-            banner_misses=config.detection.banner_misses,
-            boot_timeout=config.guards.boot_timeout,
-            gpu_wedged_after=config.detection.gpu_wedged_after,
-        )
+        self.policy = _policy(config)
         # A late agent: banner checks every monitor.LATE_BANNER_INTERVAL_S, and an SSH
         # refusal from then on means the host is going down.
         now, late_after = self.clock.monotonic(), self.policy.late_after
         self.watches = {n.name: NodeWatch(n, now, late_after=late_after) for n in config.nodes}
+        # The other controllers when this one runs on a Spark (controller/look/controller_peers.py).
+        self.peers = _placed(config, node, self.io, now)
         self._assemble()
         self.doubt = WatcherDoubt.of(config.detection)  # its loop's stalls (watcher_doubt.py)
         self._doubted: str | None = None  # why it doubts its view, when it alerted
@@ -123,7 +122,9 @@ class Controller:
         self.holds = Holds(config, ledger, notifier, self.clock, watches)
         self.budgets = Budgets(config, ledger, self.clock)
         # Every power action behind its guards (controller/act/power_actions.py).
-        self.power = PowerActions(config, ledger, notifier, io, self.budgets, self.holds, watches)
+        self.power = PowerActions(
+            config, ledger, notifier, io, self.budgets, self.holds, watches, self._not_mine
+        )
         # What the controller sees of each node, in the watches (controller/look/monitor.py).
         self.monitor = Monitor(config, io, watches, self.policy)
         self.recorder = self.monitor.recorder
@@ -156,8 +157,9 @@ class Controller:
     async def tick(self) -> None:
         self._tick_started = self.clock.monotonic()
         self.doubt.tick_started(self._tick_started)
-        for watch, before in await self.monitor.sweep():
-            self.alerts.changed(watch, before)
+        for watch, before in await self._sweep():
+            if self._not_mine(watch) is None:  # only the node's own actor tells of it
+                self.alerts.changed(watch, before)
         now = self.clock.monotonic()
         self.doubt.sweep_took(now - self._tick_started, now)
         if self.fence.deposed():
@@ -165,17 +167,18 @@ class Controller:
         await self.holds.sync()
         await self.serving.sync_profile()
         self.holds.note_breaker()
-        cluster = cluster_view(*self._cluster_parts())
+        cluster = self._cluster()
         cluster_steps = plan_cluster(cluster)
         for decision in cluster_steps:
             await self.hands.carry_out_cluster(decision)
         self._doubted = cluster.stalled or cluster.all_silent
         if any(d.step not in QUIET_STEPS for d in cluster_steps):
-            cluster = cluster_view(*self._cluster_parts())
+            cluster = self._cluster()
         for watch in self.watches.values():
             if await self._act(watch, cluster):
-                cluster = cluster_view(*self._cluster_parts())
-            self.alerts.tell_unreachable(watch)
+                cluster = self._cluster()
+            if self._not_mine(watch) is None:
+                self.alerts.tell_unreachable(watch)
         await self.freeze.refresh_offenders()
         self.alerts.count(self.watches.values())
         self.ticks += 1
@@ -185,6 +188,35 @@ class Controller:
     def _cluster_parts(self) -> tuple[Parts, ServingRestarts, WatcherDoubt, float, bool]:
         return self.parts, self.serving, self.doubt, self.policy.late_after, bool(self._doubted)
 
+    def _cluster(self) -> ClusterView:
+        peers, now = self.peers, self.clock.monotonic()
+        serving = None if peers is None else peers.serving_not_mine(now)
+        return cluster_view(*self._cluster_parts(), serving_not_mine=serving)
+
+    async def _sweep(self) -> list[tuple[NodeWatch, Verdict]]:
+        """The nodes, and the other controllers on the Sparks at the same time."""
+        if self.peers is None:
+            return await self.monitor.sweep()
+        peers = self.peers.sweep(self._tick_started)
+        changed, _ = await asyncio.gather(self.monitor.sweep(), peers)
+        return changed
+
+    def _not_mine(self, watch: NodeWatch) -> str | None:
+        """Why another controller on the Sparks acts for the node (None: this one)."""
+        if self.peers is None:
+            return None
+        return self.peers.not_mine(watch.name, watch.last_life_at, self.clock.monotonic())
+
+    def claims(self) -> list[str]:
+        """The nodes this controller has an incident or a ladder for: what the
+        other controllers leave to it."""
+        return sorted(
+            name
+            for name, watch in self.watches.items()
+            if watch.conduct.incident_id is not None
+            or any(self.work.running_for(kind, name) for kind in Ladder)
+        )
+
     async def _act(self, watch: NodeWatch, cluster: ClusterView) -> bool:
         """Carry out what controller/decide/decisions.py decides for the node, in
         order. True when something was done that the cluster's view must be read
@@ -192,7 +224,7 @@ class Controller:
         if self.fence.deposed():
             return False  # lost in the middle of this tick: start and resume nothing (pair.py)
         watch.expire_expected_reboot(self.clock.monotonic(), self.policy.boot_timeout)
-        node = node_view(watch, self.parts, self.agent_restarts)
+        node = node_view(watch, self.parts, self.agent_restarts, self._not_mine(watch))
         reads = await history_reads(watch, needs(node, cluster), self.power, self.serving)
         steps = plan(node, cluster, reads)
         changed = False
@@ -207,7 +239,7 @@ class Controller:
                 return True
         if any(d.step is Step.HAND_TO_POWER for d in steps):
             # The freeze path has the node now: decided again at once, not a tick later.
-            return await self._act(watch, cluster_view(*self._cluster_parts()))
+            return await self._act(watch, self._cluster())
         return changed
 
     # -- start, resume, run -----------------------------------------------
@@ -329,12 +361,42 @@ class Controller:
             "serving_profile": self.serving.profile,
             "history": self.ledger.problem or "ok",
             "leadership": None if self.fence.leadership is None else self.fence.leadership(),
+            "colocated": None if self.peers is None else self.peers.status_json(now, self.claims()),
             "nodes": [watch_json(w, now) for w in self.watches.values()],
         }
 
 
-async def serve(config: ControllerConfig) -> None:
-    """Run until SIGTERM or SIGINT, as the only controller on this history."""
+def _policy(config: ControllerConfig) -> DetectionPolicy:
+    return DetectionPolicy(
+        freeze_after=config.detection.freeze_after,
+        banner_misses=config.detection.banner_misses,
+        boot_timeout=config.guards.boot_timeout,
+        gpu_wedged_after=config.detection.gpu_wedged_after,
+    )
+
+
+def _placed(
+    config: ControllerConfig, node: str | None, io: ControllerIO, now: float
+) -> ControllerPeers | None:
+    """This controller's place in the order of controllers on the Sparks (None:
+    it runs on a host of its own).
+
+    :raises WatchdogError: it does not know its node, or its node has no place.
+    """
+    if config.colocated is None:
+        return None
+    order = config.colocated.order
+    if node not in order:
+        raise WatchdogError(
+            f"this controller runs on {node or 'an unnamed node'}, which has no place in "
+            f"colocated.controllers ({', '.join(order)}): pass --node with one of them"
+        )
+    return ControllerPeers(config, node, io.controllers, now)
+
+
+async def serve(config: ControllerConfig, node: str | None = None) -> None:
+    """Run until SIGTERM or SIGINT, as the only controller on this history
+    (``node``: the Spark it runs on, where controllers run on the Sparks)."""
     if is_postgres_url(config.history):
         # The instance lock below is a file beside an SQLite history; nothing
         # would keep a second controller on a PostgreSQL history from acting.
@@ -349,7 +411,7 @@ async def serve(config: ControllerConfig) -> None:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
-        controller = Controller(config, store)
+        controller = Controller(config, store, node=node)
         from spark_watchdog.controller.page.page_api import page_endpoint
 
         endpoint = page_endpoint(config, controller, controller, lambda: loop)

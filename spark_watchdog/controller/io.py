@@ -75,6 +75,12 @@ ServingRunner = Callable[
     Awaitable[ServingRestartReport],
 ]
 AgentRestart = Callable[[SshDevice], Awaitable[str]]
+# Another controller's /v1/status at one of its URLs (controller/look/controller_peers.py).
+ControllerStatus = Callable[[str, float], Awaitable[HttpAnswer]]
+
+
+async def ask_controller(url: str, timeout: float) -> HttpAnswer:
+    return await request(f"{url.rstrip('/')}/v1/status", timeout=timeout)
 
 
 @dataclass(frozen=True)
@@ -91,6 +97,8 @@ class ControllerIO:
     halt: ForcedReboot
     # How far it may act: alone, always; in a pair, its lease (controller/pair/fence.py).
     fence: Fence = LONE
+    # The other controllers, where they run on the Sparks themselves.
+    controllers: ControllerStatus = ask_controller
 
     @classmethod
     def production(

@@ -28,7 +28,10 @@ from spark_watchdog.controller.serving.serving_policy import ServingRestarts
 _BUSY = (NodeState.FENCING, NodeState.BOOTING)
 
 
-def node_view(watch: NodeWatch, parts: Parts, agent_restarts: AgentRestarts) -> NodeView:
+def node_view(
+    watch: NodeWatch, parts: Parts, agent_restarts: AgentRestarts, not_mine: str | None = None
+) -> NodeView:
+    """``not_mine``: why another controller on the Sparks acts for the node."""
     kills = watch.kills_of(watch.finding.verdict)
     kill = Kill.NONE
     if kills is not None:
@@ -49,6 +52,7 @@ def node_view(watch: NodeWatch, parts: Parts, agent_restarts: AgentRestarts) -> 
         agent_restart_running=agent_restarts.running(watch.name),
         guard_kill=_guard_kill(watch, parts.clock.time()),
         dry_run_recorded=watch.conduct.dry_run_step,
+        not_mine=not_mine,
     )
 
 
@@ -67,9 +71,11 @@ def cluster_view(
     doubt: WatcherDoubt,
     late_after: float,
     doubt_alerted: bool = False,
+    serving_not_mine: str | None = None,
 ) -> ClusterView:
     """``late_after``: how long an agent may go without progress before it is
-    silent; ``doubt_alerted``: the doubt's alert went out this spell."""
+    silent; ``doubt_alerted``: the doubt's alert went out this spell;
+    ``serving_not_mine``: why another controller on the Sparks restarts serving."""
     config: ControllerConfig = parts.config
     now = parts.clock.monotonic()
     watches = parts.watches.values()
@@ -93,6 +99,7 @@ def cluster_view(
         breaker_trouble=parts.holds.breaker_trouble,
         breaker_latch_after=config.guards.breaker_latch_after,
         cluster_held=parts.holds.cluster_hold is not None,
+        serving_not_mine=serving_not_mine,
     )
 
 

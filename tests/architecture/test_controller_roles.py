@@ -36,7 +36,13 @@ BELOW = (
     "spark_watchdog.history.records",
 )
 SEAMS = ("io", "clock")
-JUDGES = ("decide.detector", "decide.node_states", "decide.planner", "decide.resume_plan")
+JUDGES = (
+    "decide.colocation",
+    "decide.detector",
+    "decide.node_states",
+    "decide.planner",
+    "decide.resume_plan",
+)
 # What each package may import from the rest of the controller.
 MAY_IMPORT: dict[str, tuple[str, ...]] = {
     "decide": ("decide",),
@@ -112,6 +118,6 @@ def test_the_check_finds_a_ladder_that_asks_the_decision() -> None:
         f"{C}act.wedged:7 imports {C}decide.decisions (only the loop asks the decision)",
         f"{C}decide.planner:3 imports {C}record.ledger (decide may import only decide)",
         f"{C}decide.planner:4 imports spark_watchdog.power.snmp (decide is pure)",
-        f"{C}look.monitor:9 imports {C}act.hands (look may import only look, "
+        f"{C}look.monitor:9 imports {C}act.hands (look may import only look, decide.colocation, "
         "decide.detector, decide.node_states, decide.planner, decide.resume_plan, io, clock)",
     ]

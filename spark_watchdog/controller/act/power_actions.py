@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -70,6 +71,11 @@ def freeze_rungs(config: ControllerConfig) -> dict[str, tuple[RungPath, ...]]:
     }
 
 
+def _this_one(watch: NodeWatch) -> str | None:
+    """The only controller: it acts for every node."""
+    return None
+
+
 class PowerActions:
     def __init__(
         self,
@@ -80,8 +86,11 @@ class PowerActions:
         budgets: Budgets,
         holds: Holds,
         watches: dict[str, NodeWatch],
+        not_mine: Callable[[NodeWatch], str | None] | None = None,
     ) -> None:
         self.config = config
+        # Why another controller on the Sparks acts for a node (None: none does).
+        self.not_mine = not_mine or _this_one
         self.ledger = ledger
         self.notifier = notifier
         self.io = io
@@ -223,6 +232,7 @@ class PowerActions:
         # commands themselves, this keeps new incidents from queueing blind.
         in_flight = sum(1 for w in self.watches.values() if w.state is NodeState.FENCING)
         return Guards(
+            not_mine=self.not_mine(watch),
             node_held=watch.state is NodeState.HELD,
             cluster_held=self.holds.cluster_hold is not None,
             breaker_tripped=self.holds.breaker_open(),

@@ -233,6 +233,8 @@ class Rung:
             tools.holds.nothing_sent.discard(watch.name)  # an off may leave from here on
             return None
         why = blocked.reason
+        if blocked.block is Block.NOT_MINE:
+            return await self._handed_over(why)
         if blocked.block is Block.BREAKER:
             if not plan.breaker_noted:  # once per wait, not once a poll
                 plan.breaker_noted = True
@@ -254,6 +256,22 @@ class Rung:
         watch.conduct.incident_closed()
         watch.apply(NodeEvent.FALSE_ALARM)
         ladder.tell("false_alarm", f"{watch.name}: {why}; no power action")
+        return RungOutcome.FALSE_ALARM
+
+    async def _handed_over(self, why: str) -> RungOutcome:
+        """Another controller on the Sparks acts for the node now (it claims it, or
+        one before this in the order is heard again): nothing was sent, nothing held."""
+        ladder, watch = self.ladder, self.watch
+        await ladder.note(StepName.RUNG_BLOCKED, rung=self.plan.rung, why=why)
+        await ladder.finish(self.action, "failed", why)
+        await incident_log.resolve(
+            self.tools.ledger,
+            ladder.incident_id,
+            Resolution.GAVE_UP,
+            detail={"why": f"handed over: {why}"},
+        )
+        watch.conduct.incident_closed()
+        watch.apply(NodeEvent.FALSE_ALARM)
         return RungOutcome.FALSE_ALARM
 
     async def _found_off(self, power: VerifiedPower, exc: FoundOff) -> RungOutcome:

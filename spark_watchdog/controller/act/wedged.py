@@ -62,9 +62,11 @@ async def unwedge(
         detail={"reason": reason, "serving_restarted": restarted},
     )
     device = ssh_device(watch)
-    blocked = await _reboot_blocked(host, watch, device)
-    if blocked is not None:
-        await host.holds.hold(watch, blocked, NodeEvent.HOLD, by_controller=True)
+    refused = await _reboot_blocked(host, watch, device)
+    if refused is not None:
+        blocked, for_a_person = refused
+        if for_a_person:
+            await host.holds.hold(watch, blocked, NodeEvent.HOLD, by_controller=True)
         return await resolve(host, incident_id, KIND, Resolution.GAVE_UP, blocked)
     assert device is not None
     if watch.gpu_answers():
@@ -121,17 +123,21 @@ async def _forced_reboot(
 
 async def _reboot_blocked(
     host: GentleTools, watch: NodeWatch, device: SshDevice | None
-) -> str | None:
+) -> tuple[str, bool] | None:
+    """Why no forced reboot now, and whether a person must decide (a hold);
+    None: it may go. Another controller acting for the node holds nothing."""
     if device is None:
-        return "gpu_wedged, and no ssh path to reboot it: a person decides"
+        return "gpu_wedged, and no ssh path to reboot it: a person decides", True
     stopped = power_blocked(
         await host.power.guards(watch, Action.FORCED_REBOOT), Action.FORCED_REBOOT
     )
     if stopped is None:
         return None
+    if stopped.block is Block.NOT_MINE:
+        return f"handed over: {stopped.reason}", False
     if stopped.block is Block.HELD:
-        return f"{stopped.reason}: no forced reboot"
-    return f"gpu_wedged, and {stopped.reason}: a person decides"
+        return f"{stopped.reason}: no forced reboot", True
+    return f"gpu_wedged, and {stopped.reason}: a person decides", True
 
 
 async def _boot_wait(

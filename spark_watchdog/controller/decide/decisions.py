@@ -70,6 +70,9 @@ class NodeView:
     # What this spell's dry-run incident recorded (RECORD_DRY_RUN, UNWEDGE or
     # RESTART_SERVING), or None: not one yet.
     dry_run_recorded: Step | None = None
+    # Why another controller on the Sparks acts for it (controller/decide/colocation.py);
+    # None: this one does, or it is the only controller.
+    not_mine: str | None = None
 
 
 @dataclass(frozen=True)
@@ -95,6 +98,8 @@ class ClusterView:
     breaker_trouble: tuple[str, ...] = ()  # the nodes it counts
     breaker_latch_after: float = 300.0  # guards.breaker_latch_after
     cluster_held: bool = False  # the history holds the whole cluster
+    # Why another controller on the Sparks restarts serving (colocation.py); None: this one.
+    serving_not_mine: str | None = None
 
 
 @dataclass(frozen=True)
@@ -118,6 +123,8 @@ class Needs:
 
 def needs(node: NodeView, cluster: ClusterView) -> Needs:
     """Which history reads the decision for ``node`` depends on (none for most)."""
+    if _others(node, cluster):
+        return Needs()
     node = _after_guard(node)
     if _settled_before_reads(node, cluster) is not None or node.finding.verdict not in ACTED_ON:
         return Needs()
@@ -130,6 +137,8 @@ def needs(node: NodeView, cluster: ClusterView) -> Needs:
 
 def plan(node: NodeView, cluster: ClusterView, reads: Reads) -> tuple[Decision, ...]:
     """Every step the controller takes for ``node`` now, in order."""
+    if _others(node, cluster):
+        return (Decision(Step.NOTHING, f"another controller acts for it: {node.not_mine}"),)
     steps = (*_guard(node), *_latch(node, cluster))
     node = _after_guard(node)
     if any(d.step is Step.UNLATCH for d in steps):
@@ -138,6 +147,17 @@ def plan(node: NodeView, cluster: ClusterView, reads: Reads) -> tuple[Decision, 
     if settled is not None:
         return (*steps, settled)
     return (*steps, *_acted_on(node, cluster, reads))
+
+
+def _others(node: NodeView, cluster: ClusterView) -> bool:
+    """Another controller on the Sparks acts for the node: this one starts nothing
+    and tells nothing of it; a ladder of its own already running carries on, and
+    asks again right before it cuts (planner.power_blocked). A serving fault is
+    the cluster's: the controller that restarts serving answers it, whichever node
+    it shows on (its own host's included)."""
+    if node.not_mine is None or node.fencing or node.unwedging:
+        return False
+    return not (node.finding.verdict in SERVING_FAULTS and cluster.serving_not_mine is None)
 
 
 def _guard(node: NodeView) -> tuple[Decision, ...]:
@@ -252,6 +272,8 @@ def _doubt(verdict: Verdict, cluster: ClusterView) -> str | None:
 
 def _serving_gate(node: NodeView, cluster: ClusterView) -> Decision | None:
     """Why a serving fault gets no serving restart now; None: it may have one."""
+    if cluster.serving_not_mine is not None:
+        return Decision(Step.NOTHING, f"not this controller's: {cluster.serving_not_mine}")
     if cluster.unlatch_in_progress:
         return Decision(Step.NOTHING, "a node halts for its long cut: serving restarts after it")
     if not cluster.auto_restart:

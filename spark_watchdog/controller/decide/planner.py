@@ -80,6 +80,7 @@ class Action(enum.Enum):
 class Block(enum.Enum):
     """Why the guard stops an action."""
 
+    NOT_MINE = "not_mine"  # another controller on the Sparks acts for the node
     HELD = "held"
     BREAKER = "breaker"
     BUDGET = "budget"
@@ -113,20 +114,24 @@ class Guards:
     # Forced reboots of the node in the budget window (asked for FORCED_REBOOT only).
     node_reboots_in_window: int = 0
     budget_window: float = 3600.0
+    # Why another controller acts for the node (controller/decide/colocation.py);
+    # None: this one does, or it is the only controller.
+    not_mine: str | None = None
 
 
 def power_blocked(guards: Guards, action: Action) -> Blocked | None:
     """Why ``action`` may not happen now; None when it may. In this order:
 
-    - a hold of the node or of the cluster stops every action;
+    - another controller on the Sparks acts for the node, or a hold: no action;
     - the circuit breaker stops a cycle and a long cut (more than its share of
       nodes looks frozen: the controller itself may be what is wrong); not a
       forced reboot, which goes to a host that answers SSH;
     - the budgets: a cycle needs one of the node's and one of the cluster's; a
       long cut also leaves the cluster's last one for a real freeze; a forced
-      reboot counts against the node's budget in forced reboots;
-    - dry run: nothing is ever sent.
+      reboot counts against the node's budget in forced reboots; dry run: nothing.
     """
+    if guards.not_mine is not None:
+        return Blocked(Block.NOT_MINE, guards.not_mine)
     if guards.node_held or guards.cluster_held:
         said = f" ({guards.hold_reason})" if guards.hold_reason else ""
         return Blocked(Block.HELD, f"held{said}")
@@ -207,6 +212,8 @@ def decide(state: NodeState, finding: Finding, guards: Guards) -> Decision:
 
 def _frozen(guards: Guards) -> Decision:
     blocked = power_blocked(guards, Action.CYCLE)
+    if blocked is not None and blocked.block is Block.NOT_MINE:
+        return Decision(Step.NOTHING, f"host_frozen, not this controller's: {blocked.reason}")
     if blocked is not None and blocked.block in (Block.HELD, Block.BREAKER):
         return Decision(Step.NOTHING, f"host_frozen but {blocked.reason}: no power action")
     if blocked is not None and blocked.block is Block.BUDGET:

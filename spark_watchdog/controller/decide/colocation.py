@@ -1,0 +1,131 @@
+"""Which controller acts for a node when the controllers run on the Sparks themselves.
+
+Pure: what this controller heard of the others (when, what they claim, their
+order) comes in, a refusal or None goes out. The rules and why they give
+one recovery per freeze: docs/design.md, "Controllers on the Sparks".
+
+For a node, its *actors* are the controllers in order without its own. A
+controller acts for it only when it does not run on it, is not listening
+after a start or a gap in its own loop, hears no other controller claim it,
+has heard none of the actors before it for ``takeover_after``, and, where
+the node runs a controller placed before it, the node has been silent for
+``freeze_after + fence_delay`` (in mutual suspicion the earlier one cuts
+first). A controller whose order another one contradicts acts on nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where this controller runs and the order it belongs to (config/colocated.py)."""
+
+    me: str
+    order: tuple[str, ...]
+    takeover_after: float
+    fence_delay: float
+    freeze_after: float
+
+
+@dataclass(frozen=True)
+class PeerHeard:
+    """Another controller, as this one last heard it."""
+
+    heard_at: float | None = None  # monotonic: its last answer whose loop had moved on
+    claims: frozenset[str] = frozenset()  # nodes it has an incident or a ladder for
+    order: tuple[str, ...] | None = None  # its order, as it said
+
+
+@dataclass(frozen=True)
+class Standing:
+    """What this controller knows of the others now."""
+
+    now: float
+    observing_until: float  # it acts on nothing before this (monotonic)
+    peers: Mapping[str, PeerHeard]
+
+
+def actors(node: str, order: tuple[str, ...]) -> tuple[str, ...]:
+    """The controllers that may act for ``node``, first responsible first."""
+    return tuple(c for c in order if c != node)
+
+
+def _heard(peer: PeerHeard | None, placement: Placement, now: float) -> float | None:
+    """Seconds since ``peer`` was last heard, or None: silent for takeover_after."""
+    if peer is None or peer.heard_at is None:
+        return None
+    ago = now - peer.heard_at
+    return ago if ago < placement.takeover_after else None
+
+
+def _common(placement: Placement, standing: Standing) -> str | None:
+    """What stops this controller acting on anything at all."""
+    if standing.now < standing.observing_until:
+        left = standing.observing_until - standing.now
+        return (
+            f"listening to the other controllers for {left:.0f}s more before acting "
+            "(after a start, or a gap in this controller's own loop)"
+        )
+    for name in sorted(standing.peers):
+        peer = standing.peers[name]
+        heard = _heard(peer, placement, standing.now)
+        if heard is not None and peer.order is not None and peer.order != placement.order:
+            return (
+                f"the controller on {name} has the order {', '.join(peer.order)}, this one "
+                f"{', '.join(placement.order)}: acting on nothing until the configs agree"
+            )
+    return None
+
+
+def refusal(node: str, placement: Placement, standing: Standing, silent_for: float) -> str | None:
+    """Why this controller may not act for ``node`` now (None: it is the one).
+
+    ``silent_for``: seconds since the node last showed life on any path.
+    """
+    if node == placement.me:
+        after = actors(node, placement.order)
+        return f"its own host: {' or '.join(after) or 'no other controller'} acts for it"
+    if placement.me not in placement.order:
+        return f"{placement.me} is not one of the controllers ({', '.join(placement.order)})"
+    common = _common(placement, standing)
+    if common is not None:
+        return common
+    now = standing.now
+    for name in sorted(standing.peers):
+        peer = standing.peers[name]
+        heard = _heard(peer, placement, now)
+        if heard is not None and node in peer.claims:
+            return f"the controller on {name} is recovering it (heard {heard:.0f}s ago)"
+    for name in actors(node, placement.order):
+        if name == placement.me:
+            break
+        heard = _heard(standing.peers.get(name), placement, now)
+        if heard is not None:
+            return f"the controller on {name} acts for it (heard {heard:.0f}s ago)"
+    mine = placement.order.index(placement.me)
+    if node in placement.order and placement.order.index(node) < mine:
+        wait = placement.freeze_after + placement.fence_delay
+        if silent_for < wait:
+            return (
+                f"fence delay: {node}'s controller is before this one in the order; "
+                f"acting only after {wait:g}s of silence ({silent_for:.0f}s so far)"
+            )
+    return None
+
+
+def serving_refusal(placement: Placement, standing: Standing) -> str | None:
+    """Why this controller may not restart serving for the cluster now: the first
+    controller in order heard within takeover_after does it (itself counted)."""
+    common = _common(placement, standing)
+    if common is not None:
+        return common
+    for name in placement.order:
+        if name == placement.me:
+            return None
+        heard = _heard(standing.peers.get(name), placement, standing.now)
+        if heard is not None:
+            return f"the controller on {name} restarts serving (heard {heard:.0f}s ago)"
+    return f"{placement.me} is not one of the controllers ({', '.join(placement.order)})"

@@ -1,0 +1,162 @@
+"""What this controller hears of the other controllers on the Sparks.
+
+Each sweep asks every other controller's ``/v1/status`` on each of its URLs
+(its management address and, where cabled, its fabric one). A controller is
+*heard* when an answer names the node it runs on and shows its loop moved
+on since the last one (a hung loop behind a live HTTP thread is silence).
+What it claims (the nodes it has an incident or a ladder for) and its order
+are kept from that answer. A gap in this controller's own sweeps of half
+``takeover_after`` or more (it was paused, or its host was) starts a new
+listening spell, as a start does (docs/design.md, "Controllers on the Sparks").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from spark_watchdog.config.colocated import controller_urls
+from spark_watchdog.config.controller import ControllerConfig
+from spark_watchdog.controller.decide.colocation import (
+    PeerHeard,
+    Placement,
+    Standing,
+    refusal,
+    serving_refusal,
+)
+from spark_watchdog.controller.look.http_client import HttpAnswer, HttpError
+from spark_watchdog.terminal import escape
+
+log = logging.getLogger("spark_watchdog.controller")
+
+# Asks one URL for a controller's status (ControllerIO.controllers).
+StatusGet = Callable[[str, float], Awaitable[HttpAnswer]]
+
+MAX_CLAIMS = 1024  # more nodes than any cluster: an answer beyond it is not believed
+
+
+class BadAnswer(ValueError):
+    """A controller's status answer that says nothing this controller can trust."""
+
+
+def read_answer(answer: HttpAnswer, expected: str) -> tuple[tuple[Any, int], PeerHeard]:
+    """(its loop's mark, what it says) from a controller's ``/v1/status`` answer.
+
+    :raises BadAnswer: not a 200, not JSON, or not the controller on ``expected``.
+    """
+    if answer.status != 200:
+        raise BadAnswer(f"status {answer.status}")
+    try:
+        body = answer.json()
+    except HttpError as exc:
+        raise BadAnswer(str(exc)) from None
+    if not isinstance(body, dict):
+        raise BadAnswer("not a JSON object")
+    placed, ticks, started = body.get("colocated"), body.get("ticks"), body.get("started_at")
+    if not isinstance(placed, dict) or not isinstance(ticks, int) or isinstance(ticks, bool):
+        raise BadAnswer("no colocated section or no ticks: not a controller on a Spark")
+    if placed.get("node") != expected:
+        said = escape(str(placed.get("node"))[:64])
+        raise BadAnswer(f'it says it runs on "{said}", not {expected}')
+    order, claims = placed.get("order"), placed.get("claims")
+    if not isinstance(order, list) or not isinstance(claims, list):
+        raise BadAnswer("its order or claims are not lists")
+    if not _names(order) or not _names(claims) or len(claims) > MAX_CLAIMS:
+        raise BadAnswer("its order or claims are not lists of node names")
+    mark = (started if isinstance(started, (int, float, str)) else None, ticks)
+    return mark, PeerHeard(claims=frozenset(claims), order=tuple(order))
+
+
+def _names(values: list[Any]) -> bool:
+    return len(values) <= MAX_CLAIMS and all(isinstance(v, str) and v for v in values)
+
+
+class ControllerPeers:
+    """The other controllers of the order, as heard; this controller's own listening."""
+
+    def __init__(self, config: ControllerConfig, me: str, get: StatusGet, now: float) -> None:
+        colocated = config.colocated
+        assert colocated is not None
+        self.placement = Placement(
+            me=me,
+            order=colocated.order,
+            takeover_after=colocated.takeover_after,
+            fence_delay=colocated.fence_delay,
+            freeze_after=config.detection.freeze_after,
+        )
+        port = config.listen.port
+        self.urls = {
+            p.node: controller_urls(p, config.node(p.node).agent, port)
+            for p in colocated.controllers
+            if p.node != me
+        }
+        self._get = get
+        self._timeout = config.detection.agent_timeout
+        self.heard: dict[str, PeerHeard] = {name: PeerHeard() for name in self.urls}
+        self.detail: dict[str, str] = {name: "not asked yet" for name in self.urls}
+        self._marks: dict[str, tuple[Any, int]] = {}
+        self.observing_until = now + colocated.takeover_after
+        self._last_sweep: float | None = None
+        self._started = now
+
+    async def sweep(self, now: float) -> None:
+        """Ask every other controller once; a long gap since the last sweep starts listening."""
+        gap = None if self._last_sweep is None else now - self._last_sweep
+        if gap is not None and gap >= self.placement.takeover_after / 2:
+            self.observing_until = max(self.observing_until, now + self.placement.takeover_after)
+            log.warning(
+                "this controller's loop stood still %.0fs: listening to the others before acting",
+                gap,
+            )
+        self._last_sweep = now
+        await asyncio.gather(*(self._ask(name, now) for name in self.urls))
+
+    async def _ask(self, name: str, now: float) -> None:
+        problems = []
+        for url in self.urls[name]:
+            try:
+                answer = await self._get(url, self._timeout)
+                mark, said = read_answer(answer, name)
+            except (HttpError, BadAnswer) as exc:
+                problems.append(f"{url}: {exc}")
+                continue
+            before = self.heard[name]
+            moved = self._marks.get(name) != mark
+            self._marks[name] = mark
+            self.heard[name] = PeerHeard(
+                heard_at=now if moved else before.heard_at, claims=said.claims, order=said.order
+            )
+            self.detail[name] = "heard" if moved else "answered, but its loop has not moved on"
+            return
+        self.detail[name] = "; ".join(problems)
+
+    def standing(self, now: float) -> Standing:
+        return Standing(now=now, observing_until=self.observing_until, peers=dict(self.heard))
+
+    def not_mine(self, node: str, last_life_at: float | None, now: float) -> str | None:
+        """Why another controller acts for ``node`` now (None: this one does)."""
+        silent_for = now - (self._started if last_life_at is None else last_life_at)
+        return refusal(node, self.placement, self.standing(now), silent_for)
+
+    def serving_not_mine(self, now: float) -> str | None:
+        """Why another controller restarts serving now (None: this one does)."""
+        return serving_refusal(self.placement, self.standing(now))
+
+    def status_json(self, now: float, claims: list[str]) -> dict[str, Any]:
+        """The ``colocated`` section of ``/v1/status``: what the others read of this one."""
+        return {
+            "node": self.placement.me,
+            "order": list(self.placement.order),
+            "claims": claims,
+            "observing": now < self.observing_until,
+            "peers": {
+                name: {
+                    "heard_s_ago": None if p.heard_at is None else round(now - p.heard_at, 1),
+                    "order_matches": None if p.order is None else p.order == self.placement.order,
+                    "detail": self.detail[name],
+                }
+                for name, p in sorted(self.heard.items())
+            },
+        }

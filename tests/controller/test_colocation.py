@@ -1,0 +1,168 @@
+"""Which controller on the Sparks acts for a node (controller/decide/colocation.py):
+example rows, and properties over random orders and hearing."""
+
+from __future__ import annotations
+
+import hypothesis.strategies as st
+from hypothesis import given, settings
+
+from spark_watchdog.controller.decide.colocation import (
+    PeerHeard,
+    Placement,
+    Standing,
+    actors,
+    refusal,
+    serving_refusal,
+)
+
+ORDER = ("spark-1", "spark-2")
+NOW = 1000.0
+TAKEOVER, FENCE, FREEZE = 30.0, 20.0, 8.0
+
+
+def _placement(me: str, order: tuple[str, ...] = ORDER) -> Placement:
+    return Placement(me, order, TAKEOVER, FENCE, FREEZE)
+
+
+def _standing(peers: dict[str, PeerHeard], observing_until: float = 0.0) -> Standing:
+    return Standing(NOW, observing_until, peers)
+
+
+def _heard(
+    ago: float | None, claims: tuple[str, ...] = (), order: tuple[str, ...] = ORDER
+) -> PeerHeard:
+    return PeerHeard(None if ago is None else NOW - ago, frozenset(claims), order)
+
+
+def test_a_controller_never_acts_for_its_own_host() -> None:
+    why = refusal("spark-1", _placement("spark-1"), _standing({"spark-2": _heard(None)}), 999)
+    assert why is not None and "its own host" in why and "spark-2" in why
+
+
+def test_the_first_in_order_acts_at_once_for_the_second() -> None:
+    assert (
+        refusal("spark-2", _placement("spark-1"), _standing({"spark-2": _heard(None)}), 9) is None
+    )
+
+
+def test_the_second_waits_the_fence_delay_before_acting_for_the_first() -> None:
+    placement, standing = _placement("spark-2"), _standing({"spark-1": _heard(None)})
+    early = refusal("spark-1", placement, standing, FREEZE + FENCE - 1)
+    assert early is not None and early.startswith("fence delay")
+    assert refusal("spark-1", placement, standing, FREEZE + FENCE) is None
+
+
+def test_the_next_takes_over_a_third_node_only_after_the_first_is_silent_for_takeover_after() -> (
+    None
+):
+    order = ("spark-1", "spark-2", "spark-3")
+    placement = _placement("spark-2", order)
+    heard = refusal(
+        "spark-3", placement, _standing({"spark-1": _heard(TAKEOVER - 1, order=order)}), 99
+    )
+    assert heard is not None and "spark-1 acts for it" in heard
+    silent = _standing({"spark-1": _heard(TAKEOVER, order=order)})
+    assert refusal("spark-3", placement, silent, 99) is None
+
+
+def test_a_heard_claim_leaves_the_node_to_the_claimant() -> None:
+    order = ("spark-1", "spark-2", "spark-3")
+    # spark-3's actors are spark-1 then spark-2; spark-1 would act, but spark-2 claims it.
+    standing = _standing({"spark-2": _heard(1, claims=("spark-3",), order=order)})
+    why = refusal("spark-3", _placement("spark-1", order), standing, 99)
+    assert why is not None and "recovering it" in why
+
+
+def test_nothing_while_listening_after_a_start_or_a_gap() -> None:
+    standing = _standing({"spark-2": _heard(None)}, observing_until=NOW + 5)
+    why = refusal("spark-2", _placement("spark-1"), standing, 99)
+    assert why is not None and "listening" in why
+    assert serving_refusal(_placement("spark-1"), standing) is not None
+
+
+def test_a_heard_controller_with_another_order_stops_every_action() -> None:
+    other = _heard(1, order=("spark-2", "spark-1"))
+    why = refusal("spark-2", _placement("spark-1"), _standing({"spark-2": other}), 99)
+    assert why is not None and "configs agree" in why
+
+
+def test_serving_is_restarted_by_the_first_heard_controller() -> None:
+    heard = _standing({"spark-1": _heard(1)})
+    assert serving_refusal(_placement("spark-2"), heard) is not None
+    assert serving_refusal(_placement("spark-1"), _standing({"spark-2": _heard(1)})) is None
+    assert serving_refusal(_placement("spark-2"), _standing({"spark-1": _heard(None)})) is None
+
+
+NAMES = [f"spark-{i}" for i in range(1, 7)]
+
+
+@st.composite
+def _clusters(draw: st.DrawFn) -> tuple[tuple[str, ...], list[str], dict[str, bool]]:
+    """An order of 2..6 controllers over 2..6 nodes, and which controllers are alive."""
+    nodes = NAMES[: draw(st.integers(2, 6))]
+    order = tuple(draw(st.permutations(nodes))[: draw(st.integers(2, len(nodes)))])
+    alive = {c: draw(st.booleans()) for c in order}
+    return order, nodes, alive
+
+
+@settings(max_examples=500, deadline=None)
+@given(_clusters(), st.floats(0, 120))
+def test_controllers_that_hear_each_other_give_each_node_at_most_one_actor(
+    cluster: tuple[tuple[str, ...], list[str], dict[str, bool]], silent_for: float
+) -> None:
+    """Every live controller hears every other live one (dead ones are silent):
+    for each node at most one acts, never one on its own host, and when some
+    live controller may act (fence delay passed) exactly one does."""
+    order, nodes, alive = cluster
+    live = [c for c in order if alive[c]]
+    for node in nodes:
+        acting = []
+        for me in live:
+            peers = {c: _heard(1 if alive[c] else None, order=order) for c in order if c != me}
+            if refusal(node, _placement(me, order), _standing(peers), silent_for) is None:
+                acting.append(me)
+        assert len(acting) <= 1, (node, acting)
+        assert node not in acting
+        first = next((c for c in actors(node, order) if alive[c]), None)
+        delayed = node in order and first is not None and order.index(node) < order.index(first)
+        if first is not None and (not delayed or silent_for >= FREEZE + FENCE):
+            assert acting == [first]
+
+
+@settings(max_examples=300, deadline=None)
+@given(_clusters())
+def test_exactly_one_live_controller_restarts_serving(
+    cluster: tuple[tuple[str, ...], list[str], dict[str, bool]],
+) -> None:
+    order, _, alive = cluster
+    live = [c for c in order if alive[c]]
+    restarting = [
+        me
+        for me in live
+        if serving_refusal(
+            _placement(me, order),
+            _standing({c: _heard(1 if alive[c] else None, order=order) for c in order if c != me}),
+        )
+        is None
+    ]
+    assert restarting == live[:1]
+
+
+@settings(max_examples=300, deadline=None)
+@given(_clusters(), st.floats(0, 120))
+def test_in_mutual_suspicion_of_two_controllers_only_one_may_act_before_the_fence_delay(
+    cluster: tuple[tuple[str, ...], list[str], dict[str, bool]], silent_for: float
+) -> None:
+    """Two controllers that hear nothing of anyone suspect each other: the later
+    one in the order waits freeze_after + fence_delay, the earlier does not."""
+    order = cluster[0]
+    a, b = order[0], order[1]
+    silent = {c: _heard(None, order=order) for c in order}
+    a_acts = refusal(
+        b, _placement(a, order), _standing({c: silent[c] for c in order if c != a}), silent_for
+    )
+    b_acts = refusal(
+        a, _placement(b, order), _standing({c: silent[c] for c in order if c != b}), silent_for
+    )
+    assert a_acts is None
+    assert (b_acts is None) == (silent_for >= FREEZE + FENCE)

@@ -1,0 +1,173 @@
+"""What a controller on a Spark hears of the others (controller/look/controller_peers.py):
+bad answers are silence, a loop that stood still is silence, a gap in its own loop
+starts a listening spell; and one real controller's /v1/status read over HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from spark_watchdog.config.controller import (
+    ControllerConfig,
+    ControllerListenConfig,
+    parse_controller_config,
+)
+from spark_watchdog.controller.daemon import Controller
+from spark_watchdog.controller.io import ControllerIO, ask_controller
+from spark_watchdog.controller.look.controller_peers import BadAnswer, ControllerPeers, read_answer
+from spark_watchdog.controller.look.http_client import HttpAnswer, HttpError
+from spark_watchdog.controller.page.status_api import StatusEndpoint
+from spark_watchdog.history.store import HistoryStore
+from spark_watchdog.lab.ports import free_port
+
+ORDER = ["spark-1", "spark-2"]
+
+
+def _config(tmp_path: Path, urls: dict[str, str] | None = None) -> ControllerConfig:
+    urls = urls or {}
+    return parse_controller_config(
+        {
+            "nodes": [
+                {"name": n, "agent": f"http://10.9.0.{i}:9720"} for i, n in enumerate(ORDER, 1)
+            ],
+            "listen": {"address": "0.0.0.0", "port": 9721},
+            "history": str(tmp_path / "history.db"),
+            "colocated": {
+                "controllers": [
+                    {"node": n, **({"urls": [urls[n]]} if n in urls else {})} for n in ORDER
+                ],
+            },
+        },
+        "test",
+    )
+
+
+def _answer(body: Any, status: int = 200) -> HttpAnswer:
+    raw = body if isinstance(body, bytes) else json.dumps(body).encode()
+    return HttpAnswer(status, raw)
+
+
+def _status(node: str = "spark-2", ticks: int = 5, **colocated: Any) -> dict[str, Any]:
+    return {
+        "started_at": 1.0,
+        "ticks": ticks,
+        "colocated": {"node": node, "order": ORDER, "claims": [], **colocated},
+    }
+
+
+@pytest.mark.parametrize(
+    ("answer", "said"),
+    [
+        (_answer(_status(), status=503), "status 503"),
+        (_answer(b"<html>"), "not JSON"),
+        (_answer([1, 2]), "not a JSON object"),
+        (_answer({"ticks": 3}), "no colocated section"),
+        (_answer({**_status(), "ticks": True}), "no ticks"),
+        (_answer(_status(node="spark-9\x1b[2J")), "spark-9\\x1b[2J"),
+        (_answer(_status(order="spark-1")), "not lists"),
+        (_answer(_status(claims=["spark-1", 7])), "not lists of node names"),
+        (_answer(_status(claims=["x"] * 5000)), "not lists of node names"),
+    ],
+)
+def test_an_answer_that_is_not_the_expected_controller_is_silence(
+    answer: HttpAnswer, said: str
+) -> None:
+    with pytest.raises(BadAnswer, match=None) as caught:
+        read_answer(answer, "spark-2")
+    assert said in str(caught.value)
+    assert "\x1b" not in str(caught.value)
+
+
+def _peers(tmp_path: Path, answers: list[Any]) -> ControllerPeers:
+    async def get(url: str, timeout: float) -> HttpAnswer:
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return _answer(answer)
+
+    return ControllerPeers(_config(tmp_path), "spark-1", get, now=0.0)
+
+
+def test_a_controller_is_heard_only_while_its_loop_moves_on(tmp_path: Path) -> None:
+    peers = _peers(tmp_path, [_status(ticks=1), _status(ticks=1), _status(ticks=2)])
+    asyncio.run(peers.sweep(1.0))
+    assert peers.heard["spark-2"].heard_at == 1.0
+    asyncio.run(peers.sweep(2.0))  # the same ticks: a live HTTP thread, a loop that stood still
+    assert peers.heard["spark-2"].heard_at == 1.0
+    assert "not moved on" in peers.detail["spark-2"]
+    asyncio.run(peers.sweep(3.0))
+    assert peers.heard["spark-2"].heard_at == 3.0
+
+
+def test_claims_and_order_are_kept_from_the_answer(tmp_path: Path) -> None:
+    peers = _peers(tmp_path, [_status(claims=["spark-1"])])
+    asyncio.run(peers.sweep(1.0))
+    assert peers.heard["spark-2"].claims == {"spark-1"}
+    assert peers.heard["spark-2"].order == tuple(ORDER)
+
+
+def test_a_failed_ask_keeps_the_last_hearing_and_says_why(tmp_path: Path) -> None:
+    peers = _peers(tmp_path, [_status(ticks=1), HttpError("connection refused")])
+    asyncio.run(peers.sweep(1.0))
+    asyncio.run(peers.sweep(2.0))
+    assert peers.heard["spark-2"].heard_at == 1.0
+    assert "connection refused" in peers.detail["spark-2"]
+
+
+def test_a_gap_in_its_own_loop_starts_a_listening_spell(tmp_path: Path) -> None:
+    peers = _peers(tmp_path, [_status(ticks=t) for t in range(1, 5)])
+    takeover = 30.0
+    asyncio.run(peers.sweep(takeover + 1))  # past the start's listening spell
+    assert not peers.standing(takeover + 1).now < peers.observing_until
+    asyncio.run(peers.sweep(takeover + 2))
+    asyncio.run(peers.sweep(takeover + 2 + takeover / 2))  # paused for half of takeover_after
+    assert peers.observing_until == takeover + 2 + takeover / 2 + takeover
+    why = peers.not_mine("spark-2", None, takeover + 3 + takeover / 2)
+    assert why is not None and "listening" in why
+
+
+def test_a_controller_never_acts_for_its_own_host_whatever_it_hears(tmp_path: Path) -> None:
+    peers = _peers(tmp_path, [])
+    why = peers.not_mine("spark-1", None, 10_000.0)
+    assert why is not None and "its own host" in why
+
+
+def test_one_controller_reads_another_real_controllers_status_over_http(tmp_path: Path) -> None:
+    """The second controller's /v1/status from its real endpoint, by the production
+    request: its place, its order and what it claims, and its loop moving on."""
+    port = free_port()
+    config = _config(tmp_path, {"spark-2": f"http://127.0.0.1:{port}"})
+    store = HistoryStore(str(tmp_path / "second.db"))
+    second = Controller(
+        dataclasses.replace(config, history=str(tmp_path / "second.db")),
+        store,
+        io=ControllerIO.production(config),
+        node="spark-2",
+    )
+    listen = ControllerListenConfig(address="127.0.0.1", port=port)
+    endpoint = StatusEndpoint(listen.address, listen.port, second)
+    peers = ControllerPeers(config, "spark-1", ask_controller, now=0.0)
+
+    async def scenario() -> None:
+        second.published = second.status_json()
+        await peers.sweep(1.0)
+        second.ticks += 1
+        second.published = second.status_json()
+        await peers.sweep(2.0)
+
+    endpoint.start()
+    try:
+        asyncio.run(scenario())
+    finally:
+        endpoint.stop()
+        store.close()
+    heard = peers.heard["spark-2"]
+    assert heard.heard_at == 2.0, peers.detail
+    assert heard.order == tuple(ORDER)
+    assert heard.claims == frozenset()
+    assert second.status_json()["colocated"]["node"] == "spark-2"
