@@ -207,15 +207,11 @@ class Controller:
             return None
         return self.peers.not_mine(watch.name, watch.last_life_at, self.clock.monotonic())
 
-    def claims(self) -> list[str]:
-        """The nodes this controller has an incident or a ladder for: what the
-        other controllers leave to it."""
-        return sorted(
-            name
-            for name, watch in self.watches.items()
-            if watch.conduct.incident_id is not None
-            or any(self.work.running_for(kind, name) for kind in Ladder)
-        )
+    def _placed_json(self, now: float) -> dict[str, Any] | None:
+        if self.peers is None:
+            return None
+        lives = {name: watch.last_life_at for name, watch in self.watches.items()}
+        return self.peers.status_json(now, _claims(self.watches, self.work), lives)
 
     async def _act(self, watch: NodeWatch, cluster: ClusterView) -> bool:
         """Carry out what controller/decide/decisions.py decides for the node, in
@@ -361,9 +357,20 @@ class Controller:
             "serving_profile": self.serving.profile,
             "history": self.ledger.problem or "ok",
             "leadership": None if self.fence.leadership is None else self.fence.leadership(),
-            "colocated": None if self.peers is None else self.peers.status_json(now, self.claims()),
+            "colocated": self._placed_json(now),
             "nodes": [watch_json(w, now) for w in self.watches.values()],
         }
+
+
+def _claims(watches: dict[str, NodeWatch], work: Work) -> list[str]:
+    """The nodes this controller has an incident or a ladder for: what the other
+    controllers on the Sparks leave to it."""
+    return sorted(
+        name
+        for name, watch in watches.items()
+        if watch.conduct.incident_id is not None
+        or any(work.running_for(kind, name) for kind in Ladder)
+    )
 
 
 def _policy(config: ControllerConfig) -> DetectionPolicy:

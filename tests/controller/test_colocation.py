@@ -166,3 +166,10 @@ def test_in_mutual_suspicion_of_two_controllers_only_one_may_act_before_the_fenc
     )
     assert a_acts is None
     assert (b_acts is None) == (silent_for >= FREEZE + FENCE)
+
+
+def test_serving_waits_while_another_controller_recovers_a_node() -> None:
+    """Its recovery ends with a serving restart of its own: not a second one."""
+    recovering = _standing({"spark-2": _heard(1, claims=("spark-1",))})
+    why = serving_refusal(_placement("spark-1"), recovering)
+    assert why is not None and "recovering spark-1" in why

@@ -170,4 +170,7 @@ def test_one_controller_reads_another_real_controllers_status_over_http(tmp_path
     assert heard.heard_at == 2.0, peers.detail
     assert heard.order == tuple(ORDER)
     assert heard.claims == frozenset()
-    assert second.status_json()["colocated"]["node"] == "spark-2"
+    placed = second.status_json()["colocated"]
+    assert placed["node"] == "spark-2"
+    # Listening after its start: it acts for nothing yet, never for its own host.
+    assert placed["acts_for"] == [] and placed["observing"] is True

@@ -118,10 +118,18 @@ def refusal(node: str, placement: Placement, standing: Standing, silent_for: flo
 
 def serving_refusal(placement: Placement, standing: Standing) -> str | None:
     """Why this controller may not restart serving for the cluster now: the first
-    controller in order heard within takeover_after does it (itself counted)."""
+    controller in order heard within takeover_after does it (itself counted),
+    and not while another heard controller recovers a node (its recovery ends
+    with a serving restart of its own)."""
     common = _common(placement, standing)
     if common is not None:
         return common
+    for name in sorted(standing.peers):
+        peer = standing.peers[name]
+        heard = _heard(peer, placement, standing.now)
+        if heard is not None and peer.claims:
+            recovering = ", ".join(sorted(peer.claims))
+            return f"the controller on {name} is recovering {recovering}: it restarts serving"
     for name in placement.order:
         if name == placement.me:
             return None

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from spark_watchdog.config.colocated import controller_urls
@@ -144,13 +144,19 @@ class ControllerPeers:
         """Why another controller restarts serving now (None: this one does)."""
         return serving_refusal(self.placement, self.standing(now))
 
-    def status_json(self, now: float, claims: list[str]) -> dict[str, Any]:
-        """The ``colocated`` section of ``/v1/status``: what the others read of this one."""
+    def status_json(
+        self, now: float, claims: list[str], lives: Mapping[str, float | None]
+    ) -> dict[str, Any]:
+        """The ``colocated`` section of ``/v1/status``: what the others read of this
+        one, and for a person which nodes it acts for now and whether it restarts
+        serving (``lives``: each node's last life on any path)."""
         return {
             "node": self.placement.me,
             "order": list(self.placement.order),
             "claims": claims,
             "observing": now < self.observing_until,
+            "acts_for": [n for n, life in lives.items() if self.not_mine(n, life, now) is None],
+            "restarts_serving": self.serving_not_mine(now) is None,
             "peers": {
                 name: {
                     "heard_s_ago": None if p.heard_at is None else round(now - p.heard_at, 1),
