@@ -56,7 +56,7 @@ from spark_watchdog.controller.record import incident_log
 from spark_watchdog.controller.record.budgets import Budgets
 from spark_watchdog.controller.record.incident_log import Resolution
 from spark_watchdog.controller.record.ledger import HistoryUnwritable, Ledger
-from spark_watchdog.controller.record.notify import Notifier
+from spark_watchdog.controller.record.notify import Event, Notifier
 from spark_watchdog.controller.record.verdict_alerts import VerdictAlerts
 from spark_watchdog.controller.serving.serving_policy import ServingRestarts
 from spark_watchdog.controller.views import cluster_view, history_reads, node_view
@@ -101,7 +101,7 @@ class Controller:
         now, late_after = self.clock.monotonic(), self.policy.late_after
         self.watches = {n.name: NodeWatch(n, now, late_after=late_after) for n in config.nodes}
         # The other controllers when this one runs on a Spark (controller/look/controller_peers.py).
-        self.peers = _placed(config, node, self.io, now)
+        self.peers = _placed(config, node, self.io, now, self.notifier)
         self._assemble()
         self.doubt = WatcherDoubt.of(config.detection)  # its loop's stalls (watcher_doubt.py)
         self._doubted: str | None = None  # why it doubts its view, when it alerted
@@ -383,7 +383,7 @@ def _policy(config: ControllerConfig) -> DetectionPolicy:
 
 
 def _placed(
-    config: ControllerConfig, node: str | None, io: ControllerIO, now: float
+    config: ControllerConfig, node: str | None, io: ControllerIO, now: float, notifier: Notifier
 ) -> ControllerPeers | None:
     """This controller's place in the order of controllers on the Sparks (None:
     it runs on a host of its own).
@@ -398,7 +398,11 @@ def _placed(
             f"this controller runs on {node or 'an unnamed node'}, which has no place in "
             f"colocated.controllers ({', '.join(order)}): pass --node with one of them"
         )
-    return ControllerPeers(config, node, io.controllers, now)
+
+    def tell(summary: str) -> None:
+        notifier.send(Event("controllers_disagree", summary, node))
+
+    return ControllerPeers(config, node, io.controllers, now, tell)
 
 
 async def serve(config: ControllerConfig, node: str | None = None) -> None:

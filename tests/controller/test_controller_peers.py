@@ -174,3 +174,24 @@ def test_one_controller_reads_another_real_controllers_status_over_http(tmp_path
     assert placed["node"] == "spark-2"
     # Listening after its start: it acts for nothing yet, never for its own host.
     assert placed["acts_for"] == [] and placed["observing"] is True
+
+
+def test_a_controller_heard_with_another_order_is_told_once_while_it_lasts(
+    tmp_path: Path,
+) -> None:
+    told: list[str] = []
+    other = _status(ticks=1, order=["spark-2", "spark-1"])
+    answers = [other, {**other, "ticks": 2}, _status(ticks=3), {**other, "ticks": 4}]
+
+    async def get(url: str, timeout: float) -> HttpAnswer:
+        return _answer(answers.pop(0))
+
+    peers = ControllerPeers(_config(tmp_path), "spark-1", get, 0.0, told.append)
+    for at in (1.0, 2.0):
+        asyncio.run(peers.sweep(at))
+    assert len(told) == 1 and "spark-2, spark-1" in told[0] and "spark-1, spark-2" in told[0]
+    why = peers.not_mine("spark-2", None, 31.0)  # heard 29 s ago, past its listening
+    assert why is not None and "configs agree" in why
+    asyncio.run(peers.sweep(3.0))  # it agrees again
+    asyncio.run(peers.sweep(4.0))  # and disagrees again: told again
+    assert len(told) == 2

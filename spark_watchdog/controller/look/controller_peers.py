@@ -76,7 +76,14 @@ def _names(values: list[Any]) -> bool:
 class ControllerPeers:
     """The other controllers of the order, as heard; this controller's own listening."""
 
-    def __init__(self, config: ControllerConfig, me: str, get: StatusGet, now: float) -> None:
+    def __init__(
+        self,
+        config: ControllerConfig,
+        me: str,
+        get: StatusGet,
+        now: float,
+        tell: Callable[[str], None] | None = None,
+    ) -> None:
         colocated = config.colocated
         assert colocated is not None
         self.placement = Placement(
@@ -100,6 +107,9 @@ class ControllerPeers:
         self.observing_until = now + colocated.takeover_after
         self._last_sweep: float | None = None
         self._started = now
+        # An alert, once while it lasts: a heard controller keeps another order.
+        self._tell = tell or (lambda summary: None)
+        self._disagreeing: set[str] = set()
 
     async def sweep(self, now: float) -> None:
         """Ask every other controller once; a long gap since the last sweep starts listening."""
@@ -112,6 +122,21 @@ class ControllerPeers:
             )
         self._last_sweep = now
         await asyncio.gather(*(self._ask(name, now) for name in self.urls))
+        self._tell_disagreement()
+
+    def _tell_disagreement(self) -> None:
+        """One alert when a controller is heard with another order (every action
+        stops while it is heard: decide/colocation.py), again only after it agreed."""
+        mine = self.placement.order
+        now_disagreeing = {n for n, p in self.heard.items() if p.order not in (None, mine)}
+        for name in sorted(now_disagreeing - self._disagreeing):
+            theirs = self.heard[name].order or ()
+            self._tell(
+                f"the controller on {name} keeps the order {', '.join(theirs)}, this one "
+                f"{', '.join(mine)}: no controller acts until the configs agree "
+                "(spark-watchdog doctor names both)"
+            )
+        self._disagreeing = now_disagreeing
 
     async def _ask(self, name: str, now: float) -> None:
         problems = []

@@ -35,6 +35,7 @@ CRITICAL = frozenset(
         "clock_latched",  # a GPU latched on this boot: the fault is likely to return
         "clock_latch_not_cleared",  # ... and the controller could not clear it
         "watcher_in_doubt",  # its loop stalled or every node fell silent: silence not acted on
+        "controllers_disagree",  # controllers on the Sparks keep two orders: none acts
     }
 )
 
