@@ -1,6 +1,7 @@
 """The controller beside a vLLM rank, for the benchmarks: the weight its unit
 gives it (systemd/spark-watchdog-controller.service), a CPU hog standing for
-the rank, and the controller lowered to that weight.
+the rank, and the controller lowered to that weight. The figures:
+docs/benchmarks.md, "The controller beside the rank".
 
 On a Spark the rank and the controller are units of their own, weighed by
 the cgroup CPU controller (``CPUWeight=``); a plain machine has no such

@@ -17,7 +17,7 @@ and this script run beside it and are not counted.
 
 ``--overrides FILE`` merges a YAML mapping into the controller's config,
 section by section (e.g. a ``colocated:`` section). Exit status 1 when a
-budget is not met.
+budget is not met. Figures: docs/benchmarks.md, "The controller beside the rank".
 """
 
 from __future__ import annotations

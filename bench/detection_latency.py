@@ -39,7 +39,7 @@ must still be called within the same goal (docs/design.md, "Peers").
 core at normal priority, and the controller as its own process at the nice
 value of its unit (``Nice=``, systemd/spark-watchdog-controller.service), as a
 controller on a Spark runs beside its vLLM rank. A freeze must still be
-called within the same goal.
+called within the same goal: docs/benchmarks.md, "The controller beside the rank".
 
     .venv/bin/python -m bench.detection_latency --faults freeze --repeat 5 --cpu-hog
 """
