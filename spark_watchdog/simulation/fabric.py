@@ -152,14 +152,24 @@ def advance_loop(node: Any, now: float) -> None:
         node.loop_at = None
 
 
+class Fabric(Protocol):
+    """The world, as far as the fabric goes: who sends pulses from whose
+    address, and which cables are in (simulation/world.py)."""
+
+    pulse_attacks: dict[str, PulseAttack]
+
+    def linked(self, a: str, b: str) -> bool: ...
+
+
 def peer_report(
     node: Pulsing,
     nodes: Iterable[Pulsing],
     now: float,
-    attacks: dict[str, PulseAttack] | None = None,
+    fabric: Fabric | None = None,
 ) -> tuple[dict[str, Any], dict[str, float]]:
     """What ``node``'s agent says of each peer in ``/v1/state`` now (its real
     views), and when a correct watch would have seen each advance last."""
+    attacks = {} if fabric is None else fabric.pulse_attacks
     eyes = node.eyes
     eyes.restart_if((node.boot_id, node.agent_started))
     report: dict[str, Any] = {}
@@ -169,14 +179,16 @@ def peer_report(
             continue
         peer.step()
         view = eyes.view(peer.name)
-        reached = asking and fabric_up(peer, now) and peer.phase == "up" and peer.agent in ANSWERING
+        cabled = fabric is None or fabric.linked(node.name, peer.name)
+        reached = cabled and asking and fabric_up(peer, now)
+        reached = reached and peer.phase == "up" and peer.agent in ANSWERING
         if reached:
             pulse = Pulse(peer.name, peer.seq, peer.boot_id, peer.run)
             peer.eyes.sends(pulse)
             eyes.take(peer, pulse, now)
         elif asking:
             view.note(PulseAnswer("silent", error="no answer within the timeout"), now)
-        attack = (attacks or {}).get(peer.name)
+        attack = attacks.get(peer.name)
         if asking and attack is not None and now < attack.until:
             for forged in attack.pulses(peer, peer.eyes.sent):
                 view.note(PulseAnswer("ok", forged), now)
@@ -203,10 +215,11 @@ def deliver(
 class Engine:
     """The head's engine over its step group (every node's rank, talking over
     the fabric): it steps while every rank runs on a live host and every
-    fabric link is up. Judged lazily, when the controller asks the head."""
+    fabric link and cable is up. Judged lazily, when the controller asks the head."""
 
-    def __init__(self) -> None:
+    def __init__(self, linked: Callable[[str, str], bool] | None = None) -> None:
         self.stepped_at: float | None = None
+        self.linked = linked  # whether the cable between two nodes is in (None: always)
 
     def report(self, group: Iterable[Any], now: float) -> float | None:
         """``progress_ago_s`` of the head's vLLM report now."""
@@ -216,6 +229,12 @@ class Engine:
         if all(
             n.phase == "up" and n.rank_running and n.agent != "crashed" and fabric_up(n, now)
             for n in nodes
-        ):
+        ) and self._cabled(nodes):
             self.stepped_at = now
         return None if self.stepped_at is None else round(now - self.stepped_at, 6)
+
+    def _cabled(self, nodes: list[Any]) -> bool:
+        linked = self.linked
+        if linked is None:
+            return True
+        return all(linked(a.name, b.name) for i, a in enumerate(nodes) for b in nodes[i + 1 :])

@@ -28,7 +28,15 @@ class Incarnation:
 
     number: int
     alive: bool = True
+    host: str | None = None  # the Spark it runs on (simulation/hosts.py); None: a host of its own
 
     def check(self) -> None:
         if not self.alive:
             raise Killed(f"controller #{self.number} is dead")
+
+
+def asking_host() -> str | None:
+    """The host of the controller process running this code: where its
+    requests leave from (None: a host of its own, or the world itself)."""
+    process = PROCESS.get()
+    return None if process is None else process.host

@@ -60,7 +60,7 @@ def sim_witness(world: World, incarnation: Incarnation) -> Any:
         incarnation.check()
         if not targets:
             return WitnessReport(True, (), ())
-        if world.witness_down or world.controller_net_down:
+        if world.witness_down or world.off_the_switch():
             await world.sleep(timeout)
             return WitnessReport(False, (), tuple(targets))
         return WitnessReport(True, tuple(targets), ())
@@ -147,7 +147,7 @@ def sim_forced_reboot(world: World, incarnation: Incarnation) -> Any:
         fate = world.rng.random()
         await world.sleep(world.rng.uniform(0.5, 3.0))
         incarnation.check()
-        if node.phase != "up" or fate < 0.1:
+        if node.phase != "up" or fate < 0.1 or _no_route(world, node):
             return RebootAttempt(False, "no connection")
         world.truth.reboots.append((world.now(), node.name, node.gpu_wedged))
         if fate < 0.2:
@@ -157,6 +157,12 @@ def sim_forced_reboot(world: World, incarnation: Incarnation) -> Any:
         return RebootAttempt(True, "dropped as the host went down")
 
     return reboot
+
+
+def _no_route(world: World, node: SimNode) -> bool:
+    """SSH from the asking process's host cannot reach ``node`` (controllers on
+    the Sparks only: a controller on a host of its own gets through as before)."""
+    return world.hosts is not None and world.cut_off(node)
 
 
 def _planted_ssh_bug(node: SimNode) -> None:
@@ -176,7 +182,7 @@ def sim_halt(world: World, incarnation: Incarnation) -> Any:
         fate = world.rng.random()
         await world.sleep(world.rng.uniform(0.5, 2.0))
         incarnation.check()
-        if node.phase != "up" or fate < 0.1:
+        if node.phase != "up" or fate < 0.1 or _no_route(world, node):
             return RebootAttempt(False, "no connection")
         world.truth.halts.append((world.now(), node.name, node.clock_latched, node.boot))
         node.planned_reboot(world.rng.uniform(1.0, 20.0), hang=False, halt=True)
@@ -190,6 +196,8 @@ def sim_agent_restart(world: World, incarnation: Incarnation) -> Any:
         incarnation.check()
         node = world.nodes[device.host]
         await world.sleep(2.0)
+        if _no_route(world, node):
+            raise OSError(f"ssh {device.host}: connection timed out")
         if node.agent == "stuck":
             node.agent_until = world.now()
         return "restarted"

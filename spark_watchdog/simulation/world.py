@@ -40,7 +40,8 @@ from spark_watchdog.simulation.fabric import (
     deliver,
     peer_report,
 )
-from spark_watchdog.simulation.process import PROCESS, Incarnation, InjectedBug
+from spark_watchdog.simulation.hosts import HostNetwork
+from spark_watchdog.simulation.process import PROCESS, Incarnation, InjectedBug, asking_host
 from spark_watchdog.simulation.truth import Command, Truth
 from spark_watchdog.xid import ends_the_context
 
@@ -222,7 +223,7 @@ class SimNode:
         blind = self._blind()
         if blind is not None:
             raise HttpError(f"{self.name}: cannot look ({blind})", blind)
-        if self.rng.random() < self.loss or self.now() < self.partitioned_until:
+        if self.rng.random() < self.loss or self.world.cut_off(self):
             await self.world.sleep(timeout)
             raise HttpError(f"{self.name}: lost", SILENCE)
         phase = self.phase
@@ -235,11 +236,11 @@ class SimNode:
             await self._slowly(timeout)
         if self.agent != "stuck":
             self.seq += 1
-        self.world.truth.note_life(self.name, self.now())
+        self.world.note_life(self.name, self.now())
         if path != "/v1/boots" and self.world.peers_on:
             world = self.world
-            peers, seen = peer_report(self, world.nodes.values(), self.now(), world.pulse_attacks)
-            deliver(seen, self.agent != "stuck", world.truth.note_life)
+            peers, seen = peer_report(self, world.nodes.values(), self.now(), world)
+            deliver(seen, self.agent != "stuck", world.note_life)
         body: dict[str, Any]
         if path == "/v1/boots":
             body = {"boots": []}
@@ -278,7 +279,7 @@ class SimNode:
         await self.world.sleep(delay)
         self.step()
         # What befell it while it was slow to answer: the answer never comes.
-        if self.now() < self.partitioned_until:
+        if self.world.cut_off(self):
             await self.world.sleep(timeout - delay)
             raise HttpError(f"{self.name}: lost", SILENCE)
         if self.phase not in ("up", "stopping") or self.agent == "crashed":
@@ -300,7 +301,7 @@ class SimNode:
         if ago is not None and self.agent != "stuck":
             for name in world.nodes:
                 if name != self.name:
-                    world.truth.note_life(name, now - ago)
+                    world.note_life(name, now - ago)
 
     async def serving_call(self, method: str, what: str, body: Any, timeout: float) -> HttpAnswer:
         """The agent's serving API (``GET /v1/serving``, ``POST /v1/serving/<what>``)
@@ -311,7 +312,7 @@ class SimNode:
         if blind is not None:
             raise HttpError(f"{self.name}: cannot look ({blind})", blind)
         silent = self.phase in ("frozen", "off", "post", "halted")
-        if silent or self.rng.random() < self.loss or self.now() < self.partitioned_until:
+        if silent or self.rng.random() < self.loss or self.world.cut_off(self):
             await self.world.sleep(timeout)
             raise HttpError(f"{self.name}: no answer within {timeout:g}s", SILENCE)
         if self.phase != "up" or self.agent == "crashed":
@@ -348,12 +349,12 @@ class SimNode:
         blind = self._blind()
         if blind is not None:
             return BannerResult("unresolvable" if blind == UNRESOLVABLE else "no_network")
-        if self.rng.random() < self.loss or self.now() < self.partitioned_until:
+        if self.rng.random() < self.loss or self.world.cut_off(self):
             await self.world.sleep(timeout)
             return BannerResult("connect_timeout")
         phase = self.phase
         if phase in ("kernel", "down", "hung"):
-            self.world.truth.note_life(self.name, self.now())
+            self.world.note_life(self.name, self.now())
             return BannerResult("refused")
         if phase in ("off", "post", "halted"):
             await self.world.sleep(timeout)
@@ -361,7 +362,7 @@ class SimNode:
         if phase == "frozen":
             await self.world.sleep(timeout)
             return BannerResult("no_banner", connect_s=0.001)
-        self.world.truth.note_life(self.name, self.now())
+        self.world.note_life(self.name, self.now())
         return BannerResult("banner", banner="SSH-2.0-OpenSSH_9.6", connect_s=0.001)
 
 
@@ -434,7 +435,7 @@ class SimOutlet:
         self.node.power_changed()
 
     def _reachable(self) -> None:
-        if self.world.controller_net_down or self.world.now() < self.down_until:
+        if self.world.plug_cut() or self.world.now() < self.down_until:
             raise Unreachable(self.name, "no answer")
 
     def sender(self) -> Incarnation | None:
@@ -531,8 +532,11 @@ class World:
         # Pulses sent from a node's fabric address by someone else, by node.
         self.pulse_attacks: dict[str, PulseAttack] = {}
         self.head = next(iter(self.nodes), None)  # the config's serving.head
-        self.engine = Engine()
+        self.engine = Engine(self.linked)
         self.on_command_hook: Callable[[SimOutlet, PowerState, bool, int], None] | None = None
+        # The network between the Sparks, where the controllers run on them; None:
+        # the controller runs on a host of its own (simulation/hosts.py).
+        self.hosts: HostNetwork | None = None
 
     def now(self) -> float:
         assert self.loop is not None
@@ -540,6 +544,34 @@ class World:
 
     async def sleep(self, seconds: float) -> None:
         await asyncio.sleep(seconds)
+
+    # -- the network as the asking controller process meets it (simulation/hosts.py)
+
+    def cut_off(self, node: SimNode) -> bool:
+        """The asking process's management path to ``node`` is down."""
+        if self.hosts is None:
+            return self.now() < node.partitioned_until
+        return self.hosts.cut_off(asking_host(), node)
+
+    def off_the_switch(self) -> bool:
+        """The asking process cannot reach the switch (the witness, the plug)."""
+        hosts, origin = self.hosts, asking_host()
+        return self.controller_net_down or (hosts is not None and hosts.off_the_switch(origin))
+
+    def plug_cut(self) -> bool:
+        """The asking process cannot reach the plug."""
+        hosts, origin = self.hosts, asking_host()
+        return self.controller_net_down or (hosts is not None and hosts.plug_cut(origin))
+
+    def linked(self, a: str, b: str) -> bool:
+        """The fabric cable between two nodes is in."""
+        return self.hosts is None or self.hosts.cable_up(a, b)
+
+    def note_life(self, node: str, at: float) -> None:
+        """The asking process was told ``node`` was alive at ``at``."""
+        self.truth.note_life(node, at)
+        if self.hosts is not None:
+            self.hosts.note_life(asking_host(), node, at)
 
     def outlets_of(self, node: SimNode) -> list[SimOutlet]:
         return self.outlets[node.name]
