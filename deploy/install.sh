@@ -16,7 +16,8 @@
 #                  container (serving.runtime: docker; installs the docker drop-in:
 #                  the docker socket's group; see docs/serving.md)
 #   --no-start     install and enable, but do not start or restart the service
-#   --purge        uninstall only: also remove /etc/spark-watchdog and /var/lib/spark-watchdog
+#   --purge        uninstall only: also remove /etc/spark-watchdog, /var/lib/spark-watchdog
+#                  and /var/lib/spark-watchdog-controller
 #
 # Layout: each install is a virtual environment of its own under
 # PREFIX/releases/<timestamp>, created with the system's site packages (so the
@@ -24,7 +25,8 @@
 # current one. An upgrade installs a new release next to the running one and
 # flips the link in one rename, then restarts the service; the previous
 # release stays for a rollback (ln -sfn). Config (/etc/spark-watchdog) and the
-# freeze history (/var/lib/spark-watchdog) are never overwritten.
+# freeze history (/var/lib/spark-watchdog, or /var/lib/spark-watchdog-controller
+# for a controller on a Spark) are never overwritten.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -53,7 +55,7 @@ while (($#)); do
         --serving-docker) [ "$serving" = 1 ] && die "--serving and --serving-docker exclude each other"; serving=docker ;;
         --no-start) start=0 ;;
         --purge) purge=1 ;;
-        -h | --help) sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h | --help) sed -n '2,/^set -euo/{/^#/p}' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) die "unknown argument '$1' (expected node, controller or uninstall, then options; see --help)" ;;
     esac
     shift
@@ -96,10 +98,15 @@ if [ "$role" = uninstall ]; then
         "$root/usr/local/share/man/man1/spark-watchdog.1"
     say "removed $prefix, the command link, its completion and man page"
     if [ "$purge" = 1 ]; then
-        rm -rf "$etc_dir" "$root/var/lib/spark-watchdog" "$root/var/lib/private/spark-watchdog"
-        say "purged /etc/spark-watchdog and the freeze history in /var/lib/spark-watchdog"
+        # A controller on a Spark keeps its history in a directory of its own
+        # (the colocated drop-in): spark-watchdog-controller.
+        for state in spark-watchdog spark-watchdog-controller; do
+            rm -rf "$root/var/lib/$state" "$root/var/lib/private/$state"
+        done
+        rm -rf "$etc_dir"
+        say "purged /etc/spark-watchdog and the state in /var/lib/spark-watchdog{,-controller} (the freeze history)"
     else
-        say "kept /etc/spark-watchdog and /var/lib/spark-watchdog (the freeze history); --purge removes them"
+        say "kept /etc/spark-watchdog and /var/lib/spark-watchdog{,-controller} (the freeze history); --purge removes them"
     fi
     exit 0
 fi

@@ -91,6 +91,8 @@ def test_controller_install_upgrade_uninstall(tmp_path: Path, wheel: Path) -> No
         in conf.read_text()
     )
     assert "private-community" not in first.stderr + conf.read_text()
+    # The state directory of a controller on a Spark is that role's alone.
+    assert not (conf.parent / "colocated.conf").exists()
     config = root / "etc/spark-watchdog/controller.yaml"
     assert config.read_text() == (REPO / "config/controller.example.yaml").read_text()
     # The shipped example validates with the installed program, once the relay
@@ -140,17 +142,24 @@ def test_controller_install_upgrade_uninstall(tmp_path: Path, wheel: Path) -> No
 
     # Uninstall keeps config and history; --purge removes them.
     history = root / "var/lib/spark-watchdog/history.db"
-    history.parent.mkdir(parents=True)
-    history.write_bytes(b"")
+    # A controller on a Spark: its own state directory (the colocated drop-in),
+    # where systemd keeps a dynamic user's (private/) behind the link.
+    kept = root / "var/lib/private/spark-watchdog-controller/history.db"
+    for path in (history, kept):
+        path.parent.mkdir(parents=True)
+        path.write_bytes(b"")
+    (root / "var/lib/spark-watchdog-controller").symlink_to("private/spark-watchdog-controller")
     removed = _install("uninstall", root=root)
     assert removed.returncode == 0, removed.stderr
     assert not unit.exists() and not conf.exists()
     assert not (root / "opt/spark-watchdog").exists()
     assert not link.is_symlink() and not completion.exists()
-    assert config.exists() and history.exists()
+    assert config.exists() and history.exists() and kept.exists()
     purged = _install("uninstall", "--purge", root=root)
     assert purged.returncode == 0, purged.stderr
     assert not config.exists() and not history.exists()
+    assert not (root / "var/lib/private/spark-watchdog-controller").exists()
+    assert not (root / "var/lib/spark-watchdog-controller").is_symlink()
 
 
 def test_node_install_with_the_serving_dropin(tmp_path: Path, wheel: Path) -> None:

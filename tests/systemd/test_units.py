@@ -1,5 +1,6 @@
-"""The shipped units pass systemd's own checks: the agent, the controller, and
-the agent with the serving drop-in that nodes launching vLLM ranks install."""
+"""The shipped units pass systemd's own checks: the agent, the controller, the
+agent with the serving drop-in that nodes launching vLLM ranks install, and the
+controller with the drop-in of a controller that runs on a Spark beside the agent."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ AGENT = UNITS / "spark-watchdog-agent.service"
 CONTROLLER = UNITS / "spark-watchdog-controller.service"
 SERVING = UNITS / "spark-watchdog-agent.service.d" / "serving.conf"
 DOCKER = UNITS / "spark-watchdog-agent.service.d" / "docker.conf"
+COLOCATED = UNITS / "spark-watchdog-controller.service.d" / "colocated.conf"
 INSTALLED = "/opt/spark-watchdog/bin/spark-watchdog"
 # systemd-analyze takes the threshold in tenths of the exposure score:
 # 25 means "fail above 2.5" (checked: an exposure of 1.8 fails at 17, passes at 18).
@@ -30,6 +32,7 @@ VARIANTS = {
     "controller": (CONTROLLER, ()),
     "agent+serving": (AGENT, (SERVING,)),
     "agent+docker": (AGENT, (DOCKER,)),
+    "controller+colocated": (CONTROLLER, (COLOCATED,)),
 }
 
 
@@ -128,3 +131,26 @@ def test_controller_checks_its_config_before_starting() -> None:
     pre = re.search(r"^ExecStartPre=(.*)$", text, re.M)
     assert start and pre
     assert pre.group(1) == start.group(1) + " --check"
+
+
+def _effective(variant: str, key: str) -> list[str]:
+    """A list setting as systemd reads it: each line adds, an empty one clears."""
+    unit, dropins = VARIANTS[variant]
+    values: list[str] = []
+    for path in (unit, *dropins):
+        for match in re.finditer(rf"^{key}=(.*)$", path.read_text(), re.M):
+            values = values + match.group(1).split() if match.group(1) else []
+    return values
+
+
+@pytest.mark.parametrize("agent", ["agent", "agent+serving", "agent+docker"])
+def test_a_controller_on_a_spark_keeps_its_state_apart_from_the_agent_s(agent: str) -> None:
+    """Both units name spark-watchdog, each as a user of its own: on one host systemd
+    would hand the directory to whichever starts. The colocated drop-in moves the
+    controller's state out of the agent's way, readable by the controller only."""
+    assert _effective("controller", "StateDirectory") == _effective(agent, "StateDirectory")
+    controller = _effective("controller+colocated", "StateDirectory")
+    assert controller == ["spark-watchdog-controller"]
+    assert not set(controller) & set(_effective(agent, "StateDirectory"))
+    assert _effective("controller+colocated", "StateDirectoryMode")[-1] == "0700"  # the last wins
+    assert "/var/lib/spark-watchdog-controller/history.db" in COLOCATED.read_text()
