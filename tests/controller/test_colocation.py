@@ -111,8 +111,9 @@ def test_controllers_that_hear_each_other_give_each_node_at_most_one_actor(
     cluster: tuple[tuple[str, ...], list[str], dict[str, bool]], silent_for: float
 ) -> None:
     """Every live controller hears every other live one (dead ones are silent):
-    for each node at most one acts, never one on its own host, and when some
-    live controller may act (fence delay passed) exactly one does."""
+    for each node at most one acts, never one on its own host, none for a node
+    whose own controller is heard, and when some live controller may act (fence
+    delay passed) exactly one does."""
     order, nodes, alive = cluster
     live = [c for c in order if alive[c]]
     for node in nodes:
@@ -123,6 +124,9 @@ def test_controllers_that_hear_each_other_give_each_node_at_most_one_actor(
                 acting.append(me)
         assert len(acting) <= 1, (node, acting)
         assert node not in acting
+        if alive.get(node, False):  # its own controller answers: the host is alive
+            assert acting == []
+            continue
         first = next((c for c in actors(node, order) if alive[c]), None)
         delayed = node in order and first is not None and order.index(node) < order.index(first)
         if first is not None and (not delayed or silent_for >= FREEZE + FENCE):
@@ -173,3 +177,13 @@ def test_serving_waits_while_another_controller_recovers_a_node() -> None:
     recovering = _standing({"spark-2": _heard(1, claims=("spark-1",))})
     why = serving_refusal(_placement("spark-1"), recovering)
     assert why is not None and "recovering spark-1" in why
+
+
+def test_a_node_whose_own_controller_answers_is_alive_whatever_its_agent_says() -> None:
+    """Its controller's loop moved on within freeze_after: the host runs (its agent
+    may be silent on a cut management link while its controller is heard on the fabric)."""
+    placement = _placement("spark-1")
+    alive = _standing({"spark-2": _heard(FREEZE - 1)})
+    why = refusal("spark-2", placement, alive, 999)
+    assert why is not None and "the host is alive" in why
+    assert refusal("spark-2", placement, _standing({"spark-2": _heard(FREEZE)}), 999) is None

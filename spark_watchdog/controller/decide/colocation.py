@@ -5,6 +5,7 @@ order) comes in, a refusal or None goes out. The rules and why they give
 one recovery per freeze: docs/design.md, "Controllers on the Sparks".
 
 For a node, its *actors* are the controllers in order without its own. A
+node whose own controller answered within ``freeze_after`` is alive. A
 controller acts for it only when it does not run on it, is not listening
 after a start or a gap in its own loop, hears no other controller claim it,
 has heard none of the actors before it for ``takeover_after``, and, where
@@ -94,6 +95,10 @@ def refusal(node: str, placement: Placement, standing: Standing, silent_for: flo
     if common is not None:
         return common
     now = standing.now
+    own = standing.peers.get(node)
+    if own is not None and own.heard_at is not None and now - own.heard_at < placement.freeze_after:
+        # Its controller's loop moved on: the host runs, whatever its agent says.
+        return f"its own controller answered {now - own.heard_at:.0f}s ago: the host is alive"
     for name in sorted(standing.peers):
         peer = standing.peers[name]
         heard = _heard(peer, placement, now)
