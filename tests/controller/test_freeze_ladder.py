@@ -16,6 +16,7 @@ from spark_watchdog.controller.act.holds import Holds
 from spark_watchdog.controller.act.power_actions import RungPath, freeze_rungs
 from spark_watchdog.controller.act.recovery import FreezeLadder, FreezeTools, RungOutcome
 from spark_watchdog.controller.decide.node_states import NodeEvent, NodeState
+from spark_watchdog.controller.decide.planner import Block, Blocked
 from spark_watchdog.controller.look.node_watch import NodeWatch
 from spark_watchdog.controller.record import incident_log
 from spark_watchdog.controller.record.ledger import Ledger
@@ -107,8 +108,11 @@ class PowerPathFake:
 
         return Power()
 
-    async def rung_blocked(self, watch: NodeWatch) -> None:
-        return None
+    # Why another controller on the Sparks acts for the node (None: this one does).
+    not_mine: str | None = None
+
+    async def rung_blocked(self, watch: NodeWatch) -> Blocked | None:
+        return None if self.not_mine is None else Blocked(Block.NOT_MINE, self.not_mine)
 
 
 class Serving:
@@ -148,7 +152,9 @@ def _config(tmp_path: Path) -> ControllerConfig:
     )
 
 
-async def _run(tmp_path: Path, look: Look) -> tuple[RungOutcome, NodeWatch, Any, Told, Serving]:
+async def _run(
+    tmp_path: Path, look: Look, not_mine: str | None = None
+) -> tuple[RungOutcome, NodeWatch, Any, Told, Serving]:
     config, clock, told, serving = _config(tmp_path), StepClock(), Told(), Serving()
     store = HistoryStore(config.history)
 
@@ -161,6 +167,8 @@ async def _run(tmp_path: Path, look: Look) -> tuple[RungOutcome, NodeWatch, Any,
     incident = await incident_log.open_incident(ledger, "host_frozen", [watch.name], evidence={})
     watch.conduct.incident_opened(incident.id)
     watch.apply(NodeEvent.FROZEN_CONFIRMED)
+    power = PowerPathFake(outlet, freeze_rungs(config))
+    power.not_mine = not_mine
     tools = FreezeTools(
         config,
         clock,
@@ -168,7 +176,7 @@ async def _run(tmp_path: Path, look: Look) -> tuple[RungOutcome, NodeWatch, Any,
         cast(Notifier, told),
         cast(Any, look),
         holds,
-        cast(Any, PowerPathFake(outlet, freeze_rungs(config))),
+        cast(Any, power),
         cast(Any, serving),
     )
     outcome = await FreezeLadder(tools, watch, incident.id).run()
@@ -205,3 +213,21 @@ def test_a_frozen_host_is_cycled_once_recorded_first_and_recovered_by_its_new_bo
     assert serving.restarts == [incident_id]
     assert watch.conduct.incident_id is None and watch.conduct.rungs_done == frozenset()
     assert told.kinds == ["power_restored", "recovered"]
+
+
+def test_a_rung_that_finds_the_node_another_controllers_sends_nothing_and_holds_nothing(
+    tmp_path: Path,
+) -> None:
+    """Right before its off, a controller on a Spark hears that another one acts
+    for the node now: it hands the node over, its incident closed, nothing held."""
+    why = "the controller on spark-1 is recovering it (heard 1s ago)"
+    outcome, watch, (store, incident_id, outlet), told, serving = asyncio.run(
+        _run(tmp_path, Look(frozen=True), not_mine=why)
+    )
+    assert outcome is RungOutcome.FALSE_ALARM
+    assert outlet.cycles == [] and outlet.counted == []
+    assert watch.state is NodeState.WATCHING and watch.conduct.incident_id is None
+    resolved = store.incident(incident_id).incident
+    assert resolved.resolution == "gave_up"
+    assert store.active_holds() == []
+    assert told.kinds == [] and serving.restarts == []

@@ -71,10 +71,12 @@ class Power:
     def __init__(self, host: Host, *, held: bool, rungs: dict[str, tuple[RungPath, ...]]) -> None:
         self.host, self.held, self.rungs = host, held, rungs
         self.halts: list[str] = []
+        self.not_mine: str | None = None  # another controller on the Sparks acts for it
 
     async def guards(self, watch: NodeWatch, action: Action = Action.CYCLE) -> Guards:
         assert action is Action.LONG_CUT
-        return Guards(node_held=self.held, hold_reason="by a person" if self.held else None)
+        held = "by a person" if self.held else None
+        return Guards(node_held=self.held, hold_reason=held, not_mine=self.not_mine)
 
     async def halt(self, device: SshDevice) -> RebootAttempt:
         self.halts.append(device.host)
@@ -83,7 +85,9 @@ class Power:
         return RebootAttempt(True, "the session dropped as the host went down")
 
 
-async def _unlatch(tmp_path: Path, *, held: bool) -> tuple[str, NodeWatch, Power, Told, Any]:
+async def _unlatch(
+    tmp_path: Path, *, held: bool, not_mine: str | None = None
+) -> tuple[str, NodeWatch, Power, Told, Any]:
     key, hosts, community = tmp_path / "key", tmp_path / "known_hosts", tmp_path / "community"
     for path in (key, hosts, community):
         path.write_text("x\n")
@@ -128,6 +132,7 @@ async def _unlatch(tmp_path: Path, *, held: bool) -> tuple[str, NodeWatch, Power
     host = clock.host = Host(watch, clock)
     holds = Holds(config, ledger, cast(Notifier, told), cast(Any, clock), {watch.name: watch})
     power = Power(host, held=held, rungs=freeze_rungs(config))
+    power.not_mine = not_mine
     incident = await incident_log.open_incident(ledger, unlatch.KIND, [watch.name], evidence={})
     watch.apply(NodeEvent.LATCH_CONFIRMED, incident=incident.id)
     serving: Any = None  # the clock-latch ladder restarts no serving itself
@@ -156,3 +161,12 @@ def test_a_held_node_is_not_halted_and_the_latch_is_alerted(tmp_path: Path) -> N
     assert outcome == "gave_up"
     assert power.halts == []
     assert told.kinds == ["clock_latch_not_cleared"]
+
+
+def test_a_node_another_controller_acts_for_is_not_halted_and_not_alerted(tmp_path: Path) -> None:
+    """Its latch is the other controller's to answer: no halt, no second alert."""
+    why = "the controller on spark-1 acts for it (heard 1s ago)"
+    outcome, watch, power, told, _ = asyncio.run(_unlatch(tmp_path, held=False, not_mine=why))
+    assert outcome == "gave_up"
+    assert power.halts == [] and told.kinds == []
+    assert watch.state is not NodeState.HELD

@@ -32,12 +32,13 @@ class Power:
     """The guards (nothing held, budgets free) and the forced reboot: the node
     comes back with a new boot and a GPU that answers."""
 
-    def __init__(self, watch: NodeWatch) -> None:
+    def __init__(self, watch: NodeWatch, not_mine: str | None = None) -> None:
         self.watch = watch
         self.reboots: list[str] = []
+        self.not_mine = not_mine  # another controller on the Sparks acts for it
 
     async def guards(self, watch: NodeWatch, action: Action = Action.CYCLE) -> Guards:
-        return Guards()
+        return Guards(not_mine=self.not_mine)
 
     async def forced_reboot(self, device: SshDevice) -> RebootAttempt:
         self.reboots.append(device.forced_command)
@@ -60,7 +61,7 @@ class Serving:
 
 
 async def _unwedge(
-    tmp_path: Path, *, clears: bool, with_serving: bool
+    tmp_path: Path, *, clears: bool, with_serving: bool, not_mine: str | None = None
 ) -> tuple[str, NodeWatch, Power, Serving, HistoryStore, int]:
     key, hosts = tmp_path / "key", tmp_path / "known_hosts"
     key.write_text("k\n")
@@ -86,7 +87,7 @@ async def _unwedge(
     watch = NodeWatch(config.nodes[0], clock.now)
     watch.boot_id, watch.snapshot = "boot-1", dict(WEDGED)
     holds = Holds(config, ledger, cast(Notifier, told), cast(Any, clock), {watch.name: watch})
-    power, serving = Power(watch), Serving(watch, clears=clears)
+    power, serving = Power(watch, not_mine), Serving(watch, clears=clears)
     incident = await incident_log.open_incident(ledger, wedged.KIND, [watch.name], evidence={})
     watch.apply(NodeEvent.WEDGED_CONFIRMED, incident=incident.id)
     tools = GentleTools(
@@ -122,3 +123,14 @@ def test_past_the_serving_budget_the_ladder_starts_at_its_forced_reboot(tmp_path
     steps = [s.step for s in store.steps(incident_id)]
     assert steps.index("reboot_requested") < steps.index("reboot_sent")
     assert "new_boot_seen" in steps and watch.state is not NodeState.HELD
+
+
+def test_a_node_another_controller_acts_for_is_handed_over_not_held(tmp_path: Path) -> None:
+    outcome, watch, power, _, store, incident_id = asyncio.run(
+        _unwedge(tmp_path, clears=False, with_serving=False, not_mine="its own host")
+    )
+    assert outcome == "gave_up" and power.reboots == []
+    assert watch.state is not NodeState.HELD and store.active_holds() == []
+    timeline = store.incident(incident_id)
+    assert timeline is not None and timeline.incident.resolution == "gave_up"
+    assert any("handed over" in str(s.detail) for s in timeline.steps)

@@ -33,7 +33,7 @@ from spark_watchdog.controller.act.gentle_tools import GentleTools
 from spark_watchdog.controller.act.ladder import new_boot, resolve, wait_for
 from spark_watchdog.controller.act.wedged import ssh_device
 from spark_watchdog.controller.decide.node_states import NodeEvent
-from spark_watchdog.controller.decide.planner import Action, power_blocked
+from spark_watchdog.controller.decide.planner import Action, Block, power_blocked
 from spark_watchdog.controller.look.node_watch import NodeWatch
 from spark_watchdog.controller.record import incident_log
 from spark_watchdog.controller.record.incident_log import Resolution
@@ -41,6 +41,7 @@ from spark_watchdog.controller.record.notify import Event
 from spark_watchdog.steps import StepName
 
 KIND = "clock_latched"
+HANDED_OVER = "handed over: "
 # Extra seconds, past the cut and boot_timeout, that the incident waits for the boot.
 _DETECT_MARGIN_S = 120.0
 
@@ -53,6 +54,9 @@ def off_seconds(config: ControllerConfig) -> float:
 async def unlatch(host: GentleTools, watch: NodeWatch, incident_id: int) -> str:
     """Run the ladder for one open ``clock_latched`` incident; its resolution."""
     why = await blocked(host, watch)
+    if why is not None and why.startswith(HANDED_OVER):
+        # Another controller on the Sparks acts for the node now: its to answer.
+        return await resolve(host, incident_id, KIND, Resolution.GAVE_UP, why)
     if why is not None:
         return await _unanswered(host, watch, incident_id, why)
     boot = watch.boot_id
@@ -164,6 +168,8 @@ async def blocked(host: GentleTools, watch: NodeWatch) -> str | None:
     if not host.power.rungs[watch.name]:
         return "no power path that can cut its outlet"
     stopped = power_blocked(await host.power.guards(watch, Action.LONG_CUT), Action.LONG_CUT)
+    if stopped is not None and stopped.block is Block.NOT_MINE:
+        return f"{HANDED_OVER}{stopped.reason}"
     if stopped is not None:
         return stopped.reason
     earlier = await _long_cut_since(host, watch.name, host.clock.time() - guards.suspect_window)
