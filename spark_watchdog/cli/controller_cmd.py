@@ -17,6 +17,7 @@ from spark_watchdog.config.controller import (
 )
 from spark_watchdog.config.history_location import is_postgres_url
 from spark_watchdog.config.secret_refs import check_secrets, controller_secrets
+from spark_watchdog.controller.look.this_host import not_here
 from spark_watchdog.errors import ConfigError, WatchdogError
 from spark_watchdog.terminal import escape
 
@@ -117,4 +118,7 @@ def _place(config: ControllerConfig, node: str | None) -> str:
             f"!this controller runs on {escape(node or '?')}, which has no place in "
             f"colocated.controllers ({', '.join(order)}): pass --node with one of them"
         )
+    elsewhere = not_here(config, node)
+    if elsewhere is not None:
+        return f"!{elsewhere}"
     return f"runs on {node}: place {order.index(node) + 1} of {len(order)}"

@@ -10,6 +10,7 @@ import pytest
 
 from spark_watchdog.cli.main import main
 from spark_watchdog.config.controller import parse_controller_config
+from spark_watchdog.controller.look.this_host import node_hosts, not_here
 from spark_watchdog.errors import ConfigError
 
 BASE: dict[str, Any] = {
@@ -115,9 +116,33 @@ def test_a_controller_started_on_a_node_without_a_place_is_refused(
 ) -> None:
     import yaml
 
+    data = _with(history=str(tmp_path / "h.db"))
+    data["nodes"][1]["agent"] = "http://127.0.0.1:9720"  # spark-2 is this host
     path = tmp_path / "controller.yaml"
-    path.write_text(yaml.safe_dump(_with(history=str(tmp_path / "h.db"))))
+    path.write_text(yaml.safe_dump(data))
     assert main(["controller", "--config", str(path), "--check", "--node", "spark-9"]) == 2
     assert "spark-9" in capsys.readouterr().err
     assert main(["controller", "--config", str(path), "--check", "--node", "spark-2"]) == 0
     assert "place 2 of 2" in capsys.readouterr().out
+    # spark-1's addresses are not this host's: a wrong --node is refused, not started.
+    assert main(["controller", "--config", str(path), "--check", "--node", "spark-1"]) == 2
+    err = capsys.readouterr().err
+    assert "none of spark-1's addresses (10.0.0.11)" in err
+
+
+def test_this_host_is_the_node_when_one_of_its_addresses_resolves_here() -> None:
+    controllers = [
+        {"node": "spark-1", "urls": ["http://spark-1.fabric:9721"]},
+        {"node": "spark-2"},
+    ]
+    config = parse_controller_config(_with(colocated_controllers=controllers))
+    names = {"spark-1.fabric": {"192.168.100.1"}, "10.0.0.11": {"10.0.0.11"}}
+
+    def resolver(host: str) -> set[str]:
+        return names.get(host, set())
+
+    assert node_hosts(config, "spark-1") == ["10.0.0.11", "spark-1.fabric"]
+    assert not_here(config, "spark-1", {"192.168.100.1"}, resolver) is None
+    assert not_here(config, "spark-1", {"10.0.0.11", "fe80::1"}, resolver) is None
+    refused = not_here(config, "spark-1", {"10.0.0.12"}, resolver)
+    assert refused is not None and "another Spark" in refused
