@@ -4,18 +4,24 @@
 #
 #   deploy/install.sh node [--serving] [options]   the agent (spark-watchdog-agent.service)
 #   deploy/install.sh controller [options]         the controller (spark-watchdog-controller.service)
+#   deploy/install.sh colocated [--serving] [options]
+#                  both on a Spark, the controller beside the agent (no other
+#                  machine; controller.yaml has colocated:, the same file on
+#                  every Spark): both units, the controller's own state
+#                  directory (colocated.conf); see docs/install.md
 #   deploy/install.sh uninstall [--purge] [options]
 #
 # Options:
 #   --from SRC     a wheel (spark_watchdog-*.whl) or a source checkout (default: this checkout)
 #   --prefix DIR   where the program lives (default /opt/spark-watchdog)
 #   --root DIR     install into DIR instead of / (packaging, tests): no systemctl, no apt
-#   --serving      node only: the agent also launches the vLLM rank (installs the
-#                  serving drop-in; see docs/install.md)
-#   --serving-docker  node only: the agent launches or adopts the rank as a Docker
+#   --serving      node, colocated: the agent also launches the vLLM rank (installs
+#                  the serving drop-in; see docs/install.md)
+#   --serving-docker  node, colocated: the agent launches or adopts the rank as a Docker
 #                  container (serving.runtime: docker; installs the docker drop-in:
 #                  the docker socket's group; see docs/serving.md)
 #   --no-start     install and enable, but do not start or restart the service
+#                  (colocated starts nothing while a config is a fresh example)
 #   --purge        uninstall only: also remove /etc/spark-watchdog, /var/lib/spark-watchdog
 #                  and /var/lib/spark-watchdog-controller
 #
@@ -47,7 +53,7 @@ say() { echo "install.sh: $*" >&2; }
 
 while (($#)); do
     case "$1" in
-        node | controller | uninstall) role=$1 ;;
+        node | controller | colocated | uninstall) role=$1 ;;
         --from) src=${2:?--from needs a wheel or a source directory}; shift ;;
         --prefix) prefix=${2:?--prefix needs a directory}; shift ;;
         --root) root=${2:?--root needs a directory}; shift ;;
@@ -56,14 +62,17 @@ while (($#)); do
         --no-start) start=0 ;;
         --purge) purge=1 ;;
         -h | --help) sed -n '2,/^set -euo/{/^#/p}' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-        *) die "unknown argument '$1' (expected node, controller or uninstall, then options; see --help)" ;;
+        *) die "unknown argument '$1' (expected node, controller, colocated or uninstall, then options; see --help)" ;;
     esac
     shift
 done
-[ -n "$role" ] || die "say what to install: node, controller or uninstall (see --help)"
+[ -n "$role" ] || die "say what to install: node, controller, colocated or uninstall (see --help)"
 case "$prefix" in /*) ;; *) die "--prefix must be an absolute path, got '$prefix'" ;; esac
-if [ "$serving" = 1 ] && [ "$role" != node ]; then die "--serving applies to 'node' only"; fi
-if [ "$serving" = docker ] && [ "$role" != node ]; then die "--serving-docker applies to 'node' only"; fi
+case "$role" in node | colocated) ;; *)
+    if [ "$serving" = 1 ]; then die "--serving applies to 'node' and 'colocated' only"; fi
+    if [ "$serving" = docker ]; then die "--serving-docker applies to 'node' and 'colocated' only"; fi
+    ;;
+esac
 if [ -n "$root" ]; then
     mkdir -p "$root"
     root=$(cd "$root" && pwd)
@@ -79,6 +88,31 @@ if [ -z "$root" ] && [ -d /run/systemd/system ]; then live_systemd=1; fi
 systemctl_() { if [ "$live_systemd" = 1 ]; then systemctl "$@"; fi; }
 
 unit_for() { echo "spark-watchdog-$1.service"; }
+
+# The roles' units: the agent, the controller, or both on one Spark.
+case "$role" in
+    node) whiches=(agent) ;;
+    controller) whiches=(controller) ;;
+    *) whiches=(agent controller) ;;
+esac
+with_controller=0
+case "$role" in controller | colocated) with_controller=1 ;; esac
+
+# A top-level colocated: key with a value (controllers on the Sparks), read
+# from its lines: the program that reads YAML is not installed yet when this
+# is asked. "colocated:" then indented lines, or a value on the line itself
+# other than null, ~ or {}.
+has_colocated() {
+    awk '
+        found { if ($0 ~ /^[[:space:]]*(#.*)?$/) next; ok = ($0 ~ /^[[:space:]]/); exit }
+        /^"?colocated"?[[:space:]]*:/ {
+            rest = $0; sub(/^[^:]*:[[:space:]]*/, "", rest); sub(/[[:space:]]*#.*$/, "", rest)
+            if (rest == "") { found = 1; next }
+            ok = (rest !~ /^(null|Null|NULL|~|\{[[:space:]]*\})$/); exit
+        }
+        END { exit !ok }
+    ' "$1" 2>/dev/null
+}
 
 # -- uninstall -------------------------------------------------------------------
 if [ "$role" = uninstall ]; then
@@ -111,6 +145,19 @@ if [ "$role" = uninstall ]; then
     exit 0
 fi
 
+# -- a controller on a Spark needs its place in the order ------------------------
+# Without colocated: a controller takes itself for the only one and acts for
+# every node, the Spark it runs on among them. Asked before anything changes.
+controller_yaml="$etc_dir/controller.yaml"
+if [ "$role" = colocated ] && [ -e "$controller_yaml" ] && ! has_colocated "$controller_yaml"; then
+    die "/etc/spark-watchdog/controller.yaml has no colocated: block, so the controller on" \
+        "this Spark would act alone, for every node, this one included; nothing was changed." \
+        "Fix: add colocated: (the order of the controllers on the Sparks: the commented block" \
+        "at the end of controller.example.yaml; docs/install.md, \"Two Sparks and a smart plug," \
+        "no other machine\", step 4) to it, the same file on every Spark, then run this again;" \
+        "or, for a controller on a management host, run 'deploy/install.sh controller' there"
+fi
+
 # -- prerequisites ---------------------------------------------------------------
 python=${PYTHON:-python3}
 command -v "$python" >/dev/null || die "$python not found: apt-get install python3 python3-venv"
@@ -118,7 +165,7 @@ command -v "$python" >/dev/null || die "$python not found: apt-get install pytho
     die "$("$python" --version 2>&1) is too old: spark-watchdog needs Python 3.10 or newer"
 "$python" -c 'import venv, ensurepip' 2>/dev/null ||
     die "the venv module is missing: apt-get install python3-venv"
-if [ "$role" = node ] && ! "$python" -c 'import systemd.journal' 2>/dev/null; then
+if [ "$role" != controller ] && ! "$python" -c 'import systemd.journal' 2>/dev/null; then
     say "warning: python3-systemd is not installed; the journal probe (boot boundaries) will" \
         "report unavailable. Fix: apt-get install python3-systemd, then run this again."
 fi
@@ -151,10 +198,10 @@ fi
 # had: python-kasa for `type: kasa` (the extra installs it on Python 3.11 or
 # newer). Offline, without it, a kasa path is refused by `controller --check`.
 pip_install() { "$release/bin/python" -m pip install --quiet --disable-pip-version-check "$@"; }
-if [ "$role" = controller ] && pip_install "$install_from[kasa]" 2>/dev/null; then
+if [ "$with_controller" = 1 ] && pip_install "$install_from[kasa]" 2>/dev/null; then
     :
 elif pip_install "$install_from"; then
-    if [ "$role" = controller ]; then
+    if [ "$with_controller" = 1 ]; then
         say "python-kasa could not be installed: a kasa power path will be refused by --check"
     fi
 else
@@ -182,64 +229,142 @@ ln -sfn "$prefix/bin/spark-watchdog" "$root/usr/local/bin/spark-watchdog"
 "$root$prefix/bin/spark-watchdog" man >"$root/usr/local/share/man/man1/spark-watchdog.1"
 
 # -- units, config, credentials ----------------------------------------------
-which=$([ "$role" = node ] && echo agent || echo controller)
-unit=$(unit_for "$which")
-mkdir -p "$units_dir"
-sed "s#/opt/spark-watchdog/bin/#$prefix/bin/#g" "$here/systemd/$unit" >"$units_dir/$unit"
-chmod 0644 "$units_dir/$unit"
-dropins="$units_dir/$unit.d"
-if [ "$serving" = 1 ]; then
-    mkdir -p "$dropins"
-    rm -f "$dropins/docker.conf" # one or the other: the rank is the agent's child or dockerd's
-    install -m 0644 "$here/systemd/spark-watchdog-agent.service.d/serving.conf" "$dropins/serving.conf"
-    say "installed the serving drop-in: edit User= in $dropins/serving.conf to the user that serves"
-elif [ "$serving" = docker ]; then
-    mkdir -p "$dropins"
-    rm -f "$dropins/serving.conf"
-    install -m 0644 "$here/systemd/spark-watchdog-agent.service.d/docker.conf" "$dropins/docker.conf"
-    say "installed the docker drop-in: the agent joins the docker group (as good as root on this host)"
-fi
+fresh=()           # the configs this run wrote from the examples
+credentials_said=0 # the credentials are said once, for both units
+install_unit() {
+    local which=$1 unit dropins
+    unit=$(unit_for "$which")
+    mkdir -p "$units_dir"
+    sed "s#/opt/spark-watchdog/bin/#$prefix/bin/#g" "$here/systemd/$unit" >"$units_dir/$unit"
+    chmod 0644 "$units_dir/$unit"
+    dropins="$units_dir/$unit.d"
+    if [ "$which" = agent ]; then install_agent_dropins "$dropins"; fi
+    if [ "$which" = controller ] && [ "$role" = colocated ]; then
+        mkdir -p "$dropins"
+        install -m 0644 "$here/systemd/$unit.d/colocated.conf" "$dropins/colocated.conf"
+        say "installed the colocated drop-in: the controller's state is /var/lib/spark-watchdog-controller"
+    fi
+    install_config "$which"
+    write_credentials "$dropins"
+}
 
-install -d -m 0755 "$etc_dir"
-install -d -m 0700 "$credentials_dir"
-install -m 0644 "$here/config/$which.example.yaml" "$etc_dir/$which.example.yaml"
-if [ ! -e "$etc_dir/$which.yaml" ]; then
-    install -m 0644 "$here/config/$which.example.yaml" "$etc_dir/$which.yaml"
-    say "wrote /etc/spark-watchdog/$which.yaml from the example: edit it"
-else
-    say "kept /etc/spark-watchdog/$which.yaml (the new example is $which.example.yaml)"
-fi
+install_agent_dropins() {
+    local dropins=$1
+    if [ "$serving" = 1 ]; then
+        mkdir -p "$dropins"
+        rm -f "$dropins/docker.conf" # one or the other: the rank is the agent's child or dockerd's
+        install -m 0644 "$here/systemd/spark-watchdog-agent.service.d/serving.conf" "$dropins/serving.conf"
+        say "installed the serving drop-in: edit User= in $dropins/serving.conf to the user that serves"
+    elif [ "$serving" = docker ]; then
+        mkdir -p "$dropins"
+        rm -f "$dropins/serving.conf"
+        install -m 0644 "$here/systemd/spark-watchdog-agent.service.d/docker.conf" "$dropins/docker.conf"
+        say "installed the docker drop-in: the agent joins the docker group (as good as root on this host)"
+    fi
+}
+
+install_config() {
+    local which=$1
+    install -d -m 0755 "$etc_dir"
+    install -d -m 0700 "$credentials_dir"
+    install -m 0644 "$here/config/$which.example.yaml" "$etc_dir/$which.example.yaml"
+    if [ ! -e "$etc_dir/$which.yaml" ]; then
+        install -m 0644 "$here/config/$which.example.yaml" "$etc_dir/$which.yaml"
+        fresh+=("$which.yaml")
+        say "wrote /etc/spark-watchdog/$which.yaml from the example: edit it"
+    else
+        say "kept /etc/spark-watchdog/$which.yaml (the new example is $which.example.yaml)"
+    fi
+}
 
 # One LoadCredential= per file in the credentials directory: the config names
 # each secret by its file name (community_file: pdu-community).
-credentials_conf="$dropins/credentials.conf"
-mapfile -t secrets < <(find "$credentials_dir" -maxdepth 1 -type f -printf '%f\n' | sort)
-if ((${#secrets[@]})); then
-    mkdir -p "$dropins"
-    {
-        echo "# Written by deploy/install.sh from /etc/spark-watchdog/credentials/; run it again after adding one."
-        echo "[Service]"
-        for name in "${secrets[@]}"; do
-            case "$name" in
-                *[!A-Za-z0-9._-]*) say "warning: skipped credential '$name' (allowed: letters, digits, . _ -)"; continue ;;
-            esac
-            echo "LoadCredential=$name:/etc/spark-watchdog/credentials/$name"
-        done
-    } >"$credentials_conf"
-    chmod 0644 "$credentials_conf"
-    say "credentials: ${secrets[*]} (LoadCredential= in $credentials_conf)"
-else
-    rm -f "$credentials_conf"
-    say "no credentials yet: put each secret in /etc/spark-watchdog/credentials/NAME (mode 0600) and run this again"
+write_credentials() {
+    local dropins=$1 credentials_conf=$1/credentials.conf name secrets
+    mapfile -t secrets < <(find "$credentials_dir" -maxdepth 1 -type f -printf '%f\n' | sort)
+    if ((${#secrets[@]})); then
+        mkdir -p "$dropins"
+        {
+            echo "# Written by deploy/install.sh from /etc/spark-watchdog/credentials/; run it again after adding one."
+            echo "[Service]"
+            for name in "${secrets[@]}"; do
+                case "$name" in
+                    *[!A-Za-z0-9._-]*) say "warning: skipped credential '$name' (allowed: letters, digits, . _ -)"; continue ;;
+                esac
+                echo "LoadCredential=$name:/etc/spark-watchdog/credentials/$name"
+            done
+        } >"$credentials_conf"
+        chmod 0644 "$credentials_conf"
+        say "credentials: ${secrets[*]} (LoadCredential= in $credentials_conf)"
+    else
+        rm -f "$credentials_conf"
+        if [ "$credentials_said" = 0 ]; then
+            say "no credentials yet: put each secret in /etc/spark-watchdog/credentials/NAME (mode 0600) and run this again"
+        fi
+    fi
+    credentials_said=1
+}
+
+units=()
+for which in "${whiches[@]}"; do
+    install_unit "$which"
+    units+=("$(unit_for "$which")")
+done
+
+# A controller on a Spark writes its history in a state directory of its own:
+# the agent's, /var/lib/spark-watchdog, is read-only to it (colocated.conf).
+if [ "$role" = colocated ] && has_colocated "$controller_yaml" &&
+    grep -Eq "^history:[[:space:]]*[\"']?/var/lib/spark-watchdog/" "$controller_yaml"; then
+    say "warning: controller.yaml keeps the history in /var/lib/spark-watchdog, the agent's state" \
+        "directory, which the controller on a Spark cannot write. Fix: set" \
+        "history: /var/lib/spark-watchdog-controller/history.db"
 fi
 
 systemctl_ daemon-reload
-systemctl_ enable "$unit" >/dev/null
+systemctl_ enable "${units[@]}" >/dev/null
+if [ "$start" = 1 ] && [ "$role" = colocated ] && ((${#fresh[@]})); then
+    # An example is no Spark's config, and the example controller's has no
+    # colocated: it would act alone, for this Spark too.
+    say "not started: ${fresh[*]} came from the examples; edit, then start (below)"
+    start=0
+fi
 if [ "$start" = 1 ]; then
-    systemctl_ restart "$unit"
+    systemctl_ restart "${units[@]}"
 fi
 if [ "$live_systemd" = 1 ]; then
-    say "$unit: $(systemctl is-active "$unit" || true); check with: $prefix/bin/spark-watchdog doctor"
+    for unit in "${units[@]}"; do say "$unit: $(systemctl is-active "$unit" || true)"; done
+    say "check with: $prefix/bin/spark-watchdog doctor"
 else
-    say "no running systemd here: enable with 'systemctl enable --now $unit' on the target"
+    say "no running systemd here: enable with 'systemctl enable --now ${units[*]}' on the target"
+fi
+
+# -- what is left to a person, for controllers on the Sparks ---------------------
+this=$(hostname -s 2>/dev/null || echo THIS-SPARK)
+check="spark-watchdog controller --config /etc/spark-watchdog/controller.yaml --check"
+if [ "$role" = colocated ] && [ "$start" = 1 ]; then
+    say "check the order: '$check' ends with \"runs on $this: place N of M\""
+elif [ "$role" = colocated ]; then
+    again="sudo deploy/install.sh colocated"
+    if [ "$serving" = 1 ]; then again+=" --serving"; fi
+    if [ "$serving" = docker ]; then again+=" --serving-docker"; fi
+    cat >&2 <<NEXT
+
+Next, on this Spark ($this), then on each other Spark of the order
+(docs/install.md, "Two Sparks and a smart plug, no other machine"):
+  1. /etc/spark-watchdog/agent.yaml: this Spark's node name, listen.address
+     0.0.0.0, the other Sparks as peers at their fabric addresses.
+  2. /etc/spark-watchdog/controller.yaml, one file for every Spark: the nodes
+     and their power, listen.address 0.0.0.0, the witness (the gateway, the
+     plugs), colocated: (the order of the controllers) and
+       history: /var/lib/spark-watchdog-controller/history.db
+  3. Copy that controller.yaml, unchanged, to the other Sparks'
+     /etc/spark-watchdog/.
+  4. Secrets (the plugs' passwords, the serving token), each a file in
+     /etc/spark-watchdog/credentials/, then run this again:
+       $again --no-start
+  5. $check
+     ends with "runs on $this: place N of M" (another node name: --node, in the guide).
+  6. sudo systemctl restart ${units[*]}
+     then: spark-watchdog doctor
+NEXT
 fi

@@ -195,14 +195,110 @@ def test_node_install_with_the_docker_dropin_replaces_the_serving_one(
     assert "installed the docker drop-in" in again.stderr
 
 
+# Two Sparks and their plugs, one controller on each, as in
+# docs/install.md, "Two Sparks and a smart plug, no other machine".
+# The plugs' passwords are credential names. This host is spark-2 (a
+# controller on a Spark must have one of its node's addresses).
+COLOCATED_CONFIG = """\
+nodes:
+  - name: spark-1
+    agent: http://192.168.1.11:9720
+    power: [{type: shelly, url: "http://192.168.1.31", user: admin, password_file: plug-1}]
+  - name: spark-2
+    agent: http://127.0.0.1:9720
+    power: [{type: shelly, url: "http://192.168.1.32", user: admin, password_file: plug-2}]
+listen: {address: 0.0.0.0, port: 9721}
+history: /var/lib/spark-watchdog/history.db
+witness: [tcp://192.168.1.1:53]
+colocated:
+  controllers:
+    - node: spark-1
+      urls: [http://192.168.1.11:9721, http://10.10.0.1:9721]
+    - node: spark-2
+"""
+
+
+def test_colocated_installs_agent_and_controller_on_one_spark(tmp_path: Path, wheel: Path) -> None:
+    root = tmp_path / "root"
+    credentials = root / "etc/spark-watchdog/credentials"
+    credentials.mkdir(parents=True)
+    (credentials / "plug-1").write_text("plug-password\n")
+    units = root / "etc/systemd/system"
+    config = root / "etc/spark-watchdog/controller.yaml"
+
+    first = _install("colocated", "--serving", "--from", str(wheel), root=root)
+
+    assert first.returncode == 0, first.stderr
+    for unit in ("spark-watchdog-agent.service", "spark-watchdog-controller.service"):
+        assert "ExecStart=/opt/spark-watchdog/bin/spark-watchdog " in (units / unit).read_text()
+        conf = units / f"{unit}.d/credentials.conf"
+        assert "LoadCredential=plug-1:/etc/spark-watchdog/credentials/plug-1" in conf.read_text()
+    assert (units / "spark-watchdog-agent.service.d/serving.conf").exists()
+    colocated = units / "spark-watchdog-controller.service.d/colocated.conf"
+    assert (
+        colocated.read_bytes()
+        == (REPO / "systemd/spark-watchdog-controller.service.d/colocated.conf").read_bytes()
+    )
+    # No config is invented: the examples, where there was none, and nothing started.
+    assert config.read_text() == (REPO / "config/controller.example.yaml").read_text()
+    agent = root / "etc/spark-watchdog/agent.yaml"
+    assert agent.read_text() == (REPO / "config/agent.example.yaml").read_text()
+    assert "not started: agent.yaml controller.yaml came from the examples" in first.stderr
+    assert "history: /var/lib/spark-watchdog-controller/history.db" in first.stderr
+    assert "sudo deploy/install.sh colocated --serving --no-start" in first.stderr
+    assert ": place N of M" in first.stderr
+    release = (root / "opt/spark-watchdog/bin").resolve()
+
+    # The example's controller has no colocated: block; run again, it is refused
+    # before anything changes, with the fix named.
+    refused = _install("colocated", "--from", str(wheel), root=root)
+
+    assert refused.returncode == 2
+    assert "controller.yaml has no colocated: block" in refused.stderr
+    assert "nothing was changed" in refused.stderr and "step 4" in refused.stderr
+    assert (root / "opt/spark-watchdog/bin").resolve() == release
+    assert len(_releases(root)) == 1
+
+    # With the order written in, it installs; a history left in the agent's
+    # state directory is named.
+    config.write_text(COLOCATED_CONFIG)
+    again = _install("colocated", "--from", str(wheel), root=root)
+
+    assert again.returncode == 0, again.stderr
+    assert "history in /var/lib/spark-watchdog, the agent's state" in again.stderr
+    assert config.read_text() == COLOCATED_CONFIG
+    assert len(_releases(root)) == 2
+    entry = root / "opt/spark-watchdog/bin/spark-watchdog"
+    check = subprocess.run(
+        [str(entry), "controller", "--config", str(config), "--check", "--node", "spark-2"],
+        capture_output=True,
+        text=True,
+    )
+    assert check.returncode == 0, check.stderr
+    assert "runs on spark-2: place 2 of 2" in check.stdout
+
+
+def test_a_controller_install_does_not_ask_for_colocated(tmp_path: Path, wheel: Path) -> None:
+    """A management host's config has no colocated: and needs none."""
+    root = tmp_path / "root"
+    config = root / "etc/spark-watchdog/controller.yaml"
+    config.parent.mkdir(parents=True)
+    config.write_text(COLOCATED_CONFIG.split("colocated:")[0])
+    result = _install("controller", "--from", str(wheel), "--no-start", root=root)
+    assert result.returncode == 0, result.stderr
+    assert not (root / "etc/systemd/system/spark-watchdog-agent.service").exists()
+    assert "place N of M" not in result.stderr
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
         (["frobnicate"], "unknown argument 'frobnicate'"),
         (["node", "--serving", "--serving-docker"], "exclude each other"),
-        (["controller", "--serving-docker"], "--serving-docker applies to 'node' only"),
+        (["controller", "--serving-docker"], "--serving-docker applies to 'node' and 'colocated'"),
         ([], "say what to install"),
-        (["controller", "--serving"], "--serving applies to 'node' only"),
+        (["controller", "--serving"], "--serving applies to 'node' and 'colocated' only"),
+        (["uninstall", "--serving"], "--serving applies to 'node' and 'colocated' only"),
         (["node", "--prefix", "relative"], "--prefix must be an absolute path"),
         (["node", "--from", "/nonexistent.whl"], "/nonexistent.whl: no such wheel"),
         (["node", "--from", "/tmp"], "not a wheel and not a source checkout"),
