@@ -1,7 +1,7 @@
 """A controller on a Spark whose host was power-cycled picks up its own open
 incident from its history, and finds the node recovered by another controller
-meanwhile: it closes the incident and sends nothing (docs/design.md,
-"Controllers on the Sparks", "Why one recovery per freeze": *X is down*).
+meanwhile: it closes the incident and sends nothing. The case *X is down* of
+docs/design.md, "Why one recovery per freeze".
 
 The story: order [spark-1, spark-2], spark-3 runs an agent only. spark-1's
 controller was recovering a frozen spark-3 when its own host froze;
@@ -250,7 +250,7 @@ def test_a_restarted_controller_closes_its_incident_for_a_node_another_recovered
     expected = "false_alarm" if phase == "nothing_sent" else "recovered"
     assert timeline.incident.resolution == expected, steps
     assert sent == [], f"power commands sent for a node another controller recovered: {sent}"
-    # Whether it may restart serving then is the serving rule's question (docs/design.md,
-    # "Controllers on the Sparks", "Serving restarts"), not this test's: `served` keeps it.
+    # Whether it may restart serving then is the serving rule's question, not this
+    # test's (docs/design.md, "Who acts for a node"): `served` keeps what it asked.
     assert controller.holds.cluster_hold is None
     assert all(w.conduct.incident_id is None for w in controller.watches.values())
