@@ -20,30 +20,28 @@ import json
 import math
 import os
 import re
+import socket
 import sys
 import time
 import urllib.parse
-from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from spark_watchdog.cli import flight_view, say
+from spark_watchdog.cli import history_everywhere, say
+from spark_watchdog.cli.incident_view import print_timeline, seconds, short_time, table
 from spark_watchdog.config.controller import ControllerConfig, load_controller_config
+from spark_watchdog.controller.page.peer_incidents import Unanswered
 from spark_watchdog.errors import ConfigError, WatchdogError
 from spark_watchdog.history.checks import SQLITE_MAX_INT
 from spark_watchdog.history.locate import configured_history
 from spark_watchdog.history.records import (
     CLUSTER,
+    Incident,
     IncidentTimeline,
-    iso_utc,
-    readable_number,
-    utc_time,
 )
 from spark_watchdog.history.store import HistoryStore
-from spark_watchdog.steps import StepName
 from spark_watchdog.terminal import escape
 from spark_watchdog.verdicts import FINE
-from spark_watchdog.xid import describe
 
 DEFAULT_CONFIG = "/etc/spark-watchdog/controller.yaml"
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -99,6 +97,18 @@ def seconds_at_least(minimum: float = 0.0) -> Any:
     return parse
 
 
+def incident_ref(text: str) -> tuple[str | None, int]:
+    """An argparse ``type=``: ``ID`` (this controller's) or ``NODE#ID`` (the
+    controller on NODE's, where controllers run on the Sparks)."""
+    ref = history_everywhere.parse_ref(text)
+    if ref is not None:
+        return ref
+    return None, whole_number()(text)
+
+
+incident_ref.__name__ = "incident"
+
+
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--db", metavar="PATH", help="history database (default: from --config)")
     parser.add_argument(
@@ -107,13 +117,28 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print JSON")
 
 
+def _here(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--here",
+        metavar="NODE",
+        help="where controllers run on the Sparks (colocated:): the node whose controller "
+        "keeps this history (default: this host's short name, as controller --node)",
+    )
+
+
 def add_parsers(commands: Any) -> None:
+    _add_reads(commands)
+    _add_holds(commands)
+
+
+def _add_reads(commands: Any) -> None:
     status = commands.add_parser(
         "status",
         help="nodes, verdicts, holds and the serving profile",
         description="Ask the running controller (GET /v1/status); without one, read the history.",
     )
     _common(status)
+    _here(status)
     status.add_argument("--url", metavar="URL", help="controller URL (default: from --config)")
     status.set_defaults(func=run_status)
 
@@ -123,6 +148,7 @@ def add_parsers(commands: Any) -> None:
         epilog="example: spark-watchdog history --node spark-3 --since 7d",
     )
     _common(history)
+    _here(history)
     history.add_argument("--node", metavar="N", help="only incidents of this node")
     history.add_argument("--since", metavar="AGE", help="only newer than AGE: 30m, 12h, 7d, 2w")
     history.add_argument("--kind", metavar="K", help="host_frozen, serving_stalled, ...")
@@ -133,9 +159,17 @@ def add_parsers(commands: Any) -> None:
 
     show = commands.add_parser("show", help="one incident's timeline, evidence and actions")
     _common(show)
-    show.add_argument("incident", type=whole_number(), metavar="INCIDENT", help="incident number")
+    _here(show)
+    show.add_argument(
+        "incident",
+        type=incident_ref,
+        metavar="INCIDENT",
+        help="incident number; NODE#NUMBER for the controller on NODE's (colocated:)",
+    )
     show.set_defaults(func=run_show)
 
+
+def _add_holds(commands: Any) -> None:
     boots = commands.add_parser("boots", help="a node's boots: clean or unclean, and evidence")
     _common(boots)
     boots.add_argument("node", metavar="NODE")
@@ -223,6 +257,28 @@ def _nodes_config(args: argparse.Namespace) -> ControllerConfig | None:
     return config if same else None
 
 
+def _placed(args: argparse.Namespace) -> tuple[ControllerConfig, str] | None:
+    """Where controllers run on the Sparks: the config and the node whose controller
+    keeps this history (``--here``, else the host's short name). None otherwise."""
+    known = args.config or args.db or Path(DEFAULT_CONFIG).exists()
+    config = _nodes_config(args) if known else None
+    colocated = None if config is None else config.colocated
+    if config is None or colocated is None:
+        if args.here:
+            raise CliUsage(
+                f"--here {args.here}: only where controllers run on the Sparks "
+                "(colocated: in the controller config); this config has none"
+            )
+        return None
+    here = args.here or socket.gethostname().split(".", 1)[0]
+    if here not in colocated.order:
+        raise CliUsage(
+            f"this history's controller runs on {here}, which has no place in "
+            f"colocated.controllers ({', '.join(colocated.order)}): pass --here with one of them"
+        )
+    return config, here
+
+
 def _check_node(args: argparse.Namespace, store: HistoryStore, node: str, verb: str) -> None:
     """Refuse a node the controller does not know (a typo would be held forever)."""
     if node == CLUSTER:
@@ -244,33 +300,6 @@ def _check_node(args: argparse.Namespace, store: HistoryStore, node: str, verb: 
     )
 
 
-def _short(ts: float | None) -> str:
-    """A time for a table; "-" when there is none or the row's is no time."""
-    when = utc_time(ts)
-    return "-" if when is None else when.strftime("%Y-%m-%d %H:%M:%S")
-
-
-def _seconds(value: float | None) -> str:
-    number = readable_number(value)
-    return "-" if number is None else f"{number:.1f}s"
-
-
-def _offset(at: float, base: float) -> str:
-    """A step's time from the incident's detection, as ``t=...``; "?" when either is unknown."""
-    start, then = utc_time(base), utc_time(at)
-    if start is None or then is None:
-        return "t=       ?"
-    return f"t={(then - start).total_seconds():+8.1f}s"
-
-
-def _table(rows: Sequence[tuple[str, ...]]) -> str:
-    rows = [tuple(escape(c) for c in r) for r in rows]
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return "\n".join(
-        "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows
-    )
-
-
 def _guarded(fn: Any) -> Any:
     def wrapper(args: argparse.Namespace) -> int:
         try:
@@ -286,140 +315,92 @@ def _guarded(fn: Any) -> Any:
 
 @_guarded
 def run_history(args: argparse.Namespace) -> int:
+    since = _since(args.since)
     with _open(args) as store:
         incidents = store.list_incidents(
-            node=args.node, since=_since(args.since), kind=args.kind, limit=args.limit
+            node=args.node, since=since, kind=args.kind, limit=args.limit
         )
+    placed = _placed(args)
+    if placed is not None:
+        filters = {k: v for k, v in (("node", args.node), ("kind", args.kind)) if v is not None}
+        story = history_everywhere.story(
+            *placed, incidents, {**filters, "limit": args.limit}, since
+        )
+        history_everywhere.print_history(story, args.json, _cells)
+        return EXIT_OK
     if args.json:
         print(json.dumps({"incidents": [i.to_json() for i in incidents]}, indent=2))
         return EXIT_OK
     if not incidents:
         print("no incidents")
         return EXIT_OK
-    rows = [("ID", "DETECTED (UTC)", "KIND", "NODES", "STATUS", "DETECT", "RECOVER")]
-    for i in incidents:
-        status = i.resolution or i.status
-        if i.dry_run:
-            status += " (dry run)"
-        rows.append(
-            (
-                str(i.id),
-                _short(i.detected_at),
-                i.kind,
-                ",".join(i.nodes),
-                status,
-                _seconds(i.time_to_detect_s),
-                _seconds(i.time_to_recover_s),
-            )
-        )
-    print(_table(rows))
+    rows: list[tuple[str, ...]] = [
+        ("ID", "DETECTED (UTC)", "KIND", "NODES", "STATUS", "DETECT", "RECOVER")
+    ]
+    rows += [(str(i.id), *_cells(i)) for i in incidents]
+    print(table(rows))
     return EXIT_OK
+
+
+def _cells(i: Incident) -> tuple[str, ...]:
+    """One incident's row of ``history``'s table, but its ID."""
+    status = i.resolution or i.status
+    if i.dry_run:
+        status += " (dry run)"
+    return (
+        short_time(i.detected_at),
+        i.kind,
+        ",".join(i.nodes),
+        status,
+        seconds(i.time_to_detect_s),
+        seconds(i.time_to_recover_s),
+    )
 
 
 @_guarded
 def run_show(args: argparse.Namespace) -> int:
-    with _open(args) as store:
-        timeline = store.incident(args.incident)
+    node, number = args.incident
+    placed = _placed(args)
+    by = None if placed is None else placed[1]
+    if node is not None and node != by:
+        timeline = _other_incident(placed, node, number)
+        by = node
+    else:
+        with _open(args) as store:
+            timeline = store.incident(number)
     if timeline is None:
-        print(f"spark-watchdog: no incident {args.incident}", file=sys.stderr)
+        where = "" if by is None else f" in the history of {by}'s controller"
+        print(f"spark-watchdog: no incident {number}{escape(where)}", file=sys.stderr)
         return EXIT_FAILED
     if args.json:
-        print(json.dumps(timeline.to_json(), indent=2))
+        body = timeline.to_json()
+        body = body if by is None else {**body, "by": by, "ref": f"{by}#{number}"}
+        print(json.dumps(body, indent=2))
         return EXIT_OK
-    i = timeline.incident
-    print(
-        f"incident #{i.id}: {escape(i.kind)} on {escape(', '.join(i.nodes))}"
-        + (" (dry run)" if i.dry_run else "")
-    )
-    detected = iso_utc(i.detected_at) or "unknown"
-    print(f"  detected  {detected}  (time to detect {_seconds(i.time_to_detect_s)})")
-    print(
-        f"  status    {escape(i.resolution or i.status)}  "
-        f"(time to recover {_seconds(i.time_to_recover_s)})"
-    )
-    reasons = i.evidence.get("reasons") if isinstance(i.evidence, dict) else None
-    if reasons:
-        print(f"  evidence  {'; '.join(map(escape, reasons))}")
-    for said in _live_faults(i.evidence):
-        print(f"  gpu fault {escape(said)}  (live: the agent's report, before the silence)")
-    recorder = i.evidence.get("flight_recorder") if isinstance(i.evidence, dict) else None
-    detected_at = readable_number(i.detected_at)
-    if isinstance(recorder, dict) and detected_at is not None:
-        for line in flight_view.render(recorder, detected_at):
-            print(escape(line))
-    print("timeline:")
-    for step in timeline.steps:
-        offset = _offset(step.at, i.detected_at)
-        if step.step == StepName.STACKS_RECORDED:
-            print(f"  {offset}  {escape(step.step)}")
-            for line in _stack_lines(step.detail):
-                print(line)
-            continue
-        detail = ", ".join(f"{k}={v}" for k, v in step.detail.items() if v not in (None, "", {}))
-        who = f"{step.node} " if step.node else ""
-        line = f"{who}{step.step}" + (f"  ({detail})" if detail else "")
-        print(f"  {offset}  {escape(line)}")
-    _print_outcome(timeline)
+    print_timeline(timeline, f"#{number}" if by is None else f"{by}#{number} (by {by})")
     return EXIT_OK
 
 
-def _print_outcome(timeline: IncidentTimeline) -> None:
-    """An incident's power actions, serving restarts and boots, in words."""
-    if timeline.actions:
-        print("actions:")
-        for a in timeline.actions:
-            verified = f", verified {_short(a.verified_at)}" if a.verified_at else ""
-            error = f", {a.error}" if a.error else ""
-            said = f"{a.operation} {a.node} via {a.device}: {a.result}"
-            print(f"  {escape(said)}{verified}{escape(error)}")
-    for r in timeline.serving_restarts:
-        print(
-            f"serving restart ({escape(r.profile)}): {escape(r.result)} in {_seconds(r.duration_s)}"
+def _other_incident(
+    placed: tuple[ControllerConfig, str] | None, node: str, number: int
+) -> IncidentTimeline | None:
+    """Incident ``number`` of the controller on ``node``, asked over its page API."""
+    if placed is None:
+        raise CliUsage(
+            f"{node}#{number}: NODE#NUMBER names another controller's incident, where "
+            "controllers run on the Sparks (colocated:); give the number alone"
         )
-    for b in timeline.boots:
-        end = {True: "clean", False: "UNCLEAN", None: "current"}[b.clean_shutdown]
-        span = f"{_short(b.first_entry)} → {_short(b.last_entry)}"
-        print(f"boot {escape(str(b.boot_id)[:12])} of {escape(b.node)}: {span} {end}")
-        for kind, lines in b.evidence.items() if isinstance(b.evidence, Mapping) else ():
-            for line in (lines if isinstance(lines, list) else [])[:2]:
-                text = line.get("message") if isinstance(line, Mapping) else line
-                shown = escape(str(text)[:160])
-                print(f"  journal {escape(kind)}: {shown}  (from the journal, read after)")
-
-
-def _live_faults(evidence: Any) -> list[str]:
-    """The GPU faults an incident keeps from the agent's live reports, in words."""
-    if not isinstance(evidence, Mapping):
-        return []
-    faults = evidence.get("live_gpu_faults")
-    listed = faults if isinstance(faults, list) else []
-    one = evidence.get("gpu_fault")
-    if isinstance(one, Mapping) and not listed:
-        xid, gpu = one.get("xid"), one.get("gpu")
-        at = iso_utc(one.get("at_unix"))
-        when = "" if at is None else f" at {at}"
-        where = f" on GPU {gpu}" if isinstance(gpu, int) else ""
-        return [f"{describe(xid) if isinstance(xid, int) else 'a GPU fault'}{where}{when}"]
-    return [str(f["said"]) for f in listed if isinstance(f, Mapping) and "said" in f]
-
-
-def _stack_lines(detail: Mapping[str, Any], frames: int = 6) -> list[str]:
-    """Each node's processes and their innermost frames (--json has all of them)."""
-    lines: list[str] = []
-    nodes = detail.get("nodes")
-    for node, record in nodes.items() if isinstance(nodes, Mapping) else ():
-        if not isinstance(record, Mapping):
-            continue
-        note = f" ({record['note']})" if record.get("note") else ""
-        lines.append(f"      {escape(f'{node}{note}')}")
-        for entry in record.get("processes") or []:
-            if not isinstance(entry, Mapping):
-                continue
-            lines.append(f"        pid {escape(entry.get('pid'))}: {escape(entry.get('command'))}")
-            stack = entry.get("stack")
-            body = str(stack).splitlines()[:frames] if stack else [f"({entry.get('error')})"]
-            lines.extend(f"          {escape(line.strip())}" for line in body if line.strip())
-    return lines
+    config, here = placed
+    assert config.colocated is not None
+    if node not in config.colocated.order:
+        raise CliUsage(
+            f"{node}#{number}: no controller runs on {node}; "
+            f"colocated.controllers: {', '.join(config.colocated.order)}"
+        )
+    try:
+        return history_everywhere.other_timeline(config, here, node, number)
+    except Unanswered as exc:
+        raise WatchdogError(f"{exc}; its incident {number} is not shown") from None
 
 
 @_guarded
@@ -438,13 +419,13 @@ def run_boots(args: argparse.Namespace) -> int:
         rows.append(
             (
                 str(b.boot_id)[:12],
-                _short(b.first_entry),
-                _short(b.last_entry),
+                short_time(b.first_entry),
+                short_time(b.last_entry),
                 end,
                 str(b.incident_id or "-"),
             )
         )
-    print(_table(rows))
+    print(table(rows))
     return EXIT_OK
 
 
@@ -503,36 +484,59 @@ def _is_http_url(text: str) -> bool:
     return parts.scheme in ("http", "https") and bool(parts.hostname)
 
 
-@_guarded
-def run_status(args: argparse.Namespace) -> int:
-    status: dict[str, Any] | None = None
+def _status_url(args: argparse.Namespace) -> str | None:
     url = args.url
     if url is not None and not _is_http_url(url):
         raise CliUsage(f"--url {url}: expected the controller's URL, http://HOST:PORT")
     if url is None and (args.config or Path(DEFAULT_CONFIG).exists()):
         listen = load_controller_config(args.config or DEFAULT_CONFIG).listen
         url = f"http://{listen.address}:{listen.port}"
-    if url:
-        import requests
+    return str(url) if url else None
 
-        try:
-            answer = requests.get(f"{url.rstrip('/')}/v1/status", timeout=3)
-            if answer.ok:
-                status = answer.json()
-                status["source"] = "controller"
-        except (requests.RequestException, ValueError):
-            status = None
+
+def _controller_status(url: str | None) -> dict[str, Any] | None:
+    """What the running controller at ``url`` says of itself; None: no answer."""
+    if not url:
+        return None
+    import requests
+
+    try:
+        answer = requests.get(f"{url.rstrip('/')}/v1/status", timeout=3)
+        if answer.ok:
+            status: dict[str, Any] = answer.json()
+            status["source"] = "controller"
+            return status
+    except (requests.RequestException, ValueError):
+        pass
+    return None
+
+
+@_guarded
+def run_status(args: argparse.Namespace) -> int:
+    url = _status_url(args)
+    status = _controller_status(url)
+    own: list[Incident] | None = None
     if status is None:
         with _open(args) as store:
+            own = store.open_incidents()
             status = {
                 "source": "history (no running controller answered)",
-                "open_incidents": [i.to_json() for i in store.open_incidents()],
+                "open_incidents": [i.to_json() for i in own],
                 "holds": [h.to_json() for h in store.active_holds()],
                 "serving_profile": (s.value if (s := store.setting("serving_profile")) else None),
             }
+    placed = _placed(args)
+    if placed is not None:
+        history_everywhere.open_story(*placed, status, own, url)
     if args.json:
         print(json.dumps(status, indent=2))
         return EXIT_OK
+    _print_status(status)
+    unhealthy = [n for n in status.get("nodes", []) if n.get("verdict") not in FINE]
+    return EXIT_FAILED if unhealthy else EXIT_OK
+
+
+def _print_status(status: dict[str, Any]) -> None:
     print(f"source: {escape(status['source'])}")
     for node in status.get("nodes", []):
         reasons = "; ".join(map(str, node.get("reasons") or []))
@@ -547,9 +551,7 @@ def run_status(args: argparse.Namespace) -> int:
         print(f"  hold {escape(hold['node'])}: {escape(hold['reason'])}")
     for incident in status.get("open_incidents", []):
         nodes = ",".join(map(str, incident["nodes"]))
-        print(
-            f"  open incident #{escape(incident['id'])}: {escape(incident['kind'])} {escape(nodes)}"
-        )
+        ref = incident.get("ref") or f"#{incident['id']}"
+        by = f" (by {incident['by']})" if "by" in incident else ""
+        print(f"  open incident {escape(ref)}: {escape(incident['kind'])} {escape(nodes)}{by}")
     print(f"serving profile: {escape(status.get('serving_profile') or 'as configured')}")
-    unhealthy = [n for n in status.get("nodes", []) if n.get("verdict") not in FINE]
-    return EXIT_FAILED if unhealthy else EXIT_OK
