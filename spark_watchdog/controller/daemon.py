@@ -46,6 +46,7 @@ from spark_watchdog.controller.act.parts import Ladder, Parts, Work
 from spark_watchdog.controller.act.power_actions import PowerActions
 from spark_watchdog.controller.decide.decisions import ClusterView, needs, plan, plan_cluster
 from spark_watchdog.controller.decide.detector import DetectionPolicy, Verdict
+from spark_watchdog.controller.decide.node_states import NodeState
 from spark_watchdog.controller.decide.planner import QUIET_STEPS, Step
 from spark_watchdog.controller.decide.watcher_doubt import WatcherDoubt
 from spark_watchdog.controller.io import ControllerIO
@@ -62,7 +63,7 @@ from spark_watchdog.controller.serving.serving_policy import ServingRestarts
 from spark_watchdog.controller.views import cluster_view, history_reads, node_view
 from spark_watchdog.errors import WatchdogError
 from spark_watchdog.history.instance_lock import InstanceLock
-from spark_watchdog.history.records import Incident
+from spark_watchdog.history.records import CLUSTER, Incident
 from spark_watchdog.history.store import HistoryStore
 from spark_watchdog.sdnotify import SystemdNotifier
 
@@ -211,7 +212,9 @@ class Controller:
         if self.peers is None:
             return None
         lives = {name: watch.last_life_at for name, watch in self.watches.items()}
-        return self.peers.status_json(now, _claims(self.watches, self.work), lives)
+        held = [n for n, w in self.watches.items() if w.state is NodeState.HELD]
+        holds = ([CLUSTER] if self.holds.cluster_hold else []) + held
+        return self.peers.status_json(now, _claims(self.watches, self.work), holds, lives)
 
     async def _act(self, watch: NodeWatch, cluster: ClusterView) -> bool:
         """Carry out what controller/decide/decisions.py decides for the node, in

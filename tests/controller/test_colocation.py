@@ -29,9 +29,12 @@ def _standing(peers: dict[str, PeerHeard], observing_until: float = 0.0) -> Stan
 
 
 def _heard(
-    ago: float | None, claims: tuple[str, ...] = (), order: tuple[str, ...] = ORDER
+    ago: float | None,
+    claims: tuple[str, ...] = (),
+    order: tuple[str, ...] = ORDER,
+    holds: tuple[str, ...] = (),
 ) -> PeerHeard:
-    return PeerHeard(None if ago is None else NOW - ago, frozenset(claims), order)
+    return PeerHeard(None if ago is None else NOW - ago, frozenset(claims), order, frozenset(holds))
 
 
 def test_a_controller_never_acts_for_its_own_host() -> None:
@@ -187,3 +190,17 @@ def test_a_node_whose_own_controller_answers_is_alive_whatever_its_agent_says() 
     why = refusal("spark-2", placement, alive, 999)
     assert why is not None and "the host is alive" in why
     assert refusal("spark-2", placement, _standing({"spark-2": _heard(FREEZE)}), 999) is None
+
+
+def test_a_hold_heard_from_another_controller_binds_this_one() -> None:
+    """A person's hold, written on one Spark, binds the controller that acts for
+    the node too while it hears the one that holds it."""
+    order = ("spark-1", "spark-2", "spark-3")
+    node_hold = _standing({"spark-2": _heard(1, order=order, holds=("spark-3",))})
+    why = refusal("spark-3", _placement("spark-1", order), node_hold, 99)
+    assert why is not None and "held in the history of the controller on spark-2" in why
+    cluster = _standing({"spark-2": _heard(1, order=order, holds=("*",))})
+    assert refusal("spark-3", _placement("spark-1", order), cluster, 99) is not None
+    assert serving_refusal(_placement("spark-1", order), cluster) is not None
+    silent = _standing({"spark-2": _heard(TAKEOVER, order=order, holds=("spark-3",))})
+    assert refusal("spark-3", _placement("spark-1", order), silent, 99) is None

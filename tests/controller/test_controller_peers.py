@@ -56,7 +56,7 @@ def _status(node: str = "spark-2", ticks: int = 5, **colocated: Any) -> dict[str
     return {
         "started_at": 1.0,
         "ticks": ticks,
-        "colocated": {"node": node, "order": ORDER, "claims": [], **colocated},
+        "colocated": {"node": node, "order": ORDER, "claims": [], "holds": [], **colocated},
     }
 
 
@@ -70,7 +70,9 @@ def _status(node: str = "spark-2", ticks: int = 5, **colocated: Any) -> dict[str
         (_answer({**_status(), "ticks": True}), "no ticks"),
         (_answer(_status(node="spark-9\x1b[2J")), "spark-9\\x1b[2J"),
         (_answer(_status(order="spark-1")), "not lists"),
+        (_answer(_status(holds=None)), "not lists"),
         (_answer(_status(claims=["spark-1", 7])), "not lists of node names"),
+        (_answer(_status(holds=[""])), "not lists of node names"),
         (_answer(_status(claims=["x"] * 5000)), "not lists of node names"),
     ],
 )
@@ -104,10 +106,11 @@ def test_a_controller_is_heard_only_while_its_loop_moves_on(tmp_path: Path) -> N
     assert peers.heard["spark-2"].heard_at == 3.0
 
 
-def test_claims_and_order_are_kept_from_the_answer(tmp_path: Path) -> None:
-    peers = _peers(tmp_path, [_status(claims=["spark-1"])])
+def test_claims_holds_and_order_are_kept_from_the_answer(tmp_path: Path) -> None:
+    peers = _peers(tmp_path, [_status(claims=["spark-1"], holds=["*"])])
     asyncio.run(peers.sweep(1.0))
     assert peers.heard["spark-2"].claims == {"spark-1"}
+    assert peers.heard["spark-2"].holds == {"*"}
     assert peers.heard["spark-2"].order == tuple(ORDER)
 
 

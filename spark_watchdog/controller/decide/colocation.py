@@ -8,6 +8,7 @@ For a node, its *actors* are the controllers in order without its own. A
 node whose own controller answered within ``freeze_after`` is alive. A
 controller acts for it only when it does not run on it, is not listening
 after a start or a gap in its own loop, hears no other controller claim it,
+hears no other controller hold it (a person's hold on one Spark binds all),
 has heard none of the actors before it for ``takeover_after``, and, where
 the node runs a controller placed before it, the node has been silent for
 ``freeze_after + fence_delay`` (in mutual suspicion the earlier one cuts
@@ -18,6 +19,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+
+from spark_watchdog.history.records import CLUSTER
 
 
 @dataclass(frozen=True)
@@ -38,6 +41,7 @@ class PeerHeard:
     heard_at: float | None = None  # monotonic: its last answer whose loop had moved on
     claims: frozenset[str] = frozenset()  # nodes it has an incident or a ladder for
     order: tuple[str, ...] | None = None  # its order, as it said
+    holds: frozenset[str] = frozenset()  # nodes its history holds; CLUSTER: the cluster
 
 
 @dataclass(frozen=True)
@@ -104,6 +108,9 @@ def refusal(node: str, placement: Placement, standing: Standing, silent_for: flo
         heard = _heard(peer, placement, now)
         if heard is not None and node in peer.claims:
             return f"the controller on {name} is recovering it (heard {heard:.0f}s ago)"
+        if heard is not None and {node, CLUSTER} & peer.holds:
+            what = "the cluster" if CLUSTER in peer.holds else node
+            return f"held in the history of the controller on {name} ({what})"
     for name in actors(node, placement.order):
         if name == placement.me:
             break
@@ -135,6 +142,8 @@ def serving_refusal(placement: Placement, standing: Standing) -> str | None:
         if heard is not None and peer.claims:
             recovering = ", ".join(sorted(peer.claims))
             return f"the controller on {name} is recovering {recovering}: it restarts serving"
+        if heard is not None and CLUSTER in peer.holds:
+            return f"the cluster is held in the history of the controller on {name}"
     for name in placement.order:
         if name == placement.me:
             return None

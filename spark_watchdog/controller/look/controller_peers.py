@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from spark_watchdog.config.colocated import controller_urls
@@ -60,13 +61,16 @@ def read_answer(answer: HttpAnswer, expected: str) -> tuple[tuple[Any, int], Pee
     if placed.get("node") != expected:
         said = escape(str(placed.get("node"))[:64])
         raise BadAnswer(f'it says it runs on "{said}", not {expected}')
-    order, claims = placed.get("order"), placed.get("claims")
-    if not isinstance(order, list) or not isinstance(claims, list):
-        raise BadAnswer("its order or claims are not lists")
-    if not _names(order) or not _names(claims) or len(claims) > MAX_CLAIMS:
-        raise BadAnswer("its order or claims are not lists of node names")
+    order, claims, holds = placed.get("order"), placed.get("claims"), placed.get("holds")
+    lists = (order, claims, holds)
+    if not all(isinstance(v, list) for v in lists):
+        raise BadAnswer("its order, claims or holds are not lists")
+    if not all(_names(v) for v in lists if isinstance(v, list)):
+        raise BadAnswer("its order, claims or holds are not lists of node names")
+    assert isinstance(order, list) and isinstance(claims, list) and isinstance(holds, list)
     mark = (started if isinstance(started, (int, float, str)) else None, ticks)
-    return mark, PeerHeard(claims=frozenset(claims), order=tuple(order))
+    heard = PeerHeard(claims=frozenset(claims), order=tuple(order), holds=frozenset(holds))
+    return mark, heard
 
 
 def _names(values: list[Any]) -> bool:
@@ -150,9 +154,7 @@ class ControllerPeers:
             before = self.heard[name]
             moved = self._marks.get(name) != mark
             self._marks[name] = mark
-            self.heard[name] = PeerHeard(
-                heard_at=now if moved else before.heard_at, claims=said.claims, order=said.order
-            )
+            self.heard[name] = replace(said, heard_at=now if moved else before.heard_at)
             self.detail[name] = "heard" if moved else "answered, but its loop has not moved on"
             return
         self.detail[name] = "; ".join(problems)
@@ -170,15 +172,20 @@ class ControllerPeers:
         return serving_refusal(self.placement, self.standing(now))
 
     def status_json(
-        self, now: float, claims: list[str], lives: Mapping[str, float | None]
+        self,
+        now: float,
+        claims: list[str],
+        holds: list[str],
+        lives: Mapping[str, float | None],
     ) -> dict[str, Any]:
         """The ``colocated`` section of ``/v1/status``: what the others read of this
-        one, and for a person which nodes it acts for now and whether it restarts
-        serving (``lives``: each node's last life on any path)."""
+        one (its claims and holds), and for a person which nodes it acts for now and
+        whether it restarts serving (``lives``: each node's last life on any path)."""
         return {
             "node": self.placement.me,
             "order": list(self.placement.order),
             "claims": claims,
+            "holds": holds,
             "observing": now < self.observing_until,
             "acts_for": [n for n, life in lives.items() if self.not_mine(n, life, now) is None],
             "restarts_serving": self.serving_not_mine(now) is None,
