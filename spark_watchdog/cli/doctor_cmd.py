@@ -37,7 +37,9 @@ def add_parser(commands: Any) -> None:
             "metrics, the token file's permissions.\n"
             "With a controller config: the config, each agent's /v1/state, clock skew,\n"
             "SSH banners, every power device (its state and outlet name; read only:\n"
-            "doctor never switches power), the witness targets, the secret files."
+            "doctor never switches power), the witness targets, the secret files, and\n"
+            "with colocated: each controller of the order on each of its URLs (its\n"
+            "place, its order, whether it still listens)."
         ),
         epilog=(
             "examples:\n"

@@ -12,6 +12,7 @@ from spark_watchdog.config.agent import AgentConfig
 from spark_watchdog.config.controller import ControllerConfig, NodeConfig
 from spark_watchdog.doctor import hw_watchdog
 from spark_watchdog.doctor.clock_skew import SAMPLE_GAP_S, SAMPLES, check_clock_skew
+from spark_watchdog.doctor.colocated_checks import ASK_TIMEOUT_S, check_controller
 from spark_watchdog.doctor.config_checks import load_agent, load_controller
 from spark_watchdog.doctor.controller_checks import (
     AGENT_PATIENCE_S,
@@ -229,7 +230,23 @@ def controller_plan(config: ControllerConfig, root: Path = Path("/")) -> list[Pl
             partial(check_witness_targets, config.witness),
         )
     )
+    plan += _colocated_plan(config)
     return plan + _secret_checks("controller", controller_secrets(config), root)
+
+
+def _colocated_plan(config: ControllerConfig) -> list[PlannedCheck]:
+    """Controllers on the Sparks: each of the order asked on all its URLs at once."""
+    if config.colocated is None:
+        return []
+    return [
+        PlannedCheck(
+            f"controller.colocated.{placed.node}",
+            f"the controller on {placed.node}",
+            ASK_TIMEOUT_S + 2.0,
+            partial(check_controller, config, placed),
+        )
+        for placed in config.colocated.controllers
+    ]
 
 
 def diagnose(
