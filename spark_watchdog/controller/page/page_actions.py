@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import Any, Protocol, TypeVar
 
 from spark_watchdog.config.controller import ControllerConfig
+from spark_watchdog.controller.decide.colocation import Placement
 from spark_watchdog.controller.page.page_view import WatchLike
 from spark_watchdog.controller.record.ledger import HistoryUnwritable
 from spark_watchdog.errors import StoreError
@@ -77,6 +78,14 @@ class HoldsLike(Protocol):
     def breaker_open(self) -> bool: ...
 
 
+class PlacedLike(Protocol):
+    """The other controllers on the Sparks, as the controller hears them
+    (controller/look/controller_peers.py): where this one runs."""
+
+    @property
+    def placement(self) -> Placement: ...
+
+
 class PageSource(Protocol):
     """What the page reads and acts through: the controller (controller/daemon.py)."""
 
@@ -97,6 +106,9 @@ class PageSource(Protocol):
 
     @property
     def holds(self) -> HoldsLike: ...
+
+    @property
+    def peers(self) -> PlacedLike | None: ...
 
 
 class Unavailable(Exception):

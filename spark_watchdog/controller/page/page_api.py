@@ -10,12 +10,19 @@ from the routes here (docs/api/controller.openapi.yaml):
   (:mod:`~spark_watchdog.controller.page.page_view`), built on the controller's loop;
 - ``GET /v1/incidents`` and ``/v1/incidents/{id}``: the history's incidents
   and one incident's timeline, read from the store on a thread of the server;
+- ``GET /v1/colocated/incidents`` and ``/v1/colocated/incidents/{node}/{id}``:
+  where controllers run on the Sparks, every controller's incidents with who
+  acted, the others' asked by this controller over their own
+  ``/v1/incidents`` (:mod:`~spark_watchdog.controller.page.peer_incidents`), so
+  the page still talks to its own controller alone
+  (docs/design.md, "One story from either node");
 - ``POST /v1/actions/hold``, ``/release``, ``/step-down``: behind the
   controller's token (:mod:`~spark_watchdog.controller.page.page_actions`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import Callable
 from importlib import resources
@@ -35,6 +42,14 @@ from spark_watchdog.controller.page.page_actions import (
 )
 from spark_watchdog.controller.page.page_auth import PageAuth
 from spark_watchdog.controller.page.page_view import nodes_view
+from spark_watchdog.controller.page.peer_incidents import (
+    Listed,
+    Unanswered,
+    gather,
+    newest_first,
+    timeline_of,
+)
+from spark_watchdog.controller.page.peer_records import NODE_NAME
 from spark_watchdog.controller.page.status_api import StandbyEndpoint, StatusEndpoint, StatusSource
 from spark_watchdog.errors import StoreError
 from spark_watchdog.http.server import Reply, Request, json_response
@@ -56,6 +71,9 @@ _TYPES = {
 STATIC_PREFIX = "/static/"
 PAGE_FILE = "index.html"  # served at / only, as the schema says of /static/{name}
 INCIDENT_PREFIX = "/v1/incidents/"
+# Every controller's incidents, where controllers run on the Sparks.
+COLOCATED = "/v1/colocated/incidents"
+COLOCATED_PREFIX = COLOCATED + "/"
 # How long GET /v1/nodes waits for the controller's loop: the page asks again in a second.
 NODES_TIMEOUT_S = 2.0
 # Incidents per list: the page shows the newest; ``limit`` asks for fewer or more.
@@ -118,12 +136,15 @@ class PageRoutes:
             "/": self._index,
             "/v1/nodes": self._nodes,
             "/v1/incidents": self._incidents,
+            COLOCATED: self._story,
         }
 
     # -- PathRoutes ------------------------------------------------------------
 
     def methods(self, path: str) -> tuple[str, ...]:
-        if path in self._gets or path.startswith((STATIC_PREFIX, INCIDENT_PREFIX)):
+        if path in self._gets or path.startswith(
+            (STATIC_PREFIX, INCIDENT_PREFIX, COLOCATED_PREFIX)
+        ):
             return ("GET", "HEAD")
         if path in ACTIONS:
             return ("POST",)
@@ -133,6 +154,7 @@ class PageRoutes:
         served: dict[str, tuple[str, ...]] = {path: ("GET", "HEAD") for path in self._gets}
         served[STATIC_PREFIX + "{name}"] = ("GET", "HEAD")
         served[INCIDENT_PREFIX + "{id}"] = ("GET", "HEAD")
+        served[COLOCATED_PREFIX + "{node}/{id}"] = ("GET", "HEAD")
         served.update({path: ("POST",) for path in ACTIONS})
         return served
 
@@ -156,6 +178,8 @@ class PageRoutes:
             return handler(request)
         if request.path.startswith(STATIC_PREFIX):
             return self._static(request.path[len(STATIC_PREFIX) :])
+        if request.path.startswith(COLOCATED_PREFIX):
+            return self._story_incident(request.path[len(COLOCATED_PREFIX) :])
         return self._incident(request.path[len(INCIDENT_PREFIX) :])
 
     # -- the page's files ---------------------------------------------------------
@@ -233,6 +257,75 @@ class PageRoutes:
         if timeline is None:
             return _error(404, f"no incident {raw_id} in the history")
         return _json(timeline.to_json())
+
+    # -- every controller's, where controllers run on the Sparks ---------------
+
+    def _placed(self) -> tuple[PageSource, str] | None:
+        """The controller and the node it runs on, where controllers run on the Sparks."""
+        source = self._source
+        peers = None if source is None else source.peers
+        return None if source is None or peers is None else (source, peers.placement.me)
+
+    def _not_placed(self) -> Reply:
+        if self._source is None:
+            return self._standby()
+        return _error(
+            404,
+            "this controller does not run on a Spark beside others (no colocated: in "
+            "its config): GET /v1/incidents has every incident it handled",
+        )
+
+    def _story(self, request: Request) -> Reply:
+        """This controller's incidents and every other's, newest first, with who acted."""
+        placed = self._placed()
+        if placed is None:
+            return self._not_placed()
+        source, here = placed
+        try:
+            filters = _incident_filters(request.query, [n.name for n in source.config.nodes])
+            own = source.ledger.store.list_incidents(**filters)
+        except ValueError as exc:
+            return _error(400, str(exc))
+        except StoreError as exc:
+            return _error(503, f"the history cannot be read: {exc}", **{"Retry-After": "5"})
+        others = asyncio.run(gather(source.config, here, filters))
+        mine = [Listed(here, i, tuple(sorted(i.evidence))) for i in own]
+        story = newest_first([*mine, *others.incidents], filters["limit"])
+        return _json(
+            {
+                "here": here,
+                "incidents": [i.to_json() for i in story],
+                "unreachable": [u.to_json() for u in others.unreachable],
+            }
+        )
+
+    def _story_incident(self, rest: str) -> Reply:
+        """One incident of any controller: this one's from its history, another's
+        asked of it. ``rest``: ``{node}/{id}``."""
+        placed = self._placed()
+        if placed is None:
+            return self._not_placed()
+        source, here = placed
+        node, _, raw_id = rest.partition("/")
+        if not NODE_NAME.fullmatch(node) or not _INCIDENT_ID.fullmatch(raw_id):
+            shown = rest if len(rest) <= 60 else rest[:60] + "..."
+            return _error(400, f"expected {COLOCATED_PREFIX}NODE/ID, got {shown!r}")
+        colocated = source.config.colocated
+        order = () if colocated is None else colocated.order
+        if node not in order:
+            return _error(404, f"no controller runs on {node}; the controllers: {', '.join(order)}")
+        try:
+            if node == here:
+                timeline = source.ledger.store.incident(int(raw_id))
+            else:
+                timeline = asyncio.run(timeline_of(source.config, here, node, int(raw_id)))
+        except StoreError as exc:
+            return _error(503, f"the history cannot be read: {exc}", **{"Retry-After": "5"})
+        except Unanswered as exc:
+            return _error(502, str(exc))
+        if timeline is None:
+            return _error(404, f"no incident {raw_id} in the history of {node}'s controller")
+        return _json({"by": node, "timeline": timeline.to_json()})
 
     # -- actions ------------------------------------------------------------------
 

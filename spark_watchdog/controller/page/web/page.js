@@ -209,16 +209,32 @@ async function pollStatus() {
 
 // -- incidents -------------------------------------------------------------------
 
+// Where controllers run on the Sparks, this page's controller also asks the
+// others for theirs (GET /v1/colocated/incidents): each incident names who
+// acted, and an incident is "node#id". The page still talks to this host alone.
+function incidentItem(i, merged) {
+  const name = merged ? i.ref : `#${i.id}`;
+  const by = merged ? ` — by ${i.by}` : "";
+  return el("li", {}, el("button", {
+    type: "button", "data-incident": merged ? `${i.by}/${i.id}` : String(i.id), "data-by": merged ? i.by : "",
+    "aria-label": `Open incident ${name}: ${i.kind} on ${i.nodes.join(", ")}${merged ? `, handled by ${i.by}` : ""}`,
+  }, `${name} ${i.kind} on ${i.nodes.join(", ")} — ${clock(i.detected_at)} — ${i.status}${i.resolution ? ` (${i.resolution})` : ""}${by}`));
+}
+
 async function pollIncidents(again = true) {
   const query = new URLSearchParams();
   if ($("filter-node").value) query.set("node", $("filter-node").value);
   if ($("filter-kind").value) query.set("kind", $("filter-kind").value);
   try {
-    const body = await getJson(`/v1/incidents?${query}`);
+    const known = status || await getJson("/v1/status").catch(() => null);
+    const merged = Boolean(known && known.colocated);
+    const body = await getJson(`${merged ? "/v1/colocated/incidents" : "/v1/incidents"}?${query}`);
     const list = $("incidents");
-    list.replaceChildren(...body.incidents.map((i) => el("li", {}, el("button", {
-      type: "button", "data-incident": i.id, "aria-label": `Open incident ${i.id}: ${i.kind} on ${i.nodes.join(", ")}`,
-    }, `#${i.id} ${i.kind} on ${i.nodes.join(", ")} — ${clock(i.detected_at)} — ${i.status}${i.resolution ? ` (${i.resolution})` : ""}`))));
+    list.replaceChildren(...body.incidents.map((i) => incidentItem(i, merged)));
+    for (const missing of body.unreachable || []) {
+      list.append(el("li", { class: "error", "data-unreachable": missing.controller,
+        text: `The controller on ${missing.controller} did not answer; its incidents are not shown (${missing.error})` }));
+    }
     if (!body.incidents.length) list.append(el("li", { class: "muted", text: "No incidents." }));
     if (openIncident !== null) await showIncident(openIncident, false);
   } catch (error) {
@@ -272,22 +288,28 @@ function drawCharts(evidence, detected) {
 
 function pre(value) { return el("pre", { text: JSON.stringify(value, null, 2) }); }
 
+// ``id``: this controller's incident number, or "node/number" for any controller's.
 async function showIncident(id, scroll = true) {
+  const [node, number] = String(id).includes("/") ? String(id).split("/", 2) : [null, String(id)];
   let body;
   try {
-    body = await getJson(`/v1/incidents/${encodeURIComponent(id)}`);
+    body = node === null ? await getJson(`/v1/incidents/${encodeURIComponent(number)}`) :
+      await getJson(`/v1/colocated/incidents/${encodeURIComponent(node)}/${encodeURIComponent(number)}`);
   } catch (error) {
     $("incident-facts").replaceChildren(el("dd", { class: "error", text: error.message }));
     return;
   }
   openIncident = id;
+  const by = node === null ? null : body.by;
+  if (node !== null) body = body.timeline;
   const i = body.incident;
   const section = $("incident");
   section.hidden = false;
-  $("incident-title").textContent = `Incident #${i.id}: ${i.kind} on ${i.nodes.join(", ")}`;
+  $("incident-title").textContent = `Incident ${by === null ? `#${i.id}` : `${by}#${i.id}`}: ${i.kind} on ${i.nodes.join(", ")}`;
   const facts = $("incident-facts");
   facts.replaceChildren();
   const add = (t, v) => facts.append(el("dt", { text: t }), el("dd", { text: v }));
+  if (by !== null) add("handled by", `the controller on ${by}`);
   add("status", `${i.status}${i.resolution ? ` (${i.resolution})` : ""}${i.dry_run ? ", dry run" : ""}`);
   add("detected", clock(i.detected_at));
   add("last seen healthy", clock(i.fault_onset));
