@@ -19,7 +19,11 @@ EXAMPLES: dict[tuple[str, ...], tuple[str, ...]] = {
         "spark-watchdog status --config /etc/spark-watchdog/controller.yaml",
         "spark-watchdog status --url http://127.0.0.1:9721 --json",
     ),
-    ("show",): ("spark-watchdog show 12", "spark-watchdog show 12 --json | jq .steps"),
+    ("show",): (
+        "spark-watchdog show 12",
+        "spark-watchdog show 12 --json | jq .steps",
+        "spark-watchdog show spark-2#12",
+    ),
     ("boots",): ("spark-watchdog boots spark-3", "spark-watchdog boots spark-3 --json"),
     ("hold",): (
         'spark-watchdog hold spark-3 --reason "reseating the power cable"',
