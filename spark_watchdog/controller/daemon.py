@@ -136,7 +136,9 @@ class Controller:
             config, io, ledger, notifier, watches, self.monitor, self.holds, self.power, self.work
         )
         self.parts = parts
-        self.serving = ServingRestarts(config, io, ledger, notifier, watches, self.recorder)
+        self.serving = ServingRestarts(
+            config, io, ledger, notifier, watches, self.recorder, self._serving_not_mine
+        )
         # A frozen host's incident and its ladder (controller/act/freeze_path.py).
         freeze_tools = FreezeTools(
             config, self.clock, ledger, notifier, self.monitor, self.holds, self.power, self.serving
@@ -190,9 +192,11 @@ class Controller:
         return self.parts, self.serving, self.doubt, self.policy.late_after, bool(self._doubted)
 
     def _cluster(self) -> ClusterView:
-        peers, now = self.peers, self.clock.monotonic()
-        serving = None if peers is None else peers.serving_not_mine(now)
-        return cluster_view(*self._cluster_parts(), serving_not_mine=serving)
+        return cluster_view(*self._cluster_parts(), serving_not_mine=self._serving_not_mine())
+
+    def _serving_not_mine(self) -> str | None:
+        peers = self.peers
+        return None if peers is None else peers.serving_not_mine(self.clock.monotonic())
 
     async def _sweep(self) -> list[tuple[NodeWatch, Verdict]]:
         """The nodes, and the other controllers on the Sparks at the same time."""

@@ -250,7 +250,9 @@ def test_a_restarted_controller_closes_its_incident_for_a_node_another_recovered
     expected = "false_alarm" if phase == "nothing_sent" else "recovered"
     assert timeline.incident.resolution == expected, steps
     assert sent == [], f"power commands sent for a node another controller recovered: {sent}"
-    # Whether it may restart serving then is the serving rule's question, not this
-    # test's (docs/design.md, "Who acts for a node"): `served` keeps what it asked.
+    # Nor serving restarted: listening after its start, the serving restart is not
+    # its own (docs/design.md, "Who acts for a node"); the one that restarts
+    # serving does, when it finds serving down.
+    assert served == [], f"serving restarted by a controller still listening: {served}"
     assert controller.holds.cluster_hold is None
     assert all(w.conduct.incident_id is None for w in controller.watches.values())

@@ -233,10 +233,16 @@ def _frozen(guards: Guards) -> Decision:
     )
 
 
-def serving_after_recovery(others_recovering: Collection[str], *, for_incident: bool) -> Decision:
+def serving_after_recovery(
+    others_recovering: Collection[str], *, for_incident: bool, not_mine: str | None = None
+) -> Decision:
     """A recovery's serving rung: every rank restarts together, so while another
     node is still being recovered (frozen, fenced or booting) the restart waits
-    for that recovery, which ends with one of its own."""
+    for that recovery, which ends with one of its own. Where controllers run on
+    the Sparks and serving is another's (``not_mine``: controller/decide/colocation.py),
+    that one restarts it when it finds serving down."""
+    if not_mine is not None:
+        return Decision(Step.NOTHING, f"serving is another controller's: {not_mine}")
     if others_recovering and for_incident:
         waiting = ", ".join(sorted(others_recovering))
         return Decision(Step.NOTHING, f"waiting for {waiting}: its recovery restarts serving")

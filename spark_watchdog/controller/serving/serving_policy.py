@@ -56,9 +56,12 @@ class ServingRestarts:
         notifier: Notifier,
         watches: Mapping[str, NodeWatch],
         recorder: FlightRecorder,
+        not_mine: Callable[[], str | None] | None = None,
     ) -> None:
         self.config, self.io, self.ledger, self.notifier = config, io, ledger, notifier
         self.watches, self.recorder = watches, recorder
+        # Why another controller on the Sparks restarts serving now (None: this one).
+        self.not_mine = not_mine or (lambda: None)
         # The profile serving was last (re)started with by the controller.
         self.profile: str | None = None
         self.task: asyncio.Task[bool] | None = None
@@ -81,7 +84,9 @@ class ServingRestarts:
             return False
         profile = self.config.serving.safe_profile
         busy = self.recovering(lambda w: w.conduct.incident_id != incident_id)
-        now = serving_after_recovery(busy, for_incident=incident_id is not None)
+        # A freeze's recovery, not a wedged GPU's rung, whose restart is its cure.
+        others = self.not_mine() if kind == "host_frozen" else None
+        now = serving_after_recovery(busy, for_incident=incident_id is not None, not_mine=others)
         self.profile = profile
         with contextlib.suppress(HistoryUnwritable):
             await self.ledger.write(self.ledger.store.set_setting, PROFILE_SETTING, profile, by=BY)
@@ -90,7 +95,7 @@ class ServingRestarts:
                 self.ledger,
                 incident_id,
                 StepName.SERVING_RESTART_DEFERRED,
-                detail={"waiting_for": busy},
+                detail={"waiting_for": busy} if others is None else {"not_mine": others},
             )
             return True
         return await self._restart(profile, incident_id, reason, kind)
