@@ -77,6 +77,11 @@ class SendRefused(PowerError):
     whoever leads resumes the rung from the top; never a false alarm."""
 
 
+class HandedOver(PowerError):
+    """The command was certainly not sent: another controller on the Sparks claims
+    the node now (docs/design.md, "Controllers on the Sparks"). Nothing is held."""
+
+
 class FoundOff(PowerError):
     """A cycle found the device already off (or mixed) before its off: not ours to undo.
 

@@ -50,7 +50,7 @@ from spark_watchdog.controller.decide.node_states import NodeState
 from spark_watchdog.controller.decide.planner import QUIET_STEPS, Step
 from spark_watchdog.controller.decide.watcher_doubt import WatcherDoubt
 from spark_watchdog.controller.io import ControllerIO
-from spark_watchdog.controller.look.controller_peers import ControllerPeers
+from spark_watchdog.controller.look.controller_peers import ALONE, Alone, ControllerPeers
 from spark_watchdog.controller.look.monitor import Monitor
 from spark_watchdog.controller.look.node_watch import NodeWatch, watch_json
 from spark_watchdog.controller.record import incident_log
@@ -102,7 +102,7 @@ class Controller:
         now, late_after = self.clock.monotonic(), self.policy.late_after
         self.watches = {n.name: NodeWatch(n, now, late_after=late_after) for n in config.nodes}
         # The other controllers when this one runs on a Spark (controller/look/controller_peers.py).
-        self.peers = _placed(config, node, self.io, now, self.notifier)
+        self.peers = _placed(config, node, self.io, self.notifier)
         self._assemble()
         self.doubt = WatcherDoubt.of(config.detection)  # its loop's stalls (watcher_doubt.py)
         self._doubted: str | None = None  # why it doubts its view, when it alerted
@@ -124,7 +124,7 @@ class Controller:
         self.budgets = Budgets(config, ledger, self.clock)
         # Every power action behind its guards (controller/act/power_actions.py).
         self.power = PowerActions(
-            config, ledger, notifier, io, self.budgets, self.holds, watches, self._not_mine
+            config, ledger, notifier, io, self.budgets, self.holds, watches, self.peers
         )
         # What the controller sees of each node, in the watches (controller/look/monitor.py).
         self.monitor = Monitor(config, io, watches, self.policy)
@@ -137,7 +137,7 @@ class Controller:
         )
         self.parts = parts
         self.serving = ServingRestarts(
-            config, io, ledger, notifier, watches, self.recorder, self._serving_not_mine
+            config, io, ledger, notifier, watches, self.recorder, self.peers.serving_not_mine
         )
         # A frozen host's incident and its ladder (controller/act/freeze_path.py).
         freeze_tools = FreezeTools(
@@ -161,7 +161,7 @@ class Controller:
         self._tick_started = self.clock.monotonic()
         self.doubt.tick_started(self._tick_started)
         for watch, before in await self._sweep():
-            if self._not_mine(watch) is None:  # only the node's own actor tells of it
+            if self.peers.not_mine(watch) is None:  # only the node's own actor tells of it
                 self.alerts.changed(watch, before)
         now = self.clock.monotonic()
         self.doubt.sweep_took(now - self._tick_started, now)
@@ -180,7 +180,7 @@ class Controller:
         for watch in self.watches.values():
             if await self._act(watch, cluster):
                 cluster = self._cluster()
-            if self._not_mine(watch) is None:
+            if self.peers.not_mine(watch) is None:
                 self.alerts.tell_unreachable(watch)
         await self.freeze.refresh_offenders()
         self.alerts.count(self.watches.values())
@@ -192,29 +192,15 @@ class Controller:
         return self.parts, self.serving, self.doubt, self.policy.late_after, bool(self._doubted)
 
     def _cluster(self) -> ClusterView:
-        return cluster_view(*self._cluster_parts(), serving_not_mine=self._serving_not_mine())
-
-    def _serving_not_mine(self) -> str | None:
-        peers = self.peers
-        return None if peers is None else peers.serving_not_mine(self.clock.monotonic())
+        return cluster_view(*self._cluster_parts(), serving_not_mine=self.peers.serving_not_mine())
 
     async def _sweep(self) -> list[tuple[NodeWatch, Verdict]]:
         """The nodes, and the other controllers on the Sparks at the same time."""
-        if self.peers is None:
-            return await self.monitor.sweep()
         peers = self.peers.sweep(self._tick_started)
         changed, _ = await asyncio.gather(self.monitor.sweep(), peers)
         return changed
 
-    def _not_mine(self, watch: NodeWatch) -> str | None:
-        """Why another controller on the Sparks acts for the node (None: this one)."""
-        if self.peers is None:
-            return None
-        return self.peers.not_mine(watch.name, watch.last_life_at, self.clock.monotonic())
-
     def _placed_json(self, now: float) -> dict[str, Any] | None:
-        if self.peers is None:
-            return None
         lives = {name: watch.last_life_at for name, watch in self.watches.items()}
         held = [n for n, w in self.watches.items() if w.state is NodeState.HELD]
         holds = ([CLUSTER] if self.holds.cluster_hold else []) + held
@@ -227,7 +213,7 @@ class Controller:
         if self.fence.deposed():
             return False  # lost in the middle of this tick: start and resume nothing (pair.py)
         watch.expire_expected_reboot(self.clock.monotonic(), self.policy.boot_timeout)
-        node = node_view(watch, self.parts, self.agent_restarts, self._not_mine(watch))
+        node = node_view(watch, self.parts, self.agent_restarts, self.peers.not_mine(watch))
         reads = await history_reads(watch, needs(node, cluster), self.power, self.serving)
         steps = plan(node, cluster, reads)
         changed = False
@@ -390,15 +376,15 @@ def _policy(config: ControllerConfig) -> DetectionPolicy:
 
 
 def _placed(
-    config: ControllerConfig, node: str | None, io: ControllerIO, now: float, notifier: Notifier
-) -> ControllerPeers | None:
-    """This controller's place in the order of controllers on the Sparks (None:
+    config: ControllerConfig, node: str | None, io: ControllerIO, notifier: Notifier
+) -> ControllerPeers | Alone:
+    """This controller's place in the order of controllers on the Sparks (ALONE:
     it runs on a host of its own).
 
     :raises WatchdogError: it does not know its node, or its node has no place.
     """
     if config.colocated is None:
-        return None
+        return ALONE
     order = config.colocated.order
     if node not in order:
         raise WatchdogError(
@@ -409,7 +395,7 @@ def _placed(
     def tell(summary: str) -> None:
         notifier.send(Event("controllers_disagree", summary, node))
 
-    return ControllerPeers(config, node, io.controllers, now, tell)
+    return ControllerPeers(config, node, io.controllers, io.clock, tell)
 
 
 async def serve(config: ControllerConfig, node: str | None = None) -> None:

@@ -17,6 +17,7 @@ keeps what it is asked.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import time
 from collections.abc import Sequence
@@ -29,7 +30,7 @@ import pytest
 from spark_watchdog.config.controller import ControllerConfig, NodeConfig, parse_controller_config
 from spark_watchdog.controller.daemon import Controller
 from spark_watchdog.controller.io import ControllerIO
-from spark_watchdog.controller.look.http_client import HttpAnswer
+from spark_watchdog.controller.look.http_client import SILENCE, HttpAnswer, HttpError
 from spark_watchdog.controller.look.witness import WitnessReport
 from spark_watchdog.controller.serving.serving_restart import ServingRestartReport
 from spark_watchdog.history.store import HistoryStore
@@ -83,12 +84,16 @@ def _config(tmp_path: Path) -> ControllerConfig:
 
 
 class Agents:
-    """Every node's agent answers; spark-3's with the boot after its cycle."""
+    """Every node's agent answers; spark-3's with the boot after its cycle (or,
+    ``dark``, not at all: its outlet is off)."""
 
-    def __init__(self) -> None:
+    def __init__(self, dark: bool = False) -> None:
         self.seq = 0
+        self.dark = dark
 
     async def get(self, node: NodeConfig, path: str, timeout: float) -> HttpAnswer:
+        if self.dark and node.name == "spark-3":
+            raise HttpError("timed out", kind=SILENCE)
         if path == "/v1/boots":
             return HttpAnswer(200, b'{"boots": []}')
         self.seq += 1
@@ -107,10 +112,10 @@ class Agents:
 
 
 class Outlet:
-    """An outlet that reads on and keeps every command it is sent."""
+    """An outlet that reads on (or ``off``) and keeps every command it is sent."""
 
-    def __init__(self, node: str, sent: list[tuple[str, str]]) -> None:
-        self.node, self.sent = node, sent
+    def __init__(self, node: str, sent: list[tuple[str, str]], off: bool = False) -> None:
+        self.node, self.sent, self.off = node, sent, off
 
     @property
     def name(self) -> str:
@@ -121,7 +126,7 @@ class Outlet:
         return "pdu"
 
     async def read_state(self) -> PowerState:
-        return PowerState.ON
+        return PowerState.OFF if self.off else PowerState.ON
 
     async def command(self, target: PowerState) -> None:
         self.sent.append((self.node, target.value))
@@ -130,8 +135,16 @@ class Outlet:
         pass
 
 
-def _io(config: ControllerConfig, sent: list[tuple[str, str]], served: list[str]) -> ControllerIO:
+def _io(
+    config: ControllerConfig,
+    sent: list[tuple[str, str]],
+    served: list[str],
+    claims: Sequence[str] = (),
+) -> ControllerIO:
+    """``claims``: what spark-2's controller is recovering now (its off on spark-3
+    in force: spark-3 dark, its outlet off)."""
     production = ControllerIO.production(config)
+    dark = "spark-3" in claims
 
     def power(
         path: PowerPath,
@@ -140,7 +153,7 @@ def _io(config: ControllerConfig, sent: list[tuple[str, str]], served: list[str]
         gate: SendGate,
         window: SendWindow | None,
     ) -> VerifiedPower:
-        outlet = Outlet(path.node, sent)
+        outlet = Outlet(path.node, sent, off=dark and path.node == "spark-3")
         return VerifiedPower(outlet, timing, on_step=on_step, gate=gate, send_window=window)
 
     async def banner(host: str, port: int, timeout: float) -> BannerResult:
@@ -161,18 +174,15 @@ def _io(config: ControllerConfig, sent: list[tuple[str, str]], served: list[str]
     ticks = iter(range(1, 1_000_000))
 
     async def spark_2(url: str, timeout: float) -> HttpAnswer:
-        """spark-2's controller: alive, done with spark-3, claiming nothing."""
+        """spark-2's controller: alive, done with spark-3 (or recovering ``claims``)."""
         order = ["spark-1", "spark-2"]
-        body = {
-            "ticks": next(ticks),
-            "started_at": 1.0,
-            "colocated": {"node": "spark-2", "order": order, "claims": []},
-        }
+        placed = {"node": "spark-2", "order": order, "claims": list(claims), "holds": []}
+        body = {"ticks": next(ticks), "started_at": 1.0, "colocated": placed}
         return HttpAnswer(200, json.dumps(body).encode())
 
     return ControllerIO(
         clock=production.clock,
-        agents=Agents(),
+        agents=Agents(dark),
         banner=banner,
         witness=witness,
         power_factory=power,
@@ -256,3 +266,30 @@ def test_a_restarted_controller_closes_its_incident_for_a_node_another_recovered
     assert served == [], f"serving restarted by a controller still listening: {served}"
     assert controller.holds.cluster_hold is None
     assert all(w.conduct.incident_id is None for w in controller.watches.values())
+
+
+def test_a_restarted_controller_never_switches_on_a_node_another_is_cycling(
+    tmp_path: Path,
+) -> None:
+    """Its record ends inside its own hold, the outlet reads off, and spark-2's
+    controller is recovering spark-3 now: that off may be spark-2's. The resumed
+    cycle sends no on; the incident is handed over (docs/design.md, "Controllers on the Sparks")."""
+    config = _config(tmp_path)
+    config = dataclasses.replace(
+        config, policy=dataclasses.replace(config.policy, power_off_seconds=0.5)
+    )
+    sent: list[tuple[str, str]] = []
+    served: list[str] = []
+    store = HistoryStore(config.history)
+    try:
+        incident_id = _left_at(store, "off_held")
+        io = _io(config, sent, served, claims=["spark-3"])
+        controller = Controller(config, store, io=io, node="spark-1")
+        _run_until_closed(controller, store, incident_id)
+        timeline = store.incident(incident_id)
+    finally:
+        store.close()
+    assert timeline is not None and not timeline.incident.is_open
+    assert timeline.incident.resolution == "gave_up"
+    assert sent == [], f"a command reached the outlet another controller holds off: {sent}"
+    assert any("not switched on" in str(s.detail) for s in timeline.steps)

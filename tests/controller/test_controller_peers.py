@@ -47,6 +47,21 @@ def _config(tmp_path: Path, urls: dict[str, str] | None = None) -> ControllerCon
     )
 
 
+class _Clock:
+    """The controller's clock, standing still at 0 (the sweeps are given their times)."""
+
+    now = 0.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def time(self) -> float:
+        return 1_800_000_000.0 + self.now
+
+    async def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
 def _answer(body: Any, status: int = 200) -> HttpAnswer:
     raw = body if isinstance(body, bytes) else json.dumps(body).encode()
     return HttpAnswer(status, raw)
@@ -92,7 +107,7 @@ def _peers(tmp_path: Path, answers: list[Any]) -> ControllerPeers:
             raise answer
         return _answer(answer)
 
-    return ControllerPeers(_config(tmp_path), "spark-1", get, now=0.0)
+    return ControllerPeers(_config(tmp_path), "spark-1", get, _Clock())
 
 
 def test_a_controller_is_heard_only_while_its_loop_moves_on(tmp_path: Path) -> None:
@@ -130,13 +145,13 @@ def test_a_gap_in_its_own_loop_starts_a_listening_spell(tmp_path: Path) -> None:
     asyncio.run(peers.sweep(takeover + 2))
     asyncio.run(peers.sweep(takeover + 2 + takeover / 2))  # paused for half of takeover_after
     assert peers.observing_until == takeover + 2 + takeover / 2 + takeover
-    why = peers.not_mine("spark-2", None, takeover + 3 + takeover / 2)
+    why = peers.refusal_for("spark-2", None, takeover + 3 + takeover / 2)
     assert why is not None and "listening" in why
 
 
 def test_a_controller_never_acts_for_its_own_host_whatever_it_hears(tmp_path: Path) -> None:
     peers = _peers(tmp_path, [])
-    why = peers.not_mine("spark-1", None, 10_000.0)
+    why = peers.refusal_for("spark-1", None, 10_000.0)
     assert why is not None and "its own host" in why
 
 
@@ -154,7 +169,7 @@ def test_one_controller_reads_another_real_controllers_status_over_http(tmp_path
     )
     listen = ControllerListenConfig(address="127.0.0.1", port=port)
     endpoint = StatusEndpoint(listen.address, listen.port, second)
-    peers = ControllerPeers(config, "spark-1", ask_controller, now=0.0)
+    peers = ControllerPeers(config, "spark-1", ask_controller, _Clock())
 
     async def scenario() -> None:
         second.published = second.status_json()
@@ -189,11 +204,11 @@ def test_a_controller_heard_with_another_order_is_told_once_while_it_lasts(
     async def get(url: str, timeout: float) -> HttpAnswer:
         return _answer(answers.pop(0))
 
-    peers = ControllerPeers(_config(tmp_path), "spark-1", get, 0.0, told.append)
+    peers = ControllerPeers(_config(tmp_path), "spark-1", get, _Clock(), told.append)
     for at in (1.0, 2.0):
         asyncio.run(peers.sweep(at))
     assert len(told) == 1 and "spark-2, spark-1" in told[0] and "spark-1, spark-2" in told[0]
-    why = peers.not_mine("spark-2", None, 31.0)  # heard 29 s ago, past its listening
+    why = peers.refusal_for("spark-2", None, 31.0)  # heard 29 s ago, past its listening
     assert why is not None and "configs agree" in why
     asyncio.run(peers.sweep(3.0))  # it agrees again
     asyncio.run(peers.sweep(4.0))  # and disagrees again: told again

@@ -15,7 +15,7 @@ import enum
 from spark_watchdog.controller.act.freeze_tools import LadderSteps
 from spark_watchdog.controller.clock import remaining
 from spark_watchdog.controller.decide.resume_plan import RungPlan
-from spark_watchdog.errors import Ambiguous, PowerError
+from spark_watchdog.errors import Ambiguous, HandedOver, PowerError
 from spark_watchdog.power.base import PowerState, VerifiedPower
 from spark_watchdog.steps import OFF_SIDE, OFF_UNSETTLED, ON_UNSETTLED, StepName
 
@@ -67,7 +67,7 @@ class LeftCycle:
             return self.off_seconds
         if last in ON_UNSETTLED and state is not PowerState.ON:
             # Turning an off outlet on cannot hurt a healthy node: it has no power.
-            await self.power.on()
+            await self._on()
         # on_verified / power_restored: only the boot wait remains.
         return self.off_seconds
 
@@ -128,7 +128,18 @@ class LeftCycle:
             if await self._device_switched_on():
                 return
         if state is not PowerState.ON:
-            await self.power.on()
+            await self._on()
+
+    async def _on(self) -> None:
+        """The on of a resumed cycle, unless another controller on the Sparks is
+        recovering the node now: its own off may be what holds the outlet off.
+
+        :raises HandedOver: not sent; the node is the other's.
+        """
+        claimed = await self.tools.power.claimed_elsewhere(self.watch)
+        if claimed is not None:
+            raise HandedOver(self.power.name, f"not switched on: {claimed}")
+        await self.power.on()
 
     async def _device_switched_on(self) -> bool:
         """A resumed self-timed off: await the device's own on (read back), as the

@@ -19,9 +19,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Protocol
 
 from spark_watchdog.config.controller import ControllerConfig, SshDevice
 from spark_watchdog.controller.act.holds import Holds
@@ -29,6 +28,7 @@ from spark_watchdog.controller.clock import Clock
 from spark_watchdog.controller.decide.node_states import NodeState
 from spark_watchdog.controller.decide.planner import Action, Blocked, Guards, power_blocked
 from spark_watchdog.controller.io import ControllerIO, RebootAttempt
+from spark_watchdog.controller.look.controller_peers import ALONE
 from spark_watchdog.controller.look.node_watch import NodeWatch
 from spark_watchdog.controller.record import incident_log
 from spark_watchdog.controller.record.budgets import Budgets
@@ -71,9 +71,13 @@ def freeze_rungs(config: ControllerConfig) -> dict[str, tuple[RungPath, ...]]:
     }
 
 
-def _this_one(watch: NodeWatch) -> str | None:
-    """The only controller: it acts for every node."""
-    return None
+class Placed(Protocol):
+    """Where this controller stands among the controllers on the Sparks
+    (controller/look/controller_peers.py; ALONE: there are none)."""
+
+    def not_mine(self, watch: NodeWatch) -> str | None: ...
+
+    async def claimed_elsewhere(self, watch: NodeWatch) -> str | None: ...
 
 
 class PowerActions:
@@ -86,11 +90,13 @@ class PowerActions:
         budgets: Budgets,
         holds: Holds,
         watches: dict[str, NodeWatch],
-        not_mine: Callable[[NodeWatch], str | None] | None = None,
+        placed: Placed = ALONE,
     ) -> None:
         self.config = config
-        # Why another controller on the Sparks acts for a node (None: none does).
-        self.not_mine = not_mine or _this_one
+        # Why another controller on the Sparks acts for a node (None: none does),
+        # and which one is recovering it, asked afresh (before a resumed on).
+        self.not_mine = placed.not_mine
+        self.claimed_elsewhere = placed.claimed_elsewhere
         self.ledger = ledger
         self.notifier = notifier
         self.io = io

@@ -24,7 +24,14 @@ from spark_watchdog.controller.decide.resume_plan import RungPlan
 from spark_watchdog.controller.record import incident_log
 from spark_watchdog.controller.record.incident_log import Resolution
 from spark_watchdog.controller.record.ledger import HistoryUnwritable
-from spark_watchdog.errors import Ambiguous, FoundOff, PowerError, SendRefused, Withdrawn
+from spark_watchdog.errors import (
+    Ambiguous,
+    FoundOff,
+    HandedOver,
+    PowerError,
+    SendRefused,
+    Withdrawn,
+)
 from spark_watchdog.power.base import HOLD_TOLERANCE_S, PowerState, VerifiedPower, close_quietly
 from spark_watchdog.steps import StepName
 
@@ -75,6 +82,8 @@ class Rung:
                 return await self._not_sent(exc)
             except Withdrawn as exc:
                 return await self._false_alarm(exc.message)
+            except HandedOver as exc:
+                return await self._handed_over(exc.message)
             except FoundOff as exc:  # switched off between the preflight's read and the cycle's
                 return await self._found_off(power, exc)
             except Ambiguous as exc:

@@ -103,11 +103,12 @@ def refusal(node: str, placement: Placement, standing: Standing, silent_for: flo
     if own is not None and own.heard_at is not None and now - own.heard_at < placement.freeze_after:
         # Its controller's loop moved on: the host runs, whatever its agent says.
         return f"its own controller answered {now - own.heard_at:.0f}s ago: the host is alive"
+    claimed = claimed_elsewhere(node, placement, standing)
+    if claimed is not None:
+        return claimed
     for name in sorted(standing.peers):
         peer = standing.peers[name]
         heard = _heard(peer, placement, now)
-        if heard is not None and node in peer.claims:
-            return f"the controller on {name} is recovering it (heard {heard:.0f}s ago)"
         if heard is not None and {node, CLUSTER} & peer.holds:
             what = "the cluster" if CLUSTER in peer.holds else node
             return f"held in the history of the controller on {name} ({what})"
@@ -125,6 +126,17 @@ def refusal(node: str, placement: Placement, standing: Standing, silent_for: flo
                 f"fence delay: {node}'s controller is before this one in the order; "
                 f"acting only after {wait:g}s of silence ({silent_for:.0f}s so far)"
             )
+    return None
+
+
+def claimed_elsewhere(node: str, placement: Placement, standing: Standing) -> str | None:
+    """Which other controller heard within takeover_after is recovering ``node``
+    (None: none): its off may be in force, so nobody else switches it on."""
+    for name in sorted(standing.peers):
+        peer = standing.peers[name]
+        heard = _heard(peer, placement, standing.now)
+        if heard is not None and node in peer.claims:
+            return f"the controller on {name} is recovering it (heard {heard:.0f}s ago)"
     return None
 
 

@@ -20,14 +20,17 @@ from typing import Any
 
 from spark_watchdog.config.colocated import controller_urls
 from spark_watchdog.config.controller import ControllerConfig
+from spark_watchdog.controller.clock import Clock
 from spark_watchdog.controller.decide.colocation import (
     PeerHeard,
     Placement,
     Standing,
+    claimed_elsewhere,
     refusal,
     serving_refusal,
 )
 from spark_watchdog.controller.look.http_client import HttpAnswer, HttpError
+from spark_watchdog.controller.look.node_watch import NodeWatch
 from spark_watchdog.terminal import escape
 
 log = logging.getLogger("spark_watchdog.controller")
@@ -85,9 +88,11 @@ class ControllerPeers:
         config: ControllerConfig,
         me: str,
         get: StatusGet,
-        now: float,
+        clock: Clock,
         tell: Callable[[str], None] | None = None,
     ) -> None:
+        now = clock.monotonic()
+        self.clock = clock
         colocated = config.colocated
         assert colocated is not None
         self.placement = Placement(
@@ -125,6 +130,10 @@ class ControllerPeers:
                 gap,
             )
         self._last_sweep = now
+        await self.listen(now)
+
+    async def listen(self, now: float) -> None:
+        """Ask every other controller once, now (a sweep, or a ladder's last look)."""
         await asyncio.gather(*(self._ask(name, now) for name in self.urls))
         self._tell_disagreement()
 
@@ -162,14 +171,24 @@ class ControllerPeers:
     def standing(self, now: float) -> Standing:
         return Standing(now=now, observing_until=self.observing_until, peers=dict(self.heard))
 
-    def not_mine(self, node: str, last_life_at: float | None, now: float) -> str | None:
+    def refusal_for(self, node: str, last_life_at: float | None, now: float) -> str | None:
         """Why another controller acts for ``node`` now (None: this one does)."""
         silent_for = now - (self._started if last_life_at is None else last_life_at)
         return refusal(node, self.placement, self.standing(now), silent_for)
 
-    def serving_not_mine(self, now: float) -> str | None:
+    def not_mine(self, watch: NodeWatch) -> str | None:
+        """Why another controller acts for the node now (None: this one does)."""
+        return self.refusal_for(watch.name, watch.last_life_at, self.clock.monotonic())
+
+    async def claimed_elsewhere(self, watch: NodeWatch) -> str | None:
+        """Which other controller is recovering the node, asked afresh (None: none)."""
+        now = self.clock.monotonic()
+        await self.listen(now)
+        return claimed_elsewhere(watch.name, self.placement, self.standing(now))
+
+    def serving_not_mine(self) -> str | None:
         """Why another controller restarts serving now (None: this one does)."""
-        return serving_refusal(self.placement, self.standing(now))
+        return serving_refusal(self.placement, self.standing(self.clock.monotonic()))
 
     def status_json(
         self,
@@ -187,8 +206,8 @@ class ControllerPeers:
             "claims": claims,
             "holds": holds,
             "observing": now < self.observing_until,
-            "acts_for": [n for n, life in lives.items() if self.not_mine(n, life, now) is None],
-            "restarts_serving": self.serving_not_mine(now) is None,
+            "acts_for": [n for n, life in lives.items() if self.refusal_for(n, life, now) is None],
+            "restarts_serving": serving_refusal(self.placement, self.standing(now)) is None,
             "peers": {
                 name: {
                     "heard_s_ago": None if p.heard_at is None else round(now - p.heard_at, 1),
@@ -198,3 +217,34 @@ class ControllerPeers:
                 for name, p in sorted(self.heard.items())
             },
         }
+
+
+class Alone:
+    """A controller with no others on the Sparks (a management host, or a pair):
+    it acts for every node and restarts serving itself."""
+
+    placement: Placement | None = None
+
+    def not_mine(self, watch: NodeWatch) -> str | None:
+        return None
+
+    async def claimed_elsewhere(self, watch: NodeWatch) -> str | None:
+        return None
+
+    def serving_not_mine(self) -> str | None:
+        return None
+
+    async def sweep(self, now: float) -> None:
+        return None
+
+    def status_json(
+        self,
+        now: float,
+        claims: list[str],
+        holds: list[str],
+        lives: Mapping[str, float | None],
+    ) -> None:
+        return None
+
+
+ALONE = Alone()

@@ -80,10 +80,11 @@ class HoldsLike(Protocol):
 
 class PlacedLike(Protocol):
     """The other controllers on the Sparks, as the controller hears them
-    (controller/look/controller_peers.py): where this one runs."""
+    (controller/look/controller_peers.py): where this one runs (None: a
+    controller on a host of its own)."""
 
     @property
-    def placement(self) -> Placement: ...
+    def placement(self) -> Placement | None: ...
 
 
 class PageSource(Protocol):
@@ -108,7 +109,7 @@ class PageSource(Protocol):
     def holds(self) -> HoldsLike: ...
 
     @property
-    def peers(self) -> PlacedLike | None: ...
+    def peers(self) -> PlacedLike: ...
 
 
 class Unavailable(Exception):

@@ -263,8 +263,8 @@ class PageRoutes:
     def _placed(self) -> tuple[PageSource, str] | None:
         """The controller and the node it runs on, where controllers run on the Sparks."""
         source = self._source
-        peers = None if source is None else source.peers
-        return None if source is None or peers is None else (source, peers.placement.me)
+        placement = None if source is None else source.peers.placement
+        return None if source is None or placement is None else (source, placement.me)
 
     def _not_placed(self) -> Reply:
         if self._source is None:
