@@ -38,7 +38,7 @@ _MENU = (
     # A node's host
     _both("freeze", "the whole host freezes silently: no agent, no SSH banner, no kernel log"),
     _both("thaw", "a frozen host comes back by itself"),
-    _lab("double-freeze", "two hosts freeze at once (the simulation freezes several by chance)"),
+    _both("double-freeze", "two hosts freeze at once"),
     _sim("freeze-thaw", "a host freezes for 1-40 s, then comes back by itself"),
     _both("reboot", "a planned reboot: orderly shutdown, SSH refused a while, a new boot"),
     _sim("reboot-hang", "a planned reboot that hangs after its shutdown"),
@@ -117,6 +117,22 @@ _MENU = (
     _sim("leader-kill", "the leading controller is killed and started again as a standby"),
     _sim("leader-cut", "the leading controller's link to the history goes dark for a while"),
     _sim("leader-cut-30", "the leading controller's link to the history is dark for 30 s"),
+    # Controllers on the Sparks themselves (each dies with its host)
+    _sim("freeze-head", "the serving head's host freezes, and its controller with it"),
+    _sim("freeze-first-controller", "the host of the first controller in the order freezes"),
+    _sim("freeze-controller-host", "a host that runs a controller freezes, and the controller"),
+    _sim("fabric-cable-pulled", "the fabric cable between two Sparks is pulled for a while"),
+    _sim("switch-down", "the management switch is gone for a while: no host reaches another"),
+    _sim("plug-unreachable", "the plug cannot be reached from one controller's host for a while"),
+    _sim("controller-pause", "a controller on a Spark stops (SIGSTOP) and wakes later"),
+    _sim("controller-pause-40", "a controller on a Spark stops for 40 s"),
+    _sim(
+        "partition-heals-mid-cycle",
+        "a node's links go dark for about as long as finding it silent and cutting it take",
+    ),
+    _sim(
+        "total-partition", "the switch gone and every fabric cable pulled: no path between Sparks"
+    ),
 )
 
 MENU: dict[str, Fault] = {f.name: f for f in _MENU}

@@ -15,6 +15,7 @@ from spark_watchdog.history.store import HistoryStore
 from spark_watchdog.power.base import PowerState
 from spark_watchdog.simulation.fabric import PulseAttack
 from spark_watchdog.simulation.pair import PAIR_FAULTS, SimPair
+from spark_watchdog.simulation.placed_faults import PLACED_FAULTS
 from spark_watchdog.simulation.process import Incarnation
 from spark_watchdog.simulation.world import SimNode, SimOutlet, World
 
@@ -247,6 +248,10 @@ class FaultPlays:
         if self.pair is not None:
             self.pair.inject(kind, seconds)
 
+    def _placed_fault(self, node: SimNode, outlet: SimOutlet, now: float, fault: str) -> None:
+        """A fault of controllers on the Sparks: simulation/colocated.py plays it."""
+        raise ValueError(f"{fault!r} needs controllers on the Sparks (simulate_colocated)")
+
     def newer_schedule(self, fault_window: float) -> list[tuple[float, str, str | None]]:
         """The newer faults, from their own draws, one node at a time: one link
         dark, the management link (the controller cannot reach the node, its
@@ -393,6 +398,7 @@ _FAULT_GROUPS: tuple[tuple[_FaultPlay, tuple[str, ...]], ...] = (
         ),
     ),
     (FaultPlays._pair_fault, (*PAIR_FAULTS, "leader-pause-40", "leader-cut-30")),
+    (FaultPlays._placed_fault, PLACED_FAULTS),
 )
 # Every fault a run or a script can name, and what plays it.
 FAULT_PLAYS: dict[str, _FaultPlay] = {name: play for play, names in _FAULT_GROUPS for name in names}

@@ -5,7 +5,7 @@ run records them."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 
 from spark_watchdog.config.controller import ControllerConfig, GuardsConfig
 from spark_watchdog.controller.act.parts import Ladder
@@ -90,14 +90,21 @@ def open_incident_violations(store: HistoryStore, now: float) -> Iterator[str]:
 
 
 def end_violations(
-    world: World, controller: Controller, events: list[Event], dry_run: bool
+    world: World,
+    controller: Controller,
+    events: list[Event],
+    dry_run: bool,
+    nodes: Collection[str] | None = None,
 ) -> Iterator[str]:
     """I5 and I3 at the end, node by node: no ladder half done, no node left
-    stuck unheld, no outlet of ours left off or node held without an alert."""
+    stuck unheld, no outlet of ours left off or node held without an alert
+    (``nodes``: of those only, the ones ``controller`` acts for)."""
     truth = world.truth
     alerted = {e.node for e in events if e.kind in ALERT_KINDS}
     cluster_alert = any(e.kind in ALERT_KINDS and e.node is None for e in events)
     for name, node in world.nodes.items():
+        if nodes is not None and name not in nodes:
+            continue
         watch = controller.watches[name]
         mine = [c for c in truth.commands if c.node == name]
         person = [p for p in truth.person_switches if p[1] == name]

@@ -165,7 +165,7 @@ class SimPair:
         self.run = run
         self.database_clock = database_clock
         fd, self.path = tempfile.mkstemp(
-            prefix="spark-watchdog-sim-", suffix=".db", dir=_scratch_dir()
+            prefix="spark-watchdog-sim-", suffix=".db", dir=scratch_dir()
         )
         os.close(fd)
         self.members: list[Member] = []
@@ -321,6 +321,6 @@ class SimPair:
                 os.unlink(self.path + suffix)
 
 
-def _scratch_dir() -> str | None:
+def scratch_dir() -> str | None:
     """Memory-backed where there is one: the history's fsyncs cost nothing there."""
     return "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None

@@ -4,7 +4,7 @@ run's quiet tail may end (simulation/tail.py; docs/simulation.md, "The tail").""
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Collection, Hashable
 
 from spark_watchdog.config.controller import ControllerConfig
 from spark_watchdog.controller.daemon import Controller
@@ -27,11 +27,11 @@ def ladder_running(controller: Controller) -> bool:
     )
 
 
-def at_rest(controller: Controller, world: World) -> bool:
+def at_rest(controller: Controller, world: World, nodes: Collection[str] | None = None) -> bool:
     """Every node the controller does not hold is up, healthy and watched,
-    with no incident open."""
+    with no incident open (``nodes``: of those only, the ones it acts for)."""
     for name, watch in controller.watches.items():
-        if watch.state is NodeState.HELD:
+        if watch.state is NodeState.HELD or (nodes is not None and name not in nodes):
             continue
         if watch.state is not NodeState.WATCHING or watch.conduct.incident_id is not None:
             return False
@@ -56,13 +56,17 @@ def budget_spent_until(config: ControllerConfig, restarts: list[float], cap: flo
 
 
 def left_to_a_person(
-    controller: Controller, world: World, serving_restarts: list[float], cap: float
+    controller: Controller,
+    world: World,
+    serving_restarts: list[float],
+    cap: float,
+    nodes: Collection[str] | None = None,
 ) -> bool:
     """Nothing is in flight, and every node not at rest stays so until a person
     acts or until past ``cap``: the controller holds it; or runs dry (it acts
     on nothing); or its serving is down and every rank restarts together,
     while another node is held and not healthy or the restart budget is spent
-    until after ``cap``."""
+    until after ``cap``. ``nodes``: of those only, the ones it acts for."""
     if in_flight(controller):
         return False
     config, watches = controller.config, controller.watches.values()
@@ -72,7 +76,7 @@ def left_to_a_person(
     )
     waits = held_down or budget_spent_until(config, serving_restarts, cap)
     for watch in watches:
-        if watch.state is NodeState.HELD:
+        if watch.state is NodeState.HELD or (nodes is not None and watch.name not in nodes):
             continue
         if watch.state is not NodeState.WATCHING or watch.conduct.incident_id is not None:
             return False

@@ -309,6 +309,22 @@ class _Run(FaultPlays, QuietTail):
         self.start_controller()
         fault_window = self.minutes * 60.0
         self._schedule_faults(loop, fault_window)
+        elapsed, how = await self._faults_and_tail(loop, fault_window)
+        assert self.controller is not None
+        restarts = sorted(at for at, _ in self.serving_fault_restarts())
+        self.checks.at_end(self.controller, self.config, restarts)
+        self.final_verdicts = {n: w.verdict for n, w in self.controller.watches.items()}
+        if self.pair is not None:
+            self.pair.stop()
+        self.kill_quietly()
+        await asyncio.sleep(0)
+        return self.report(elapsed, how)
+
+    async def _faults_and_tail(
+        self, loop: asyncio.AbstractEventLoop, fault_window: float
+    ) -> tuple[float, str]:
+        """The fault window and the quiet tail (simulation/tail.py): the time
+        reached, and how the tail ended."""
         g, policy = self.config.guards, self.config.policy
         # Long enough for the longest ladder begun late in it: a cut as long as a
         # clock latch's, the boot wait, and the serving restart that follows
@@ -323,15 +339,7 @@ class _Run(FaultPlays, QuietTail):
         while self._ladder_running() and loop.time() < end:
             await asyncio.sleep(5.0)
             elapsed = loop.time()
-        assert self.controller is not None
-        restarts = sorted(at for at, _ in self.serving_fault_restarts())
-        self.checks.at_end(self.controller, self.config, restarts)
-        self.final_verdicts = {n: w.verdict for n, w in self.controller.watches.items()}
-        if self.pair is not None:
-            self.pair.stop()
-        self.kill_quietly()
-        await asyncio.sleep(0)
-        return self.report(elapsed, how)
+        return elapsed, how
 
     def _schedule_faults(self, loop: asyncio.AbstractEventLoop, fault_window: float) -> None:
         """The script's faults, or random ones (a Poisson process) over the fault window."""
@@ -370,6 +378,27 @@ class _Run(FaultPlays, QuietTail):
         )
         return with_incidents(seen, self.store)
 
+    def close(self) -> None:
+        """The run's histories closed (and a pair's database file removed)."""
+        self.store.close()
+        if self.pair is not None:
+            self.pair.close()
+
+
+def trapped(run: _Run) -> Report:
+    """Run ``run``; every traceback the controller logs meanwhile is one of its errors."""
+    trap = ErrorTrap(run.errors)
+    logger = logging.getLogger("spark_watchdog")
+    previous = logger.level
+    logger.addHandler(trap)
+    logger.setLevel(logging.ERROR)
+    try:
+        return run_virtual(run.main())
+    finally:
+        logger.removeHandler(trap)
+        logger.setLevel(previous)
+        run.close()
+
 
 def simulate(
     seed: int,
@@ -396,16 +425,4 @@ def simulate(
         seed, minutes, crash_after_write, script, overrides, prepare, self_timed, pair, peers
     )
     run.crash_after_command = crash_after_command
-    trap = ErrorTrap(run.errors)
-    logger = logging.getLogger("spark_watchdog")
-    previous = logger.level
-    logger.addHandler(trap)
-    logger.setLevel(logging.ERROR)
-    try:
-        return run_virtual(run.main())
-    finally:
-        logger.removeHandler(trap)
-        logger.setLevel(previous)
-        run.store.close()
-        if run.pair is not None:
-            run.pair.close()
+    return trapped(run)
