@@ -56,7 +56,8 @@ from typing import Any
 import psutil
 import requests
 
-from spark_watchdog.lab import agent_calls, faults, netns
+from spark_watchdog.lab import agent_calls, faults, mgmt_switch, netns
+from spark_watchdog.lab.colocated import Colocation
 from spark_watchdog.lab.faults import CLUSTER_FAULTS as CLUSTER_FAULTS
 from spark_watchdog.lab.faults import FAULTS as FAULTS
 from spark_watchdog.lab.faults import MEM_COLLAPSE_RATE as MEM_COLLAPSE_RATE
@@ -131,6 +132,7 @@ class LabCluster:
     # How each node's rank runs (SERVING); docker and launcher need root and dockerd.
     serving_mode: str = "process"
     containers: RankContainers | None = None
+    colocation: Colocation | None = None  # controllers on the nodes (lab/colocated.py)
     _stopped: bool = False
     # Each node's host going down and coming back (lab/host_life.py).
     hosts: HostLife = field(init=False)
@@ -159,13 +161,18 @@ class LabCluster:
         install_nvml_standin(self.root)
         if lab_sshd.unavailable() is None:
             self.ssh_keys = LabSshKeys.create(self.root / "ssh")
+        if self.colocation is not None:  # before the nodes: their management switch
+            self.colocation.wire(self.lab_id[:6], self.netns)
         for i in range(self.size):
             self.nodes.append(self._make_node(i))
         if self.netns:  # the second link: agents pulse their peers, the ranks step over it
             join_fabric(self.nodes, self.lab_id[:6], self._agent_config)
         if self.containers is not None and self.serving_mode == "launcher":
             self.containers.write_recipe(self.nodes, self._rank_command)
-        self.pdu = start_pdu(self.vendor, self.nodes, self.hosts.outlet_changed)
+        gateway = None if self.colocation is None else mgmt_switch.GATEWAY
+        self.pdu = start_pdu(self.vendor, self.nodes, self.hosts.outlet_changed, gateway)
+        if self.colocation is not None:
+            self.colocation.configure(self)
         for node in self.nodes:
             assert node.host is not None
             node.host.power_on()
@@ -188,6 +195,7 @@ class LabCluster:
             ssh_keys=self.ssh_keys,
             host_memory=self.host_memory,
             agent_config=self._agent_config,
+            colocation=self.colocation,
         )
         reset_hardware(node, self.host_memory)
         node.host = HostProcess(
@@ -280,7 +288,7 @@ class LabCluster:
     def switch(self, node: LabNode, on: bool) -> None:
         """Switch a node's outlet over real SNMP, as an operator at the PDU would."""
         assert self.pdu is not None and self.community_file is not None
-        switch_over_snmp(self.pdu.port, self.community_file, node.outlet, on)
+        switch_over_snmp(self.pdu.port, self.community_file, node.outlet, on, self.pdu.standin.host)
 
     def switch_by_hand(self, node: LabNode, on: bool, timeout: float = 10.0) -> None:
         """A person switches the node's outlet at the PDU itself (front panel,
@@ -390,6 +398,8 @@ class LabCluster:
             self.containers.stop()
         sweep(self.lab_id)
         netns.remove_namespaces(self.nodes)
+        if self.colocation is not None:
+            self.colocation.stop()
 
     def __enter__(self) -> LabCluster:
         return self.start()

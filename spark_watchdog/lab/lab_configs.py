@@ -185,7 +185,7 @@ def _controller_node(lab: LabWiring, node: LabNode) -> dict[str, Any]:
         "power": [
             {
                 "type": "snmp",
-                "host": LOOPBACK,
+                "host": lab.pdu.standin.host,
                 "port": lab.pdu.port,
                 "outlet": node.outlet,
                 "vendor": "auto",

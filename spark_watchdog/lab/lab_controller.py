@@ -189,9 +189,9 @@ class ControllerProcess:
 
 
 class AlertReceiver:
-    """A webhook receiver on loopback that keeps what the controller sends."""
+    """A webhook receiver (on loopback, or on ``host``) that keeps what the controllers send."""
 
-    def __init__(self) -> None:
+    def __init__(self, host: str = "127.0.0.1") -> None:
         self.events: list[dict[str, Any]] = []
         self._lock = threading.Lock()
         outer = self
@@ -211,7 +211,7 @@ class AlertReceiver:
             def log_message(self, format: str, *args: Any) -> None:
                 return
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = ThreadingHTTPServer((host, 0), Handler)
         self.server.daemon_threads = True
         self._thread = threading.Thread(
             target=self.server.serve_forever, name="lab-alerts", daemon=True
@@ -220,7 +220,8 @@ class AlertReceiver:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}/alerts"
+        host, port = self.server.server_address[:2]
+        return f"http://{host!s}:{port}/alerts"
 
     def snapshot(self) -> list[dict[str, Any]]:
         with self._lock:

@@ -19,10 +19,14 @@ PDU_SWITCH_DELAY_S = 0.3
 
 
 def start_pdu(
-    vendor: str, nodes: list[LabNode], on_change: Callable[[int, PowerState], None]
+    vendor: str,
+    nodes: list[LabNode],
+    on_change: Callable[[int, PowerState], None],
+    host: str | None = None,
 ) -> PduStandinThread:
     """The lab's PDU (``vendor``'s SNMP profile), an outlet per node (eight at
-    least), each named after its node; ``on_change`` hears each switch."""
+    least), each named after its node, on ``host`` (default loopback);
+    ``on_change`` hears each switch."""
     standin = PduStandin(
         StandinConfig(
             profile=profile_by_name(vendor),
@@ -33,6 +37,7 @@ def start_pdu(
             switch_delay=PDU_SWITCH_DELAY_S,
             reboot_seconds=LAB_PDU_REBOOT_S,
         ),
+        host=host or LOOPBACK,
         on_change=on_change,
     )
     return PduStandinThread(standin).start()
@@ -48,7 +53,9 @@ def outlet_commands(standin: PduStandin, since: int = 0) -> list[tuple[int, str]
     ]
 
 
-def switch_over_snmp(pdu_port: int, community_file: Path, outlet: int, on: bool) -> None:
+def switch_over_snmp(
+    pdu_port: int, community_file: Path, outlet: int, on: bool, host: str = LOOPBACK
+) -> None:
     """Switch ``outlet`` of the lab's PDU over SNMP through the verified power cycle."""
     import asyncio
 
@@ -59,7 +66,7 @@ def switch_over_snmp(pdu_port: int, community_file: Path, outlet: int, on: bool)
 
     device = SnmpDevice(
         type="snmp",
-        host=LOOPBACK,
+        host=host,
         port=pdu_port,
         outlet=outlet,
         community_file=str(community_file),

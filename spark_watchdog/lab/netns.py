@@ -67,15 +67,17 @@ def set_link(node: LabNode, *, up: bool, link: Link = "both") -> None:
 
 
 def remove_namespaces(nodes: Iterable[LabNode]) -> None:
-    """The nodes' namespaces and links, and the fabric's switch (lab/fabric.py)."""
+    """The nodes' namespaces and links, and the switches they are plugged into
+    (the fabric's, lab/fabric.py; the management one, lab/mgmt_switch.py)."""
     switches: list[str] = []
     for node in nodes:
         if node.veth is not None:
             ip("link", "del", node.veth, check=False)
         if node.netns is not None:
             ip("netns", "del", node.netns, check=False)
-        if node.fabric_switch is not None and node.fabric_switch not in switches:
-            switches.append(node.fabric_switch)
+        for switch in (node.fabric_switch, node.mgmt_switch):
+            if switch is not None and switch not in switches:
+                switches.append(switch)
     for switch in switches:
         ip("netns", "del", switch, check=False)
 

@@ -57,6 +57,9 @@ class LabNode:
     fabric_address: str | None = None
     fabric_link: str | None = None
     fabric_switch: str | None = None
+    # With controllers on the nodes: the management switch it is plugged into
+    # (lab/mgmt_switch.py); None: its management link ends on the lab machine.
+    mgmt_switch: str | None = None
     host: HostProcess | None = None
     boots: int = 0
     # Bumped by each mem-collapse and each boot: an older collapse thread stops.

@@ -16,7 +16,8 @@ from typing import Any
 
 import yaml
 
-from spark_watchdog.lab import fabric, netns
+from spark_watchdog.lab import fabric, mgmt_switch, netns
+from spark_watchdog.lab.colocated import Colocation
 from spark_watchdog.lab.hardware import gpu_standin, lab_sshd
 from spark_watchdog.lab.hardware.lab_sshd import LabSshKeys
 from spark_watchdog.lab.hardware.sim_host import CLEAN_SHUTDOWN_MARK, SERVICES_ACK, SERVICES_FILE
@@ -90,9 +91,10 @@ def lay_out_node(
     ssh_keys: LabSshKeys | None,
     host_memory: bool,
     agent_config: Callable[[LabNode], dict[str, Any]],
+    colocation: Colocation | None = None,
 ) -> LabNode:
-    """The ``index``-th node (``spark-<index + 1>``, on outlet ``index + 1``)
-    with its ports and its directory ready for a first boot; no host yet."""
+    """The ``index``-th node (``spark-<index + 1>``, on outlet ``index + 1``) ready
+    for a first boot, no host yet (``colocation``: lab/colocated.py)."""
     name = f"spark-{index + 1}"
     directory = root / name
     link_host_proc(directory)
@@ -107,10 +109,8 @@ def lay_out_node(
         real_vllm=index == 0 and real_head,
     )
     if in_netns:
-        netns.make_namespace(node, index, lab_id[:6])
-    (directory / "host.json").write_text(
-        json.dumps({"name": name, "address": node.address, "ssh_port": node.ssh_port})
-    )
+        _join_management(node, index, lab_id[:6], colocation)
+    write_host(node, None if colocation is None else colocation.config_for(name))
     (directory / lab_sshd.CONFIG).unlink(missing_ok=True)
     (directory / lab_sshd.REQUEST).unlink(missing_ok=True)
     if ssh_keys is not None:
@@ -127,6 +127,26 @@ def lay_out_node(
     for stale in (SERVICES_FILE, SERVICES_ACK, CLEAN_SHUTDOWN_MARK):
         (directory / stale).unlink(missing_ok=True)
     return node
+
+
+def _join_management(node: LabNode, index: int, tag: str, colocation: Colocation | None) -> None:
+    """The node in a namespace of its own, its management link to the lab machine
+    (lab/netns.py) or, where the controllers run on the nodes, to their switch
+    (lab/mgmt_switch.py)."""
+    if colocation is None or colocation.switch is None:
+        netns.make_namespace(node, index, tag)
+    else:
+        mgmt_switch.plug_in(node, index, tag, colocation.switch)
+
+
+def write_host(node: LabNode, controller_config: Path | None) -> None:
+    """The node's ``host.json``, which its host reads at each boot
+    (lab/hardware/sim_host.py): with ``controller_config``, the host runs a
+    controller with that config (lab/colocated.py)."""
+    spec: dict[str, Any] = {"name": node.name, "address": node.address, "ssh_port": node.ssh_port}
+    if controller_config is not None:
+        spec["controller"] = {"config": str(controller_config)}
+    (node.directory / "host.json").write_text(json.dumps(spec))
 
 
 def write_agent_config(node: LabNode, agent_config: Callable[[LabNode], dict[str, Any]]) -> None:

@@ -28,7 +28,7 @@ It is an in-process pysnmp command responder with its own MIB
 instrumentation (no MIB files, no snmpd), so a test starts it in well under
 a second, as root or not. ``PduStandinThread`` runs it on a private event
 loop in a background thread; ``python -m spark_watchdog.lab.hardware pdu``
-runs it as a process. It binds 127.0.0.0/8 only.
+runs it as a process. It binds 127.0.0.0/8 only (or lab/mgmt_switch.py's network).
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ Oid = tuple[int, ...]
 _SYS_UPTIME = oid_parts("1.3.6.1.2.1.1.3.0")
 _SYS_NAME = oid_parts("1.3.6.1.2.1.1.5.0")
 _SYS_OBJECT_ID_OID = oid_parts("1.3.6.1.2.1.1.2.0")
-_LOOPBACK = ipaddress.ip_network("127.0.0.0/8")
+_BINDS = [ipaddress.ip_network(n) for n in ("127.0.0.0/8", "198.51.100.0/24")]
 
 
 @dataclass(frozen=True)
@@ -249,8 +249,8 @@ class PduStandin:
         port: int = 0,
         on_change: Callable[[int, PowerState], None] | None = None,
     ) -> None:
-        if ipaddress.ip_address(host) not in _LOOPBACK:
-            raise ValueError(f"the PDU stand-in binds loopback only (127.0.0.0/8), not {host}")
+        if not any(ipaddress.ip_address(host) in net for net in _BINDS):
+            raise ValueError(f"the PDU stand-in binds loopback only (or {_BINDS[1]}), not {host}")
         if cfg.outlets < 1:
             raise ValueError(f"outlets: expected ≥ 1, got {cfg.outlets}")
         self.cfg = cfg

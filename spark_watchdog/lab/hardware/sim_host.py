@@ -10,7 +10,12 @@ process group (the lab starts it with a new session):
 - a real sshd (:mod:`spark_watchdog.lab.hardware.lab_sshd`) on a port of its own,
   where this machine has one: the controller's forced reboot logs in there;
 - the real agent (``spark-watchdog agent``) with the node's config;
-- the real agent then launches the vLLM rank itself (its serving launcher).
+- the real agent then launches the vLLM rank itself (its serving launcher);
+- where the lab runs the controllers on the nodes (``host.json``'s
+  ``controller``), the real controller, ``spark-watchdog controller --config
+  FILE --node NAME``, in the node's directory (its history file there is the
+  node's own disk): started again :data:`CONTROLLER_RESTART_S` after it exits,
+  as its unit's ``Restart=always`` does.
 
 The lab freezes a host with SIGSTOP to the group, cuts its power with
 SIGKILL to the group, and "boots" it by writing a new boot id and running
@@ -51,6 +56,8 @@ SERVICES_ACK = "services.ack"
 # journald then has no unclean file to complain about.
 CLEAN_SHUTDOWN_MARK = "clean-shutdown"
 AGENT_STOP_TIMEOUT = 10.0
+# The controller unit's RestartSec (systemd/spark-watchdog-controller.service).
+CONTROLLER_RESTART_S = 5.0
 
 
 async def _banner_server(host: str, port: int) -> asyncio.base_events.Server:
@@ -97,12 +104,16 @@ def boot(node_dir: Path, hostname: str) -> str:
 
 
 class _Services:
-    """The host's two services, the SSH stand-in and the agent."""
+    """The host's services: the SSH stand-in, the agent and, on a node that
+    runs one, the controller."""
 
-    def __init__(self, node_dir: Path, address: str, ssh_port: int) -> None:
+    def __init__(
+        self, node_dir: Path, address: str, ssh_port: int, controller: _Controller | None = None
+    ) -> None:
         self.node_dir = node_dir
         self.address = address
         self.ssh_port = ssh_port
+        self.controller = controller
         self.server: asyncio.base_events.Server | None = None
         self.agent: subprocess.Popen[bytes] | None = None
         self.agent_wanted = True
@@ -117,6 +128,8 @@ class _Services:
             with (self.node_dir / "sshd.log").open("ab") as log:
                 self.sshd = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
         self._start_agent()
+        if self.controller is not None:
+            self.controller.start()
 
     def _start_agent(self) -> None:
         config = str(self.node_dir / "agent.yaml")
@@ -174,6 +187,8 @@ class _Services:
 
     async def shut_down(self) -> None:
         self.agent_wanted = False
+        if self.controller is not None:
+            await self.controller.stop()
         await self.stop_agent()
         if self.sshd is not None:
             self.sshd.terminate()
@@ -187,10 +202,53 @@ class _Services:
         self._log.close()
 
 
+class _Controller:
+    """The controller this node runs (lab/colocated.py writes its place in host.json)."""
+
+    def __init__(self, node_dir: Path, node: str, config: str) -> None:
+        self.node_dir = node_dir
+        self.argv = [sys.executable, "-m", "spark_watchdog", "controller"]
+        self.argv += ["--config", config, "--node", node]
+        self.process: subprocess.Popen[bytes] | None = None
+        self.exited_at: float | None = None
+
+    def start(self) -> None:
+        with (self.node_dir / "controller.log").open("ab") as log:
+            self.process = subprocess.Popen(
+                self.argv, stdout=log, stderr=subprocess.STDOUT, cwd=self.node_dir
+            )
+        self.exited_at = None
+
+    def keep_running(self, now: float) -> None:
+        """Started again CONTROLLER_RESTART_S after it exited, as systemd would."""
+        if self.process is None or self.process.poll() is None:
+            return
+        if self.exited_at is None:
+            self.exited_at = now
+            with (self.node_dir / "controller.log").open("a") as log:
+                log.write(f"--- the controller exited with {self.process.returncode} ---\n")
+        elif now - self.exited_at >= CONTROLLER_RESTART_S:
+            self.start()
+
+    async def stop(self) -> None:
+        process = self.process
+        if process is None or process.poll() is not None:
+            return
+        process.terminate()
+        try:
+            await asyncio.to_thread(process.wait, AGENT_STOP_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            process.kill()
+
+
 async def run(node_dir: Path) -> int:
     spec = json.loads((node_dir / "host.json").read_text())
     boot(node_dir, spec["name"])
-    services = _Services(node_dir, spec["address"], int(spec["ssh_port"]))
+    placed = spec.get("controller")
+    controller = None
+    if isinstance(placed, dict):
+        controller = _Controller(node_dir, spec["name"], str(placed["config"]))
+    services = _Services(node_dir, spec["address"], int(spec["ssh_port"]), controller)
     attention = asyncio.Event()
     stopping = False
 
@@ -215,6 +273,8 @@ async def run(node_dir: Path) -> int:
             await services.converge()
         if services.agent_quit_unasked:
             break  # the agent's end is the host's, as it always was here
+        if controller is not None:
+            controller.keep_running(loop.time())
     await services.shut_down()
     return 0
 
