@@ -148,6 +148,19 @@ def _add_up(labs: Any) -> None:
         help="each node in a network namespace of its own, with a management link and a "
         "fabric link (root; needed for `partition`, `mgmt-partition`, `fabric-partition`)",
     )
+    up.add_argument(
+        "--colocated",
+        action="store_true",
+        help="no controller on this machine: the controllers run on the nodes themselves, "
+        "each inside its node (a freeze stops it, a power cut kills it, the boot starts it), "
+        "with one shared config; implies --netns (each node needs an address of its own)",
+    )
+    up.add_argument(
+        "--controllers",
+        metavar="NODES",
+        help="with --colocated: the nodes that run a controller, in order, comma-separated "
+        "(default spark-1,spark-2)",
+    )
     _add_serving(up)
     up.set_defaults(func=_run_up)
 
@@ -458,18 +471,45 @@ def _run_up(args: argparse.Namespace) -> int:
     from spark_watchdog.lab.rank_containers import serving_conflict
     from spark_watchdog.lab.up import run_up
 
-    if (conflict := serving_conflict(args.serving, netns=args.netns)) is not None:
+    controllers = _controllers(args)
+    if isinstance(controllers, int):
+        return controllers
+    netns = args.netns or controllers is not None
+    if (conflict := serving_conflict(args.serving, netns=netns)) is not None:
         print(f"spark-watchdog lab up: {conflict}", file=sys.stderr)
         return EXIT_USAGE
-    if args.netns and (why := netns_unavailable()) is not None:
-        print(f"spark-watchdog lab up: --netns is not available here: {why}", file=sys.stderr)
+    if netns and (why := netns_unavailable()) is not None:
+        flag = "--colocated (network namespaces)" if controllers else "--netns"
+        print(f"spark-watchdog lab up: {flag} is not available here: {why}", file=sys.stderr)
         return EXIT_NOT_AVAILABLE
     if not _serving_ok(args.serving):
         return EXIT_NOT_AVAILABLE
 
     workdir = (args.dir or Path(tempfile.mkdtemp(prefix="spark-watchdog-lab-up-"))).resolve()
     with _lab_signals(None):
-        return run_up(workdir, args.nodes, netns=args.netns, serving=args.serving)
+        return run_up(
+            workdir, args.nodes, netns=netns, serving=args.serving, controllers=controllers
+        )
+
+
+def _controllers(args: argparse.Namespace) -> tuple[str, ...] | int | None:
+    """The nodes that run a controller with --colocated (None: the lab machine
+    runs it), or the exit status of a usage error."""
+    if args.controllers is None:
+        return ("spark-1", "spark-2") if args.colocated else None
+    if not args.colocated:
+        print("spark-watchdog lab up: --controllers goes with --colocated", file=sys.stderr)
+        return EXIT_USAGE
+    names = tuple(n.strip() for n in str(args.controllers).split(",") if n.strip())
+    known = {f"spark-{i + 1}" for i in range(args.nodes)}
+    if len(names) < 2 or len(set(names)) != len(names) or not set(names) <= known:
+        print(
+            "spark-watchdog lab up: --controllers: expected two or more different nodes of "
+            f"{', '.join(sorted(known))}, comma-separated",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    return names
 
 
 def _run_inject(args: argparse.Namespace) -> int:

@@ -2,8 +2,11 @@
 
 ``lab up`` starts a lab (the cluster, the PDU, the real controller as
 ``spark-watchdog controller --config FILE``) and keeps it running until
-Ctrl-C or SIGTERM, narrating what the controller does. It serves a small
-control endpoint on loopback:
+Ctrl-C or SIGTERM, narrating what the controller does. With ``--colocated``
+no controller runs on the lab machine: the nodes of the order run theirs,
+``spark-watchdog controller --config FILE --node NAME``, each inside its own
+host (lab/colocated.py), in network namespaces. It serves a small control
+endpoint on loopback:
 
 - ``GET /v1/lab``: the lab's nodes, URLs and paths (no token needed);
 - ``POST /v1/inject`` with ``{"fault": "freeze", "node": "spark-3"}``:
@@ -33,7 +36,8 @@ import requests
 from spark_watchdog.agent.auth import BearerAuth
 from spark_watchdog.config.secrets import Secret
 from spark_watchdog.http.server import HttpEndpoint, Response, json_response
-from spark_watchdog.lab.cluster import FAULTS, lab_processes
+from spark_watchdog.lab.cluster import FAULTS, LabCluster, lab_processes
+from spark_watchdog.lab.colocated_session import ColocatedLab
 from spark_watchdog.lab.lab_controller import ControllerProcess
 from spark_watchdog.lab.session import LabSession, signals_ignored
 from spark_watchdog.lab.timeline import Narrator
@@ -41,7 +45,8 @@ from spark_watchdog.lab.timeline import Narrator
 # Faults the control endpoint takes besides the cluster's own.
 CONTROL_FAULTS = {
     **FAULTS,
-    "controller-kill": "SIGKILL the controller, then start it again (it resumes from its history)",
+    "controller-kill": "SIGKILL the controller, then start it again (it resumes from its history); "
+    "with --colocated, the named node's controller, started again 5 s later as by its unit",
 }
 
 
@@ -55,7 +60,7 @@ def pointer_path() -> Path:
 class LabControl:
     """The control endpoint of a running ``lab up``."""
 
-    def __init__(self, session: LabSession) -> None:
+    def __init__(self, session: LabSession | ColocatedLab) -> None:
         self.session = session
         self.token = secrets.token_urlsafe(24)
         self._lock = threading.Lock()  # one injection at a time
@@ -80,29 +85,34 @@ class LabControl:
         self.endpoint.stop()
 
     def describe(self) -> dict[str, Any]:
-        lab = self.session.lab
-        controller = self.session.controller
-        assert lab.pdu is not None and controller is not None
-        return {
+        session = self.session
+        lab = session.lab
+        assert lab.pdu is not None
+        described: dict[str, Any] = {
             "control": self.url,
             "pid": os.getpid(),
-            "directory": str(self.session.workdir),
-            "history": str(self.session.history_path),
-            "controller": {"url": controller.url, "config": str(self.session.config_path)},
-            "pdu": {"snmp": f"udp://127.0.0.1:{lab.pdu.port}", "vendor": lab.vendor},
-            "nodes": [
-                {
-                    "name": n.name,
-                    "agent": n.agent_url,
-                    "vllm": n.vllm_url if n.head else None,
-                    "ssh": f"127.0.0.1:{n.ssh_port}",
-                    "outlet": n.outlet,
-                    "directory": str(n.directory),
-                }
-                for n in lab.nodes
-            ],
-            "faults": CONTROL_FAULTS,
+            "directory": str(session.workdir),
+            "pdu": {
+                "snmp": f"udp://{lab.pdu.standin.host}:{lab.pdu.port}",
+                "vendor": lab.vendor,
+            },
         }
+        if isinstance(session, ColocatedLab):
+            described["config"] = str(session.config_path)
+            described["controllers"] = [
+                {"node": p.name, "url": p.url, "history": str(p.history), "log": str(p.log)}
+                for p in session.placed.values()
+            ]
+        else:
+            assert session.controller is not None
+            described["history"] = str(session.history_path)
+            described["controller"] = {
+                "url": session.controller.url,
+                "config": str(session.config_path),
+            }
+        described["nodes"] = _nodes(lab)
+        described["faults"] = CONTROL_FAULTS
+        return described
 
     def _describe(self) -> Response:
         return json_response(self.describe())
@@ -131,6 +141,8 @@ class LabControl:
     def _apply(self, fault: str, node: Any) -> str:
         if fault != "controller-kill":
             return self.session.lab.inject(fault, node)
+        if isinstance(self.session, ColocatedLab):
+            return _kill_on_node(self.session, node)
         controller = self.session.controller
         if not isinstance(controller, ControllerProcess):
             raise ValueError("the controller does not run as a process here")
@@ -141,9 +153,27 @@ class LabControl:
         return f"controller pid {old} SIGKILLed; started again as pid {controller.pid}"
 
 
-def run_up(workdir: Path, nodes: int, *, netns: bool = False, serving: str = "process") -> int:
+def _nodes(lab: LabCluster) -> list[dict[str, Any]]:
+    return [
+        {
+            "name": n.name,
+            "agent": n.agent_url,
+            "vllm": n.vllm_url if n.head else None,
+            "ssh": f"{n.address}:{n.ssh_port}",
+            "outlet": n.outlet,
+            "directory": str(n.directory),
+        }
+        for n in lab.nodes
+    ]
+
+
+def _session(
+    workdir: Path, nodes: int, netns: bool, serving: str, controllers: tuple[str, ...] | None
+) -> LabSession | ColocatedLab:
     narrator = Narrator()
-    session = LabSession(
+    if controllers is not None:
+        return ColocatedLab(workdir, nodes=nodes, controllers=controllers, narrator=narrator)
+    return LabSession(
         workdir,
         nodes=nodes,
         narrator=narrator,
@@ -151,6 +181,31 @@ def run_up(workdir: Path, nodes: int, *, netns: bool = False, serving: str = "pr
         netns=netns,
         serving=serving,
     )
+
+
+def _kill_on_node(session: ColocatedLab, node: Any) -> str:
+    """SIGKILL the controller a node runs; its host starts it again, as its unit would."""
+    placed = session.placed.get(node.name) if node is not None else None
+    if placed is None:
+        raise ValueError(f"name a node that runs a controller ({', '.join(session.placed)})")
+    process = placed.process(session.lab.tree(placed.node))
+    if process is None:
+        raise ValueError(f"no controller runs on {placed.name} now")
+    process.kill()
+    return f"{placed.name}'s controller (pid {process.pid}) SIGKILLed; its host starts it in 5 s"
+
+
+def run_up(
+    workdir: Path,
+    nodes: int,
+    *,
+    netns: bool = False,
+    serving: str = "process",
+    controllers: tuple[str, ...] | None = None,
+) -> int:
+    """``controllers``: the nodes that run one, in order (--colocated); None: the
+    controller runs on the lab machine."""
+    session = _session(workdir, nodes, netns, serving, controllers)
     pointer = pointer_path()
     control: LabControl | None = None
     try:
@@ -186,15 +241,22 @@ def run_up(workdir: Path, nodes: int, *, netns: bool = False, serving: str = "pr
 
 
 def _banner(info: dict[str, Any], pointer: Path) -> list[str]:
-    lines = [
-        "",
-        "lab up: running until Ctrl-C",
-        f"  controller  {info['controller']['url']}/v1/status  "
-        f"(config {info['controller']['config']})",
-        f"  history     {info['history']}",
-        f"              spark-watchdog history --db {info['history']}",
-        f"  PDU         {info['pdu']['snmp']} ({info['pdu']['vendor']})",
-    ]
+    lines = ["", "lab up: running until Ctrl-C"]
+    if "controllers" in info:
+        lines.append(f"  config      {info['config']} (one for every controller)")
+        for placed in info["controllers"]:
+            lines += [
+                f"  controller  {placed['url']}/v1/status  (on {placed['node']})",
+                f"              spark-watchdog history --db {placed['history']}",
+            ]
+    else:
+        lines += [
+            f"  controller  {info['controller']['url']}/v1/status  "
+            f"(config {info['controller']['config']})",
+            f"  history     {info['history']}",
+            f"              spark-watchdog history --db {info['history']}",
+        ]
+    lines.append(f"  PDU         {info['pdu']['snmp']} ({info['pdu']['vendor']})")
     for node in info["nodes"]:
         vllm = f"  vllm {node['vllm']}" if node["vllm"] else ""
         lines.append(
