@@ -114,7 +114,8 @@ class ColocatedRun(PlacedFaults, PlacedTail, _Run):
             "listen": {"address": "0.0.0.0"},
         }
         given = self.overrides
-        self.overrides = {s: {**mine.get(s, {}), **given.get(s, {})} for s in {*mine, *given}}
+        sections = [*mine, *(s for s in given if s not in mine)]
+        self.overrides = {s: {**mine.get(s, {}), **given.get(s, {})} for s in sections}
         return super()._draw_cluster(self_timed)
 
     def _open_history(self, pair: bool | None) -> HistoryStore:
