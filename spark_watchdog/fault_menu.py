@@ -133,6 +133,14 @@ _MENU = (
     _sim(
         "total-partition", "the switch gone and every fabric cable pulled: no path between Sparks"
     ),
+    # The lab, its controllers inside its nodes (lab/stories/colocated_scenarios.py)
+    _lab("colocated-head-freeze", "two Sparks, a controller on each: the head's host freezes"),
+    _lab("colocated-freeze", "two Sparks, a controller on each: the other Spark freezes"),
+    _lab("colocated-fabric-cut", "two Sparks, a controller on each: the fabric cable is pulled"),
+    _lab("colocated-mgmt-cut", "two Sparks, a controller on each: one management link is cut"),
+    _lab("colocated-partition", "two Sparks: the management switch gone and the cable pulled"),
+    _lab("colocated-both-frozen", "four Sparks, controllers on two: both their hosts freeze"),
+    _lab("colocated-both-frozen-all", "four Sparks, a controller on each: two of them freeze"),
 )
 
 MENU: dict[str, Fault] = {f.name: f for f in _MENU}

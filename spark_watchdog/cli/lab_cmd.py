@@ -49,6 +49,13 @@ SCENARIO_NAMES = (
     "reboot",
     "stuck-agent",
     "outlet-off",
+    "colocated-head-freeze",
+    "colocated-freeze",
+    "colocated-fabric-cut",
+    "colocated-mgmt-cut",
+    "colocated-partition",
+    "colocated-both-frozen",
+    "colocated-both-frozen-all",
 )
 FAULT_NAMES = (
     "freeze",
@@ -119,7 +126,12 @@ def _add_run(labs: Any) -> None:
     )
     run.add_argument("--scenario", choices=SCENARIO_NAMES, metavar="NAME", help="see --list")
     run.add_argument("--list", action="store_true", help="list the scenarios and exit")
-    run.add_argument("--nodes", type=int, default=4, metavar="N", help="nodes (default 4)")
+    run.add_argument(
+        "--nodes",
+        type=int,
+        metavar="N",
+        help="nodes (default 4; a colocated-* scenario has its own number)",
+    )
     run.add_argument("--node", metavar="NAME", help="the node to fault (freeze only)")
     run.add_argument("--json", action="store_true", help="print the result as JSON")
     run.add_argument("--dir", type=Path, metavar="DIR", help="lab directory (kept)")
@@ -369,11 +381,27 @@ def _scenario_refused(args: argparse.Namespace) -> int | None:
     if args.scenario is None:
         print("spark-watchdog lab run: give --scenario NAME (see --list)", file=sys.stderr)
         return EXIT_USAGE
-    if not _nodes_ok(args.nodes):
-        return EXIT_USAGE
+    from spark_watchdog.lab.stories.colocated_scenarios import ColocatedScenario
     from spark_watchdog.lab.stories.scenarios import SCENARIOS
 
     scenario = SCENARIOS[args.scenario]
+    if isinstance(scenario, ColocatedScenario):
+        if args.nodes not in (None, scenario.nodes) or (args.vllm, args.serving) != (
+            "standin",
+            "process",
+        ):
+            print(
+                f"spark-watchdog lab run: scenario {scenario.name} runs on {scenario.nodes} "
+                "nodes with the lab's own ranks (no --vllm real, no --serving), its "
+                "controllers on them",
+                file=sys.stderr,
+            )
+            return EXIT_USAGE
+        args.nodes = scenario.nodes
+    if args.nodes is None:
+        args.nodes = 4
+    if not _nodes_ok(args.nodes):
+        return EXIT_USAGE
     if args.nodes < scenario.min_nodes:
         print(
             f"spark-watchdog lab run: scenario {scenario.name} needs at least "

@@ -14,6 +14,9 @@ and their tests share::
 from __future__ import annotations
 
 import contextlib
+import json
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -29,6 +32,7 @@ from spark_watchdog.history.store import HistoryStore
 from spark_watchdog.lab.cluster import LabCluster, LabTimings
 from spark_watchdog.lab.colocated import DEFAULT_ORDER, HISTORY, LOG, Colocation
 from spark_watchdog.lab.lab_controller import AlertReceiver
+from spark_watchdog.lab.netns import IP
 from spark_watchdog.lab.node import LabNode
 from spark_watchdog.lab.session import LabTimeout, signals_ignored
 from spark_watchdog.lab.sweep import sweep
@@ -38,6 +42,8 @@ from spark_watchdog.lab.timeline import Narrator, TimelineWatcher
 # takeover_after (15 s) before they act: a loaded 2-core machine takes longer.
 READY_TIMEOUT_S = 120.0
 CONTROLLER_MATCH = "spark_watchdog controller --config"
+# Run inside a node's namespace: print what a URL answers.
+_ASK = "import sys, urllib.request as u; print(u.urlopen(sys.argv[1], timeout=5).read().decode())"
 
 
 @dataclass
@@ -70,6 +76,17 @@ class NodeController:
         except (requests.RequestException, ValueError):
             return None
         return body if isinstance(body, dict) else None
+
+    def status_from(self, inside: LabNode, url: str) -> dict[str, Any] | None:
+        """Its /v1/status asked at ``url`` from inside node ``inside``'s namespace:
+        over the fabric, which the lab machine is not on."""
+        assert inside.netns is not None
+        ask = [IP, "netns", "exec", inside.netns, sys.executable, "-c", _ASK, f"{url}/v1/status"]
+        done = subprocess.run(ask, capture_output=True, text=True, timeout=30, check=False)
+        with contextlib.suppress(ValueError):
+            body = json.loads(done.stdout)
+            return body if isinstance(body, dict) and done.returncode == 0 else None
+        return None
 
     def process(self, tree: list[psutil.Process]) -> psutil.Process | None:
         """Its process among the node's (None: not running now)."""

@@ -51,6 +51,12 @@ class ScenarioResult:
     history: str | None = None
     lab_id: str | None = None  # the lab's process tag (cluster.LAB_ENV), for leak checks
 
+    def not_available(self, why: str) -> ScenarioResult:
+        """The scenario cannot run on this machine, and why."""
+        self.outcome = "not_available"
+        self.notes.append(why)
+        return self
+
     @property
     def ok(self) -> bool:
         if self.outcome == "not_available":

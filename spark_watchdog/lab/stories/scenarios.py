@@ -45,7 +45,7 @@ from spark_watchdog.lab.netns import netns_unavailable
 from spark_watchdog.lab.node import GIB, LabNode
 from spark_watchdog.lab.rank_containers import serving_conflict
 from spark_watchdog.lab.session import LabSession, LabTimeout
-from spark_watchdog.lab.stories import gpu_fault_scenarios, link_scenarios
+from spark_watchdog.lab.stories import colocated_scenarios, gpu_fault_scenarios, link_scenarios
 from spark_watchdog.lab.stories.scenario_kit import (
     PERSON_ALERTS,
     QUIET_WATCH_S,
@@ -380,7 +380,7 @@ def _operator_restores(run: Run, node: LabNode, boot_before: str | None) -> None
         run.result.problems.append("power commands during the clean-up")
 
 
-SCENARIOS: dict[str, Scenario] = {
+SCENARIOS: dict[str, Scenario | colocated_scenarios.ColocatedScenario] = {
     s.name: s
     for s in (
         Scenario(
@@ -584,6 +584,7 @@ SCENARIOS: dict[str, Scenario] = {
         ),
     )
 }
+SCENARIOS.update(colocated_scenarios.SCENARIOS)  # the controllers on the nodes
 
 
 def run_scenario(
@@ -598,15 +599,14 @@ def run_scenario(
 ) -> ScenarioResult:
     """Start a lab, run one scenario in it, stop the lab; the result."""
     scenario = SCENARIOS[name]
+    if isinstance(scenario, colocated_scenarios.ColocatedScenario):  # of its own size
+        return colocated_scenarios.run_colocated(name, workdir=workdir, narrator=narrator)
     result = ScenarioResult(name, "timed_out", scenario.expected)
-    unavailable = netns_unavailable() if scenario.netns else None
-    conflict = serving_conflict(serving, netns=scenario.netns)
-    if conflict is not None:
-        unavailable = conflict
+    unavailable = serving_conflict(serving, netns=scenario.netns) or (
+        netns_unavailable() if scenario.netns else None
+    )
     if unavailable is not None:
-        result.outcome = "not_available"
-        result.notes.append(unavailable)
-        return result
+        return result.not_available(unavailable)
     if nodes < scenario.min_nodes:
         raise ValueError(f"scenario {name} needs at least {scenario.min_nodes} nodes")
     session = LabSession(
