@@ -92,7 +92,8 @@ class PlacedView:
         for name, other in world.nodes.items():
             if other.loss or now < other.dns_broken_until or now < other.partitioned_until:
                 return False
-            if other.clock_latched or (name != node and (other.agent != "ok" or other.gpu_wedged)):
+            # A wedged GPU's forced reboot may hang the host: its ladder waits boot_timeout.
+            if other.clock_latched or other.gpu_wedged or (name != node and other.agent != "ok"):
                 return False
         return not any(
             now < o.down_until
