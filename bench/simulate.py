@@ -7,6 +7,10 @@ node-hours are done. Prints progress every few seconds, then the figures;
 any violation is printed with its seed, so ``simulate(seed)`` replays it.
 
     .venv/bin/python -m bench.simulate --node-hours 10000 --json-out docs/results/simulate.json
+
+``--colocated``: the controllers on the Sparks themselves instead, 2 or 4 nodes
+each (simulation/colocated.py), with their own figures: the controller
+processes started, the freezes, the single ones recovered within their bound.
 """
 
 from __future__ import annotations
@@ -22,13 +26,39 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from spark_watchdog.simulation.colocated import simulate_colocated
+from spark_watchdog.simulation.placed_report import PlacedReport
 from spark_watchdog.simulation.run import Report, simulate
 
 _MINUTES = 10.0
+_COLOCATED = False
 
 
 def _one(seed: int) -> Report:
+    if _COLOCATED:
+        return simulate_colocated(seed, _MINUTES)
     return simulate(seed, _MINUTES)
+
+
+def _colocated_figures(runs: list[Report]) -> dict[str, Any]:
+    """The figures of controllers on the Sparks: nodes, order, processes, freezes."""
+    placed = [r for r in runs if isinstance(r, PlacedReport)]
+    freezes: Counter[str] = Counter()
+    worst = 0.0
+    for report in placed:
+        for key, value in report.freezes.items():
+            if key == "worst_share_of_bound":
+                worst = max(worst, value)
+            else:
+                freezes[key] += int(value)
+    return {
+        "two_node_runs": sum(1 for r in placed if r.nodes == 2),
+        "four_node_runs": sum(1 for r in placed if r.nodes == 4),
+        "runs_with_a_controller_on_every_node": sum(1 for r in placed if len(r.order) == r.nodes),
+        "controller_processes": sum(r.processes for r in placed),
+        "freezes": dict(freezes),
+        "worst_share_of_bound": worst,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -38,12 +68,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--first-seed", type=int, default=0)
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--json-out", type=Path, help="write the figures as JSON here")
+    parser.add_argument(
+        "--colocated", action="store_true", help="the controllers on the Sparks themselves"
+    )
     args = parser.parse_args(argv)
     if not args.node_hours > 0 or not args.minutes > 0 or args.workers < 1:
         parser.error("--node-hours and --minutes must be > 0, --workers >= 1")
-    global _MINUTES
-    _MINUTES = args.minutes
+    global _MINUTES, _COLOCATED
+    _MINUTES, _COLOCATED = args.minutes, args.colocated
     started = time.monotonic()
+    cpu_at_start = _cpu_s()
     hours = 0.0
     runs: list[Report] = []
     violations: list[str] = []
@@ -70,12 +104,14 @@ def main(argv: list[str] | None = None) -> int:
                     flush=True,
                 )
     wall = time.monotonic() - started
+    cpu = _cpu_s() - cpu_at_start
     figures: dict[str, Any] = {
         "node_hours": round(hours, 1),
         "runs": len(runs),
         "seeds": [args.first_seed, seed - 1],
         "wall_s": round(wall, 1),
         "node_hours_per_wall_s": round(hours / wall, 2),
+        "cpu_s": round(cpu, 1),  # every worker's, summed
         "workers": args.workers,
         "fault_minutes_per_run": args.minutes,
         "faults": dict(sorted(faults.items())),
@@ -89,6 +125,7 @@ def main(argv: list[str] | None = None) -> int:
         "pair_runs": sum(1 for r in runs if r.pair),
         "leaderships": sum(r.epochs for r in runs),
         "takeovers": sum(r.takeovers for r in runs),
+        **(_colocated_figures(runs) if args.colocated else {}),
         "violations": violations,
         "machine": (
             f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
@@ -99,6 +136,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.json_out is not None:
         args.json_out.write_text(text + "\n")
     return 1 if violations else 0
+
+
+def _cpu_s() -> float:
+    """CPU seconds of this process and of its ended children (the pool's workers)."""
+    times = os.times()
+    return times.user + times.system + times.children_user + times.children_system
 
 
 if __name__ == "__main__":
