@@ -161,7 +161,7 @@ class Controller:
         self._tick_started = self.clock.monotonic()
         self.doubt.tick_started(self._tick_started)
         for watch, before in await self._sweep():
-            if self.peers.not_mine(watch) is None:  # only the node's own actor tells of it
+            if self.peers.tells_of(watch):  # only the node's first heard actor tells of it
                 self.alerts.changed(watch, before)
         now = self.clock.monotonic()
         self.doubt.sweep_took(now - self._tick_started, now)
@@ -180,7 +180,7 @@ class Controller:
         for watch in self.watches.values():
             if await self._act(watch, cluster):
                 cluster = self._cluster()
-            if self.peers.not_mine(watch) is None:
+            if self.peers.tells_of(watch):
                 self.alerts.tell_unreachable(watch)
         await self.freeze.refresh_offenders()
         self.alerts.count(self.watches.values())

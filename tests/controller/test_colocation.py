@@ -13,6 +13,7 @@ from spark_watchdog.controller.decide.colocation import (
     actors,
     refusal,
     serving_refusal,
+    tells_of,
 )
 
 ORDER = ("spark-1", "spark-2")
@@ -204,3 +205,38 @@ def test_a_hold_heard_from_another_controller_binds_this_one() -> None:
     assert serving_refusal(_placement("spark-1", order), cluster) is not None
     silent = _standing({"spark-2": _heard(TAKEOVER, order=order, holds=("spark-3",))})
     assert refusal("spark-3", _placement("spark-1", order), silent, 99) is None
+
+
+def test_a_controller_whose_loop_stood_still_listens_before_it_acts() -> None:
+    """Woken from a stop in the middle of a step, what it heard is stale: before
+    its next sweep it acts on nothing (the simulation found a second cut here)."""
+    peers = {"spark-2": _heard(None)}
+    stale = Standing(NOW, 0.0, peers, last_sweep=NOW - TAKEOVER / 2)
+    why = refusal("spark-2", _placement("spark-1"), stale, 999)
+    assert why is not None and "stood still" in why
+    fresh = Standing(NOW, 0.0, peers, last_sweep=NOW - 1)
+    assert refusal("spark-2", _placement("spark-1"), fresh, 999) is None
+
+
+def test_a_claim_outlives_its_silent_controller_by_its_grace() -> None:
+    """Stopped right after its off, a controller cannot say the node is booting:
+    its last claim stands takeover_after + claim_grace (the simulation found a
+    second cut of a node in POST without it)."""
+    order = ("spark-1", "spark-2", "spark-3")
+    placement = Placement("spark-2", order, TAKEOVER, FENCE, FREEZE, claim_grace=360.0)
+    claimed = _standing({"spark-1": _heard(TAKEOVER + 100, claims=("spark-3",), order=order)})
+    why = refusal("spark-3", placement, claimed, 999)
+    assert why is not None and "recovering it" in why
+    expired = _standing({"spark-1": _heard(TAKEOVER + 360, claims=("spark-3",), order=order)})
+    assert refusal("spark-3", placement, expired, 999) is None
+
+
+def test_the_first_heard_actor_tells_of_a_node_even_while_it_may_not_act() -> None:
+    """Alerts about a node come from its first heard actor, also while its own
+    controller's answers keep anyone from acting (a cut management link)."""
+    alive = _standing({"spark-2": _heard(1)})
+    assert refusal("spark-2", _placement("spark-1"), alive, 999) is not None
+    assert tells_of("spark-2", _placement("spark-1"), alive)
+    assert not tells_of("spark-1", _placement("spark-1"), alive)  # its own host
+    # spark-1's only actor is spark-2: it tells of spark-1, heard or not.
+    assert tells_of("spark-1", _placement("spark-2"), _standing({"spark-1": _heard(1)}))

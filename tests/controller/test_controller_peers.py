@@ -48,9 +48,10 @@ def _config(tmp_path: Path, urls: dict[str, str] | None = None) -> ControllerCon
 
 
 class _Clock:
-    """The controller's clock, standing still at 0 (the sweeps are given their times)."""
+    """The controller's clock, standing still (the sweeps are given their times)."""
 
-    now = 0.0
+    def __init__(self, now: float = 0.0) -> None:
+        self.now = now
 
     def monotonic(self) -> float:
         return self.now
@@ -204,12 +205,43 @@ def test_a_controller_heard_with_another_order_is_told_once_while_it_lasts(
     async def get(url: str, timeout: float) -> HttpAnswer:
         return _answer(answers.pop(0))
 
-    peers = ControllerPeers(_config(tmp_path), "spark-1", get, _Clock(), told.append)
+    # Started long before: past its first listening spell.
+    peers = ControllerPeers(_config(tmp_path), "spark-1", get, _Clock(-100.0), told.append)
     for at in (1.0, 2.0):
         asyncio.run(peers.sweep(at))
     assert len(told) == 1 and "spark-2, spark-1" in told[0] and "spark-1, spark-2" in told[0]
-    why = peers.refusal_for("spark-2", None, 31.0)  # heard 29 s ago, past its listening
+    why = peers.refusal_for("spark-2", None, 2.5)
     assert why is not None and "configs agree" in why
     asyncio.run(peers.sweep(3.0))  # it agrees again
     asyncio.run(peers.sweep(4.0))  # and disagrees again: told again
     assert len(told) == 2
+
+
+def test_every_url_of_a_controller_is_asked_at_once(tmp_path: Path) -> None:
+    """A frozen host's paths each take the whole timeout: asked one after the
+    other they would make the sweep late. The management URL here answers only
+    once the fabric one has been asked: one after the other, it never would."""
+    config = _config(tmp_path)
+    controllers = [
+        {"node": "spark-1"},
+        {"node": "spark-2", "urls": ["http://10.9.0.2:9721", "http://192.168.100.2:9721"]},
+    ]
+    data = {
+        "nodes": [{"name": n, "agent": f"http://10.9.0.{i}:9720"} for i, n in enumerate(ORDER, 1)],
+        "listen": {"address": "0.0.0.0", "port": 9721},
+        "history": config.history,
+        "colocated": {"controllers": controllers},
+    }
+    config = parse_controller_config(data, "test")
+    fabric_asked = asyncio.Event()
+
+    async def get(url: str, timeout: float) -> HttpAnswer:
+        if "192.168.100.2" in url:
+            fabric_asked.set()
+            raise HttpError("timed out")
+        await fabric_asked.wait()
+        return _answer(_status(ticks=1))
+
+    peers = ControllerPeers(config, "spark-1", get, _Clock())
+    asyncio.run(asyncio.wait_for(peers.sweep(1.0), 5.0))
+    assert peers.heard["spark-2"].heard_at == 1.0

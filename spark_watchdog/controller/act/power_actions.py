@@ -34,7 +34,7 @@ from spark_watchdog.controller.record import incident_log
 from spark_watchdog.controller.record.budgets import Budgets
 from spark_watchdog.controller.record.ledger import HistoryUnwritable, Ledger
 from spark_watchdog.controller.record.notify import Event, Notifier
-from spark_watchdog.errors import SendRefused, WatchdogError
+from spark_watchdog.errors import HandedOver, SendRefused, WatchdogError
 from spark_watchdog.history.records import CLUSTER
 from spark_watchdog.power.base import PowerState, PowerStep, PowerTiming, VerifiedPower
 from spark_watchdog.power.paths import PowerPath, power_paths, timing_for
@@ -135,6 +135,12 @@ class PowerActions:
             await self._write_ahead(path, rung, watch.name, incident_id, step)
 
         def gate(target: PowerState) -> str | None:
+            if target is PowerState.OFF:
+                # Another controller on the Sparks may have the node now (a
+                # controller woken from a stop right here has not listened yet).
+                refusal = self.not_mine(watch)
+                if refusal is not None:
+                    raise HandedOver(path.key_path, f"off withdrawn: {refusal}")
             why = self._may_cut(watch) if target is PowerState.OFF else None
             # Last, after the hold read: nothing leaves past the send deadline.
             refused = self.fence.refusal()

@@ -32,6 +32,10 @@ class Placement:
     takeover_after: float
     fence_delay: float
     freeze_after: float
+    # How long a claim outlives its controller's last answer beyond takeover_after:
+    # the longest a cycle it may have sent takes to bring the node back (its off
+    # hold and boot_timeout). A node it was recovering may be in POST meanwhile.
+    claim_grace: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -51,6 +55,9 @@ class Standing:
     now: float
     observing_until: float  # it acts on nothing before this (monotonic)
     peers: Mapping[str, PeerHeard]
+    # When this controller last asked the others (None: not yet): a loop that
+    # stood still half of takeover_after listens again before it acts.
+    last_sweep: float | None = None
 
 
 def actors(node: str, order: tuple[str, ...]) -> tuple[str, ...]:
@@ -68,6 +75,13 @@ def _heard(peer: PeerHeard | None, placement: Placement, now: float) -> float | 
 
 def _common(placement: Placement, standing: Standing) -> str | None:
     """What stops this controller acting on anything at all."""
+    last = standing.last_sweep
+    if last is not None and standing.now - last >= placement.takeover_after / 2:
+        # Woken in the middle of a step: what it heard is stale until it listens again.
+        return (
+            f"this controller's loop stood still {standing.now - last:.0f}s: it listens "
+            "to the other controllers again before acting"
+        )
     if standing.now < standing.observing_until:
         left = standing.observing_until - standing.now
         return (
@@ -130,14 +144,30 @@ def refusal(node: str, placement: Placement, standing: Standing, silent_for: flo
 
 
 def claimed_elsewhere(node: str, placement: Placement, standing: Standing) -> str | None:
-    """Which other controller heard within takeover_after is recovering ``node``
-    (None: none): its off may be in force, so nobody else switches it on."""
+    """Which other controller is recovering ``node`` (None: none): its off may be
+    in force, or the node in the boot after it. A claim stands while its
+    controller is heard, and ``claim_grace`` past takeover_after after it fell
+    silent (stopped right after its off, it cannot say the node is booting)."""
+    stands = placement.takeover_after + placement.claim_grace
     for name in sorted(standing.peers):
         peer = standing.peers[name]
-        heard = _heard(peer, placement, standing.now)
-        if heard is not None and node in peer.claims:
-            return f"the controller on {name} is recovering it (heard {heard:.0f}s ago)"
+        if peer.heard_at is None or node not in peer.claims:
+            continue
+        ago = standing.now - peer.heard_at
+        if ago < stands:
+            return f"the controller on {name} is recovering it (heard {ago:.0f}s ago)"
     return None
+
+
+def tells_of(node: str, placement: Placement, standing: Standing) -> bool:
+    """Whether this controller is the one that alerts about ``node``: the first of
+    its actors heard (itself counted), whatever holds its actions back now."""
+    for name in actors(node, placement.order):
+        if name == placement.me:
+            return True
+        if _heard(standing.peers.get(name), placement, standing.now) is not None:
+            return False
+    return False
 
 
 def serving_refusal(placement: Placement, standing: Standing) -> str | None:

@@ -19,7 +19,7 @@ from dataclasses import replace
 from typing import Any
 
 from spark_watchdog.config.colocated import controller_urls
-from spark_watchdog.config.controller import ControllerConfig
+from spark_watchdog.config.controller import ControllerConfig, PolicyConfig
 from spark_watchdog.controller.clock import Clock
 from spark_watchdog.controller.decide.colocation import (
     PeerHeard,
@@ -28,6 +28,7 @@ from spark_watchdog.controller.decide.colocation import (
     claimed_elsewhere,
     refusal,
     serving_refusal,
+    tells_of,
 )
 from spark_watchdog.controller.look.http_client import HttpAnswer, HttpError
 from spark_watchdog.controller.look.node_watch import NodeWatch
@@ -39,6 +40,11 @@ log = logging.getLogger("spark_watchdog.controller")
 StatusGet = Callable[[str, float], Awaitable[HttpAnswer]]
 
 MAX_CLAIMS = 1024  # more nodes than any cluster: an answer beyond it is not believed
+
+
+def off_seconds_at_most(policy: PolicyConfig) -> float:
+    """The longest off hold a controller's cycle may have (a clock latch's long cut)."""
+    return max(policy.power_off_seconds, policy.clock_latch_off_seconds)
 
 
 class BadAnswer(ValueError):
@@ -101,6 +107,7 @@ class ControllerPeers:
             takeover_after=colocated.takeover_after,
             fence_delay=colocated.fence_delay,
             freeze_after=config.detection.freeze_after,
+            claim_grace=config.guards.boot_timeout + off_seconds_at_most(config.policy),
         )
         port = config.listen.port
         self.urls = {
@@ -152,14 +159,15 @@ class ControllerPeers:
         self._disagreeing = now_disagreeing
 
     async def _ask(self, name: str, now: float) -> None:
-        problems = []
-        for url in self.urls[name]:
-            try:
-                answer = await self._get(url, self._timeout)
-                mark, said = read_answer(answer, name)
-            except (HttpError, BadAnswer) as exc:
-                problems.append(f"{url}: {exc}")
+        """Every URL of the controller at once (a frozen host's paths all take the
+        whole timeout); the first in order that answers well counts."""
+        urls = self.urls[name]
+        tried = await asyncio.gather(*(self._ask_one(url, name) for url in urls))
+        problems = [t for t in tried if isinstance(t, str)]
+        for result in tried:
+            if isinstance(result, str):
                 continue
+            mark, said = result
             before = self.heard[name]
             moved = self._marks.get(name) != mark
             self._marks[name] = mark
@@ -168,8 +176,24 @@ class ControllerPeers:
             return
         self.detail[name] = "; ".join(problems)
 
+    async def _ask_one(self, url: str, name: str) -> tuple[tuple[Any, int], PeerHeard] | str:
+        """What the controller said at ``url``, or why it said nothing usable."""
+        try:
+            return read_answer(await self._get(url, self._timeout), name)
+        except (HttpError, BadAnswer) as exc:
+            return f"{url}: {exc}"
+
     def standing(self, now: float) -> Standing:
-        return Standing(now=now, observing_until=self.observing_until, peers=dict(self.heard))
+        return Standing(
+            now=now,
+            observing_until=self.observing_until,
+            peers=dict(self.heard),
+            last_sweep=self._last_sweep,
+        )
+
+    def tells_of(self, watch: NodeWatch) -> bool:
+        """Whether this controller alerts about the node (its first heard actor)."""
+        return tells_of(watch.name, self.placement, self.standing(self.clock.monotonic()))
 
     def refusal_for(self, node: str, last_life_at: float | None, now: float) -> str | None:
         """Why another controller acts for ``node`` now (None: this one does)."""
@@ -233,6 +257,9 @@ class Alone:
 
     def serving_not_mine(self) -> str | None:
         return None
+
+    def tells_of(self, watch: NodeWatch) -> bool:
+        return True
 
     async def sweep(self, now: float) -> None:
         return None
