@@ -196,6 +196,8 @@ class Controller:
 
     async def _sweep(self) -> list[tuple[NodeWatch, Verdict]]:
         """The nodes, and the other controllers on the Sparks at the same time."""
+        if self.peers is ALONE:
+            return await self.monitor.sweep()
         peers = self.peers.sweep(self._tick_started)
         changed, _ = await asyncio.gather(self.monitor.sweep(), peers)
         return changed

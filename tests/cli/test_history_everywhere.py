@@ -268,9 +268,11 @@ def test_an_answer_that_is_not_a_controller_s_incidents_is_named_and_shows_nothi
         code, out, err = run(["history", *config], capsys)
         assert code == 0
         assert [line.split()[0] for line in out.splitlines()[1:]] == ["spark-1#2", "spark-1#1"]
-        assert why in err and "\x1b" not in err + out
+        # Python 3.13's parser takes nesting that 3.11's refuses: then it is a list.
+        said = (why, "expected an object") if why == "nested too deeply" else (why,)
+        assert any(w in err for w in said) and "\x1b" not in err + out
         _, out, _ = run(["history", *config, "--json"], capsys)
-        assert why in json.loads(out)["unreachable"][0]["error"]
+        assert any(w in json.loads(out)["unreachable"][0]["error"] for w in said)
     finally:
         hostile.stop()
 

@@ -81,10 +81,11 @@ def _scripted(
     order: list[str],
     script: list[Scripted],
     self_timed: SelfTimed = "never",
+    seed: int = 1,
     **kw: Any,
 ) -> PlacedReport:
     return simulate_colocated(
-        1,
+        seed,
         3.0,
         nodes=nodes,
         script=script,
@@ -233,8 +234,15 @@ def test_without_the_order_two_controllers_cycle_one_freeze(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(controller_peers, "refusal", _everyone)
-    report = _scripted(4, [S1, S2], [(60.0, "freeze", S3)])
-    assert any(v.split(": ", 1)[1].startswith("I16") for v in report.violations), report.violations
+    # Whether the second off finds the outlet already off (a hold, not a cut)
+    # depends on which controller's task runs first: one seed of a few cuts twice.
+    found = []
+    for seed in range(1, 6):
+        report = _scripted(4, [S1, S2], [(60.0, "freeze", S3)], seed=seed)
+        found += [v for v in report.violations if v.split(": ", 1)[1].startswith("I16")]
+        if found:
+            break
+    assert found
 
 
 def test_a_freeze_nobody_acts_on_breaks_its_bound(monkeypatch: pytest.MonkeyPatch) -> None:

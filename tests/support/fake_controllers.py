@@ -15,6 +15,7 @@ from types import SimpleNamespace
 from typing import Any, cast
 
 from spark_watchdog.config.controller import ControllerConfig
+from spark_watchdog.controller.look.controller_peers import ALONE
 from spark_watchdog.controller.page.page_api import PageRoutes
 from spark_watchdog.controller.page.page_auth import PageAuth
 from spark_watchdog.controller.page.status_api import StatusEndpoint
@@ -25,7 +26,7 @@ from spark_watchdog.history.store import HistoryStore
 @contextmanager
 def served_history(config: ControllerConfig, store: HistoryStore) -> Iterator[str]:
     """Another controller's page API over ``store``, on loopback; yields its URL."""
-    source = SimpleNamespace(config=config, ledger=SimpleNamespace(store=store), peers=None)
+    source = SimpleNamespace(config=config, ledger=SimpleNamespace(store=store), peers=ALONE)
     routes = PageRoutes(cast(Any, source), PageAuth(None), lambda: None)
     status = SimpleNamespace(published={"ticks": 1}, tallies=Tallies())
     endpoint = StatusEndpoint("127.0.0.1", 0, cast(Any, status), paths_of=routes)

@@ -29,6 +29,7 @@ from web_tier import wait_until
 from spark_watchdog.config.controller import ControllerConfig, parse_controller_config
 from spark_watchdog.controller.daemon import Controller
 from spark_watchdog.controller.decide.colocation import Placement
+from spark_watchdog.controller.look.controller_peers import ALONE
 from spark_watchdog.controller.page.page_api import PageRoutes
 from spark_watchdog.controller.page.page_auth import PageAuth
 from spark_watchdog.controller.page.status_api import StatusEndpoint
@@ -219,7 +220,7 @@ def _routes(tmp_path: Path, peer_url: str, *, colocated: bool = True) -> PageRou
     source = SimpleNamespace(
         config=config,
         ledger=SimpleNamespace(store=HistoryStore(config.history)),
-        peers=SimpleNamespace(placement=placement) if colocated else None,
+        peers=SimpleNamespace(placement=placement) if colocated else ALONE,
     )
     return PageRoutes(cast(Any, source), PageAuth(None), lambda: None)
 
